@@ -1,0 +1,366 @@
+#include "common/job_spec.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <memory>
+#include <set>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
+#include "common/schedule_kind.h"
+#include "common/status_macros.h"
+#include "google/protobuf/util/json_util.h"
+#include "yaml-cpp/yaml.h"
+
+namespace paci {
+namespace {
+
+void AppendJsonString(absl::string_view s, std::string* out) {
+  out->push_back('"');
+  for (char c : s) {
+    switch (c) {
+      case '"': out->append("\\\""); break;
+      case '\\': out->append("\\\\"); break;
+      case '\n': out->append("\\n"); break;
+      case '\r': out->append("\\r"); break;
+      case '\t': out->append("\\t"); break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          absl::StrAppendFormat(out, "\\u%04x", static_cast<unsigned char>(c));
+        } else {
+          out->push_back(c);  // UTF-8 bytes pass through.
+        }
+    }
+  }
+  out->push_back('"');
+}
+
+// If `s` is a YAML 1.2 core-schema number ("+1", "007", ".5", "2.", "3e-3"),
+// returns it as a valid JSON number; otherwise returns "".
+std::string AsJsonNumber(absl::string_view s) {
+  size_t i = 0;
+  std::string json;
+  if (i < s.size() && (s[i] == '+' || s[i] == '-')) {
+    if (s[i] == '-') json.push_back('-');
+    ++i;
+  }
+  const auto digits = [&s, &i] {
+    const size_t start = i;
+    while (i < s.size() && absl::ascii_isdigit(static_cast<unsigned char>(s[i]))) ++i;
+    return s.substr(start, i - start);
+  };
+  absl::string_view integer = digits();
+  absl::string_view fraction;
+  bool has_point = false;
+  if (i < s.size() && s[i] == '.') {
+    has_point = true;
+    ++i;
+    fraction = digits();
+  }
+  if (integer.empty() && fraction.empty()) return "";
+  while (integer.size() > 1 && integer[0] == '0') integer.remove_prefix(1);
+  absl::StrAppend(&json, integer.empty() ? "0" : integer);
+  if (has_point) absl::StrAppend(&json, ".", fraction.empty() ? "0" : fraction);
+  if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+    json.push_back('e');
+    ++i;
+    if (i < s.size() && (s[i] == '+' || s[i] == '-')) json.push_back(s[i++]);
+    const absl::string_view exponent = digits();
+    if (exponent.empty()) return "";
+    absl::StrAppend(&json, exponent);
+  }
+  return i == s.size() ? json : "";
+}
+
+void AppendJsonScalar(const YAML::Node& node, std::string* out) {
+  const std::string& s = node.Scalar();
+  if (node.Tag() != "?") {  // Quoted or explicitly tagged: always a string.
+    AppendJsonString(s, out);
+  } else if (s == "true" || s == "True" || s == "TRUE") {
+    out->append("true");
+  } else if (s == "false" || s == "False" || s == "FALSE") {
+    out->append("false");
+  } else if (std::string number = AsJsonNumber(s); !number.empty()) {
+    out->append(number);
+  } else {
+    AppendJsonString(s, out);
+  }
+}
+
+absl::Status AppendJson(const YAML::Node& node, std::string* out) {
+  switch (node.Type()) {
+    case YAML::NodeType::Undefined:
+    case YAML::NodeType::Null:
+      out->append("null");
+      return absl::OkStatus();
+    case YAML::NodeType::Scalar:
+      AppendJsonScalar(node, out);
+      return absl::OkStatus();
+    case YAML::NodeType::Sequence: {
+      out->push_back('[');
+      for (size_t i = 0; i < node.size(); ++i) {
+        if (i > 0) out->push_back(',');
+        RETURN_IF_ERROR(AppendJson(node[i], out));
+      }
+      out->push_back(']');
+      return absl::OkStatus();
+    }
+    case YAML::NodeType::Map: {
+      out->push_back('{');
+      bool first = true;
+      std::set<std::string> keys;
+      for (const auto& entry : node) {
+        if (!entry.first.IsScalar()) {
+          return absl::InvalidArgumentError(absl::StrFormat(
+              "spec: line %d: a key must be a plain name", entry.first.Mark().line + 1));
+        }
+        // yaml-cpp keeps duplicate keys; the JSON mapping would silently take the last.
+        if (!keys.insert(entry.first.Scalar()).second) {
+          return absl::InvalidArgumentError(absl::StrFormat(
+              "spec: line %d: duplicate key \"%s\"", entry.first.Mark().line + 1,
+              entry.first.Scalar()));
+        }
+        if (entry.second.IsNull()) continue;
+        if (!first) out->push_back(',');
+        first = false;
+        AppendJsonString(entry.first.Scalar(), out);
+        out->push_back(':');
+        RETURN_IF_ERROR(AppendJson(entry.second, out));
+      }
+      out->push_back('}');
+      return absl::OkStatus();
+    }
+  }
+  return absl::InternalError("spec: unknown YAML node type");
+}
+
+// "<field>: must be <rule>, got <value>" unless `ok`. NaN fails every
+// comparison, so a NaN never passes a range rule.
+template <typename T>
+absl::Status Require(bool ok, absl::string_view field, absl::string_view rule, const T& value) {
+  if (ok) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(field, ": must be ", rule, ", got ", value));
+}
+
+template <typename T>
+absl::Status RequireBetween(absl::string_view field, T value, T lo, T hi) {
+  return Require(value >= lo && value <= hi, field, absl::StrCat("between ", lo, " and ", hi),
+                 value);
+}
+
+bool IsValidName(std::string_view name) {
+  const auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  if (name.empty() || !alnum(name.front()) || !alnum(name.back())) return false;
+  return std::all_of(name.begin(), name.end(), [&](char c) { return alnum(c) || c == '-'; });
+}
+
+absl::Status ValidateModel(const v1::ModelSpec& m) {
+  RETURN_IF_ERROR(RequireBetween("model.vocab_size", m.vocab_size(), 2, 1000000));
+  RETURN_IF_ERROR(RequireBetween("model.num_layers", m.num_layers(), 1, 256));
+  RETURN_IF_ERROR(RequireBetween("model.d_model", m.d_model(), 8, 65536));
+  RETURN_IF_ERROR(Require(m.num_heads() >= 1, "model.num_heads", "at least 1", m.num_heads()));
+  RETURN_IF_ERROR(Require(m.d_model() % m.num_heads() == 0, "model.num_heads",
+                          absl::StrCat("a divisor of model.d_model (", m.d_model(), ")"),
+                          m.num_heads()));
+  RETURN_IF_ERROR(RequireBetween("model.seq_len", m.seq_len(), 2, 65536));
+  return Require(m.dropout() >= 0 && m.dropout() < 1, "model.dropout", "in [0, 1)",
+                 m.dropout());
+}
+
+absl::Status ValidatePipeline(const v1::PipelineSpec& p, int num_layers) {
+  RETURN_IF_ERROR(RequireBetween("pipeline.num_stages", p.num_stages(), 1, 64));
+  if (p.num_stages() > num_layers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pipeline.num_stages: ", p.num_stages(), " stages need at least ",
+                     p.num_stages(), " layers, model.num_layers is ", num_layers));
+  }
+  absl::StatusOr<ScheduleKind> kind = ParseScheduleKind(p.schedule());
+  if (!kind.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pipeline.schedule: ", kind.status().message()));
+  }
+  RETURN_IF_ERROR(RequireBetween("pipeline.accumulation", p.accumulation(), 1, 4096));
+  RETURN_IF_ERROR(Require(*kind != ScheduleKind::kAsyncOneFOneB || p.accumulation() == 1,
+                          "pipeline.accumulation", "1 with schedule async-1f1b",
+                          p.accumulation()));
+  return RequireBetween("pipeline.micro_batch_size", p.micro_batch_size(), 1, 65536);
+}
+
+absl::Status ValidateOptimizer(const v1::OptimizerSpec& o) {
+  RETURN_IF_ERROR(Require(o.lr() > 0 && o.lr() <= 10, "optimizer.lr", "in (0, 10]", o.lr()));
+  RETURN_IF_ERROR(
+      Require(o.beta1() >= 0 && o.beta1() < 1, "optimizer.beta1", "in [0, 1)", o.beta1()));
+  RETURN_IF_ERROR(
+      Require(o.beta2() >= 0 && o.beta2() < 1, "optimizer.beta2", "in [0, 1)", o.beta2()));
+  RETURN_IF_ERROR(Require(o.eps() > 0 && std::isfinite(o.eps()), "optimizer.eps",
+                          "a positive number", o.eps()));
+  RETURN_IF_ERROR(Require(o.weight_decay() >= 0 && std::isfinite(o.weight_decay()),
+                          "optimizer.weight_decay", "a number >= 0", o.weight_decay()));
+  RETURN_IF_ERROR(RequireBetween("optimizer.warmup_fraction", o.warmup_fraction(), 0.0f, 1.0f));
+  return RequireBetween("optimizer.min_lr_ratio", o.min_lr_ratio(), 0.0f, 1.0f);
+}
+
+absl::Status ValidateTraining(const v1::TrainingSpec& t) {
+  RETURN_IF_ERROR(RequireBetween<int64_t>("training.steps", t.steps(), 1, 1000000000));
+  RETURN_IF_ERROR(Require(t.eval_interval() >= 1, "training.eval_interval", "at least 1",
+                          t.eval_interval()));
+  return RequireBetween("training.eval_micro_batches", t.eval_micro_batches(), 1, 10000);
+}
+
+absl::Status ValidateData(const v1::DataSpec& d) {
+  if (d.corpus_path().empty()) {
+    return absl::InvalidArgumentError("data.corpus_path: must name the training text, got \"\"");
+  }
+  return Require(d.validation_fraction() > 0 && d.validation_fraction() <= 0.5f,
+                 "data.validation_fraction", "in (0, 0.5]", d.validation_fraction());
+}
+
+absl::Status ValidateCheckpoint(const v1::CheckpointSpec& c) {
+  RETURN_IF_ERROR(
+      Require(c.interval() >= 0, "checkpoint.interval", "at least 0", c.interval()));
+  if (c.resume() && c.directory().empty()) {
+    return absl::InvalidArgumentError(
+        "checkpoint.directory: must be set when checkpoint.resume is true, got \"\"");
+  }
+  return absl::OkStatus();
+}
+
+// Whether `path` is a regular file this process can open for reading.
+absl::Status CheckReadableFile(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::file_status status = std::filesystem::status(path, ec);
+  if (ec) return absl::NotFoundError(ec.message());
+  if (!std::filesystem::is_regular_file(status)) {
+    return absl::NotFoundError("not a regular file");
+  }
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) return absl::NotFoundError(std::strerror(errno));
+  std::fclose(file);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(std::string_view text) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(text));
+  } catch (const YAML::Exception& e) {
+    if (e.mark.is_null()) return absl::InvalidArgumentError(absl::StrCat("spec: ", e.msg));
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "spec: YAML syntax error at line %d, column %d: %s", e.mark.line + 1,
+        e.mark.column + 1, e.msg));
+  }
+  if (!root.IsMap()) {
+    return absl::InvalidArgumentError("spec: expected a mapping at the top level");
+  }
+  std::string json;
+  RETURN_IF_ERROR(AppendJson(root, &json));
+  v1::JobSpec spec;
+  const auto status = google::protobuf::util::JsonStringToMessage(json, &spec);
+  if (!status.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("spec: ", std::string(status.message())));
+  }
+  return spec;
+}
+
+absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path) {
+  const auto cannot_read = [&path] {
+    return absl::NotFoundError(
+        absl::StrCat("cannot read spec file ", path, ": ", std::strerror(errno)));
+  };
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"),
+                                                       &std::fclose);
+  if (file == nullptr) return cannot_read();
+  std::string text;
+  char buffer[1 << 14];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), file.get())) > 0) text.append(buffer, n);
+  if (std::ferror(file.get())) return cannot_read();
+  return ParseJobSpecYaml(text);
+}
+
+void ApplyJobSpecDefaults(v1::JobSpec* spec) {
+  v1::ModelSpec* model = spec->mutable_model();
+  if (!model->has_dropout()) model->set_dropout(0);
+  if (!model->has_init_seed()) model->set_init_seed(1234);
+
+  v1::PipelineSpec* pipeline = spec->mutable_pipeline();
+  if (pipeline->schedule().empty()) pipeline->set_schedule("paci");
+  if (pipeline->schedule() == "async-1f1b" && pipeline->accumulation() == 0) {
+    pipeline->set_accumulation(1);
+  }
+
+  v1::OptimizerSpec* optimizer = spec->mutable_optimizer();
+  if (!optimizer->has_beta1()) optimizer->set_beta1(0.9f);
+  if (!optimizer->has_beta2()) optimizer->set_beta2(0.95f);
+  if (!optimizer->has_eps()) optimizer->set_eps(1e-8f);
+  if (!optimizer->has_weight_decay()) optimizer->set_weight_decay(0.1f);
+  if (!optimizer->has_warmup_fraction()) optimizer->set_warmup_fraction(0.01f);
+  if (!optimizer->has_min_lr_ratio()) optimizer->set_min_lr_ratio(0.1f);
+
+  v1::TrainingSpec* training = spec->mutable_training();
+  if (!training->has_eval_interval()) {
+    training->set_eval_interval(static_cast<int32_t>(std::clamp<int64_t>(
+        training->steps() / 10, 1, std::numeric_limits<int32_t>::max())));
+  }
+  if (!training->has_eval_micro_batches()) training->set_eval_micro_batches(4);
+
+  v1::DataSpec* data = spec->mutable_data();
+  if (!data->has_validation_fraction()) data->set_validation_fraction(0.05f);
+  if (!data->has_seed()) data->set_seed(1);
+
+  v1::RuntimeSpec* runtime = spec->mutable_runtime();
+  if (!runtime->has_threads_per_stage()) runtime->set_threads_per_stage(1);
+}
+
+absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
+  const std::string& name = spec.name();
+  if (name.empty()) return absl::InvalidArgumentError("name: must not be empty");
+  RETURN_IF_ERROR(
+      Require(name.size() <= 63, "name", "at most 63 characters", absl::StrCat(name.size())));
+  RETURN_IF_ERROR(Require(IsValidName(name), "name",
+                          "lowercase letters, digits and '-', starting and ending with a "
+                          "letter or digit",
+                          absl::StrCat("\"", name, "\"")));
+  RETURN_IF_ERROR(ValidateModel(spec.model()));
+  RETURN_IF_ERROR(ValidatePipeline(spec.pipeline(), spec.model().num_layers()));
+  RETURN_IF_ERROR(ValidateOptimizer(spec.optimizer()));
+  RETURN_IF_ERROR(ValidateTraining(spec.training()));
+  RETURN_IF_ERROR(ValidateData(spec.data()));
+  RETURN_IF_ERROR(ValidateCheckpoint(spec.checkpoint()));
+  return RequireBetween("runtime.threads_per_stage", spec.runtime().threads_per_stage(), 1, 256);
+}
+
+absl::StatusOr<v1::JobSpec> LoadAndValidateJobSpec(const std::string& path) {
+  ASSIGN_OR_RETURN(v1::JobSpec spec, LoadJobSpecFile(path));
+  ApplyJobSpecDefaults(&spec);
+  RETURN_IF_ERROR(ValidateJobSpec(spec));
+
+  const auto make_absolute = [](const std::string& p) {
+    std::error_code ec;
+    std::filesystem::path absolute = std::filesystem::absolute(p, ec);
+    return ec ? p : absolute.lexically_normal().string();
+  };
+  spec.mutable_data()->set_corpus_path(make_absolute(spec.data().corpus_path()));
+  if (!spec.checkpoint().directory().empty()) {
+    spec.mutable_checkpoint()->set_directory(make_absolute(spec.checkpoint().directory()));
+  }
+
+  if (absl::Status readable = CheckReadableFile(spec.data().corpus_path()); !readable.ok()) {
+    return absl::NotFoundError(absl::StrCat("data.corpus_path: cannot read ",
+                                            spec.data().corpus_path(), ": ",
+                                            readable.message()));
+  }
+  return spec;
+}
+
+}  // namespace paci

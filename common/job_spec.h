@@ -1,0 +1,42 @@
+#pragma once
+
+// Reading and checking a JobSpec: the one place that knows what a valid job
+// is. Used by pacictl, the worker and (later) the coordinator and operator.
+
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "paci/v1/job.pb.h"
+
+namespace paci {
+
+// Parses a spec written in YAML (or JSON, which is YAML) through the proto3
+// JSON mapping: keys are field names in snake_case or lowerCamelCase. An
+// unknown key, a wrong type or a YAML syntax error is InvalidArgument naming
+// the key or the line. Does not apply defaults nor validate.
+absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(std::string_view text);
+
+// Reads `path` and parses it; NotFound names the path when it cannot be read.
+absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path);
+
+// Fills every unset optional field with its documented default (see
+// job.proto) and an empty schedule with "paci". Idempotent.
+void ApplyJobSpecDefaults(v1::JobSpec* spec);
+
+// Checks a spec after defaults: InvalidArgument whose message starts with the
+// field path and gives the allowed range, e.g.
+//   "pipeline.num_stages: must be between 1 and 64, got 0".
+// Checks ranges and cross-field rules (num_stages <= model.num_layers,
+// d_model % num_heads == 0, async-1f1b with accumulation 1, ...). It does not
+// touch the file system.
+absl::Status ValidateJobSpec(const v1::JobSpec& spec);
+
+// Parse, apply defaults, validate; also checks that data.corpus_path names a
+// readable file (NotFound naming data.corpus_path). Relative corpus and
+// checkpoint paths are made absolute against the current directory, so the
+// spec can be handed to workers that run elsewhere.
+absl::StatusOr<v1::JobSpec> LoadAndValidateJobSpec(const std::string& path);
+
+}  // namespace paci

@@ -1,0 +1,525 @@
+#include "common/job_spec.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace paci {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+const std::string kGenesis = PACI_SOURCE_DIR "/tests/data/kjv-genesis.txt";
+
+// Every field set, in snake_case keys.
+constexpr char kFullSpec[] = R"yaml(
+name: kjv-small
+model:
+  vocab_size: 96
+  num_layers: 4
+  d_model: 128
+  num_heads: 4
+  seq_len: 64
+  dropout: 0.1
+  init_seed: 42
+pipeline:
+  num_stages: 2
+  schedule: gpipe
+  accumulation: 2
+  micro_batch_size: 8
+optimizer:
+  lr: 3e-3
+  beta1: 0.8
+  beta2: 0.99
+  eps: 1e-6
+  weight_decay: 0.0
+  warmup_fraction: 0.05
+  min_lr_ratio: 0.2
+training:
+  steps: 300
+  eval_interval: 50
+  eval_micro_batches: 2
+data:
+  corpus_path: CORPUS
+  validation_fraction: 0.1
+  seed: 7
+checkpoint:
+  directory: /tmp/ckpt
+  interval: 100
+  resume: true
+runtime:
+  threads_per_stage: 2
+)yaml";
+
+// The smallest spec that validates once defaults are applied.
+constexpr char kMinimalSpec[] = R"yaml(
+name: minimal
+model: {vocab_size: 96, num_layers: 4, d_model: 128, num_heads: 4, seq_len: 64}
+pipeline: {num_stages: 2, accumulation: 2, micro_batch_size: 8}
+optimizer: {lr: 3e-3}
+training: {steps: 300}
+data: {corpus_path: CORPUS}
+)yaml";
+
+std::string WithCorpus(const char* yaml, const std::string& corpus = kGenesis) {
+  return absl::StrReplaceAll(yaml, {{"CORPUS", corpus}});
+}
+
+std::string WriteTempFile(const std::string& name, const std::string& contents) {
+  const std::string path = testing::TempDir() + "/" + name;
+  std::ofstream(path) << contents;
+  return path;
+}
+
+v1::JobSpec ValidMinimalSpec() {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(WithCorpus(kMinimalSpec));
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  ApplyJobSpecDefaults(&*spec);
+  EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
+  return *spec;
+}
+
+void ExpectInvalid(const v1::JobSpec& spec, const std::string& field) {
+  const absl::Status status = ValidateJobSpec(spec);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(std::string(status.message()), StartsWith(field + ": "));
+}
+
+void ExpectParseError(const std::string& yaml, const std::string& expected) {
+  const absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(yaml);
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument) << spec.status();
+  EXPECT_THAT(std::string(spec.status().message()), HasSubstr(expected));
+}
+
+TEST(ParseJobSpecYamlTest, ReadsEveryFieldOfAFullSpec) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(WithCorpus(kFullSpec));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->name(), "kjv-small");
+  EXPECT_EQ(spec->model().vocab_size(), 96);
+  EXPECT_EQ(spec->model().num_layers(), 4);
+  EXPECT_EQ(spec->model().d_model(), 128);
+  EXPECT_EQ(spec->model().num_heads(), 4);
+  EXPECT_EQ(spec->model().seq_len(), 64);
+  EXPECT_FLOAT_EQ(spec->model().dropout(), 0.1f);
+  EXPECT_EQ(spec->model().init_seed(), 42u);
+  EXPECT_EQ(spec->pipeline().num_stages(), 2);
+  EXPECT_EQ(spec->pipeline().schedule(), "gpipe");
+  EXPECT_EQ(spec->pipeline().accumulation(), 2);
+  EXPECT_EQ(spec->pipeline().micro_batch_size(), 8);
+  EXPECT_FLOAT_EQ(spec->optimizer().lr(), 3e-3f);
+  EXPECT_FLOAT_EQ(spec->optimizer().beta1(), 0.8f);
+  EXPECT_FLOAT_EQ(spec->optimizer().beta2(), 0.99f);
+  EXPECT_FLOAT_EQ(spec->optimizer().eps(), 1e-6f);
+  ASSERT_TRUE(spec->optimizer().has_weight_decay());
+  EXPECT_FLOAT_EQ(spec->optimizer().weight_decay(), 0.0f);
+  EXPECT_FLOAT_EQ(spec->optimizer().warmup_fraction(), 0.05f);
+  EXPECT_FLOAT_EQ(spec->optimizer().min_lr_ratio(), 0.2f);
+  EXPECT_EQ(spec->training().steps(), 300);
+  EXPECT_EQ(spec->training().eval_interval(), 50);
+  EXPECT_EQ(spec->training().eval_micro_batches(), 2);
+  EXPECT_EQ(spec->data().corpus_path(), kGenesis);
+  EXPECT_FLOAT_EQ(spec->data().validation_fraction(), 0.1f);
+  EXPECT_EQ(spec->data().seed(), 7u);
+  EXPECT_EQ(spec->checkpoint().directory(), "/tmp/ckpt");
+  EXPECT_EQ(spec->checkpoint().interval(), 100);
+  EXPECT_TRUE(spec->checkpoint().resume());
+  EXPECT_EQ(spec->runtime().threads_per_stage(), 2);
+}
+
+TEST(ParseJobSpecYamlTest, AcceptsCamelCaseKeys) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(R"yaml(
+model: {vocabSize: 96, numLayers: 4, dModel: 128, numHeads: 4, seqLen: 64, initSeed: 9}
+pipeline: {numStages: 2, microBatchSize: 8}
+training: {evalInterval: 5, evalMicroBatches: 3}
+data: {corpusPath: a.txt, validationFraction: 0.2}
+runtime: {threadsPerStage: 3}
+)yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->model().vocab_size(), 96);
+  EXPECT_EQ(spec->model().num_layers(), 4);
+  EXPECT_EQ(spec->model().d_model(), 128);
+  EXPECT_EQ(spec->model().num_heads(), 4);
+  EXPECT_EQ(spec->model().seq_len(), 64);
+  EXPECT_EQ(spec->model().init_seed(), 9u);
+  EXPECT_EQ(spec->pipeline().num_stages(), 2);
+  EXPECT_EQ(spec->pipeline().micro_batch_size(), 8);
+  EXPECT_EQ(spec->training().eval_interval(), 5);
+  EXPECT_EQ(spec->training().eval_micro_batches(), 3);
+  EXPECT_EQ(spec->data().corpus_path(), "a.txt");
+  EXPECT_FLOAT_EQ(spec->data().validation_fraction(), 0.2f);
+  EXPECT_EQ(spec->runtime().threads_per_stage(), 3);
+}
+
+TEST(ParseJobSpecYamlTest, ReadsJsonToo) {
+  absl::StatusOr<v1::JobSpec> spec =
+      ParseJobSpecYaml(R"({"name": "j", "pipeline": {"num_stages": 3}})");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->name(), "j");
+  EXPECT_EQ(spec->pipeline().num_stages(), 3);
+}
+
+TEST(ParseJobSpecYamlTest, QuotedNumbersStayStrings) {
+  absl::StatusOr<v1::JobSpec> spec =
+      ParseJobSpecYaml("name: \"123\"\npipeline: {schedule: '1e3'}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->name(), "123");
+  EXPECT_EQ(spec->pipeline().schedule(), "1e3");
+}
+
+TEST(ParseJobSpecYamlTest, UnquotedNumberForAStringFieldIsInvalid) {
+  ExpectParseError("name: 123\n", "name");
+}
+
+TEST(ParseJobSpecYamlTest, YamlNumberFormsBecomeNumbers) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(
+      "model: {num_layers: +007, dropout: .5}\noptimizer: {lr: 2., eps: 1E-8}\n"
+      "training: {steps: -3}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->model().num_layers(), 7);
+  EXPECT_FLOAT_EQ(spec->model().dropout(), 0.5f);
+  EXPECT_FLOAT_EQ(spec->optimizer().lr(), 2.0f);
+  EXPECT_FLOAT_EQ(spec->optimizer().eps(), 1e-8f);
+  EXPECT_EQ(spec->training().steps(), -3);
+}
+
+TEST(ParseJobSpecYamlTest, EscapesQuotesBackslashesControlCharsAndKeepsUtf8) {
+  absl::StatusOr<v1::JobSpec> spec =
+      ParseJobSpecYaml("data:\n  corpus_path: \"a\\\"b\\\\c\\td\\x01é\"\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->data().corpus_path(), "a\"b\\c\td\x01\xc3\xa9");
+}
+
+TEST(ParseJobSpecYamlTest, BooleansParse) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml("checkpoint: {resume: true}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->checkpoint().resume());
+}
+
+TEST(ParseJobSpecYamlTest, NullValuesLeaveFieldsUnset) {
+  absl::StatusOr<v1::JobSpec> spec =
+      ParseJobSpecYaml("name: x\ncheckpoint:\nmodel:\n  dropout: ~\n  init_seed: null\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_FALSE(spec->has_checkpoint());
+  EXPECT_FALSE(spec->model().has_dropout());
+  EXPECT_FALSE(spec->model().has_init_seed());
+}
+
+TEST(ParseJobSpecYamlTest, DuplicateKeyIsInvalidArgumentWithLine) {
+  ExpectParseError("name: x\nname: y\n", "line 2: duplicate key \"name\"");
+}
+
+TEST(ParseJobSpecYamlTest, UnknownKeyIsInvalidArgumentNamingTheKey) {
+  ExpectParseError("optimizer:\n  learning_rate: 0.1\n", "learning_rate");
+}
+
+TEST(ParseJobSpecYamlTest, WrongTypeIsInvalidArgumentNamingTheField) {
+  ExpectParseError("pipeline:\n  num_stages: two\n", "num_stages");
+}
+
+TEST(ParseJobSpecYamlTest, SyntaxErrorIsInvalidArgumentWithLineAndColumn) {
+  ExpectParseError("name: x\nmodel:\n  vocab_size: [96\n", "line ");
+  ExpectParseError("name: x\nmodel: {vocab_size: 96\n", "YAML syntax error at line");
+}
+
+TEST(ParseJobSpecYamlTest, EmptyOrNonMappingDocumentIsInvalidArgument) {
+  for (const char* yaml : {"", "# only a comment\n", "- a\n- b\n", "just-a-string"}) {
+    ExpectParseError(yaml, "spec: expected a mapping at the top level");
+  }
+}
+
+TEST(LoadJobSpecFileTest, MissingFileIsNotFoundNamingThePath) {
+  const std::string path = testing::TempDir() + "/no-such-spec.yaml";
+  const absl::StatusOr<v1::JobSpec> spec = LoadJobSpecFile(path);
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(spec.status().message()),
+              HasSubstr(absl::StrCat("cannot read spec file ", path, ": ")));
+}
+
+TEST(LoadJobSpecFileTest, ReadsAndParsesTheFile) {
+  const absl::StatusOr<v1::JobSpec> spec =
+      LoadJobSpecFile(WriteTempFile("load.yaml", WithCorpus(kFullSpec)));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->name(), "kjv-small");
+}
+
+TEST(ApplyJobSpecDefaultsTest, FillsEveryUnsetOptionalField) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(WithCorpus(kMinimalSpec));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ApplyJobSpecDefaults(&*spec);
+  EXPECT_FLOAT_EQ(spec->model().dropout(), 0.0f);
+  EXPECT_TRUE(spec->model().has_dropout());
+  EXPECT_EQ(spec->model().init_seed(), 1234u);
+  EXPECT_EQ(spec->pipeline().schedule(), "paci");
+  EXPECT_EQ(spec->pipeline().accumulation(), 2);
+  EXPECT_FLOAT_EQ(spec->optimizer().beta1(), 0.9f);
+  EXPECT_FLOAT_EQ(spec->optimizer().beta2(), 0.95f);
+  EXPECT_FLOAT_EQ(spec->optimizer().eps(), 1e-8f);
+  EXPECT_FLOAT_EQ(spec->optimizer().weight_decay(), 0.1f);
+  EXPECT_FLOAT_EQ(spec->optimizer().warmup_fraction(), 0.01f);
+  EXPECT_FLOAT_EQ(spec->optimizer().min_lr_ratio(), 0.1f);
+  EXPECT_EQ(spec->training().eval_interval(), 30);
+  EXPECT_EQ(spec->training().eval_micro_batches(), 4);
+  EXPECT_FLOAT_EQ(spec->data().validation_fraction(), 0.05f);
+  EXPECT_EQ(spec->data().seed(), 1u);
+  EXPECT_EQ(spec->runtime().threads_per_stage(), 1);
+  EXPECT_FALSE(spec->has_checkpoint());
+}
+
+TEST(ApplyJobSpecDefaultsTest, KeepsExplicitValuesIncludingZero) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(WithCorpus(kFullSpec));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  v1::JobSpec defaulted = *spec;
+  ApplyJobSpecDefaults(&defaulted);
+  EXPECT_EQ(defaulted.SerializeAsString(), spec->SerializeAsString());
+  EXPECT_FLOAT_EQ(defaulted.optimizer().weight_decay(), 0.0f);
+}
+
+TEST(ApplyJobSpecDefaultsTest, IsIdempotent) {
+  v1::JobSpec once = ValidMinimalSpec();
+  v1::JobSpec twice = once;
+  ApplyJobSpecDefaults(&twice);
+  EXPECT_EQ(twice.SerializeAsString(), once.SerializeAsString());
+}
+
+TEST(ApplyJobSpecDefaultsTest, EvalIntervalIsAtLeastOneForShortRuns) {
+  v1::JobSpec spec;
+  spec.mutable_training()->set_steps(5);
+  ApplyJobSpecDefaults(&spec);
+  EXPECT_EQ(spec.training().eval_interval(), 1);
+}
+
+TEST(ApplyJobSpecDefaultsTest, AsyncOneFOneBGetsAccumulationOne) {
+  v1::JobSpec spec;
+  spec.mutable_pipeline()->set_schedule("async-1f1b");
+  ApplyJobSpecDefaults(&spec);
+  EXPECT_EQ(spec.pipeline().accumulation(), 1);
+}
+
+TEST(ValidateJobSpecTest, AcceptsTheFullAndMinimalSpecs) {
+  absl::StatusOr<v1::JobSpec> full = ParseJobSpecYaml(WithCorpus(kFullSpec));
+  ASSERT_TRUE(full.ok()) << full.status();
+  ApplyJobSpecDefaults(&*full);
+  EXPECT_TRUE(ValidateJobSpec(*full).ok()) << ValidateJobSpec(*full);
+  ValidMinimalSpec();
+}
+
+TEST(ValidateJobSpecTest, MessageGivesTheAllowedRangeAndTheValue) {
+  v1::JobSpec spec = ValidMinimalSpec();
+  spec.mutable_pipeline()->set_num_stages(0);
+  EXPECT_EQ(ValidateJobSpec(spec).message(),
+            "pipeline.num_stages: must be between 1 and 64, got 0");
+}
+
+TEST(ValidateJobSpecTest, MoreStagesThanLayersIsInvalid) {
+  v1::JobSpec spec = ValidMinimalSpec();
+  spec.mutable_pipeline()->set_num_stages(5);
+  EXPECT_EQ(ValidateJobSpec(spec).message(),
+            "pipeline.num_stages: 5 stages need at least 5 layers, model.num_layers is 4");
+}
+
+TEST(ValidateJobSpecTest, AcceptsValidNamesIncludingDigitsOnly) {
+  for (const char* name : {"a", "123", "kjv-small-2"}) {
+    v1::JobSpec spec = ValidMinimalSpec();
+    spec.set_name(name);
+    EXPECT_TRUE(ValidateJobSpec(spec).ok()) << name << ": " << ValidateJobSpec(spec);
+  }
+}
+
+TEST(ValidateJobSpecTest, RejectsBadNames) {
+  for (const std::string& name :
+       {std::string(), std::string("Kjv"), std::string("-a"), std::string("a-"),
+        std::string("a_b"), std::string("a.b"), std::string(64, 'a')}) {
+    v1::JobSpec spec = ValidMinimalSpec();
+    spec.set_name(name);
+    SCOPED_TRACE(name);
+    ExpectInvalid(spec, "name");
+  }
+}
+
+// Each case breaks one field of a valid spec; the error must name it.
+TEST(ValidateJobSpecTest, EachOutOfRangeFieldIsNamed) {
+  struct Case {
+    std::string field;
+    void (*mutate)(v1::JobSpec*);
+  };
+  const Case cases[] = {
+      {"model.vocab_size", [](v1::JobSpec* s) { s->mutable_model()->set_vocab_size(1); }},
+      {"model.num_layers", [](v1::JobSpec* s) { s->mutable_model()->set_num_layers(257); }},
+      {"model.d_model", [](v1::JobSpec* s) { s->mutable_model()->set_d_model(4); }},
+      {"model.num_heads", [](v1::JobSpec* s) { s->mutable_model()->set_num_heads(0); }},
+      {"model.num_heads", [](v1::JobSpec* s) { s->mutable_model()->set_num_heads(3); }},
+      {"model.seq_len", [](v1::JobSpec* s) { s->mutable_model()->set_seq_len(1); }},
+      {"model.dropout", [](v1::JobSpec* s) { s->mutable_model()->set_dropout(1); }},
+      {"pipeline.num_stages", [](v1::JobSpec* s) { s->mutable_pipeline()->set_num_stages(65); }},
+      {"pipeline.schedule",
+       [](v1::JobSpec* s) { s->mutable_pipeline()->set_schedule("pipedream"); }},
+      {"pipeline.accumulation",
+       [](v1::JobSpec* s) { s->mutable_pipeline()->set_accumulation(0); }},
+      {"pipeline.accumulation",
+       [](v1::JobSpec* s) { s->mutable_pipeline()->set_accumulation(4097); }},
+      {"pipeline.accumulation",
+       [](v1::JobSpec* s) { s->mutable_pipeline()->set_schedule("async-1f1b"); }},
+      {"pipeline.micro_batch_size",
+       [](v1::JobSpec* s) { s->mutable_pipeline()->set_micro_batch_size(0); }},
+      {"optimizer.lr", [](v1::JobSpec* s) { s->mutable_optimizer()->set_lr(0); }},
+      {"optimizer.lr", [](v1::JobSpec* s) { s->mutable_optimizer()->set_lr(11); }},
+      {"optimizer.beta1", [](v1::JobSpec* s) { s->mutable_optimizer()->set_beta1(1); }},
+      {"optimizer.beta2", [](v1::JobSpec* s) { s->mutable_optimizer()->set_beta2(-0.1f); }},
+      {"optimizer.eps", [](v1::JobSpec* s) { s->mutable_optimizer()->set_eps(0); }},
+      {"optimizer.weight_decay",
+       [](v1::JobSpec* s) { s->mutable_optimizer()->set_weight_decay(-1); }},
+      {"optimizer.warmup_fraction",
+       [](v1::JobSpec* s) { s->mutable_optimizer()->set_warmup_fraction(1.5f); }},
+      {"optimizer.min_lr_ratio",
+       [](v1::JobSpec* s) { s->mutable_optimizer()->set_min_lr_ratio(-0.5f); }},
+      {"training.steps", [](v1::JobSpec* s) { s->mutable_training()->set_steps(0); }},
+      {"training.steps",
+       [](v1::JobSpec* s) { s->mutable_training()->set_steps(1000000001); }},
+      {"training.eval_interval",
+       [](v1::JobSpec* s) { s->mutable_training()->set_eval_interval(0); }},
+      {"training.eval_micro_batches",
+       [](v1::JobSpec* s) { s->mutable_training()->set_eval_micro_batches(10001); }},
+      {"data.corpus_path", [](v1::JobSpec* s) { s->mutable_data()->clear_corpus_path(); }},
+      {"data.validation_fraction",
+       [](v1::JobSpec* s) { s->mutable_data()->set_validation_fraction(0); }},
+      {"data.validation_fraction",
+       [](v1::JobSpec* s) { s->mutable_data()->set_validation_fraction(0.6f); }},
+      {"checkpoint.interval",
+       [](v1::JobSpec* s) { s->mutable_checkpoint()->set_interval(-1); }},
+      {"checkpoint.directory",
+       [](v1::JobSpec* s) { s->mutable_checkpoint()->set_resume(true); }},
+      {"runtime.threads_per_stage",
+       [](v1::JobSpec* s) { s->mutable_runtime()->set_threads_per_stage(0); }},
+  };
+  for (const Case& c : cases) {
+    v1::JobSpec spec = ValidMinimalSpec();
+    c.mutate(&spec);
+    SCOPED_TRACE(c.field);
+    ExpectInvalid(spec, c.field);
+  }
+}
+
+TEST(ValidateJobSpecTest, NanIsRejectedForEveryFloatRange) {
+  const float nan = std::nanf("");
+  const std::pair<std::string, void (*)(v1::JobSpec*, float)> cases[] = {
+      {"model.dropout", [](v1::JobSpec* s, float v) { s->mutable_model()->set_dropout(v); }},
+      {"optimizer.lr", [](v1::JobSpec* s, float v) { s->mutable_optimizer()->set_lr(v); }},
+      {"optimizer.beta1", [](v1::JobSpec* s, float v) { s->mutable_optimizer()->set_beta1(v); }},
+      {"optimizer.beta2", [](v1::JobSpec* s, float v) { s->mutable_optimizer()->set_beta2(v); }},
+      {"optimizer.eps", [](v1::JobSpec* s, float v) { s->mutable_optimizer()->set_eps(v); }},
+      {"optimizer.weight_decay",
+       [](v1::JobSpec* s, float v) { s->mutable_optimizer()->set_weight_decay(v); }},
+      {"optimizer.warmup_fraction",
+       [](v1::JobSpec* s, float v) { s->mutable_optimizer()->set_warmup_fraction(v); }},
+      {"optimizer.min_lr_ratio",
+       [](v1::JobSpec* s, float v) { s->mutable_optimizer()->set_min_lr_ratio(v); }},
+      {"data.validation_fraction",
+       [](v1::JobSpec* s, float v) { s->mutable_data()->set_validation_fraction(v); }},
+  };
+  for (const auto& [field, set] : cases) {
+    v1::JobSpec spec = ValidMinimalSpec();
+    set(&spec, nan);
+    SCOPED_TRACE(field);
+    ExpectInvalid(spec, field);
+  }
+}
+
+TEST(ValidateJobSpecTest, NanLrWrittenInYamlIsRejected) {
+  absl::StatusOr<v1::JobSpec> spec =
+      ParseJobSpecYaml(absl::StrReplaceAll(WithCorpus(kMinimalSpec), {{"3e-3", "NaN"}}));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ApplyJobSpecDefaults(&*spec);
+  ExpectInvalid(*spec, "optimizer.lr");
+}
+
+TEST(ValidateJobSpecTest, ReportsTheFirstProblemOnly) {
+  v1::JobSpec spec = ValidMinimalSpec();
+  spec.mutable_model()->set_vocab_size(0);
+  spec.mutable_runtime()->set_threads_per_stage(0);
+  ExpectInvalid(spec, "model.vocab_size");
+}
+
+TEST(LoadAndValidateJobSpecTest, LoadsAValidSpecAndKeepsAbsolutePaths) {
+  const absl::StatusOr<v1::JobSpec> spec =
+      LoadAndValidateJobSpec(WriteTempFile("full.yaml", WithCorpus(kFullSpec)));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->data().corpus_path(),
+            std::filesystem::path(kGenesis).lexically_normal().string());
+  EXPECT_EQ(spec->checkpoint().directory(), "/tmp/ckpt");
+}
+
+TEST(LoadAndValidateJobSpecTest, MakesRelativePathsAbsoluteAgainstTheCurrentDirectory) {
+  const std::string corpus = WriteTempFile("corpus.txt", "In the beginning");
+  const std::string relative =
+      std::filesystem::relative(corpus, std::filesystem::current_path()).string();
+  ASSERT_FALSE(std::filesystem::path(relative).is_absolute());
+  const absl::StatusOr<v1::JobSpec> spec = LoadAndValidateJobSpec(WriteTempFile(
+      "relative.yaml", WithCorpus(kMinimalSpec, relative) + "checkpoint: {directory: ckpt}\n"));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(std::filesystem::path(spec->data().corpus_path()).is_absolute());
+  EXPECT_TRUE(std::filesystem::equivalent(spec->data().corpus_path(), corpus));
+  EXPECT_EQ(spec->checkpoint().directory(),
+            (std::filesystem::current_path() / "ckpt").lexically_normal().string());
+}
+
+TEST(LoadAndValidateJobSpecTest, AppliesDefaults) {
+  const absl::StatusOr<v1::JobSpec> spec =
+      LoadAndValidateJobSpec(WriteTempFile("minimal.yaml", WithCorpus(kMinimalSpec)));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->pipeline().schedule(), "paci");
+  EXPECT_EQ(spec->training().eval_interval(), 30);
+}
+
+TEST(LoadAndValidateJobSpecTest, MissingCorpusIsNotFoundNamingDataCorpusPath) {
+  const std::string corpus = testing::TempDir() + "/no-such-corpus.txt";
+  const absl::StatusOr<v1::JobSpec> spec = LoadAndValidateJobSpec(
+      WriteTempFile("no-corpus.yaml", WithCorpus(kMinimalSpec, corpus)));
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kNotFound) << spec.status();
+  EXPECT_THAT(std::string(spec.status().message()),
+              StartsWith("data.corpus_path: cannot read "));
+  EXPECT_THAT(std::string(spec.status().message()), HasSubstr("no-such-corpus.txt"));
+}
+
+TEST(LoadAndValidateJobSpecTest, CorpusThatIsADirectoryIsNotFound) {
+  const absl::StatusOr<v1::JobSpec> spec = LoadAndValidateJobSpec(
+      WriteTempFile("dir-corpus.yaml", WithCorpus(kMinimalSpec, testing::TempDir())));
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kNotFound) << spec.status();
+  EXPECT_THAT(std::string(spec.status().message()), StartsWith("data.corpus_path: "));
+}
+
+TEST(LoadAndValidateJobSpecTest, ExampleSpecValidates) {
+  absl::StatusOr<v1::JobSpec> spec =
+      LoadJobSpecFile(PACI_SOURCE_DIR "/examples/kjv-small.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ApplyJobSpecDefaults(&*spec);
+  EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
+  EXPECT_EQ(spec->name(), "kjv-small");
+  EXPECT_EQ(spec->pipeline().num_stages(), 2);
+  EXPECT_FALSE(spec->has_checkpoint());
+}
+
+TEST(LoadAndValidateJobSpecTest, EachBadSpecFileNamesTheBrokenField) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"zero-stages.yaml", "pipeline.num_stages: "},
+      {"too-many-stages.yaml", "pipeline.num_stages: "},
+      {"unknown-field.yaml", "learning_rate"},
+      {"heads-not-dividing-width.yaml", "model.num_heads: "},
+  };
+  for (const auto& [file, field] : cases) {
+    const absl::StatusOr<v1::JobSpec> spec =
+        LoadAndValidateJobSpec(absl::StrCat(PACI_SOURCE_DIR "/tests/data/bad-specs/", file));
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument)
+        << file << ": " << spec.status();
+    EXPECT_THAT(std::string(spec.status().message()), HasSubstr(field)) << file;
+  }
+}
+
+}  // namespace
+}  // namespace paci

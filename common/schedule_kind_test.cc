@@ -1,0 +1,64 @@
+#include "common/schedule_kind.h"
+
+#include "gtest/gtest.h"
+
+namespace paci {
+namespace {
+
+TEST(ScheduleKindTest, EveryKindRoundTripsThroughItsName) {
+  for (ScheduleKind kind : {ScheduleKind::kPaci, ScheduleKind::kOneFOneBFlush,
+                            ScheduleKind::kGpipe, ScheduleKind::kAsyncOneFOneB}) {
+    const absl::StatusOr<ScheduleKind> parsed = ParseScheduleKind(ScheduleKindName(kind));
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_EQ(*parsed, kind);
+  }
+}
+
+TEST(ScheduleKindTest, NamesAreTheSpecSpellings) {
+  EXPECT_EQ(ScheduleKindName(ScheduleKind::kPaci), "paci");
+  EXPECT_EQ(ScheduleKindName(ScheduleKind::kOneFOneBFlush), "1f1b-flush");
+  EXPECT_EQ(ScheduleKindName(ScheduleKind::kGpipe), "gpipe");
+  EXPECT_EQ(ScheduleKindName(ScheduleKind::kAsyncOneFOneB), "async-1f1b");
+}
+
+TEST(ScheduleKindTest, UnknownOrMiscasedNameIsInvalidArgument) {
+  for (const char* name : {"", "PACI", "pipedream", "1f1b"}) {
+    EXPECT_EQ(ParseScheduleKind(name).status().code(), absl::StatusCode::kInvalidArgument)
+        << name;
+  }
+}
+
+struct DriftCase {
+  ScheduleKind kind;
+  int num_stages;
+  int stage;
+  int accumulation;
+  int64_t bound;
+};
+
+TEST(DriftBoundTest, MatchesCeilOfOvertakersOverAccumulationAndZeroForFlushingSchedules) {
+  const DriftCase cases[] = {
+      {ScheduleKind::kPaci, 4, 0, 1, 3},
+      {ScheduleKind::kPaci, 4, 0, 2, 2},
+      {ScheduleKind::kPaci, 4, 0, 3, 1},
+      {ScheduleKind::kPaci, 4, 0, 4, 1},
+      {ScheduleKind::kPaci, 4, 1, 2, 1},
+      {ScheduleKind::kPaci, 4, 3, 1, 0},  // the last stage is never overtaken
+      {ScheduleKind::kPaci, 1, 0, 1, 0},
+      {ScheduleKind::kOneFOneBFlush, 4, 0, 1, 0},
+      {ScheduleKind::kOneFOneBFlush, 4, 0, 4, 0},
+      {ScheduleKind::kGpipe, 4, 0, 1, 0},
+      {ScheduleKind::kGpipe, 8, 2, 3, 0},
+      {ScheduleKind::kAsyncOneFOneB, 4, 1, 1, 2},
+      {ScheduleKind::kAsyncOneFOneB, 4, 1, 8, 2},  // async-1f1b ignores a
+      {ScheduleKind::kAsyncOneFOneB, 4, 3, 1, 0},
+  };
+  for (const DriftCase& c : cases) {
+    EXPECT_EQ(DriftBound(c.kind, c.num_stages, c.stage, c.accumulation), c.bound)
+        << ScheduleKindName(c.kind) << " P=" << c.num_stages << " s=" << c.stage
+        << " a=" << c.accumulation;
+  }
+}
+
+}  // namespace
+}  // namespace paci

@@ -1,0 +1,289 @@
+#include "worker/data/corpus.h"
+
+#include <algorithm>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace paci {
+namespace {
+
+using ::testing::HasSubstr;
+
+const std::string kGenesisPath =
+    std::string(PACI_SOURCE_DIR) + "/tests/data/kjv-genesis.txt";
+
+CorpusOptions GenesisOptions() {
+  CorpusOptions options;
+  options.path = kGenesisPath;
+  options.seq_len = 64;
+  options.micro_batch_size = 8;
+  return options;
+}
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::string WriteTempFile(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + "/" + name;
+  std::ofstream(path, std::ios::binary) << text;
+  return path;
+}
+
+// A text of `n` distinct characters in increasing code point order, so token
+// id i is the token at position i and a window's first id is its offset.
+std::string PositionText(int n) {
+  std::string text;
+  for (int i = 0; i < n; ++i) {
+    const char32_t c = 0x4E00 + i;  // CJK ideographs: three bytes each
+    text += static_cast<char>(0xE0 | (c >> 12));
+    text += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+    text += static_cast<char>(0x80 | (c & 0x3F));
+  }
+  return text;
+}
+
+std::vector<int32_t> Row(const std::vector<int32_t>& windows, int row,
+                         int seq_len) {
+  const auto begin = windows.begin() + row * (seq_len + 1);
+  return std::vector<int32_t>(begin, begin + seq_len + 1);
+}
+
+// Where `row` lies in tokens[begin, end), or -1 when it is not a slice of it.
+int64_t Locate(const std::vector<int32_t>& tokens, int64_t begin, int64_t end,
+               const std::vector<int32_t>& row) {
+  const auto it = std::search(tokens.begin() + begin, tokens.begin() + end,
+                              row.begin(), row.end());
+  return it == tokens.begin() + end ? -1 : it - tokens.begin();
+}
+
+TEST(CorpusTest, SplitsHoldTheWholeTokenStreamWithTheTailHeldOut) {
+  absl::StatusOr<Corpus> corpus = Corpus::Load(GenesisOptions());
+  ASSERT_TRUE(corpus.ok()) << corpus.status();
+  absl::StatusOr<std::vector<int32_t>> tokens =
+      corpus->tokenizer().Encode(ReadText(kGenesisPath));
+  ASSERT_TRUE(tokens.ok()) << tokens.status();
+  EXPECT_EQ(corpus->train_tokens() + corpus->validation_tokens(),
+            static_cast<int64_t>(tokens->size()));
+  EXPECT_NEAR(corpus->validation_tokens(), 0.05 * tokens->size(), 1);
+}
+
+TEST(CorpusTest, TrainingWindowsAreTheSameAcrossSeparateLoads) {
+  absl::StatusOr<Corpus> first = Corpus::Load(GenesisOptions());
+  absl::StatusOr<Corpus> second = Corpus::Load(GenesisOptions());
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(second.ok()) << second.status();
+  for (uint64_t id : {0ull, 1ull, 7ull, 123456789ull, ~0ull}) {
+    EXPECT_EQ(first->TrainingWindows(id), second->TrainingWindows(id))
+        << "micro-batch " << id;
+  }
+}
+
+TEST(CorpusTest, TrainingWindowsDoNotDependOnCallOrder) {
+  absl::StatusOr<Corpus> forward = Corpus::Load(GenesisOptions());
+  absl::StatusOr<Corpus> backward = Corpus::Load(GenesisOptions());
+  ASSERT_TRUE(forward.ok()) << forward.status();
+  ASSERT_TRUE(backward.ok()) << backward.status();
+  std::vector<std::vector<int32_t>> in_order, in_reverse(20);
+  for (uint64_t id = 0; id < 20; ++id) {
+    in_order.push_back(forward->TrainingWindows(id));
+  }
+  for (uint64_t id = 20; id-- > 0;) {
+    in_reverse[id] = backward->TrainingWindows(id);
+  }
+  EXPECT_EQ(in_order, in_reverse);
+  EXPECT_EQ(forward->TrainingWindows(3), in_order[3]);  // asked again
+}
+
+TEST(CorpusTest,
+     TrainingRowsAreSlicesOfTheTrainingSplitSoTargetsAreShiftedInputs) {
+  const CorpusOptions options = GenesisOptions();
+  absl::StatusOr<Corpus> corpus = Corpus::Load(options);
+  ASSERT_TRUE(corpus.ok()) << corpus.status();
+  absl::StatusOr<std::vector<int32_t>> tokens =
+      corpus->tokenizer().Encode(ReadText(kGenesisPath));
+  ASSERT_TRUE(tokens.ok()) << tokens.status();
+  for (uint64_t id = 0; id < 10; ++id) {
+    const std::vector<int32_t> windows = corpus->TrainingWindows(id);
+    ASSERT_EQ(windows.size(), 8u * 65u);
+    for (int r = 0; r < options.micro_batch_size; ++r) {
+      // Inputs are row[0, 64) and targets row[1, 65]: one contiguous slice of
+      // the stream makes every target the token after its input.
+      EXPECT_GE(Locate(*tokens, 0, corpus->train_tokens(),
+                       Row(windows, r, options.seq_len)),
+                0)
+          << "micro-batch " << id << " row " << r;
+    }
+  }
+}
+
+TEST(CorpusTest,
+     TrainingWindowsNeverReadValidationTokensAndCoverTheTrainingSplit) {
+  CorpusOptions options;
+  options.path = WriteTempFile("training-positions.txt", PositionText(200));
+  options.validation_fraction = 0.25;
+  options.seq_len = 8;
+  options.micro_batch_size = 4;
+  absl::StatusOr<Corpus> corpus = Corpus::Load(options);
+  ASSERT_TRUE(corpus.ok()) << corpus.status();
+  ASSERT_EQ(corpus->train_tokens(), 150);
+  std::set<int32_t> starts;
+  for (uint64_t id = 0; id < 2000; ++id) {
+    const std::vector<int32_t> windows = corpus->TrainingWindows(id);
+    for (int r = 0; r < options.micro_batch_size; ++r) {
+      const std::vector<int32_t> row = Row(windows, r, options.seq_len);
+      for (int i = 0; i <= options.seq_len; ++i) ASSERT_EQ(row[i], row[0] + i);
+      ASSERT_GE(row[0], 0);
+      ASSERT_LT(row.back(), corpus->train_tokens());
+      starts.insert(row[0]);
+    }
+  }
+  EXPECT_EQ(starts.size(), 150u - 8u);  // every start [0, 142) is drawn
+}
+
+TEST(CorpusTest, DifferentMicroBatchIdsGiveDifferentWindows) {
+  absl::StatusOr<Corpus> corpus = Corpus::Load(GenesisOptions());
+  ASSERT_TRUE(corpus.ok()) << corpus.status();
+  std::set<std::vector<int32_t>> batches;
+  for (uint64_t id = 0; id < 200; ++id) {
+    batches.insert(corpus->TrainingWindows(id));
+  }
+  EXPECT_EQ(batches.size(), 200u);
+}
+
+TEST(CorpusTest, DifferentSeedsGiveDifferentWindows) {
+  CorpusOptions options = GenesisOptions();
+  absl::StatusOr<Corpus> first = Corpus::Load(options);
+  options.seed = 2;
+  absl::StatusOr<Corpus> second = Corpus::Load(options);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_NE(first->TrainingWindows(0), second->TrainingWindows(0));
+}
+
+TEST(CorpusTest, ValidationWindowsAreIdenticalAcrossCallsAndLoads) {
+  absl::StatusOr<Corpus> first = Corpus::Load(GenesisOptions());
+  absl::StatusOr<Corpus> second = Corpus::Load(GenesisOptions());
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(second.ok()) << second.status();
+  for (uint64_t j = 0; j < 4; ++j) {
+    const std::vector<int32_t> windows = first->ValidationWindows(j);
+    EXPECT_EQ(first->ValidationWindows(j), windows);
+    EXPECT_EQ(second->ValidationWindows(j), windows);
+  }
+  EXPECT_NE(first->ValidationWindows(0), first->ValidationWindows(1));
+}
+
+TEST(CorpusTest, ValidationRowsAreSlicesOfTheValidationSplit) {
+  const CorpusOptions options = GenesisOptions();
+  absl::StatusOr<Corpus> corpus = Corpus::Load(options);
+  ASSERT_TRUE(corpus.ok()) << corpus.status();
+  absl::StatusOr<std::vector<int32_t>> tokens =
+      corpus->tokenizer().Encode(ReadText(kGenesisPath));
+  ASSERT_TRUE(tokens.ok()) << tokens.status();
+  for (uint64_t j = 0; j < 4; ++j) {
+    const std::vector<int32_t> windows = corpus->ValidationWindows(j);
+    ASSERT_EQ(windows.size(), 8u * 65u);
+    for (int r = 0; r < options.micro_batch_size; ++r) {
+      EXPECT_GE(Locate(*tokens, corpus->train_tokens(), tokens->size(),
+                       Row(windows, r, options.seq_len)),
+                0)
+          << "eval batch " << j << " row " << r;
+    }
+  }
+}
+
+TEST(CorpusTest, ValidationWindowsWrapInsideTheSplitAndUseEveryStartOnce) {
+  CorpusOptions options;
+  options.path = WriteTempFile("validation-positions.txt", PositionText(200));
+  options.validation_fraction = 0.25;
+  options.seq_len = 8;
+  options.micro_batch_size = 3;
+  absl::StatusOr<Corpus> corpus = Corpus::Load(options);
+  ASSERT_TRUE(corpus.ok()) << corpus.status();
+  // 50 validation tokens [150, 200) hold 42 window starts; 14 eval batches of
+  // 3 rows take each once, and batch 14 starts over.
+  std::set<int32_t> starts;
+  for (uint64_t j = 0; j < 14; ++j) {
+    const std::vector<int32_t> windows = corpus->ValidationWindows(j);
+    for (int r = 0; r < options.micro_batch_size; ++r) {
+      const std::vector<int32_t> row = Row(windows, r, options.seq_len);
+      for (int i = 0; i <= options.seq_len; ++i) ASSERT_EQ(row[i], row[0] + i);
+      ASSERT_GE(row[0], 150);
+      ASSERT_LT(row.back(), 200);
+      starts.insert(row[0]);
+    }
+  }
+  EXPECT_EQ(starts.size(), 42u);
+  EXPECT_EQ(corpus->ValidationWindows(14), corpus->ValidationWindows(0));
+}
+
+TEST(CorpusTest, LoadOfMissingFileIsNotFoundNamingCorpusPath) {
+  CorpusOptions options = GenesisOptions();
+  options.path = ::testing::TempDir() + "/no-such-corpus.txt";
+  absl::StatusOr<Corpus> corpus = Corpus::Load(options);
+  ASSERT_EQ(corpus.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(corpus.status().message(),
+              HasSubstr("data.corpus_path: cannot read " + options.path));
+}
+
+TEST(CorpusTest, LoadOfDirectoryIsNotFoundNamingCorpusPath) {
+  CorpusOptions options = GenesisOptions();
+  options.path = ::testing::TempDir();
+  absl::StatusOr<Corpus> corpus = Corpus::Load(options);
+  ASSERT_EQ(corpus.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(corpus.status().message(), HasSubstr("data.corpus_path"));
+}
+
+TEST(CorpusTest, LoadOfTooSmallCorpusIsInvalidArgumentSayingWhatIsNeeded) {
+  CorpusOptions options = GenesisOptions();  // seq_len 64: 66 tokens per split
+  options.path = WriteTempFile("small.txt", std::string(1000, 'a'));
+  absl::StatusOr<Corpus> corpus = Corpus::Load(options);
+  ASSERT_EQ(corpus.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(corpus.status().message(), HasSubstr("data.corpus_path"));
+  EXPECT_THAT(corpus.status().message(), HasSubstr("at least 66"));
+  EXPECT_THAT(corpus.status().message(), HasSubstr("50 for validation"));
+
+  options.validation_fraction = 0.1;  // 100 validation tokens are enough
+  EXPECT_TRUE(Corpus::Load(options).ok());
+}
+
+TEST(CorpusTest, LoadOfInvalidUtf8IsInvalidArgumentNamingCorpusPathAndByte) {
+  CorpusOptions options = GenesisOptions();
+  options.path = WriteTempFile("bad-utf8.txt", "In the beginning\xC0\xAF");
+  absl::StatusOr<Corpus> corpus = Corpus::Load(options);
+  ASSERT_EQ(corpus.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(corpus.status().message(), HasSubstr("data.corpus_path"));
+  EXPECT_THAT(corpus.status().message(), HasSubstr("UTF-8 at byte 16"));
+}
+
+TEST(CorpusTest, LoadRejectsOutOfRangeOptionsNamingTheField) {
+  CorpusOptions options = GenesisOptions();
+  options.seq_len = 0;
+  EXPECT_THAT(Corpus::Load(options).status().message(),
+              HasSubstr("model.seq_len"));
+  options = GenesisOptions();
+  options.micro_batch_size = 0;
+  EXPECT_THAT(Corpus::Load(options).status().message(),
+              HasSubstr("pipeline.micro_batch_size"));
+  for (double fraction : {0.0, 1.0, -0.5}) {
+    options = GenesisOptions();
+    options.validation_fraction = fraction;
+    absl::StatusOr<Corpus> corpus = Corpus::Load(options);
+    EXPECT_EQ(corpus.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(corpus.status().message(),
+                HasSubstr("data.validation_fraction"));
+  }
+}
+
+}  // namespace
+}  // namespace paci

@@ -1,0 +1,56 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+namespace paci {
+
+struct AdamWOptions {
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;  // decoupled; applied to matrices (dim >= 2) only
+};
+
+// AdamW that updates parameters through `p.data()`.
+//
+// Why not torch::optim::AdamW: it updates parameters in place, which bumps
+// autograd's version counter, and the backward of a micro-batch still in
+// flight (forwarded before the step) then fails with "modified by an inplace
+// operation". `p.data()` shares the parameter's storage under a fresh version
+// counter, so the update is seen by every pending backward without the check
+// firing: the in-flight backward computes input gradients with the *updated*
+// weights, which is exactly PACI's bounded-inconsistency semantics (no weight
+// stashing), while weight gradients use the saved activations. No patched
+// LibTorch is needed. worker/model/model_test.cc proves both facts.
+//
+// Numerically the same as torch::optim::AdamW. Not thread-safe: owned by the
+// stage's compute thread.
+class AdamW {
+ public:
+  AdamW(std::vector<std::pair<std::string, torch::Tensor>> named_parameters,
+        const AdamWOptions& options);
+
+  // One update with learning rate `lr` from the accumulated gradients.
+  // Parameters without a gradient are skipped.
+  void Step(double lr);
+  void ZeroGrad();
+
+  int64_t steps() const { return steps_; }
+  const std::vector<std::pair<std::string, torch::Tensor>>& parameters() const { return params_; }
+  // Moment estimates, keyed "exp_avg/<name>" and "exp_avg_sq/<name>".
+  std::vector<std::pair<std::string, torch::Tensor>> State() const;
+  // Restores State() output and the step count; the caller checked the names
+  // and shapes.
+  void SetState(int64_t steps, const std::vector<std::pair<std::string, torch::Tensor>>& state);
+
+ private:
+  AdamWOptions options_;
+  std::vector<std::pair<std::string, torch::Tensor>> params_;
+  std::vector<torch::Tensor> exp_avg_, exp_avg_sq_;
+  int64_t steps_ = 0;
+};
+
+}  // namespace paci

@@ -1,0 +1,164 @@
+#include <torch/torch.h>
+
+#include "gtest/gtest.h"
+#include "worker/model/adamw.h"
+#include "worker/model/gpt.h"
+#include "worker/model/lr_schedule.h"
+#include "worker/model/partition.h"
+
+namespace paci {
+namespace {
+
+GptConfig TinyConfig() {
+  GptConfig c;
+  c.vocab_size = 23;
+  c.num_layers = 4;
+  c.d_model = 32;
+  c.num_heads = 4;
+  c.seq_len = 16;
+  c.init_seed = 7;
+  return c;
+}
+
+TEST(PartitionTest, BlocksAreBalancedAndCoverTheModelOnce) {
+  for (int layers : {1, 4, 7, 12}) {
+    for (int P = 1; P <= layers; ++P) {
+      int next = 0;
+      for (int s = 0; s < P; ++s) {
+        StagePartition p = PartitionStage(layers, P, s);
+        EXPECT_EQ(p.first_block, next);
+        const int size = p.end_block - p.first_block;
+        EXPECT_TRUE(size == layers / P || size == layers / P + 1);
+        EXPECT_EQ(p.has_embedding, s == 0);
+        EXPECT_EQ(p.has_head, s == P - 1);
+        next = p.end_block;
+      }
+      EXPECT_EQ(next, layers);
+    }
+  }
+}
+
+TEST(GptStageTest, SplitModelMatchesUnsplitForwardAndGradients) {
+  const GptConfig c = TinyConfig();
+  torch::manual_seed(0);
+  const auto tokens = torch::randint(c.vocab_size, {3, c.seq_len}, torch::kLong);
+  const auto targets = torch::randint(c.vocab_size, {3, c.seq_len}, torch::kLong);
+
+  GptStage full(c, PartitionStage(c.num_layers, 1, 0));
+  auto full_logits = full(tokens);
+  LanguageModelLoss(full_logits, targets).backward();
+
+  for (int P : {2, 3, 4}) {
+    std::vector<GptStage> stages;
+    for (int s = 0; s < P; ++s) stages.emplace_back(c, PartitionStage(c.num_layers, P, s));
+    // Run it as the workers do: each stage's input is a fresh leaf.
+    std::vector<torch::Tensor> inputs, outputs;
+    torch::Tensor x = tokens;
+    for (int s = 0; s < P; ++s) {
+      if (s > 0) x = x.detach().requires_grad_(true);
+      inputs.push_back(x);
+      outputs.push_back(stages[s](x));
+      x = outputs.back();
+    }
+    ASSERT_TRUE(torch::allclose(outputs.back(), full_logits, 1e-5, 1e-6)) << "P=" << P;
+    LanguageModelLoss(outputs.back(), targets).backward();
+    for (int s = P - 2; s >= 0; --s) outputs[s].backward(inputs[s + 1].grad());
+
+    std::map<std::string, torch::Tensor> full_params;
+    for (auto& item : full->named_parameters()) full_params[item.key()] = item.value();
+    size_t matched = 0;
+    for (auto& stage : stages) {
+      for (auto& item : stage->named_parameters()) {
+        const auto& reference = full_params.at(item.key());
+        ASSERT_TRUE(torch::equal(item.value(), reference)) << item.key();
+        ASSERT_TRUE(torch::allclose(item.value().grad(), reference.grad(), 1e-5, 1e-7))
+            << "P=" << P << " " << item.key();
+        ++matched;
+      }
+    }
+    EXPECT_EQ(matched, full_params.size());
+  }
+}
+
+// The in-place update trap of DESIGN.md section 1: a micro-batch forwarded
+// before an optimizer step has its backward after it.
+TEST(InFlightBackwardTest, TorchOptimAdamWBreaksAPendingBackward) {
+  torch::manual_seed(1);
+  torch::nn::Linear layer(4, 3);
+  auto x = torch::randn({2, 4}, torch::requires_grad());
+  auto y = torch::tanh(layer(x));  // tanh saves its output; Linear saves the weight
+  layer(torch::randn({2, 4})).sum().backward();
+  torch::optim::AdamW adamw(layer->parameters(), torch::optim::AdamWOptions(0.1));
+  adamw.step();
+  EXPECT_THROW(y.sum().backward(), c10::Error);
+}
+
+TEST(InFlightBackwardTest, PaciAdamWLetsThePendingBackwardRunWithTheUpdatedWeights) {
+  torch::manual_seed(1);
+  torch::nn::Linear layer(4, 3);
+  auto x = torch::randn({2, 4}, torch::requires_grad());
+  auto y = layer(x);  // micro-batch 1 in flight
+  const auto weight_at_forward = layer->weight.detach().clone();
+
+  // Micro-batch 0's backward, then the optimizer step.
+  layer(torch::randn({2, 4})).sum().backward();
+  AdamW adamw({{"weight", layer->weight}, {"bias", layer->bias}}, AdamWOptions{});
+  adamw.Step(0.1);
+  adamw.ZeroGrad();
+  const auto weight_after_step = layer->weight.detach().clone();
+  ASSERT_FALSE(torch::allclose(weight_at_forward, weight_after_step));
+
+  const auto grad_out = torch::randn({2, 3});
+  ASSERT_NO_THROW(y.backward(grad_out));
+  // The input gradient uses the weights as they are now, not as they were.
+  EXPECT_TRUE(torch::allclose(x.grad(), grad_out.mm(weight_after_step)));
+  EXPECT_FALSE(torch::allclose(x.grad(), grad_out.mm(weight_at_forward)));
+  // The weight gradient uses the saved input.
+  EXPECT_TRUE(torch::allclose(layer->weight.grad(), grad_out.t().mm(x.detach())));
+}
+
+TEST(AdamWTest, MatchesTorchOptimAdamWStepForStep) {
+  torch::manual_seed(3);
+  torch::nn::Linear ours(5, 4), theirs(5, 4);
+  {
+    torch::NoGradGuard no_grad;
+    theirs->weight.copy_(ours->weight);
+    theirs->bias.copy_(ours->bias);
+  }
+  AdamW adamw({{"weight", ours->weight}, {"bias", ours->bias}},
+              AdamWOptions{0.9, 0.95, 1e-8, 0.1});
+  // torch applies weight decay to every tensor in a group: give the bias its own group.
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(std::vector<torch::Tensor>{theirs->weight},
+                      std::make_unique<torch::optim::AdamWOptions>(
+                          torch::optim::AdamWOptions(0.01).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.1)));
+  groups.emplace_back(std::vector<torch::Tensor>{theirs->bias},
+                      std::make_unique<torch::optim::AdamWOptions>(
+                          torch::optim::AdamWOptions(0.01).betas({0.9, 0.95}).eps(1e-8).weight_decay(0)));
+  torch::optim::AdamW reference(groups, torch::optim::AdamWOptions(0.01));
+  for (int step = 0; step < 5; ++step) {
+    const auto input = torch::randn({8, 5});
+    ours(input).pow(2).sum().backward();
+    theirs(input).pow(2).sum().backward();
+    adamw.Step(0.01);
+    reference.step();
+    adamw.ZeroGrad();
+    reference.zero_grad();
+    ASSERT_TRUE(torch::allclose(ours->weight, theirs->weight, 1e-6, 1e-7)) << step;
+    ASSERT_TRUE(torch::allclose(ours->bias, theirs->bias, 1e-6, 1e-7)) << step;
+  }
+  EXPECT_EQ(adamw.steps(), 5);
+}
+
+TEST(LrScheduleTest, WarmsUpLinearlyThenDecaysToTheFloor) {
+  LrScheduleOptions o{1.0, 100, 0.1, 0.1};
+  EXPECT_DOUBLE_EQ(LearningRateAt(o, 0), 0.1);
+  EXPECT_DOUBLE_EQ(LearningRateAt(o, 9), 1.0);
+  EXPECT_DOUBLE_EQ(LearningRateAt(o, 10), 1.0);
+  EXPECT_NEAR(LearningRateAt(o, 55), 0.55, 1e-9);
+  EXPECT_NEAR(LearningRateAt(o, 100), 0.1, 1e-12);
+  for (int s = 11; s < 100; ++s) EXPECT_LT(LearningRateAt(o, s), LearningRateAt(o, s - 1));
+}
+
+}  // namespace
+}  // namespace paci

@@ -1,0 +1,64 @@
+#include "worker/transport/frame_validator.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace paci {
+
+int64_t DTypeSize(v1::DType dtype) {
+  switch (dtype) {
+    case v1::DTYPE_FLOAT32: return 4;
+    case v1::DTYPE_BFLOAT16:
+    case v1::DTYPE_FLOAT16: return 2;
+    default: return 0;
+  }
+}
+
+absl::Status ValidateFrame(const v1::TensorFrame& f, const LinkExpectations& e) {
+  auto bad = [&](absl::string_view what) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "stage ", e.stage, " refused a ", v1::TensorFrame::Kind_Name(f.kind()),
+        " frame for micro-batch ", f.micro_batch_id(), " from stage ", f.from_stage(), ": ", what));
+  };
+  if (f.job_name() != e.job_name) {
+    return bad(absl::StrCat("job_name is \"", f.job_name(), "\", expected \"", e.job_name, "\""));
+  }
+  const bool from_next = f.kind() == v1::TensorFrame::GRADIENT;
+  switch (f.kind()) {
+    case v1::TensorFrame::ACTIVATION:
+    case v1::TensorFrame::GRADIENT:
+    case v1::TensorFrame::EVAL_ACTIVATION:
+    case v1::TensorFrame::CHECKPOINT:
+    case v1::TensorFrame::SHUTDOWN:
+      break;
+    default:
+      return bad(absl::StrCat("kind ", static_cast<int>(f.kind()), " is not a known frame kind"));
+  }
+  const int expected_sender = from_next ? e.stage + 1 : e.stage - 1;
+  if (f.from_stage() != expected_sender || expected_sender < 0 || expected_sender >= e.num_stages) {
+    return bad(absl::StrCat("from_stage must be ", expected_sender, " for this kind"));
+  }
+  if (f.kind() == v1::TensorFrame::CHECKPOINT || f.kind() == v1::TensorFrame::SHUTDOWN) {
+    if (f.shape_size() != 0 || !f.data().empty()) return bad("a control frame carries no tensor");
+    return absl::OkStatus();
+  }
+  if (f.dtype() != e.dtype) {
+    return bad(absl::StrCat("dtype is ", v1::DType_Name(f.dtype()), ", expected ",
+                            v1::DType_Name(e.dtype)));
+  }
+  const std::vector<int64_t> shape(f.shape().begin(), f.shape().end());
+  if (shape != e.hidden_shape) {
+    return bad(absl::StrCat("shape is [", absl::StrJoin(shape, ", "), "], expected [",
+                            absl::StrJoin(e.hidden_shape, ", "), "]"));
+  }
+  int64_t elements = 1;
+  for (int64_t d : shape) elements *= d;
+  const int64_t expected_bytes = elements * DTypeSize(f.dtype());
+  if (static_cast<int64_t>(f.data().size()) != expected_bytes) {
+    return bad(absl::StrCat("data has ", f.data().size(), " bytes, shape and dtype need ",
+                            expected_bytes));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace paci

@@ -1,0 +1,31 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "paci/v1/stage.pb.h"
+
+namespace paci {
+
+// What a stage accepts on its link. Every tensor between stages is the hidden
+// state (or its gradient): [micro_batch_size, seq_len, d_model].
+struct LinkExpectations {
+  std::string job_name;
+  int stage = 0;
+  int num_stages = 1;
+  std::vector<int64_t> hidden_shape;
+  v1::DType dtype = v1::DTYPE_FLOAT32;
+};
+
+// Checks a frame from the network before anything trusts it: the job, the
+// sender (s-1 for activations and control, s+1 for gradients), the kind, the
+// dtype, the shape and that the byte count matches. InvalidArgument naming
+// the offending field otherwise. Pure function.
+absl::Status ValidateFrame(const v1::TensorFrame& frame, const LinkExpectations& expect);
+
+// Bytes per element of `dtype`, 0 for DTYPE_UNSPECIFIED.
+int64_t DTypeSize(v1::DType dtype);
+
+}  // namespace paci

@@ -1,0 +1,67 @@
+#include "worker/transport/inbox.h"
+
+namespace paci {
+
+Inbox::Inbox(size_t capacity) : capacity_(capacity) {}
+
+std::deque<v1::TensorFrame>& Inbox::Queue(From from) {
+  return from == From::kPrevious ? previous_ : next_;
+}
+
+bool Inbox::Push(From from, v1::TensorFrame frame) {
+  absl::MutexLock lock(&mu_);
+  auto has_room = [this, from]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return closed_ || Queue(from).size() < capacity_;
+  };
+  mu_.Await(absl::Condition(&has_room));
+  if (closed_) return false;
+  Queue(from).push_back(std::move(frame));
+  return true;
+}
+
+std::optional<v1::TensorFrame::Kind> Inbox::PeekKind(From from) const {
+  absl::MutexLock lock(&mu_);
+  const auto& queue = from == From::kPrevious ? previous_ : next_;
+  if (queue.empty()) return std::nullopt;
+  return queue.front().kind();
+}
+
+std::optional<v1::TensorFrame> Inbox::Pop(From from) {
+  absl::MutexLock lock(&mu_);
+  auto& queue = Queue(from);
+  if (queue.empty()) return std::nullopt;
+  v1::TensorFrame frame = std::move(queue.front());
+  queue.pop_front();
+  return frame;
+}
+
+void Inbox::Wait(absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return !previous_.empty() || !next_.empty() || !failure_.ok() || closed_;
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
+}
+
+void Inbox::Fail(absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  if (closed_ || !failure_.ok()) return;
+  failure_ = std::move(status);
+}
+
+absl::Status Inbox::failure() const {
+  absl::MutexLock lock(&mu_);
+  return failure_;
+}
+
+void Inbox::Close() {
+  absl::MutexLock lock(&mu_);
+  closed_ = true;
+}
+
+bool Inbox::closed() const {
+  absl::MutexLock lock(&mu_);
+  return closed_;
+}
+
+}  // namespace paci
