@@ -1,0 +1,17 @@
+#pragma once
+
+#include <torch/torch.h>
+
+#include "paci/v1/stage.pb.h"
+
+namespace paci {
+
+// Writes a tensor's dtype, shape and bytes into `frame` (copied from the
+// device to the host when needed). Float32, bfloat16 and float16 only.
+void EncodeTensor(const torch::Tensor& tensor, v1::TensorFrame* frame);
+
+// The tensor a frame carries, on the CPU, owning its memory. The frame must
+// have passed ValidateFrame.
+torch::Tensor DecodeTensor(const v1::TensorFrame& frame);
+
+}  // namespace paci

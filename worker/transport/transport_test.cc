@@ -1,0 +1,174 @@
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/synchronization/notification.h"
+#include "gtest/gtest.h"
+#include "worker/transport/frame_validator.h"
+#include "worker/transport/inbox.h"
+#include "worker/transport/peer_sender.h"
+#include "worker/transport/stage_link_service.h"
+
+namespace paci {
+namespace {
+
+LinkExpectations Expect() {
+  LinkExpectations e;
+  e.job_name = "job";
+  e.stage = 1;
+  e.num_stages = 3;
+  e.hidden_shape = {2, 3, 4};
+  return e;
+}
+
+v1::TensorFrame Activation(uint64_t id) {
+  v1::TensorFrame f;
+  f.set_kind(v1::TensorFrame::ACTIVATION);
+  f.set_job_name("job");
+  f.set_from_stage(0);
+  f.set_micro_batch_id(id);
+  f.set_dtype(v1::DTYPE_FLOAT32);
+  for (int64_t d : {2, 3, 4}) f.add_shape(d);
+  f.set_data(std::string(2 * 3 * 4 * 4, '\0'));
+  return f;
+}
+
+void ExpectRefused(const v1::TensorFrame& f, const std::string& fragment) {
+  absl::Status status = ValidateFrame(f, Expect());
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << fragment;
+  EXPECT_NE(status.message().find(fragment), std::string::npos) << status.message();
+}
+
+TEST(FrameValidatorTest, AcceptsAWellFormedActivationAndGradient) {
+  EXPECT_TRUE(ValidateFrame(Activation(0), Expect()).ok());
+  v1::TensorFrame g = Activation(0);
+  g.set_kind(v1::TensorFrame::GRADIENT);
+  g.set_from_stage(2);
+  EXPECT_TRUE(ValidateFrame(g, Expect()).ok());
+}
+
+TEST(FrameValidatorTest, RefusesWrongShapeDtypeSizeSenderJobAndKind) {
+  v1::TensorFrame f = Activation(0);
+  f.set_shape(2, 5);
+  ExpectRefused(f, "shape is [2, 3, 5], expected [2, 3, 4]");
+  f = Activation(0);
+  f.set_dtype(v1::DTYPE_BFLOAT16);
+  ExpectRefused(f, "dtype is DTYPE_BFLOAT16, expected DTYPE_FLOAT32");
+  f = Activation(0);
+  f.mutable_data()->pop_back();
+  ExpectRefused(f, "data has 95 bytes, shape and dtype need 96");
+  f = Activation(0);
+  f.set_from_stage(2);  // an activation must come from the previous stage
+  ExpectRefused(f, "from_stage must be 0");
+  f = Activation(0);
+  f.set_job_name("other");
+  ExpectRefused(f, "job_name is \"other\"");
+  f = Activation(0);
+  f.set_kind(static_cast<v1::TensorFrame::Kind>(42));
+  ExpectRefused(f, "not a known frame kind");
+  f = Activation(0);
+  f.set_kind(v1::TensorFrame::SHUTDOWN);
+  ExpectRefused(f, "control frame carries no tensor");
+}
+
+// A real StageLink server on 127.0.0.1:0 feeding an Inbox.
+class StageLinkTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    service_ = std::make_unique<StageLinkService>(Expect(), inbox_);
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(port_, 0);
+    address_ = "127.0.0.1:" + std::to_string(port_);
+  }
+  void TearDown() override {
+    inbox_.Close();
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  }
+
+  Inbox inbox_{2};  // small, so flow control is exercised
+  std::unique_ptr<StageLinkService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  std::string address_;
+};
+
+TEST_F(StageLinkTest, FramesArriveInOrderThroughABoundedInbox) {
+  absl::Status failure;
+  PeerSender sender({address_, "stage 1"}, [&](absl::Status s) { failure = s; });
+  sender.Start();
+  for (uint64_t id = 0; id < 6; ++id) ASSERT_TRUE(sender.Send(Activation(id)));
+  v1::TensorFrame shutdown;
+  shutdown.set_kind(v1::TensorFrame::SHUTDOWN);
+  shutdown.set_job_name("job");
+  shutdown.set_from_stage(0);
+  ASSERT_TRUE(sender.Send(shutdown));
+  // The inbox holds 2; the rest wait in the sender and in gRPC until we pop.
+  for (uint64_t id = 0; id < 6; ++id) {
+    std::optional<v1::TensorFrame> frame;
+    while (!(frame = inbox_.Pop(Inbox::From::kPrevious))) inbox_.Wait(absl::Seconds(10));
+    EXPECT_EQ(frame->micro_batch_id(), id);
+  }
+  inbox_.Wait(absl::Seconds(10));
+  EXPECT_EQ(inbox_.PeekKind(Inbox::From::kPrevious), v1::TensorFrame::SHUTDOWN);
+  EXPECT_TRUE(sender.Close(absl::Seconds(10)).ok());
+  EXPECT_TRUE(failure.ok()) << failure;
+  EXPECT_EQ(sender.bytes_sent(), 6 * 96);
+  EXPECT_TRUE(inbox_.failure().ok()) << inbox_.failure();
+}
+
+TEST_F(StageLinkTest, AMalformedFrameIsRefusedAndNeverQueued) {
+  auto channel = grpc::CreateChannel(address_, grpc::InsecureChannelCredentials());
+  auto stub = v1::StageLink::NewStub(channel);
+  grpc::ClientContext context;
+  v1::PushSummary summary;
+  auto writer = stub->Push(&context, &summary);
+  v1::TensorFrame bad = Activation(0);
+  bad.set_shape(0, 1000);
+  writer->Write(bad);
+  writer->WritesDone();
+  grpc::Status status = writer->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("shape is [1000, 3, 4]"), std::string::npos);
+  EXPECT_FALSE(inbox_.PeekKind(Inbox::From::kPrevious).has_value());
+  EXPECT_EQ(service_->frames_rejected(), 1);
+}
+
+TEST_F(StageLinkTest, APeerThatVanishesMidTrainingFailsTheInbox) {
+  {
+    auto channel = grpc::CreateChannel(address_, grpc::InsecureChannelCredentials());
+    auto stub = v1::StageLink::NewStub(channel);
+    grpc::ClientContext context;
+    v1::PushSummary summary;
+    auto writer = stub->Push(&context, &summary);
+    ASSERT_TRUE(writer->Write(Activation(0)));
+    context.TryCancel();  // as a killed process would
+    writer->Finish();
+  }
+  for (int i = 0; i < 100 && inbox_.failure().ok(); ++i) inbox_.Wait(absl::Milliseconds(100));
+  EXPECT_EQ(inbox_.failure().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(inbox_.failure().message().find("stage 0 closed its link to stage 1"),
+            std::string::npos);
+}
+
+TEST(PeerSenderTest, AnUnreachablePeerIsReportedNamingIt) {
+  absl::Notification failed;
+  absl::Status failure;
+  // Port 1 on loopback: nothing listens there.
+  PeerSender sender({"127.0.0.1:1", "stage 2", 4, absl::Milliseconds(300)},
+                    [&](absl::Status s) {
+                      failure = s;
+                      failed.Notify();
+                    });
+  sender.Start();
+  ASSERT_TRUE(failed.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_EQ(failure.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(failure.message().find("cannot reach stage 2 at 127.0.0.1:1"), std::string::npos);
+  EXPECT_FALSE(sender.Send(Activation(0)));
+}
+
+}  // namespace
+}  // namespace paci
