@@ -1,0 +1,46 @@
+#include "common/metrics_http_server.h"
+
+#include <httplib.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace paci {
+
+MetricsHttpServer::MetricsHttpServer(std::shared_ptr<prometheus::Registry> registry)
+    : registry_(std::move(registry)), server_(std::make_unique<httplib::Server>()) {
+  server_->Get("/metrics", [this](const httplib::Request&, httplib::Response& response) {
+    response.set_content(prometheus::TextSerializer().Serialize(registry_->Collect()),
+                         "text/plain; version=0.0.4");
+  });
+}
+
+MetricsHttpServer::~MetricsHttpServer() {
+  if (thread_.joinable()) {
+    server_->stop();
+    thread_.join();
+  }
+}
+
+absl::StatusOr<int> MetricsHttpServer::Start(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  int port = -1;
+  if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port) ||
+      port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics address \"", address, "\" is not host:port"));
+  }
+  const std::string host = address.substr(0, colon);
+  if (port == 0) {
+    port = server_->bind_to_any_port(host);
+  } else if (!server_->bind_to_port(host, port)) {
+    port = -1;
+  }
+  if (port <= 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
+  thread_ = std::thread([this] { server_->listen_after_bind(); });
+  return port;
+}
+
+}  // namespace paci

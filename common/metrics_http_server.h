@@ -1,0 +1,41 @@
+#pragma once
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+
+namespace prometheus {
+class Registry;
+}
+namespace httplib {
+class Server;
+}
+
+namespace paci {
+
+// Serves GET /metrics (Prometheus text format) of one registry over HTTP, on
+// its own thread. We use cpp-httplib rather than prometheus-cpp's civetweb
+// Exposer, which cannot start its threads in a process that links LibTorch
+// 1.13 ("Cannot create threads").
+//
+// Owns its thread: Start() begins serving, the destructor stops and joins.
+class MetricsHttpServer {
+ public:
+  explicit MetricsHttpServer(std::shared_ptr<prometheus::Registry> registry);
+  ~MetricsHttpServer();
+  MetricsHttpServer(const MetricsHttpServer&) = delete;
+  MetricsHttpServer& operator=(const MetricsHttpServer&) = delete;
+
+  // Binds "host:port" (port 0 picks a free one) and starts serving. Returns
+  // the bound port; Unavailable when the address cannot be bound.
+  absl::StatusOr<int> Start(const std::string& address);
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+};
+
+}  // namespace paci

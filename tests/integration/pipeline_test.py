@@ -1,0 +1,300 @@
+#!/usr/bin/python3
+"""End-to-end tests of the pipeline engine: real worker processes on 127.0.0.1
+started by `pacictl train`, training a tiny GPT on the Genesis slice of the
+King James Bible. Run by ctest with the build and source folders as arguments.
+"""
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+import urllib.request
+
+BUILD = os.environ.get("PACI_BUILD_DIR", "build")
+SOURCE = os.environ.get("PACI_SOURCE_DIR", ".")
+PACICTL = os.path.join(BUILD, "tools", "pacictl")
+CORPUS = os.path.join(SOURCE, "tests", "data", "kjv-genesis.txt")
+
+TINY = """
+name: {name}
+model: {{vocab_size: 80, num_layers: 4, d_model: {d_model}, num_heads: 4, seq_len: 32}}
+pipeline: {{num_stages: {P}, schedule: {schedule}, accumulation: {a}, micro_batch_size: 4}}
+optimizer: {{lr: 3e-3, warmup_fraction: 0.1}}
+training: {{steps: {steps}, eval_interval: {eval_interval}, eval_micro_batches: 2}}
+data: {{corpus_path: {corpus}}}
+"""
+
+
+def spec_text(**kw):
+    values = dict(name="tiny", d_model=32, P=2, schedule="paci", a=2, steps=30,
+                  eval_interval=10, corpus=CORPUS)
+    values.update(kw)
+    text = TINY.format(**values)
+    if "checkpoint" in kw:
+        text += "checkpoint: %s\n" % kw["checkpoint"]
+    return text.replace("checkpoint: {checkpoint}", "")
+
+
+class Run:
+    """One `pacictl train` process; scrapes every stage's /metrics while it runs."""
+
+    def __init__(self, workdir, spec, extra=(), scrape=False, kill_stage=None):
+        self.spec_path = os.path.join(workdir, "spec-%d.yaml" % time.monotonic_ns())
+        with open(self.spec_path, "w") as f:
+            f.write(spec)
+        self.summary_path = self.spec_path + ".summary.json"
+        args = [PACICTL, "train", self.spec_path, "--summary=" + self.summary_path]
+        if scrape:
+            args.append("--worker_flags=--exit_delay_seconds=2")
+        args += list(extra)
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, errors="replace")
+        self.lines = []
+        self.metrics = {}  # stage -> last scraped text
+        self.pids = {}
+        self.kill_stage = kill_stage
+        self.killed = None
+        self._scrape = scrape
+        reader = threading.Thread(target=self._read, daemon=True)
+        reader.start()
+        self.returncode = self.proc.wait(timeout=600)
+        reader.join(timeout=10)
+        self.output = "".join(self.lines)
+
+    def _read(self):
+        pattern = re.compile(r"stage=(\d+)/\d+ pid=(\d+) .*metrics=(http://\S+)")
+        for line in iter(self.proc.stdout.readline, ""):
+            self.lines.append(line)
+            m = pattern.search(line)
+            if not m:
+                continue
+            stage, pid, url = int(m.group(1)), int(m.group(2)), m.group(3)
+            self.pids[stage] = pid
+            if self._scrape:
+                threading.Thread(target=self._scrape_loop, args=(stage, url), daemon=True).start()
+            if self.kill_stage == stage:
+                threading.Thread(target=self._kill_later, args=(pid,), daemon=True).start()
+
+    def _kill_later(self, pid):
+        time.sleep(3)  # let training start
+        os.kill(pid, signal.SIGKILL)
+        self.killed = pid
+
+    def _scrape_loop(self, stage, url):
+        while self.proc.poll() is None:
+            try:
+                with urllib.request.urlopen(url, timeout=2) as response:
+                    self.metrics[stage] = response.read().decode()
+            except OSError:
+                pass
+            time.sleep(0.2)
+
+    def summary(self):
+        with open(self.summary_path) as f:
+            return json.load(f)
+
+
+def metric_values(text, name):
+    """{labels: value} of one metric name in Prometheus text format."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            key, value = line.rsplit(" ", 1)
+            out[key] = float(value)
+    return out
+
+
+class PipelineTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.dir = self.tmp.name
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def train(self, **kw):
+        extra = kw.pop("extra", ())
+        scrape = kw.pop("scrape", False)
+        run = Run(self.dir, spec_text(**kw), extra=extra, scrape=scrape)
+        return run
+
+    def assert_trained(self, run, P, steps):
+        self.assertEqual(run.returncode, 0, run.output)
+        s = run.summary()
+        self.assertTrue(s["succeeded"])
+        self.assertEqual(s["num_stages"], P)
+        self.assertEqual(len(s["stages"]), P)
+        train = s["train_loss"]
+        self.assertEqual([p["step"] for p in train], list(range(1, steps + 1)))
+        first = sum(p["loss"] for p in train[:3]) / 3
+        last = sum(p["loss"] for p in train[-3:]) / 3
+        self.assertLess(last, first - 0.5, "training loss must fall: %s" % train)
+        val = s["validation_loss"]
+        self.assertGreaterEqual(len(val), 2)
+        self.assertLess(val[-1]["loss"], val[0]["loss"])
+        self.assertAlmostEqual(s["final_validation_loss"], val[-1]["loss"], places=5)
+        self.assertGreater(s["tokens_per_second"], 0)
+        self.assertGreater(s["wall_seconds"], 0)
+        for st in s["stages"]:
+            self.assertEqual(st["optimizer_steps"], steps)
+            self.assertLessEqual(st["drift_max"], st["drift_bound"])
+            self.assertGreater(st["busy_seconds"], 0)
+            self.assertGreater(st["peak_rss_bytes"], 10 << 20)
+        return s
+
+    def test_paci_two_stages_trains_within_the_drift_bound_and_serves_metrics(self):
+        run = self.train(P=2, a=2, steps=40, scrape=True)
+        s = self.assert_trained(run, 2, 40)
+        self.assertEqual([st["drift_bound"] for st in s["stages"]], [1, 0])
+        self.assertIn("step 40/40", run.output)
+        # /metrics of the last stage: the drift histogram, its bound and the loss.
+        self.assertEqual(sorted(run.metrics), [0, 1], run.output)
+        m0, m1 = run.metrics[0], run.metrics[1]
+        counts = metric_values(m0, "paci_weight_drift_steps_count")
+        self.assertEqual(list(counts.values()), [80.0])
+        self.assertIn('paci_weight_drift_steps_bucket{job="tiny",stage="0",le="1"}', m0)
+        self.assertEqual(list(metric_values(m0, "paci_weight_drift_bound_steps").values()), [1.0])
+        loss = list(metric_values(m1, "paci_train_loss").values())
+        self.assertEqual(len(loss), 1)
+        self.assertAlmostEqual(loss[0], s["final_train_loss"], places=4)
+        self.assertEqual(list(metric_values(m1, "paci_optimizer_steps_total").values()), [40.0])
+        self.assertGreater(sum(metric_values(m0, "paci_activation_bytes_sent_total").values()), 0)
+        self.assertTrue(metric_values(m0, "paci_stage_idle_seconds_total"))
+
+    def test_paci_four_stages_trains_within_the_drift_bound(self):
+        s = self.assert_trained(self.train(P=4, a=3, steps=30), 4, 30)
+        self.assertEqual([st["drift_bound"] for st in s["stages"]], [1, 1, 1, 0])
+
+    def test_async_1f1b_drift_stays_within_p_minus_1_minus_s(self):
+        s = self.assert_trained(self.train(P=4, schedule="async-1f1b", a=1, steps=40), 4, 40)
+        self.assertEqual([st["drift_bound"] for st in s["stages"]], [3, 2, 1, 0])
+        # With a full pipe the first stage meets micro-batches 3 steps stale.
+        self.assertGreaterEqual(s["stages"][0]["drift_max"], 1)
+
+    def test_1f1b_flush_over_processes_matches_single_process_step_for_step(self):
+        single = self.train(P=1, schedule="1f1b-flush", a=4, steps=8, eval_interval=4)
+        self.assertEqual(single.returncode, 0, single.output)
+        reference = single.summary()
+        for P in (2, 4):
+            run = self.train(P=P, schedule="1f1b-flush", a=4, steps=8, eval_interval=4)
+            self.assertEqual(run.returncode, 0, run.output)
+            s = run.summary()
+            for ref, got in zip(reference["train_loss"], s["train_loss"]):
+                self.assertEqual(ref["step"], got["step"])
+                self.assertAlmostEqual(ref["loss"], got["loss"], delta=1e-4 * ref["loss"],
+                                       msg="P=%d step %d" % (P, ref["step"]))
+            self.assertEqual(len(s["train_loss"]), 8)
+            for ref, got in zip(reference["validation_loss"], s["validation_loss"]):
+                self.assertAlmostEqual(ref["loss"], got["loss"], delta=1e-4 * ref["loss"])
+            self.assertEqual([st["drift_max"] for st in s["stages"]], [0] * P)
+
+    def test_gpipe_trains_without_drift(self):
+        s = self.assert_trained(self.train(P=2, schedule="gpipe", a=2, steps=30), 2, 30)
+        self.assertEqual([st["drift_max"] for st in s["stages"]], [0, 0])
+
+    def test_checkpoint_then_resume_continues_and_bad_checkpoints_are_refused(self):
+        ckpt = os.path.join(self.dir, "ckpt")
+        first = self.train(steps=10, checkpoint="{directory: %s, interval: 5}" % ckpt)
+        self.assertEqual(first.returncode, 0, first.output)
+        for step in (5, 10):
+            for stage in (0, 1):
+                self.assertTrue(os.path.exists(
+                    os.path.join(ckpt, "step-%08d" % step, "stage-%d-of-2.pt" % stage)))
+        resumed = self.train(steps=20, checkpoint="{directory: %s, interval: 5, resume: true}" % ckpt)
+        self.assertEqual(resumed.returncode, 0, resumed.output)
+        steps = [p["step"] for p in resumed.summary()["train_loss"]]
+        self.assertEqual(steps, list(range(11, 21)))
+        # It continued from step 10's weights: its first loss is near the end
+        # of the first run, not the ~4.4 of a fresh model.
+        self.assertLess(resumed.summary()["train_loss"][0]["loss"],
+                        first.summary()["train_loss"][0]["loss"] - 0.3)
+
+        def snapshot():
+            out = {}
+            for root, _, files in os.walk(ckpt):
+                for name in files:
+                    with open(os.path.join(root, name), "rb") as f:
+                        out[os.path.join(root, name)] = hashlib.sha256(f.read()).hexdigest()
+            return out
+
+        # A fresh run into a directory with checkpoints is refused.
+        clobber = self.train(steps=20, checkpoint="{directory: %s}" % ckpt)
+        self.assertNotEqual(clobber.returncode, 0)
+        self.assertIn("already holds checkpoints", clobber.output)
+
+        # A corrupt shard is refused and nothing is overwritten.
+        shard = os.path.join(ckpt, "step-%08d" % 20, "stage-1-of-2.pt")
+        with open(shard, "r+b") as f:
+            f.seek(2000)
+            f.write(b"\x00" * 64)
+        before = snapshot()
+        corrupt = self.train(steps=30, checkpoint="{directory: %s, interval: 5, resume: true}" % ckpt)
+        self.assertNotEqual(corrupt.returncode, 0)
+        self.assertIn("is corrupt", corrupt.output)
+        self.assertEqual(snapshot(), before)
+
+        # A shard of another model is refused and nothing is overwritten.
+        mismatch = self.train(steps=30, d_model=64,
+                              checkpoint="{directory: %s, interval: 5, resume: true}" % ckpt)
+        self.assertNotEqual(mismatch.returncode, 0)
+        self.assertIn("different model slice", mismatch.output)
+        self.assertEqual(snapshot(), before)
+
+    def test_bad_specs_are_refused_naming_the_field(self):
+        cases = [
+            (dict(P=0), "pipeline.num_stages"),
+            (dict(a=0), "pipeline.accumulation"),
+            (dict(P=5), "pipeline.num_stages"),
+            (dict(corpus="/nonexistent/corpus.txt"), "data.corpus_path"),
+        ]
+        for kw, field in cases:
+            run = self.train(**kw)
+            self.assertEqual(run.returncode, 2, run.output)
+            self.assertIn(field, run.output)
+        # The vocabulary check needs the corpus: the worker refuses it.
+        small_vocab = spec_text().replace("vocab_size: 80", "vocab_size: 20")
+        run = Run(self.dir, small_vocab)
+        self.assertEqual(run.returncode, 1, run.output)
+        self.assertIn("model.vocab_size", run.output)
+
+    def test_a_killed_worker_stops_the_job_and_leaves_no_orphan(self):
+        run = Run(self.dir, spec_text(P=4, a=3, steps=100000), kill_stage=2)
+        self.assertNotEqual(run.returncode, 0)
+        self.assertIsNotNone(run.killed, run.output)
+        self.assertEqual(len(run.pids), 4)
+        time.sleep(0.5)
+        for pid in run.pids.values():
+            with self.assertRaises(ProcessLookupError, msg="worker %d outlived the job" % pid):
+                os.kill(pid, 0)
+        self.assertRegex(run.output, r"stage 2")
+
+    def test_ctrl_c_stops_every_worker(self):
+        spec = os.path.join(self.dir, "long.yaml")
+        with open(spec, "w") as f:
+            f.write(spec_text(steps=100000))
+        proc = subprocess.Popen([PACICTL, "train", spec], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        pids = []
+        for line in iter(proc.stdout.readline, ""):
+            m = re.search(r"pid=(\d+)", line)
+            if m:
+                pids.append(int(m.group(1)))
+            if len(pids) == 2:
+                break
+        time.sleep(1)
+        proc.send_signal(signal.SIGINT)
+        proc.stdout.read()
+        self.assertEqual(proc.wait(timeout=60), 130)
+        for pid in pids:
+            with self.assertRaises(ProcessLookupError):
+                os.kill(pid, 0)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -1,0 +1,58 @@
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+
+#include "absl/time/time.h"
+#include "paci/v1/summary.pb.h"
+#include "tools/job_progress.h"
+
+namespace paci {
+
+// "4,120": an integer with thousands separators.
+std::string FormatThousands(int64_t value);
+
+// "0:45", "12:03", "1:02:03": minutes and seconds, hours only when needed.
+std::string FormatEta(absl::Duration duration);
+
+// The live line, e.g.
+//   step 120/300 | train 2.104 | val 2.231 | 4,120 tok/s | drift max [1 0] | ETA 0:45
+// or "waiting for stages: 1/2 joined" before every stage has joined. Unknown
+// values print as "-".
+std::string FormatProgressLine(const ProgressView& view);
+
+// The end-of-run table: the job's settings and results, then one row per
+// stage. Ends with a newline.
+std::string FormatSummaryTable(const v1::RunSummary& summary);
+
+// Writes the live line to a stream: redrawn in place with '\r' on a terminal,
+// otherwise a full line at most every `line_interval`.
+//
+// Not thread-safe: owned by the launcher's loop. `out` must outlive it.
+class ProgressPrinter {
+ public:
+  ProgressPrinter(std::ostream& out, bool redraw_in_place,
+                  absl::Duration line_interval = absl::Seconds(5));
+
+  // Shows `view` as of `now` (redrawn, or printed if the interval passed).
+  void Update(const ProgressView& view, absl::Time now);
+
+  // Ends a line drawn in place so that other output starts on a fresh line.
+  // Call before writing anything else to the stream.
+  void BreakLine();
+
+  // Shows the final state: redraws it, or prints it unless it is the line
+  // printed last, and ends the line.
+  void Finish(const ProgressView& view);
+
+ private:
+  std::ostream& out_;
+  const bool redraw_in_place_;
+  const absl::Duration line_interval_;
+  size_t drawn_width_ = 0;  // width of the line currently drawn in place; 0: none
+  absl::Time last_line_time_ = absl::InfinitePast();
+  std::string last_line_;   // the last full line printed when not redrawing
+};
+
+}  // namespace paci

@@ -1,0 +1,152 @@
+#include "tools/progress_printer.h"
+
+#include <sstream>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace paci {
+namespace {
+
+using ::testing::HasSubstr;
+
+ProgressView RunningView() {
+  ProgressView view;
+  view.num_stages = 2;
+  view.joined = 2;
+  view.step = 120;
+  view.total_steps = 300;
+  view.train_loss = 2.1042;
+  view.validation_loss = 2.2308;
+  view.tokens_per_second = 4120.4;
+  view.eta = absl::Seconds(45);
+  view.drift_max = {1, 0};
+  return view;
+}
+
+TEST(FormatThousandsTest, GroupsDigitsByThree) {
+  EXPECT_EQ(FormatThousands(0), "0");
+  EXPECT_EQ(FormatThousands(999), "999");
+  EXPECT_EQ(FormatThousands(4120), "4,120");
+  EXPECT_EQ(FormatThousands(1234567), "1,234,567");
+  EXPECT_EQ(FormatThousands(-1234), "-1,234");
+}
+
+TEST(FormatEtaTest, ShowsHoursOnlyWhenNeeded) {
+  EXPECT_EQ(FormatEta(absl::Seconds(45)), "0:45");
+  EXPECT_EQ(FormatEta(absl::Seconds(12 * 60 + 3)), "12:03");
+  EXPECT_EQ(FormatEta(absl::Seconds(3723)), "1:02:03");
+  EXPECT_EQ(FormatEta(absl::Seconds(-5)), "0:00");
+}
+
+TEST(FormatProgressLineTest, ShowsStepLossesThroughputDriftAndEta) {
+  EXPECT_EQ(FormatProgressLine(RunningView()),
+            "step 120/300 | train 2.104 | val 2.231 | 4,120 tok/s | drift max [1 0] | ETA 0:45");
+}
+
+TEST(FormatProgressLineTest, UnknownValuesAreDashes) {
+  ProgressView view = RunningView();
+  view.step = 0;
+  view.train_loss.reset();
+  view.validation_loss.reset();
+  view.tokens_per_second = 0;
+  view.eta.reset();
+  EXPECT_EQ(FormatProgressLine(view),
+            "step 0/300 | train - | val - | 0 tok/s | drift max [1 0] | ETA -");
+}
+
+TEST(FormatProgressLineTest, SaysHowManyStagesJoinedBeforeAllHave) {
+  ProgressView view = RunningView();
+  view.joined = 1;
+  EXPECT_EQ(FormatProgressLine(view), "waiting for stages: 1/2 joined");
+}
+
+TEST(FormatSummaryTableTest, ShowsTheRunAndOneRowPerStage) {
+  v1::RunSummary summary;
+  summary.set_job_name("kjv-small");
+  summary.set_schedule("paci");
+  summary.set_num_stages(2);
+  summary.set_accumulation(2);
+  summary.set_steps(300);
+  summary.set_steps_completed(300);
+  summary.add_train_loss()->set_loss(2.1);
+  summary.set_final_train_loss(2.1);
+  summary.set_tokens_per_second(4120);
+  summary.set_wall_seconds(73.24);
+  v1::StageSummary* stage = summary.add_stages();
+  stage->set_stage(0);
+  stage->set_drift_max(1);
+  stage->set_drift_bound(1);
+  stage->set_drift_mean(0.75);
+  stage->set_optimizer_steps(300);
+  stage->set_busy_seconds(60.04);
+  stage->set_idle_seconds(10.2);
+  stage->set_idle_fraction(0.145);
+  stage->set_peak_rss_bytes(int64_t{512} << 20);
+
+  const std::string table = FormatSummaryTable(summary);
+  EXPECT_THAT(table, HasSubstr("schedule           paci\n"));
+  EXPECT_THAT(table, HasSubstr("stages (P)         2\n"));
+  EXPECT_THAT(table, HasSubstr("accumulation (a)   2\n"));
+  EXPECT_THAT(table, HasSubstr("steps              300/300\n"));
+  EXPECT_THAT(table, HasSubstr("final train loss   2.1000\n"));
+  EXPECT_THAT(table, HasSubstr("final val loss     -\n"));
+  EXPECT_THAT(table, HasSubstr("tokens/s           4,120\n"));
+  EXPECT_THAT(table, HasSubstr("wall seconds       73.2\n"));
+  EXPECT_THAT(table, HasSubstr("stage drift/bound mean drift opt steps   busy s   idle s idle %  "
+                               "peak RSS MiB\n"));
+  EXPECT_THAT(table, HasSubstr("    0         1/1       0.75       300     60.0     10.2   14.5 "
+                               "        512.0\n"));
+}
+
+TEST(ProgressPrinterTest, RedrawsInPlaceOnATerminal) {
+  std::ostringstream out;
+  ProgressPrinter printer(out, /*redraw_in_place=*/true);
+  const absl::Time t0 = absl::FromUnixSeconds(100);
+  ProgressView waiting = RunningView();
+  waiting.joined = 0;
+  printer.Update(waiting, t0);
+  printer.Update(RunningView(), t0 + absl::Milliseconds(200));
+  ProgressView shorter = RunningView();
+  shorter.joined = 1;
+  printer.Update(shorter, t0 + absl::Milliseconds(400));
+  printer.BreakLine();
+  out << "stage 1 failed\n";
+  printer.BreakLine();  // nothing drawn since: no empty line
+  printer.Finish(RunningView());
+  const std::string running = FormatProgressLine(RunningView());
+  const std::string one_joined = "waiting for stages: 1/2 joined";
+  EXPECT_EQ(out.str(), "\rwaiting for stages: 0/2 joined\r" + running + "\r" + one_joined +
+                           std::string(running.size() - one_joined.size(), ' ') +
+                           "\nstage 1 failed\n\r" + running + "\n");
+}
+
+TEST(ProgressPrinterTest, PrintsAFullLineEveryIntervalOtherwise) {
+  std::ostringstream out;
+  ProgressPrinter printer(out, /*redraw_in_place=*/false, absl::Seconds(5));
+  const absl::Time t0 = absl::FromUnixSeconds(100);
+  printer.Update(RunningView(), t0);
+  printer.Update(RunningView(), t0 + absl::Seconds(1));
+  printer.Update(RunningView(), t0 + absl::Seconds(4.9));
+  printer.Update(RunningView(), t0 + absl::Seconds(5));
+  printer.Finish(RunningView());  // already the last line printed
+  const std::string line = FormatProgressLine(RunningView()) + "\n";
+  EXPECT_EQ(out.str(), line + line);
+}
+
+TEST(ProgressPrinterTest, FinishPrintsTheFinalStateOtherwiseSkippedByTheInterval) {
+  std::ostringstream out;
+  ProgressPrinter printer(out, /*redraw_in_place=*/false, absl::Seconds(5));
+  ProgressView early = RunningView();
+  early.step = 10;
+  printer.Update(early, absl::FromUnixSeconds(100));
+  ProgressView done = RunningView();
+  done.step = 300;
+  printer.Update(done, absl::FromUnixSeconds(101));
+  printer.Finish(done);
+  EXPECT_EQ(out.str(), FormatProgressLine(early) + "\n" + FormatProgressLine(done) + "\n");
+}
+
+}  // namespace
+}  // namespace paci

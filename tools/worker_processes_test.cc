@@ -1,0 +1,109 @@
+#include "tools/worker_processes.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <cerrno>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace paci {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr absl::Duration kBound = absl::Seconds(30);
+
+ProcessCommand Shell(const char* script) { return ProcessCommand{"/bin/sh", {"-c", script}, {}}; }
+
+// Waits (bounded) until child `index` has exited and returns how.
+ProcessExit WaitForChild(WorkerProcesses& processes, int index) {
+  const absl::Time deadline = absl::Now() + kBound;
+  while (absl::Now() < deadline) {
+    for (const ProcessExit& exit : processes.WaitForExits(deadline - absl::Now())) {
+      if (exit.index == index) return exit;
+    }
+  }
+  ADD_FAILURE() << "child " << index << " did not exit within " << kBound;
+  return {};
+}
+
+bool Alive(pid_t pid) { return kill(pid, 0) == 0 || errno != ESRCH; }
+
+TEST(WorkerProcessesTest, DetectsWhichChildExitedWithWhichStatus) {
+  WorkerProcesses processes;
+  const absl::StatusOr<int> sleeper = processes.Start({"/bin/sleep", {"30"}, {}});
+  const absl::StatusOr<int> failing = processes.Start(Shell("exit 3"));
+  ASSERT_TRUE(sleeper.ok()) << sleeper.status();
+  ASSERT_TRUE(failing.ok()) << failing.status();
+  const ProcessExit exit = WaitForChild(processes, *failing);
+  EXPECT_EQ(exit.pid, processes.pid(*failing));
+  EXPECT_FALSE(exit.succeeded());
+  EXPECT_EQ(exit.ToString(), "exited with status 3");
+  EXPECT_EQ(processes.running(), 1);
+  EXPECT_TRUE(processes.PollExits().empty());
+}
+
+TEST(WorkerProcessesTest, PassesArgumentsAndEnvironment) {
+  WorkerProcesses processes;
+  const absl::StatusOr<int> child = processes.Start(
+      {"/bin/sh",
+       {"-c", "test \"$1\" = --stage=1 && test \"$OMP_NUM_THREADS\" = 4", "sh", "--stage=1"},
+       {{"OMP_NUM_THREADS", "4"}}});
+  ASSERT_TRUE(child.ok()) << child.status();
+  const ProcessExit exit = WaitForChild(processes, *child);
+  EXPECT_TRUE(exit.succeeded()) << exit.ToString();
+}
+
+TEST(WorkerProcessesTest, StartFailsForAMissingBinaryAndLeavesNoChild) {
+  WorkerProcesses processes;
+  const absl::StatusOr<int> child = processes.Start({"/nonexistent/paci_worker", {}, {}});
+  EXPECT_EQ(child.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(child.status().message(), HasSubstr("/nonexistent/paci_worker"));
+  EXPECT_EQ(processes.size(), 0);
+  EXPECT_EQ(waitpid(-1, nullptr, WNOHANG), -1);  // nothing left to reap
+  EXPECT_EQ(errno, ECHILD);
+}
+
+TEST(WorkerProcessesTest, StopAllTerminatesKillsAndReapsEveryChild) {
+  WorkerProcesses processes;
+  std::vector<int> children;
+  for (const ProcessCommand& command :
+       {ProcessCommand{"/bin/sleep", {"30"}, {}}, Shell("trap '' TERM; exec /bin/sleep 30"),
+        Shell("exit 0")}) {
+    const absl::StatusOr<int> child = processes.Start(command);
+    ASSERT_TRUE(child.ok()) << child.status();
+    children.push_back(*child);
+  }
+  const std::vector<ProcessExit> exits = processes.StopAll(absl::Milliseconds(300));
+  EXPECT_EQ(exits.size(), 3u);
+  EXPECT_EQ(processes.running(), 0);
+  for (int index : children) EXPECT_FALSE(Alive(processes.pid(index))) << index;
+  for (const ProcessExit& exit : exits) {
+    if (exit.index == children[0]) {
+      EXPECT_THAT(exit.ToString(), HasSubstr("signal 15"));
+    } else if (exit.index == children[1]) {
+      // The shell may not have set its trap before SIGTERM came; either way it is gone.
+      EXPECT_THAT(exit.ToString(), HasSubstr("killed by signal"));
+    }
+  }
+  EXPECT_EQ(waitpid(-1, nullptr, WNOHANG), -1);  // no zombies
+  EXPECT_EQ(errno, ECHILD);
+}
+
+TEST(WorkerProcessesTest, DestructorStopsRunningChildren) {
+  pid_t pid = -1;
+  {
+    WorkerProcesses processes;
+    const absl::StatusOr<int> child = processes.Start({"/bin/sleep", {"30"}, {}});
+    ASSERT_TRUE(child.ok()) << child.status();
+    pid = processes.pid(*child);
+    EXPECT_TRUE(Alive(pid));
+  }
+  EXPECT_FALSE(Alive(pid));
+}
+
+}  // namespace
+}  // namespace paci

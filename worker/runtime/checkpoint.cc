@@ -1,0 +1,203 @@
+#include "worker/runtime/checkpoint.h"
+
+#include <zlib.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "common/status_macros.h"
+
+namespace paci {
+namespace {
+
+constexpr char kFormat[] = "paci-stage-shard-v1";
+
+// LibTorch's archive does not verify its CRCs on read, so a shard is the
+// archive followed by a footer: magic, archive length and CRC-32 of the archive.
+constexpr char kFooterMagic[8] = {'P', 'A', 'C', 'I', 'C', 'K', 'P', '1'};
+constexpr size_t kFooterSize = 8 + 8 + 4;
+
+uint32_t Crc32(const std::string& bytes) {
+  return static_cast<uint32_t>(
+      crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size())));
+}
+
+std::string Footer(const std::string& archive) {
+  std::string footer(kFooterMagic, sizeof(kFooterMagic));
+  const uint64_t size = archive.size();
+  const uint32_t crc = Crc32(archive);
+  footer.append(reinterpret_cast<const char*>(&size), sizeof(size));
+  footer.append(reinterpret_cast<const char*>(&crc), sizeof(crc));
+  return footer;
+}
+
+// The archive bytes of a shard file, after checking its footer.
+absl::StatusOr<std::string> ReadVerified(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read checkpoint ", path));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  std::string bytes = buffer.str();
+  if (bytes.size() < kFooterSize ||
+      std::memcmp(bytes.data() + bytes.size() - kFooterSize, kFooterMagic, 8) != 0) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", path,
+                                            " is truncated or not a paci shard (no footer)"));
+  }
+  uint64_t size;
+  uint32_t crc;
+  std::memcpy(&size, bytes.data() + bytes.size() - kFooterSize + 8, sizeof(size));
+  std::memcpy(&crc, bytes.data() + bytes.size() - 4, sizeof(crc));
+  bytes.resize(bytes.size() - kFooterSize);
+  if (size != bytes.size()) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", path, " is truncated: ", bytes.size(),
+                                            " bytes, the footer says ", size));
+  }
+  if (Crc32(bytes) != crc) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint ", path, " is corrupt: its CRC-32 does not match"));
+  }
+  return bytes;
+}
+
+// Archive keys are attribute names: keep them free of '.' and '/'.
+std::string Key(const std::string& prefix, const std::string& name) {
+  return absl::StrCat(prefix, "__", absl::StrReplaceAll(name, {{".", "__"}, {"/", "__"}}));
+}
+
+std::string FirstLine(const std::string& text) {
+  return std::string(text.substr(0, text.find('\n')));
+}
+
+}  // namespace
+
+absl::Status SaveShard(const std::string& path, const ShardMeta& meta, GptStage& model,
+                       AdamW& optimizer) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(fs::path(path).parent_path(), ec);
+  if (ec) {
+    return absl::UnavailableError(absl::StrCat("checkpoint.directory: cannot create ",
+                                               fs::path(path).parent_path().string(), ": ",
+                                               ec.message()));
+  }
+  const std::string tmp = path + ".tmp";
+  try {
+    torch::serialize::OutputArchive archive;
+    archive.write("format", c10::IValue(std::string(kFormat)));
+    archive.write("job_name", c10::IValue(meta.job_name));
+    archive.write("stage", c10::IValue(static_cast<int64_t>(meta.stage)));
+    archive.write("num_stages", c10::IValue(static_cast<int64_t>(meta.num_stages)));
+    archive.write("model", c10::IValue(meta.model_fingerprint));
+    archive.write("step", c10::IValue(meta.step));
+    archive.write("next_micro_batch", c10::IValue(static_cast<int64_t>(meta.next_micro_batch)));
+    archive.write("optimizer_steps", c10::IValue(optimizer.steps()));
+    for (const auto& [name, p] : optimizer.parameters()) {
+      archive.write(Key("param", name), p.detach().to(torch::kCPU));
+    }
+    for (const auto& [name, t] : optimizer.State()) {
+      archive.write(Key("optim", name), t.to(torch::kCPU));
+    }
+    std::ostringstream out;
+    archive.save_to(out);
+    const std::string bytes = out.str();
+    std::ofstream file(tmp, std::ios::binary | std::ios::trunc);
+    file << bytes << Footer(bytes);
+    file.flush();
+    if (!file) {
+      std::remove(tmp.c_str());
+      return absl::UnavailableError(absl::StrCat("cannot write checkpoint ", tmp));
+    }
+  } catch (const c10::Error& e) {
+    std::remove(tmp.c_str());
+    return absl::UnavailableError(
+        absl::StrCat("cannot write checkpoint ", tmp, ": ", FirstLine(e.what())));
+  }
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    return absl::UnavailableError(absl::StrCat("cannot rename ", tmp, " to ", path, ": ",
+                                               ec.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ShardMeta> LoadShard(const std::string& path, const ShardMeta& expected,
+                                    GptStage& model, AdamW& optimizer) {
+  ShardMeta meta;
+  std::map<std::string, torch::Tensor> params, state;
+  int64_t optimizer_steps = 0;
+  ASSIGN_OR_RETURN(const std::string bytes, ReadVerified(path));
+  try {
+    torch::serialize::InputArchive archive;
+    archive.load_from(bytes.data(), bytes.size());
+    c10::IValue value;
+    if (!archive.try_read("format", value) || !value.isString() ||
+        value.toStringRef() != kFormat) {
+      return absl::DataLossError(
+          absl::StrCat("checkpoint ", path, " is not a paci stage shard (", kFormat, ")"));
+    }
+    archive.read("job_name", value);
+    meta.job_name = value.toStringRef();
+    archive.read("stage", value);
+    meta.stage = static_cast<int>(value.toInt());
+    archive.read("num_stages", value);
+    meta.num_stages = static_cast<int>(value.toInt());
+    archive.read("model", value);
+    meta.model_fingerprint = value.toStringRef();
+    archive.read("step", value);
+    meta.step = value.toInt();
+    archive.read("next_micro_batch", value);
+    meta.next_micro_batch = static_cast<uint64_t>(value.toInt());
+    archive.read("optimizer_steps", value);
+    optimizer_steps = value.toInt();
+
+    if (meta.stage != expected.stage || meta.num_stages != expected.num_stages) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint ", path, " was written by stage ", meta.stage, " of ", meta.num_stages,
+          "; this worker is stage ", expected.stage, " of ", expected.num_stages));
+    }
+    if (meta.model_fingerprint != expected.model_fingerprint) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint ", path, " holds a different model slice: it has \"",
+          meta.model_fingerprint, "\", this stage is \"", expected.model_fingerprint, "\""));
+    }
+    for (const auto& [name, p] : optimizer.parameters()) {
+      torch::Tensor t;
+      if (!archive.try_read(Key("param", name), t)) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("checkpoint ", path, " lacks parameter ", name));
+      }
+      if (t.sizes() != p.sizes()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "checkpoint ", path, ": parameter ", name, " has shape ", c10::str(t.sizes()),
+            ", the model has ", c10::str(p.sizes())));
+      }
+      params[name] = t;
+    }
+    for (const auto& [name, t] : optimizer.State()) {
+      torch::Tensor saved;
+      if (!archive.try_read(Key("optim", name), saved) || saved.sizes() != t.sizes()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("checkpoint ", path, " lacks optimizer state ", name));
+      }
+      state[name] = saved;
+    }
+  } catch (const c10::Error& e) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", path, " is corrupt or unreadable: ",
+                                            FirstLine(e.what())));
+  }
+  // Everything is read and checked: now change the model.
+  torch::NoGradGuard no_grad;
+  for (const auto& [name, p] : optimizer.parameters()) p.data().copy_(params.at(name));
+  optimizer.SetState(optimizer_steps,
+                     std::vector<std::pair<std::string, torch::Tensor>>(state.begin(), state.end()));
+  return meta;
+}
+
+}  // namespace paci

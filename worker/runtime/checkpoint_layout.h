@@ -1,0 +1,25 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace paci {
+
+// Where checkpoint shards live: <directory>/step-00000100/stage-0-of-2.pt.
+// A step's checkpoint is complete when every stage's shard is there; shards
+// are written to a temporary name and renamed, so a present shard is whole.
+std::string StepDirectory(const std::string& directory, int64_t step);
+std::string ShardPath(const std::string& directory, int64_t step, int stage, int num_stages);
+
+// The highest step with all `num_stages` shards, nullopt when there is none
+// (or the directory does not exist). Pure file-system scan.
+absl::StatusOr<std::optional<int64_t>> LatestCompleteStep(const std::string& directory,
+                                                          int num_stages);
+
+// Whether `directory` holds any step-* folder.
+bool HoldsCheckpoints(const std::string& directory);
+
+}  // namespace paci

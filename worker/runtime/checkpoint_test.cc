@@ -1,0 +1,156 @@
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <torch/torch.h>
+
+#include "gtest/gtest.h"
+#include "worker/runtime/checkpoint.h"
+#include "worker/runtime/checkpoint_layout.h"
+
+namespace paci {
+namespace {
+namespace fs = std::filesystem;
+
+GptConfig Config(uint64_t seed) {
+  GptConfig c;
+  c.vocab_size = 17;
+  c.num_layers = 4;
+  c.d_model = 16;
+  c.num_heads = 2;
+  c.seq_len = 8;
+  c.init_seed = seed;
+  return c;
+}
+
+struct Stage {
+  explicit Stage(uint64_t seed, int num_stages = 2, int stage = 0)
+      : model(Config(seed), PartitionStage(4, num_stages, stage)) {
+    std::vector<std::pair<std::string, torch::Tensor>> params;
+    for (auto& item : model->named_parameters()) params.emplace_back(item.key(), item.value());
+    optimizer = std::make_unique<AdamW>(params, AdamWOptions{});
+  }
+  void TrainOneStep() {
+    model(torch::randint(17, {2, 8}, torch::kLong)).pow(2).mean().backward();
+    optimizer->Step(0.01);
+    optimizer->ZeroGrad();
+  }
+  ShardMeta Meta(int64_t step) const {
+    ShardMeta m;
+    m.job_name = "job";
+    m.stage = model->partition().has_embedding ? 0 : 1;
+    m.num_stages = 2;
+    m.model_fingerprint = model->Fingerprint();
+    m.step = step;
+    m.next_micro_batch = step * 4;
+    return m;
+  }
+  GptStage model;
+  std::unique_ptr<AdamW> optimizer;
+};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    torch::manual_seed(0);
+    dir_ = (fs::path(testing::TempDir()) /
+            ::testing::UnitTest::GetInstance()->current_test_info()->name()).string();
+    fs::remove_all(dir_);
+  }
+  std::string dir_;
+};
+
+TEST_F(CheckpointTest, SaveThenLoadRestoresParametersOptimizerStateAndPosition) {
+  Stage trained(1);
+  trained.TrainOneStep();
+  trained.TrainOneStep();
+  const std::string path = ShardPath(dir_, 2, 0, 2);
+  ASSERT_TRUE(SaveShard(path, trained.Meta(2), trained.model, *trained.optimizer).ok());
+
+  Stage fresh(99);  // other initial weights
+  auto meta = LoadShard(path, trained.Meta(0), fresh.model, *fresh.optimizer);
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  EXPECT_EQ(meta->step, 2);
+  EXPECT_EQ(meta->next_micro_batch, 8u);
+  EXPECT_EQ(fresh.optimizer->steps(), 2);
+  auto a = trained.model->named_parameters(), b = fresh.model->named_parameters();
+  for (auto& item : a) EXPECT_TRUE(torch::equal(item.value(), b[item.key()])) << item.key();
+  // The optimizer continues identically.
+  torch::manual_seed(5);
+  trained.TrainOneStep();
+  torch::manual_seed(5);
+  fresh.TrainOneStep();
+  b = fresh.model->named_parameters();
+  for (auto& item : trained.model->named_parameters()) {
+    EXPECT_TRUE(torch::equal(item.value(), b[item.key()])) << item.key();
+  }
+}
+
+TEST_F(CheckpointTest, ACorruptShardIsRefusedAndNothingChanges) {
+  Stage trained(1);
+  trained.TrainOneStep();
+  const std::string path = ShardPath(dir_, 1, 0, 2);
+  ASSERT_TRUE(SaveShard(path, trained.Meta(1), trained.model, *trained.optimizer).ok());
+  std::string bytes = ReadFile(path);
+  for (size_t i = bytes.size() / 3; i < bytes.size() / 3 + 64; ++i) bytes[i] ^= 0x5a;
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+
+  Stage fresh(99);
+  const auto before = fresh.model->named_parameters().values()[0].clone();
+  auto meta = LoadShard(path, trained.Meta(0), fresh.model, *fresh.optimizer);
+  ASSERT_FALSE(meta.ok());
+  EXPECT_EQ(meta.status().code(), absl::StatusCode::kDataLoss) << meta.status();
+  EXPECT_NE(meta.status().message().find(path), std::string::npos);
+  EXPECT_TRUE(torch::equal(before, fresh.model->named_parameters().values()[0]));
+  EXPECT_EQ(fresh.optimizer->steps(), 0);
+  EXPECT_EQ(ReadFile(path), bytes) << "the corrupt file must be left as it was";
+
+  // A truncated shard too.
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes.substr(0, bytes.size() / 2);
+  EXPECT_EQ(LoadShard(path, trained.Meta(0), fresh.model, *fresh.optimizer).status().code(),
+            absl::StatusCode::kDataLoss);
+}
+
+TEST_F(CheckpointTest, AShardOfAnotherStageOrModelIsRefusedNamingTheMismatch) {
+  Stage stage0(1, 2, 0);
+  const std::string path = ShardPath(dir_, 1, 0, 2);
+  ASSERT_TRUE(SaveShard(path, stage0.Meta(1), stage0.model, *stage0.optimizer).ok());
+
+  Stage stage1(1, 2, 1);
+  ShardMeta expected = stage1.Meta(0);
+  expected.stage = 1;
+  auto meta = LoadShard(path, expected, stage1.model, *stage1.optimizer);
+  EXPECT_EQ(meta.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(meta.status().message().find("written by stage 0 of 2; this worker is stage 1 of 2"),
+            std::string::npos)
+      << meta.status();
+
+  ShardMeta other_model = stage0.Meta(0);
+  other_model.model_fingerprint = "vocab=17 layers=4 d_model=32";
+  meta = LoadShard(path, other_model, stage0.model, *stage0.optimizer);
+  EXPECT_EQ(meta.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(meta.status().message().find("different model slice"), std::string::npos);
+}
+
+TEST_F(CheckpointTest, LatestCompleteStepIgnoresStepsWithMissingShards) {
+  Stage s0(1, 2, 0), s1(1, 2, 1);
+  ASSERT_TRUE(SaveShard(ShardPath(dir_, 10, 0, 2), s0.Meta(10), s0.model, *s0.optimizer).ok());
+  ASSERT_TRUE(SaveShard(ShardPath(dir_, 10, 1, 2), s1.Meta(10), s1.model, *s1.optimizer).ok());
+  ASSERT_TRUE(SaveShard(ShardPath(dir_, 20, 0, 2), s0.Meta(20), s0.model, *s0.optimizer).ok());
+  auto latest = LatestCompleteStep(dir_, 2);
+  ASSERT_TRUE(latest.ok());
+  EXPECT_EQ(latest->value_or(-1), 10);
+  EXPECT_TRUE(HoldsCheckpoints(dir_));
+  EXPECT_FALSE(LatestCompleteStep(dir_ + "/nowhere", 2)->has_value());
+  EXPECT_FALSE(fs::exists(ShardPath(dir_, 20, 0, 2) + ".tmp"));
+}
+
+}  // namespace
+}  // namespace paci

@@ -1,0 +1,423 @@
+#include "worker/runtime/stage_runtime.h"
+
+#include <sys/resource.h>
+
+#include <glog/logging.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "worker/model/partition.h"
+#include "worker/runtime/checkpoint.h"
+#include "worker/runtime/checkpoint_layout.h"
+#include "worker/transport/tensor_codec.h"
+
+namespace paci {
+namespace {
+
+// Seconds since `since`; advances `since` to now.
+double Lap(absl::Time* since) {
+  const absl::Time now = absl::Now();
+  const double seconds = absl::ToDoubleSeconds(now - *since);
+  *since = now;
+  return seconds;
+}
+
+GptConfig ModelConfig(const v1::ModelSpec& m) {
+  GptConfig c;
+  c.vocab_size = m.vocab_size();
+  c.num_layers = m.num_layers();
+  c.d_model = m.d_model();
+  c.num_heads = m.num_heads();
+  c.seq_len = m.seq_len();
+  c.dropout = m.dropout();
+  c.init_seed = m.init_seed();
+  return c;
+}
+
+int64_t PeakRssBytes() {
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;
+}
+
+}  // namespace
+
+StageRuntime::StageRuntime(const v1::JobSpec& spec, int stage, const Corpus* corpus, Inbox& inbox,
+                           PeerSender* previous, PeerSender* next, StageMetrics& metrics)
+    : spec_(spec),
+      stage_(stage),
+      num_stages_(spec.pipeline().num_stages()),
+      first_(stage == 0),
+      last_(stage == spec.pipeline().num_stages() - 1),
+      corpus_(corpus),
+      inbox_(inbox),
+      previous_(previous),
+      next_(next),
+      metrics_(metrics) {
+  lr_.peak_lr = spec.optimizer().lr();
+  lr_.total_steps = spec.training().steps();
+  lr_.warmup_fraction = spec.optimizer().warmup_fraction();
+  lr_.min_lr_ratio = spec.optimizer().min_lr_ratio();
+}
+
+absl::Status StageRuntime::Init() {
+  const GptConfig config = ModelConfig(spec_.model());
+  torch::manual_seed(config.init_seed + stage_);  // dropout masks differ per stage
+  model_ = GptStage(config, PartitionStage(config.num_layers, num_stages_, stage_));
+  model_->train();
+  std::vector<std::pair<std::string, torch::Tensor>> params;
+  for (auto& item : model_->named_parameters()) params.emplace_back(item.key(), item.value());
+  AdamWOptions adamw;
+  adamw.beta1 = spec_.optimizer().beta1();
+  adamw.beta2 = spec_.optimizer().beta2();
+  adamw.eps = spec_.optimizer().eps();
+  adamw.weight_decay = spec_.optimizer().weight_decay();
+  optimizer_ = std::make_unique<AdamW>(std::move(params), adamw);
+
+  const auto& ckpt = spec_.checkpoint();
+  if (!ckpt.directory().empty()) {
+    ASSIGN_OR_RETURN(std::optional<int64_t> latest,
+                     LatestCompleteStep(ckpt.directory(), num_stages_));
+    if (ckpt.resume() && latest) {
+      ShardMeta expected;
+      expected.stage = stage_;
+      expected.num_stages = num_stages_;
+      expected.model_fingerprint = model_->Fingerprint();
+      const std::string path = ShardPath(ckpt.directory(), *latest, stage_, num_stages_);
+      ASSIGN_OR_RETURN(ShardMeta meta, LoadShard(path, expected, model_, *optimizer_));
+      start_step_ = meta.step;
+      LOG(INFO) << "stage " << stage_ << " resumed from " << path << " at step " << start_step_;
+    } else if (!ckpt.resume() && HoldsCheckpoints(ckpt.directory())) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint.directory: ", ckpt.directory(),
+          " already holds checkpoints; set checkpoint.resume: true to continue from the latest, "
+          "or choose another directory (nothing was overwritten)"));
+    }
+  }
+  if (start_step_ > spec_.training().steps()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "training.steps: the checkpoint is at step ", start_step_, ", past the ",
+        spec_.training().steps(), " steps asked for"));
+  }
+
+  StageSchedulerOptions o;
+  ASSIGN_OR_RETURN(o.schedule, ParseScheduleKind(spec_.pipeline().schedule()));
+  o.num_stages = num_stages_;
+  o.stage = stage_;
+  o.accumulation = spec_.pipeline().accumulation();
+  o.total_steps = spec_.training().steps();
+  o.start_step = start_step_;
+  o.eval_interval = spec_.training().eval_interval();
+  o.checkpoint_interval = ckpt.directory().empty() ? 0 : ckpt.interval();
+  scheduler_ = std::make_unique<StageScheduler>(o);
+
+  absl::MutexLock lock(&mu_);
+  report_.set_job_name(spec_.name());
+  report_.set_stage(stage_);
+  report_.set_drift_bound(scheduler_->drift_bound());
+  report_.set_optimizer_steps(start_step_);
+  return absl::OkStatus();
+}
+
+absl::Status StageRuntime::Run() {
+  started_ = absl::Now();
+  absl::Status status;
+  try {
+    status = Loop();
+  } catch (const c10::Error& e) {
+    status = absl::InternalError(
+        absl::StrCat("stage ", stage_, ": torch error: ", e.what_without_backtrace()));
+  }
+  if (!status.ok()) inbox_.Close();
+  absl::MutexLock lock(&mu_);
+  report_.set_peak_rss_bytes(PeakRssBytes());
+  return status;
+}
+
+absl::Status StageRuntime::Loop() {
+  absl::Time clock = absl::Now();
+  while (true) {
+    RETURN_IF_ERROR(inbox_.failure());
+    if (cancelled_.load()) return absl::CancelledError("the job was cancelled");
+    if (!first_) {
+      auto kind = inbox_.PeekKind(Inbox::From::kPrevious);
+      if (kind && *kind != v1::TensorFrame::ACTIVATION) {
+        const bool shutdown = *kind == v1::TensorFrame::SHUTDOWN;
+        RETURN_IF_ERROR(HandleControl(*inbox_.Pop(Inbox::From::kPrevious)));
+        metrics_.AddBusy(Lap(&clock));
+        if (shutdown) return absl::OkStatus();
+        continue;
+      }
+    }
+    const bool has_gradient = inbox_.PeekKind(Inbox::From::kNext).has_value();
+    const bool has_activation =
+        inbox_.PeekKind(Inbox::From::kPrevious) == v1::TensorFrame::ACTIVATION;
+    const StageAction action = scheduler_->Next(has_gradient, has_activation);
+    switch (action) {
+      case StageAction::kBackward:
+        RETURN_IF_ERROR(Backward());
+        break;
+      case StageAction::kForward:
+        RETURN_IF_ERROR(Forward());
+        break;
+      case StageAction::kDrained:
+        RETURN_IF_ERROR(HandleDrained());
+        break;
+      case StageAction::kDone:
+        return Finish();
+      case StageAction::kWait: {
+        inbox_.Wait(absl::Milliseconds(100));
+        const double idle = Lap(&clock);
+        metrics_.AddIdle(idle);
+        absl::MutexLock lock(&mu_);
+        report_.set_idle_seconds(report_.idle_seconds() + idle);
+        continue;
+      }
+    }
+    const double busy = Lap(&clock);
+    metrics_.AddBusy(busy);
+    absl::MutexLock lock(&mu_);
+    report_.set_busy_seconds(report_.busy_seconds() + busy);
+  }
+}
+
+std::pair<torch::Tensor, torch::Tensor> StageRuntime::Tokens(
+    const std::vector<int32_t>& windows) const {
+  const int64_t B = spec_.pipeline().micro_batch_size(), T = spec_.model().seq_len();
+  auto all = torch::from_blob(const_cast<int32_t*>(windows.data()), {B, T + 1}, torch::kInt32)
+                 .to(torch::kLong);
+  using torch::indexing::Slice;
+  return {all.index({Slice(), Slice(0, T)}), all.index({Slice(), Slice(1, T + 1)})};
+}
+
+void StageRuntime::Send(PeerSender* to, v1::TensorFrame::Kind kind, uint64_t micro_batch_id,
+                        const torch::Tensor* tensor, int64_t step) {
+  v1::TensorFrame frame;
+  frame.set_kind(kind);
+  frame.set_job_name(spec_.name());
+  frame.set_from_stage(stage_);
+  frame.set_micro_batch_id(micro_batch_id);
+  frame.set_weight_version(scheduler_->version());
+  frame.set_step(step);
+  if (tensor) EncodeTensor(*tensor, &frame);
+  const int64_t bytes = frame.data().size();
+  if (to->Send(std::move(frame))) {
+    metrics_.AddBytesSent(to == next_, bytes);
+    absl::MutexLock lock(&mu_);
+    report_.set_bytes_sent(report_.bytes_sent() + bytes);
+  }
+}
+
+absl::Status StageRuntime::Forward() {
+  uint64_t id;
+  torch::Tensor input;
+  if (first_) {
+    id = scheduler_->next_micro_batch();
+    input = Tokens(corpus_->TrainingWindows(id)).first;
+  } else {
+    v1::TensorFrame frame = *inbox_.Pop(Inbox::From::kPrevious);
+    id = frame.micro_batch_id();
+    input = DecodeTensor(frame).requires_grad_(true);
+  }
+  RETURN_IF_ERROR(scheduler_->OnForward(id));
+  torch::Tensor output = model_(input);
+  if (last_) {
+    output = LanguageModelLoss(output, Tokens(corpus_->TrainingWindows(id)).second);
+  } else {
+    Send(next_, v1::TensorFrame::ACTIVATION, id, &output);
+  }
+  pending_.push_back({id, input, output});
+  metrics_.AddForward();
+  absl::MutexLock lock(&mu_);
+  report_.set_forward_micro_batches(scheduler_->forwards());
+  return absl::OkStatus();
+}
+
+absl::Status StageRuntime::Backward() {
+  uint64_t id = scheduler_->oldest_in_flight();
+  torch::Tensor grad;
+  if (!last_) {
+    v1::TensorFrame frame = *inbox_.Pop(Inbox::From::kNext);
+    id = frame.micro_batch_id();
+    grad = DecodeTensor(frame);
+  }
+  ASSIGN_OR_RETURN(BackwardResult result, scheduler_->OnBackward(id));
+  Pending p = std::move(pending_.front());
+  pending_.pop_front();
+  if (last_) {
+    step_loss_sum_ += p.output.item<double>();
+    (p.output / scheduler_->accumulation()).backward();
+  } else {
+    p.output.backward(grad);
+  }
+  if (!first_) {
+    torch::Tensor input_grad = p.input.grad();
+    Send(previous_, v1::TensorFrame::GRADIENT, id, &input_grad);
+  }
+  const int64_t tokens = spec_.pipeline().micro_batch_size() * spec_.model().seq_len();
+  metrics_.ObserveDrift(result.drift);
+  metrics_.AddBackward(tokens);
+  std::optional<double> step_loss;
+  if (result.step_now) {
+    const int64_t step = scheduler_->version();  // already advanced
+    optimizer_->Step(LearningRateAt(lr_, step - 1));
+    optimizer_->ZeroGrad();
+    metrics_.AddOptimizerStep();
+    if (last_) {
+      step_loss = step_loss_sum_ / scheduler_->accumulation();
+      step_loss_sum_ = 0;
+      metrics_.SetTrainLoss(*step_loss);
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  report_.set_backward_micro_batches(scheduler_->backwards());
+  report_.set_optimizer_steps(scheduler_->version());
+  report_.set_drift_max(std::max(report_.drift_max(), result.drift));
+  report_.set_drift_sum(report_.drift_sum() + result.drift);
+  report_.set_drift_count(report_.drift_count() + 1);
+  report_.set_tokens(report_.tokens() + tokens);
+  if (step_loss) {
+    auto* point = report_.add_train_loss();
+    point->set_step(scheduler_->version());
+    point->set_loss(*step_loss);
+  }
+  return absl::OkStatus();
+}
+
+bool StageRuntime::EvalDue(int64_t step) const {
+  const int64_t interval = spec_.training().eval_interval();
+  return step == spec_.training().steps() || (interval > 0 && step % interval == 0);
+}
+
+bool StageRuntime::CheckpointDue(int64_t step) const {
+  const auto& c = spec_.checkpoint();
+  if (c.directory().empty() || step == start_step_) return false;
+  return step == spec_.training().steps() || (c.interval() > 0 && step % c.interval() == 0);
+}
+
+absl::Status StageRuntime::HandleDrained() {
+  // Stage 0 with the pipe empty: every stage has taken exactly `step` steps.
+  const int64_t step = scheduler_->drained_step();
+  if (EvalDue(step) && step != start_step_) {
+    torch::NoGradGuard no_grad;
+    model_->eval();
+    for (int j = 0; j < spec_.training().eval_micro_batches(); ++j) {
+      auto [inputs, targets] = Tokens(corpus_->ValidationWindows(j));
+      torch::Tensor output = model_(inputs);
+      if (last_) {
+        eval_loss_sum_ += LanguageModelLoss(output, targets).item<double>();
+      } else {
+        Send(next_, v1::TensorFrame::EVAL_ACTIVATION, j, &output, step);
+      }
+    }
+    model_->train();
+    if (last_) {
+      RecordValidation(step, eval_loss_sum_ / spec_.training().eval_micro_batches());
+      eval_loss_sum_ = 0;
+    }
+  }
+  if (CheckpointDue(step)) {
+    RETURN_IF_ERROR(SaveCheckpoint(step));
+    if (next_) Send(next_, v1::TensorFrame::CHECKPOINT, 0, nullptr, step);
+  }
+  scheduler_->OnDrainHandled();
+  return absl::OkStatus();
+}
+
+void StageRuntime::RecordValidation(int64_t step, double loss) {
+  metrics_.SetValidationLoss(loss);
+  LOG(INFO) << "job=" << spec_.name() << " step=" << step << " validation_loss=" << loss;
+  absl::MutexLock lock(&mu_);
+  auto* point = report_.add_validation_loss();
+  point->set_step(step);
+  point->set_loss(loss);
+}
+
+absl::Status StageRuntime::HandleControl(v1::TensorFrame frame) {
+  if (scheduler_->in_flight() != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "stage ", stage_, ": ", v1::TensorFrame::Kind_Name(frame.kind()), " arrived with ",
+        scheduler_->in_flight(), " micro-batches in flight; it must come at a drained point"));
+  }
+  switch (frame.kind()) {
+    case v1::TensorFrame::EVAL_ACTIVATION:
+      return EvalForward(frame);
+    case v1::TensorFrame::CHECKPOINT:
+      if (frame.step() != scheduler_->version()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "stage ", stage_, ": CHECKPOINT for step ", frame.step(), " but this stage is at step ",
+            scheduler_->version()));
+      }
+      RETURN_IF_ERROR(SaveCheckpoint(frame.step()));
+      if (next_) Send(next_, v1::TensorFrame::CHECKPOINT, 0, nullptr, frame.step());
+      return absl::OkStatus();
+    case v1::TensorFrame::SHUTDOWN:
+      return Finish();
+    default:
+      return absl::InvalidArgumentError("unexpected control frame");
+  }
+}
+
+absl::Status StageRuntime::EvalForward(const v1::TensorFrame& frame) {
+  torch::NoGradGuard no_grad;
+  model_->eval();
+  torch::Tensor output = model_(DecodeTensor(frame));
+  model_->train();
+  if (!last_) {
+    Send(next_, v1::TensorFrame::EVAL_ACTIVATION, frame.micro_batch_id(), &output, frame.step());
+    return absl::OkStatus();
+  }
+  const auto targets = Tokens(corpus_->ValidationWindows(frame.micro_batch_id())).second;
+  eval_loss_sum_ += LanguageModelLoss(output, targets).item<double>();
+  if (++eval_seen_ == spec_.training().eval_micro_batches()) {
+    RecordValidation(frame.step(), eval_loss_sum_ / eval_seen_);
+    eval_loss_sum_ = 0;
+    eval_seen_ = 0;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StageRuntime::SaveCheckpoint(int64_t step) {
+  ShardMeta meta;
+  meta.job_name = spec_.name();
+  meta.stage = stage_;
+  meta.num_stages = num_stages_;
+  meta.model_fingerprint = model_->Fingerprint();
+  meta.step = step;
+  meta.next_micro_batch = static_cast<uint64_t>(step) * scheduler_->accumulation();
+  const std::string path = ShardPath(spec_.checkpoint().directory(), step, stage_, num_stages_);
+  RETURN_IF_ERROR(SaveShard(path, meta, model_, *optimizer_));
+  metrics_.AddCheckpoint();
+  absl::MutexLock lock(&mu_);
+  report_.add_checkpoints(path);
+  return absl::OkStatus();
+}
+
+absl::Status StageRuntime::Finish() {
+  // Closing the inbox first makes the neighbours' streams end as orderly.
+  inbox_.Close();
+  if (next_) Send(next_, v1::TensorFrame::SHUTDOWN, 0, nullptr);
+  absl::Status status;
+  for (PeerSender* sender : {next_, previous_}) {
+    if (sender == nullptr) continue;
+    absl::Status closed = sender->Close(absl::Seconds(60));
+    if (status.ok()) status = closed;
+  }
+  absl::MutexLock lock(&mu_);
+  report_.set_finished(status.ok());
+  return status;
+}
+
+v1::StageReport StageRuntime::TakeReport() {
+  absl::MutexLock lock(&mu_);
+  v1::StageReport report = report_;
+  report_.clear_train_loss();
+  report_.clear_validation_loss();
+  report_.clear_checkpoints();
+  const double elapsed = absl::ToDoubleSeconds(absl::Now() - started_);
+  if (elapsed > 0 && started_ != absl::Time()) metrics_.SetTokensPerSecond(report.tokens() / elapsed);
+  report.set_peak_rss_bytes(PeakRssBytes());
+  return report;
+}
+
+}  // namespace paci

@@ -1,0 +1,107 @@
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "paci/v1/job.pb.h"
+#include "paci/v1/stage.pb.h"
+#include "worker/data/corpus.h"
+#include "worker/model/adamw.h"
+#include "worker/model/gpt.h"
+#include "worker/model/lr_schedule.h"
+#include "worker/pipeline/stage_scheduler.h"
+#include "worker/runtime/stage_metrics.h"
+#include "worker/transport/inbox.h"
+#include "worker/transport/peer_sender.h"
+
+namespace paci {
+
+// One pipeline stage at work: its slice of the GPT, its AdamW, the schedule
+// (StageScheduler) and the links to its neighbours. Run() is the per-stage
+// loop of DESIGN.md section 1: backward first, forwards up to the in-flight
+// cap, an optimizer step after every a-th backward, evaluation and
+// checkpoints only at drained points.
+//
+// Collaborators are owned by the caller and must outlive the runtime; the
+// senders are null where there is no neighbour. Run() is called once from
+// one thread; Cancel() and TakeReport() may be called from any thread.
+class StageRuntime {
+ public:
+  StageRuntime(const v1::JobSpec& spec, int stage, const Corpus* corpus, Inbox& inbox,
+               PeerSender* previous, PeerSender* next, StageMetrics& metrics);
+
+  // Builds the model and optimizer and, when the spec says so, resumes from
+  // the latest complete checkpoint. FailedPrecondition / DataLoss for a
+  // checkpoint that does not fit or is corrupt (nothing is written then), and
+  // for a fresh run into a directory that already holds checkpoints.
+  absl::Status Init();
+
+  // Trains to the end. Blocks. Returns the first error: a broken link, a
+  // malformed or out-of-order tensor, a drift over the bound, a torch error.
+  absl::Status Run();
+
+  void Cancel() { cancelled_.store(true); }
+
+  // Counters so far, plus the loss points and checkpoints recorded since the
+  // last call.
+  v1::StageReport TakeReport();
+
+  int64_t start_step() const { return start_step_; }
+
+ private:
+  struct Pending {  // a micro-batch between its forward and its backward
+    uint64_t micro_batch_id;
+    torch::Tensor input;   // the leaf whose gradient goes to stage s-1
+    torch::Tensor output;  // hidden state, or the loss on the last stage
+  };
+
+  absl::Status Loop();
+  absl::Status Forward();
+  absl::Status Backward();
+  absl::Status HandleDrained();
+  absl::Status HandleControl(v1::TensorFrame frame);
+  absl::Status EvalForward(const v1::TensorFrame& frame);
+  absl::Status SaveCheckpoint(int64_t step);
+  absl::Status Finish();
+  void Send(PeerSender* to, v1::TensorFrame::Kind kind, uint64_t micro_batch_id,
+            const torch::Tensor* tensor, int64_t step = 0);
+  void RecordValidation(int64_t step, double loss);
+  std::pair<torch::Tensor, torch::Tensor> Tokens(const std::vector<int32_t>& windows) const;
+  bool EvalDue(int64_t step) const;
+  bool CheckpointDue(int64_t step) const;
+
+  const v1::JobSpec spec_;
+  const int stage_;
+  const int num_stages_;
+  const bool first_, last_;
+  const Corpus* corpus_;
+  Inbox& inbox_;
+  PeerSender* previous_;
+  PeerSender* next_;
+  StageMetrics& metrics_;
+  LrScheduleOptions lr_;
+  std::unique_ptr<StageScheduler> scheduler_;
+  GptStage model_{nullptr};
+  std::unique_ptr<AdamW> optimizer_;
+  std::deque<Pending> pending_;
+  int64_t start_step_ = 0;
+  double step_loss_sum_ = 0;  // last stage: losses of the current step's micro-batches
+  double eval_loss_sum_ = 0;
+  int eval_seen_ = 0;
+  absl::Time started_;
+  std::atomic<bool> cancelled_{false};
+
+  absl::Mutex mu_;
+  v1::StageReport report_ ABSL_GUARDED_BY(mu_);  // counters, and points not yet taken
+};
+
+}  // namespace paci
