@@ -13,34 +13,27 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/job_spec.h"
+#include "common/status_macros.h"
 #include "glog/logging.h"
-#include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
 #include "tools/job_control_service.h"
 #include "tools/job_progress.h"
 #include "tools/progress_printer.h"
+#include "tools/summary_json.h"
 #include "tools/worker_processes.h"
 
 namespace paci {
 namespace {
 
 absl::Status WriteSummary(const v1::RunSummary& summary, const std::string& path) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.add_whitespace = true;
-  options.always_print_primitive_fields = true;
-  options.preserve_proto_field_names = true;
-  std::string json;
-  if (const auto status = google::protobuf::util::MessageToJsonString(summary, &json, options);
-      !status.ok()) {
-    return absl::InternalError(absl::StrCat("summary to JSON: ", status.ToString()));
-  }
+  ASSIGN_OR_RETURN(const std::string json, RunSummaryToJson(summary));
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   std::error_code ignored;
   if (!parent.empty()) std::filesystem::create_directories(parent, ignored);
   std::ofstream file(path, std::ios::trunc);
   file << json;
   file.close();
-  if (!file) return absl::UnavailableError(absl::StrCat("cannot write ", path));
+  if (!file) return absl::UnavailableError(absl::StrCat("cannot write the summary to ", path));
   return absl::OkStatus();
 }
 

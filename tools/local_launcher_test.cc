@@ -108,6 +108,7 @@ TEST_F(LocalLauncherTest, SuccessfulRunPrintsTheTableAndWritesTheSummary) {
   json << file.rdbuf();
   EXPECT_THAT(json.str(), HasSubstr("\"final_validation_loss\": 3.5"));  // proto names
   EXPECT_THAT(json.str(), HasSubstr("\"error\": \"\""));                  // defaults printed
+  EXPECT_THAT(json.str(), HasSubstr("\"steps\": 8,"));                     // numbers
 }
 
 TEST_F(LocalLauncherTest, StageErrorStopsEveryWorkerAndIsReported) {

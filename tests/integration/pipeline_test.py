@@ -65,6 +65,7 @@ class Run:
         reader.start()
         self.returncode = self.proc.wait(timeout=600)
         reader.join(timeout=10)
+        self.proc.stdout.close()
         self.output = "".join(self.lines)
 
     def _read(self):
@@ -96,8 +97,17 @@ class Run:
             time.sleep(0.2)
 
     def summary(self):
+        """The JSON summary, with proto3-JSON's int64 strings made ints."""
+        def fix(value):
+            if isinstance(value, dict):
+                return {k: fix(v) for k, v in value.items()}
+            if isinstance(value, list):
+                return [fix(v) for v in value]
+            if isinstance(value, str) and re.fullmatch(r"-?\d+", value):
+                return int(value)
+            return value
         with open(self.summary_path) as f:
-            return json.load(f)
+            return fix(json.load(f))
 
 
 def metric_values(text, name):
@@ -224,9 +234,18 @@ class PipelineTest(unittest.TestCase):
             return out
 
         # A fresh run into a directory with checkpoints is refused.
+        before = snapshot()
         clobber = self.train(steps=20, checkpoint="{directory: %s}" % ckpt)
         self.assertNotEqual(clobber.returncode, 0)
         self.assertIn("already holds checkpoints", clobber.output)
+        self.assertEqual(snapshot(), before)
+
+        # A shard of another model is refused and nothing is overwritten.
+        mismatch = self.train(steps=30, d_model=64,
+                              checkpoint="{directory: %s, interval: 5, resume: true}" % ckpt)
+        self.assertNotEqual(mismatch.returncode, 0)
+        self.assertIn("different model slice", mismatch.output)
+        self.assertEqual(snapshot(), before)
 
         # A corrupt shard is refused and nothing is overwritten.
         shard = os.path.join(ckpt, "step-%08d" % 20, "stage-1-of-2.pt")
@@ -238,13 +257,7 @@ class PipelineTest(unittest.TestCase):
         self.assertNotEqual(corrupt.returncode, 0)
         self.assertIn("is corrupt", corrupt.output)
         self.assertEqual(snapshot(), before)
-
-        # A shard of another model is refused and nothing is overwritten.
-        mismatch = self.train(steps=30, d_model=64,
-                              checkpoint="{directory: %s, interval: 5, resume: true}" % ckpt)
-        self.assertNotEqual(mismatch.returncode, 0)
-        self.assertIn("different model slice", mismatch.output)
-        self.assertEqual(snapshot(), before)
+        self.assertRegex(corrupt.output, r"training failed: stage 1: checkpoint .*stage-1-of-2.pt is corrupt")
 
     def test_bad_specs_are_refused_naming_the_field(self):
         cases = [
@@ -290,6 +303,7 @@ class PipelineTest(unittest.TestCase):
         time.sleep(1)
         proc.send_signal(signal.SIGINT)
         proc.stdout.read()
+        proc.stdout.close()
         self.assertEqual(proc.wait(timeout=60), 130)
         for pid in pids:
             with self.assertRaises(ProcessLookupError):

@@ -58,6 +58,9 @@ StageRuntime::StageRuntime(const v1::JobSpec& spec, int stage, const Corpus* cor
   lr_.total_steps = spec.training().steps();
   lr_.warmup_fraction = spec.optimizer().warmup_fraction();
   lr_.min_lr_ratio = spec.optimizer().min_lr_ratio();
+  absl::MutexLock lock(&mu_);
+  report_.set_job_name(spec_.name());
+  report_.set_stage(stage_);
 }
 
 absl::Status StageRuntime::Init() {
@@ -112,8 +115,6 @@ absl::Status StageRuntime::Init() {
   scheduler_ = std::make_unique<StageScheduler>(o);
 
   absl::MutexLock lock(&mu_);
-  report_.set_job_name(spec_.name());
-  report_.set_stage(stage_);
   report_.set_drift_bound(scheduler_->drift_bound());
   report_.set_optimizer_steps(start_step_);
   return absl::OkStatus();
