@@ -119,6 +119,67 @@ absl::StatusOr<Joined> JoinJob(v1::JobControl::Stub& stub, int stage, const std:
   return Joined{response.spec(), {response.stage_addresses().begin(), response.stage_addresses().end()}};
 }
 
+// Everything after joining: data, model, links, training. `*reported` is set
+// once the final report (success or error) has been sent.
+absl::Status RunStage(const v1::JobSpec& spec, int stage, const std::vector<std::string>& peers,
+                      Inbox& inbox, StageLinkService& link_service,
+                      prometheus::Registry& registry, v1::JobControl::Stub* control,
+                      bool* reported) {
+  const int P = spec.pipeline().num_stages();
+  const int threads = spec.runtime().threads_per_stage();
+  torch::set_num_threads(threads);
+
+  std::optional<Corpus> corpus;
+  if (stage == 0 || stage == P - 1) {
+    CorpusOptions options;
+    options.path = spec.data().corpus_path();
+    options.validation_fraction = spec.data().validation_fraction();
+    options.seed = spec.data().seed();
+    options.seq_len = spec.model().seq_len();
+    options.micro_batch_size = spec.pipeline().micro_batch_size();
+    ASSIGN_OR_RETURN(corpus, Corpus::Load(options));
+    if (corpus->tokenizer().vocab_size() > spec.model().vocab_size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model.vocab_size: the corpus ", options.path, " has ", corpus->tokenizer().vocab_size(),
+          " distinct characters, more than vocab_size ", spec.model().vocab_size()));
+    }
+  }
+
+  LinkExpectations expect;
+  expect.job_name = spec.name();
+  expect.stage = stage;
+  expect.num_stages = P;
+  expect.hidden_shape = {spec.pipeline().micro_batch_size(), spec.model().seq_len(),
+                         spec.model().d_model()};
+  link_service.SetExpectations(expect);
+
+  ASSIGN_OR_RETURN(ScheduleKind kind, ParseScheduleKind(spec.pipeline().schedule()));
+  StageMetrics metrics(registry, spec.name(), stage, P,
+                       DriftBound(kind, P, stage, spec.pipeline().accumulation()));
+  auto on_failure = [&inbox](absl::Status status) { inbox.Fail(std::move(status)); };
+  std::unique_ptr<PeerSender> previous, next;
+  if (stage > 0) {
+    previous = std::make_unique<PeerSender>(
+        PeerSender::Options{peers[stage - 1], absl::StrCat("stage ", stage - 1)}, on_failure);
+    previous->Start();
+  }
+  if (stage < P - 1) {
+    next = std::make_unique<PeerSender>(
+        PeerSender::Options{peers[stage + 1], absl::StrCat("stage ", stage + 1)}, on_failure);
+    next->Start();
+  }
+
+  StageRuntime runtime(spec, stage, corpus ? &*corpus : nullptr, inbox, previous.get(), next.get(),
+                       metrics);
+  absl::Status status = runtime.Init();
+  Reporter reporter(control, runtime,
+                    absl::Seconds(absl::GetFlag(FLAGS_report_interval_seconds)));
+  if (status.ok()) status = runtime.Run();
+  reporter.Finish(status);
+  *reported = control != nullptr;
+  return status;
+}
+
 absl::Status Main() {
   const int stage = absl::GetFlag(FLAGS_stage);
   const bool launched = !absl::GetFlag(FLAGS_job_control).empty();
@@ -180,56 +241,20 @@ absl::Status Main() {
             << " link=" << link_address
             << " metrics=http://" << metrics_address << "/metrics";
 
-  const int threads = spec.runtime().threads_per_stage();
-  torch::set_num_threads(threads);
-
-  std::optional<Corpus> corpus;
-  if (stage == 0 || stage == P - 1) {
-    CorpusOptions options;
-    options.path = spec.data().corpus_path();
-    options.validation_fraction = spec.data().validation_fraction();
-    options.seed = spec.data().seed();
-    options.seq_len = spec.model().seq_len();
-    options.micro_batch_size = spec.pipeline().micro_batch_size();
-    ASSIGN_OR_RETURN(corpus, Corpus::Load(options));
-    if (corpus->tokenizer().vocab_size() > spec.model().vocab_size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "model.vocab_size: the corpus ", options.path, " has ", corpus->tokenizer().vocab_size(),
-          " distinct characters, more than vocab_size ", spec.model().vocab_size()));
-    }
+  bool reported = false;
+  absl::Status status =
+      RunStage(spec, stage, peers, inbox, link_service, *registry, control.get(), &reported);
+  if (!status.ok() && !reported && control) {
+    // Failed before the runtime could report: tell the launcher why.
+    v1::StageReport report;
+    report.set_job_name(spec.name());
+    report.set_stage(stage);
+    report.set_error(std::string(status.message()));
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::ReportAck ack;
+    control->Report(&context, report, &ack);
   }
-
-  LinkExpectations expect;
-  expect.job_name = spec.name();
-  expect.stage = stage;
-  expect.num_stages = P;
-  expect.hidden_shape = {spec.pipeline().micro_batch_size(), spec.model().seq_len(),
-                         spec.model().d_model()};
-  link_service.SetExpectations(expect);
-
-  ASSIGN_OR_RETURN(ScheduleKind kind, ParseScheduleKind(spec.pipeline().schedule()));
-  StageMetrics metrics(*registry, spec.name(), stage, P,
-                       DriftBound(kind, P, stage, spec.pipeline().accumulation()));
-  auto on_failure = [&inbox](absl::Status status) { inbox.Fail(std::move(status)); };
-  std::unique_ptr<PeerSender> previous, next;
-  if (stage > 0) {
-    previous = std::make_unique<PeerSender>(
-        PeerSender::Options{peers[stage - 1], absl::StrCat("stage ", stage - 1)}, on_failure);
-    previous->Start();
-  }
-  if (stage < P - 1) {
-    next = std::make_unique<PeerSender>(
-        PeerSender::Options{peers[stage + 1], absl::StrCat("stage ", stage + 1)}, on_failure);
-    next->Start();
-  }
-
-  StageRuntime runtime(spec, stage, corpus ? &*corpus : nullptr, inbox, previous.get(), next.get(),
-                       metrics);
-  absl::Status status = runtime.Init();
-  Reporter reporter(control.get(), runtime,
-                    absl::Seconds(absl::GetFlag(FLAGS_report_interval_seconds)));
-  if (status.ok()) status = runtime.Run();
-  reporter.Finish(status);
   inbox.Close();
   absl::SleepFor(absl::Seconds(absl::GetFlag(FLAGS_exit_delay_seconds)));
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));

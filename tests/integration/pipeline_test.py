@@ -274,7 +274,7 @@ class PipelineTest(unittest.TestCase):
         small_vocab = spec_text().replace("vocab_size: 80", "vocab_size: 20")
         run = Run(self.dir, small_vocab)
         self.assertEqual(run.returncode, 1, run.output)
-        self.assertIn("model.vocab_size", run.output)
+        self.assertRegex(run.output, r"training failed: stage \d: model.vocab_size: the corpus")
 
     def test_a_killed_worker_stops_the_job_and_leaves_no_orphan(self):
         run = Run(self.dir, spec_text(P=4, a=3, steps=100000), kill_stage=2)
@@ -286,6 +286,25 @@ class PipelineTest(unittest.TestCase):
             with self.assertRaises(ProcessLookupError, msg="worker %d outlived the job" % pid):
                 os.kill(pid, 0)
         self.assertRegex(run.output, r"stage 2")
+
+    def test_workers_started_by_hand_train_together(self):
+        import socket
+        ports = []
+        for _ in range(2):  # free ports, as an operator would pick them
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", 0))
+                ports.append(sock.getsockname()[1])
+        peers = ",".join("127.0.0.1:%d" % p for p in ports)
+        spec = os.path.join(self.dir, "hand.yaml")
+        with open(spec, "w") as f:
+            f.write(spec_text(steps=20))
+        worker = os.path.join(BUILD, "worker", "paci_worker")
+        procs = [subprocess.Popen([worker, "--spec=" + spec, "--stage=%d" % s, "--peers=" + peers],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                 for s in (1, 0)]
+        outputs = [p.communicate(timeout=300)[0] for p in procs]
+        self.assertEqual([p.returncode for p in procs], [0, 0], outputs)
+        self.assertRegex(outputs[0], r"step=20 validation_loss=\d")
 
     def test_ctrl_c_stops_every_worker(self):
         spec = os.path.join(self.dir, "long.yaml")
