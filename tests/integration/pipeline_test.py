@@ -80,12 +80,13 @@ class Run:
             if self._scrape:
                 threading.Thread(target=self._scrape_loop, args=(stage, url), daemon=True).start()
             if self.kill_stage == stage:
-                threading.Thread(target=self._kill_later, args=(pid,), daemon=True).start()
+                threading.Thread(target=self._kill_when_training, args=(pid, url),
+                                 daemon=True).start()
 
-    def _kill_later(self, pid):
-        time.sleep(3)  # let training start
-        os.kill(pid, signal.SIGKILL)
-        self.killed = pid
+    def _kill_when_training(self, pid, url):
+        if wait_for_training(url, self.proc):
+            os.kill(pid, signal.SIGKILL)
+            self.killed = pid
 
     def _scrape_loop(self, stage, url):
         while self.proc.poll() is None:
@@ -94,7 +95,7 @@ class Run:
                     self.metrics[stage] = response.read().decode()
             except OSError:
                 pass
-            time.sleep(0.2)
+            time.sleep(0.2)  # scrape interval
 
     def summary(self):
         """The JSON summary, with proto3-JSON's int64 strings made ints."""
@@ -108,6 +109,31 @@ class Run:
             return value
         with open(self.summary_path) as f:
             return fix(json.load(f))
+
+
+def wait_for_training(url, proc, timeout=120):
+    """Polls a worker's /metrics until it has run a backward; False if it never does."""
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                values = metric_values(response.read().decode(), "paci_microbatches_total")
+                if any(v > 0 for k, v in values.items() if 'pass="backward"' in k):
+                    return True
+        except OSError:
+            pass
+        time.sleep(0.1)  # polling interval
+    return False
+
+
+def assert_gone(test, pids, timeout=30):
+    """Every pid has exited (and been reaped), within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    alive = list(pids)
+    while alive and time.monotonic() < deadline:
+        alive = [pid for pid in alive if os.path.exists("/proc/%d" % pid)]
+        time.sleep(0.05)  # polling interval
+    test.assertEqual(alive, [], "workers outlived the job")
 
 
 def metric_values(text, name):
@@ -281,11 +307,8 @@ class PipelineTest(unittest.TestCase):
         self.assertNotEqual(run.returncode, 0)
         self.assertIsNotNone(run.killed, run.output)
         self.assertEqual(len(run.pids), 4)
-        time.sleep(0.5)
-        for pid in run.pids.values():
-            with self.assertRaises(ProcessLookupError, msg="worker %d outlived the job" % pid):
-                os.kill(pid, 0)
-        self.assertRegex(run.output, r"stage 2")
+        assert_gone(self, run.pids.values())
+        self.assertRegex(run.output, r"stage 2: worker killed by signal 9")
 
     def test_workers_started_by_hand_train_together(self):
         import socket
@@ -312,21 +335,20 @@ class PipelineTest(unittest.TestCase):
             f.write(spec_text(steps=100000))
         proc = subprocess.Popen([PACICTL, "train", spec], stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
-        pids = []
+        pids, urls = [], []
         for line in iter(proc.stdout.readline, ""):
-            m = re.search(r"pid=(\d+)", line)
+            m = re.search(r"pid=(\d+) .*metrics=(http://\S+)", line)
             if m:
                 pids.append(int(m.group(1)))
+                urls.append(m.group(2))
             if len(pids) == 2:
                 break
-        time.sleep(1)
+        self.assertTrue(wait_for_training(urls[0], proc))
         proc.send_signal(signal.SIGINT)
-        proc.stdout.read()
+        output = proc.stdout.read()
         proc.stdout.close()
-        self.assertEqual(proc.wait(timeout=60), 130)
-        for pid in pids:
-            with self.assertRaises(ProcessLookupError):
-                os.kill(pid, 0)
+        self.assertEqual(proc.wait(timeout=60), 130, output)
+        assert_gone(self, pids)
 
 
 if __name__ == "__main__":

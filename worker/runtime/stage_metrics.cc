@@ -1,11 +1,27 @@
 #include "worker/runtime/stage_metrics.h"
 
 #include <algorithm>
+#include <map>
 
 namespace paci {
 namespace {
 
 using Labels = std::map<std::string, std::string>;
+
+Labels With(Labels labels, const std::string& key, const std::string& value) {
+  labels[key] = value;
+  return labels;
+}
+
+prometheus::Counter& AddCounter(prometheus::Registry& r, const char* name, const char* help,
+                                const Labels& labels) {
+  return prometheus::BuildCounter().Name(name).Help(help).Register(r).Add(labels);
+}
+
+prometheus::Gauge& AddGauge(prometheus::Registry& r, const char* name, const char* help,
+                            const Labels& labels) {
+  return prometheus::BuildGauge().Name(name).Help(help).Register(r).Add(labels);
+}
 
 prometheus::Histogram::BucketBoundaries DriftBuckets(int num_stages) {
   prometheus::Histogram::BucketBoundaries buckets;
@@ -13,83 +29,46 @@ prometheus::Histogram::BucketBoundaries DriftBuckets(int num_stages) {
   return buckets;
 }
 
+constexpr char kMicroBatches[] = "Micro-batches processed, by pass";
+constexpr char kBytesSent[] = "Tensor bytes sent to the neighbouring stages";
+
 }  // namespace
 
 StageMetrics::StageMetrics(prometheus::Registry& r, const std::string& job, int stage,
                            int num_stages, int64_t drift_bound)
+    : StageMetrics(r, Labels{{"job", job}, {"stage", std::to_string(stage)}}, num_stages,
+                   drift_bound) {}
+
+StageMetrics::StageMetrics(prometheus::Registry& r, const Labels& l, int num_stages,
+                           int64_t drift_bound)
     : drift_(prometheus::BuildHistogram()
                  .Name("paci_weight_drift_steps")
                  .Help("Optimizer steps a micro-batch crossed between its forward and backward")
                  .Register(r)
-                 .Add(Labels{{"job", job}, {"stage", std::to_string(stage)}},
-                      DriftBuckets(num_stages))),
-      drift_bound_(prometheus::BuildGauge()
-                       .Name("paci_weight_drift_bound_steps")
-                       .Help("The configured drift bound ceil((P-1-s)/a) of this stage")
-                       .Register(r)
-                       .Add(Labels{{"job", job}, {"stage", std::to_string(stage)}})),
-      forward_(prometheus::BuildCounter()
-                   .Name("paci_microbatches_total")
-                   .Help("Micro-batches processed, by pass")
-                   .Register(r)
-                   .Add(Labels{{"job", job}, {"stage", std::to_string(stage)}, {"pass", "forward"}})),
-      backward_(prometheus::BuildCounter()
-                    .Name("paci_microbatches_total")
-                    .Help("Micro-batches processed, by pass")
-                    .Register(r)
-                    .Add(Labels{{"job", job}, {"stage", std::to_string(stage)}, {"pass", "backward"}})),
-      tokens_(prometheus::BuildCounter()
-                  .Name("paci_tokens_total")
-                  .Help("Tokens through backward at this stage")
-                  .Register(r)
-                  .Add(Labels{{"job", job}, {"stage", std::to_string(stage)}})),
-      steps_(prometheus::BuildCounter()
-                 .Name("paci_optimizer_steps_total")
-                 .Help("Optimizer steps taken by this stage")
-                 .Register(r)
-                 .Add(Labels{{"job", job}, {"stage", std::to_string(stage)}})),
-      busy_(prometheus::BuildCounter()
-                .Name("paci_stage_busy_seconds_total")
-                .Help("Seconds spent in forward, backward, optimizer, evaluation and checkpoints")
-                .Register(r)
-                .Add(Labels{{"job", job}, {"stage", std::to_string(stage)}})),
-      idle_(prometheus::BuildCounter()
-                .Name("paci_stage_idle_seconds_total")
-                .Help("Seconds spent waiting for a neighbour (the pipeline bubble)")
-                .Register(r)
-                .Add(Labels{{"job", job}, {"stage", std::to_string(stage)}})),
-      bytes_forward_(prometheus::BuildCounter()
-                         .Name("paci_activation_bytes_sent_total")
-                         .Help("Tensor bytes sent to the neighbouring stages")
-                         .Register(r)
-                         .Add(Labels{{"job", job}, {"stage", std::to_string(stage)},
-                                     {"direction", "forward"}})),
-      bytes_backward_(prometheus::BuildCounter()
-                          .Name("paci_activation_bytes_sent_total")
-                          .Help("Tensor bytes sent to the neighbouring stages")
-                          .Register(r)
-                          .Add(Labels{{"job", job}, {"stage", std::to_string(stage)},
-                                      {"direction", "backward"}})),
-      train_loss_(prometheus::BuildGauge()
-                      .Name("paci_train_loss")
-                      .Help("Mean training loss of the last optimizer step (last stage)")
-                      .Register(r)
-                      .Add(Labels{{"job", job}, {"stage", std::to_string(stage)}})),
-      validation_loss_(prometheus::BuildGauge()
-                           .Name("paci_validation_loss")
-                           .Help("Validation loss at the last drained evaluation (last stage)")
-                           .Register(r)
-                           .Add(Labels{{"job", job}, {"stage", std::to_string(stage)}})),
-      tokens_per_second_(prometheus::BuildGauge()
-                             .Name("paci_tokens_per_second")
-                             .Help("Training tokens per second through this stage")
-                             .Register(r)
-                             .Add(Labels{{"job", job}, {"stage", std::to_string(stage)}})),
-      checkpoints_(prometheus::BuildCounter()
-                       .Name("paci_checkpoints_written_total")
-                       .Help("Checkpoint shards written by this stage")
-                       .Register(r)
-                       .Add(Labels{{"job", job}, {"stage", std::to_string(stage)}})) {
+                 .Add(l, DriftBuckets(num_stages))),
+      drift_bound_(AddGauge(r, "paci_weight_drift_bound_steps",
+                            "The configured drift bound ceil((P-1-s)/a) of this stage", l)),
+      forward_(AddCounter(r, "paci_microbatches_total", kMicroBatches, With(l, "pass", "forward"))),
+      backward_(AddCounter(r, "paci_microbatches_total", kMicroBatches, With(l, "pass", "backward"))),
+      tokens_(AddCounter(r, "paci_tokens_total", "Tokens through backward at this stage", l)),
+      steps_(AddCounter(r, "paci_optimizer_steps_total", "Optimizer steps taken by this stage", l)),
+      busy_(AddCounter(r, "paci_stage_busy_seconds_total",
+                       "Seconds spent in forward, backward, optimizer, evaluation and checkpoints",
+                       l)),
+      idle_(AddCounter(r, "paci_stage_idle_seconds_total",
+                       "Seconds spent waiting for a neighbour (the pipeline bubble)", l)),
+      bytes_forward_(AddCounter(r, "paci_activation_bytes_sent_total", kBytesSent,
+                                With(l, "direction", "forward"))),
+      bytes_backward_(AddCounter(r, "paci_activation_bytes_sent_total", kBytesSent,
+                                 With(l, "direction", "backward"))),
+      train_loss_(AddGauge(r, "paci_train_loss",
+                           "Mean training loss of the last optimizer step (last stage)", l)),
+      validation_loss_(AddGauge(r, "paci_validation_loss",
+                                "Validation loss at the last drained evaluation (last stage)", l)),
+      tokens_per_second_(AddGauge(r, "paci_tokens_per_second",
+                                  "Training tokens per second through this stage", l)),
+      checkpoints_(AddCounter(r, "paci_checkpoints_written_total",
+                              "Checkpoint shards written by this stage", l)) {
   drift_bound_.Set(static_cast<double>(drift_bound));
 }
 

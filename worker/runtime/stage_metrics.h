@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include <prometheus/counter.h>
@@ -35,6 +36,9 @@ class StageMetrics {
   void AddCheckpoint() { checkpoints_.Increment(); }
 
  private:
+  StageMetrics(prometheus::Registry& registry, const std::map<std::string, std::string>& labels,
+               int num_stages, int64_t drift_bound);
+
   prometheus::Histogram& drift_;
   prometheus::Gauge& drift_bound_;
   prometheus::Counter& forward_;

@@ -145,6 +145,7 @@ TEST_F(StageLinkTest, APeerThatVanishesMidTrainingFailsTheInbox) {
     v1::PushSummary summary;
     auto writer = stub->Push(&context, &summary);
     ASSERT_TRUE(writer->Write(Activation(0)));
+    while (!inbox_.Pop(Inbox::From::kPrevious)) inbox_.Wait(absl::Seconds(10));
     context.TryCancel();  // as a killed process would
     writer->Finish();
   }
