@@ -320,6 +320,9 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec) {
 
   v1::RuntimeSpec* runtime = spec->mutable_runtime();
   if (!runtime->has_threads_per_stage()) runtime->set_threads_per_stage(1);
+
+  v1::RunPolicy* policy = spec->mutable_run_policy();
+  if (!policy->has_backoff_limit()) policy->set_backoff_limit(3);
 }
 
 absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
@@ -337,7 +340,21 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   RETURN_IF_ERROR(ValidateTraining(spec.training()));
   RETURN_IF_ERROR(ValidateData(spec.data()));
   RETURN_IF_ERROR(ValidateCheckpoint(spec.checkpoint()));
-  return RequireBetween("runtime.threads_per_stage", spec.runtime().threads_per_stage(), 1, 256);
+  RETURN_IF_ERROR(
+      RequireBetween("runtime.threads_per_stage", spec.runtime().threads_per_stage(), 1, 256));
+  const v1::RunPolicy& policy = spec.run_policy();
+  RETURN_IF_ERROR(RequireBetween("run_policy.backoff_limit", policy.backoff_limit(), 0, 1000));
+  RETURN_IF_ERROR(RequireBetween<int64_t>("run_policy.active_deadline_seconds",
+                                          policy.active_deadline_seconds(), 0, 365LL * 86400));
+  RETURN_IF_ERROR(RequireBetween("run_policy.priority", policy.priority(), -1000, 1000));
+  RETURN_IF_ERROR(Require(policy.worker_selector_size() <= 32, "run_policy.worker_selector",
+                          "at most 32 labels", absl::StrCat(policy.worker_selector_size())));
+  for (const auto& [key, value] : policy.worker_selector()) {
+    RETURN_IF_ERROR(Require(!key.empty() && key.size() <= 253 && value.size() <= 253,
+                            "run_policy.worker_selector", "keys of 1 to 253 characters, values "
+                            "of at most 253", absl::StrCat("\"", key, "\"")));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::JobSpec> LoadAndValidateJobSpec(const std::string& path) {

@@ -1,0 +1,71 @@
+#include "common/grpc_security.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+
+namespace paci {
+namespace {
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat(what, ": cannot read ", path));
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
+    const TlsFiles& tls) {
+  if (tls.cert_file.empty() && tls.key_file.empty()) return grpc::InsecureServerCredentials();
+  auto cert = ReadFile(tls.cert_file, "TLS certificate");
+  if (!cert.ok()) return cert.status();
+  auto key = ReadFile(tls.key_file, "TLS private key");
+  if (!key.ok()) return key.status();
+  grpc::SslServerCredentialsOptions options;
+  options.pem_key_cert_pairs.push_back({*key, *cert});
+  if (!tls.ca_file.empty()) {
+    auto ca = ReadFile(tls.ca_file, "TLS CA");
+    if (!ca.ok()) return ca.status();
+    options.pem_root_certs = *ca;
+  }
+  return grpc::SslServerCredentials(options);
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
+    const TlsFiles& tls) {
+  if (tls.ca_file.empty()) return grpc::InsecureChannelCredentials();
+  auto ca = ReadFile(tls.ca_file, "TLS CA");
+  if (!ca.ok()) return ca.status();
+  grpc::SslCredentialsOptions options;
+  options.pem_root_certs = *ca;
+  return grpc::SslCredentials(options);
+}
+
+grpc::Status CheckBearerToken(const grpc::ServerContext& context, const std::string& token) {
+  if (token.empty()) return grpc::Status::OK;
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find("authorization");
+  const std::string expected = "Bearer " + token;
+  if (it != metadata.end() && it->second.size() == expected.size()) {
+    unsigned char diff = 0;
+    for (size_t i = 0; i < expected.size(); ++i) diff |= it->second.data()[i] ^ expected[i];
+    if (diff == 0) return grpc::Status::OK;
+  }
+  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                      "missing or wrong bearer token (metadata \"authorization: Bearer ...\")");
+}
+
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
+  auto text = ReadFile(path, "token file");
+  if (!text.ok()) return text.status();
+  std::string token(absl::StripTrailingAsciiWhitespace(*text));
+  if (token.empty()) return absl::InvalidArgumentError(absl::StrCat("token file ", path, " is empty"));
+  return token;
+}
+
+}  // namespace paci

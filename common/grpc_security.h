@@ -1,0 +1,38 @@
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/statusor.h"
+
+namespace paci {
+
+// TLS material for a gRPC endpoint. All empty: plaintext (the local default,
+// on loopback). Files are PEM.
+struct TlsFiles {
+  std::string cert_file;  // this endpoint's certificate (servers)
+  std::string key_file;   // its private key (servers)
+  std::string ca_file;    // the CA that signed the peer (clients: the server's)
+  bool enabled() const { return !cert_file.empty() || !ca_file.empty(); }
+};
+
+// Server credentials: TLS when cert_file and key_file are given, else
+// insecure. InvalidArgument naming the file that cannot be read.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
+    const TlsFiles& tls);
+
+// Channel credentials: TLS trusting ca_file when given, else insecure.
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
+    const TlsFiles& tls);
+
+// Checks "authorization: Bearer <token>" on a call. An empty `token`
+// accepts every call. UNAUTHENTICATED otherwise (comparison in constant time).
+grpc::Status CheckBearerToken(const grpc::ServerContext& context, const std::string& token);
+
+// Reads a token file (trailing whitespace removed). InvalidArgument when it
+// cannot be read or is empty.
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
+
+}  // namespace paci

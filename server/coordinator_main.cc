@@ -1,0 +1,128 @@
+// paci_coordinator: the job API and the worker gateway over gRPC, jobs kept
+// in an SQLite file.
+//
+//   paci_coordinator --listen=127.0.0.1:7070 --db=paci.db
+
+#include <csignal>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include <glog/logging.h>
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <prometheus/registry.h>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/grpc_security.h"
+#include "common/metrics_http_server.h"
+#include "common/status_macros.h"
+#include "server/coordinator_metrics.h"
+#include "server/coordinator_service.h"
+#include "server/job_manager.h"
+#include "server/job_store.h"
+#include "server/worker_gateway.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:7070", "host:port to serve gRPC on (port 0: any)");
+ABSL_FLAG(std::string, db, "paci-coordinator.db", "SQLite file that keeps the jobs");
+ABSL_FLAG(std::string, metrics_address, "127.0.0.1:0", "host:port of /metrics");
+ABSL_FLAG(std::string, port_file, "", "write the bound gRPC port here once serving");
+ABSL_FLAG(std::string, tls_cert, "", "PEM certificate: serve TLS");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key for --tls_cert");
+ABSL_FLAG(std::string, tls_ca, "", "PEM CA: require client certificates it signed");
+ABSL_FLAG(std::string, auth_token_file, "", "clients and workers must send this bearer token");
+ABSL_FLAG(double, heartbeat_timeout_seconds, 5, "a silent worker is dead after this");
+ABSL_FLAG(double, stall_timeout_seconds, 120, "a stage without progress this long is stalled");
+ABSL_FLAG(double, reconnect_grace_seconds, 10,
+          "after a restart, how long running jobs wait for their workers");
+ABSL_FLAG(int, max_message_bytes, 4 << 20, "largest request accepted");
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+void OnSignal(int) { g_stop.store(true); }
+
+absl::Status Main() {
+  using namespace paci;
+  ASSIGN_OR_RETURN(std::unique_ptr<JobStore> store, JobStore::Open(absl::GetFlag(FLAGS_db)));
+  auto registry = std::make_shared<prometheus::Registry>();
+  CoordinatorMetrics metrics(*registry);
+  JobManagerOptions options;
+  options.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_seconds));
+  options.stall_timeout = absl::Seconds(absl::GetFlag(FLAGS_stall_timeout_seconds));
+  options.reconnect_grace = absl::Seconds(absl::GetFlag(FLAGS_reconnect_grace_seconds));
+  JobManager manager(*store, metrics, options, [] { return absl::Now(); });
+  RETURN_IF_ERROR(manager.Recover());
+
+  std::string token;
+  if (!absl::GetFlag(FLAGS_auth_token_file).empty()) {
+    ASSIGN_OR_RETURN(token, ReadTokenFile(absl::GetFlag(FLAGS_auth_token_file)));
+  }
+  TlsFiles tls{absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+               absl::GetFlag(FLAGS_tls_ca)};
+  ASSIGN_OR_RETURN(auto credentials, MakeServerCredentials(tls));
+
+  CoordinatorServiceOptions service_options;
+  service_options.token = token;
+  CoordinatorService coordinator(manager, service_options);
+  WorkerGateway gateway(manager, token);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  const std::string listen = absl::GetFlag(FLAGS_listen);
+  builder.AddListeningPort(listen, credentials, &port);
+  builder.SetMaxReceiveMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
+  builder.RegisterService(&coordinator);
+  builder.RegisterService(&gateway);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || port == 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", listen));
+
+  MetricsHttpServer metrics_server(registry);
+  ASSIGN_OR_RETURN(int metrics_port, metrics_server.Start(absl::GetFlag(FLAGS_metrics_address)));
+  const std::string host = listen.substr(0, listen.rfind(':'));
+  LOG(INFO) << "coordinator serving on " << host << ":" << port << " ("
+            << (tls.enabled() ? "TLS" : "plaintext") << ", "
+            << (token.empty() ? "no client token" : "bearer token required") << ")"
+            << " metrics=http://" << host << ":" << metrics_port << "/metrics"
+            << " db=" << absl::GetFlag(FLAGS_db);
+  if (!tls.enabled() && host != "127.0.0.1" && host != "localhost" && host != "[::1]") {
+    LOG(WARNING) << "serving plaintext on a non-loopback address; give --tls_cert and --tls_key";
+  }
+  if (!absl::GetFlag(FLAGS_port_file).empty()) {
+    const std::string path = absl::GetFlag(FLAGS_port_file);
+    std::ofstream(path + ".tmp") << port << "\n";
+    std::rename((path + ".tmp").c_str(), path.c_str());
+  }
+
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGINT, OnSignal);
+  while (!g_stop.load()) {
+    manager.Tick();
+    absl::SleepFor(absl::Milliseconds(200));  // the ticker's period
+  }
+  LOG(INFO) << "coordinator stopping";
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("the paci coordinator: --listen=HOST:PORT --db=FILE");
+  absl::ParseCommandLine(argc, argv);
+  google::InitGoogleLogging(argv[0]);
+  FLAGS_logtostderr = true;
+  absl::Status status = Main();
+  if (!status.ok()) {
+    LOG(ERROR) << "coordinator failed: " << status.message();
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,113 @@
+#include "server/coordinator_service.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_security.h"
+#include "common/job_spec.h"
+
+namespace paci {
+
+grpc::Status ToGrpc(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+absl::Status CheckJobName(const std::string& name, const char* field) {
+  if (name.empty()) return absl::InvalidArgumentError(absl::StrCat(field, ": required"));
+  if (name.size() > 63) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": at most 63 characters, got ", name.size()));
+  }
+  return absl::OkStatus();
+}
+
+CoordinatorService::CoordinatorService(JobManager& manager,
+                                       const CoordinatorServiceOptions& options)
+    : manager_(manager), options_(options) {}
+
+grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* context,
+                                           const v1::SubmitJobRequest* request,
+                                           v1::Job* response) {
+  grpc::Status auth = CheckBearerToken(*context, options_.token);
+  if (!auth.ok()) return auth;
+  if (!request->has_spec()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "spec: required");
+  }
+  v1::JobSpec spec = request->spec();
+  ApplyJobSpecDefaults(&spec);
+  absl::Status valid = ValidateJobSpec(spec);
+  if (!valid.ok()) return ToGrpc(valid);
+  absl::StatusOr<v1::Job> job = manager_.Submit(spec);
+  if (!job.ok()) return ToGrpc(job.status());
+  *response = *job;
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::GetJob(grpc::ServerContext* context,
+                                        const v1::GetJobRequest* request, v1::Job* response) {
+  grpc::Status auth = CheckBearerToken(*context, options_.token);
+  if (!auth.ok()) return auth;
+  absl::Status valid = CheckJobName(request->name(), "name");
+  if (!valid.ok()) return ToGrpc(valid);
+  absl::StatusOr<v1::Job> job = manager_.Get(request->name());
+  if (!job.ok()) return ToGrpc(job.status());
+  *response = *job;
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::ListJobs(grpc::ServerContext* context,
+                                          const v1::ListJobsRequest* request,
+                                          v1::ListJobsResponse* response) {
+  grpc::Status auth = CheckBearerToken(*context, options_.token);
+  if (!auth.ok()) return auth;
+  if (!v1::JobPhase_IsValid(request->phase())) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("phase: unknown value ", request->phase()));
+  }
+  for (v1::Job& job : manager_.List(request->phase())) *response->add_jobs() = std::move(job);
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::CancelJob(grpc::ServerContext* context,
+                                           const v1::CancelJobRequest* request,
+                                           v1::Job* response) {
+  grpc::Status auth = CheckBearerToken(*context, options_.token);
+  if (!auth.ok()) return auth;
+  absl::Status valid = CheckJobName(request->name(), "name");
+  if (!valid.ok()) return ToGrpc(valid);
+  absl::StatusOr<v1::Job> job = manager_.Cancel(request->name());
+  if (!job.ok()) return ToGrpc(job.status());
+  *response = *job;
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* context,
+                                          const v1::WatchJobRequest* request,
+                                          grpc::ServerWriter<v1::Job>* writer) {
+  grpc::Status auth = CheckBearerToken(*context, options_.token);
+  if (!auth.ok()) return auth;
+  absl::Status valid = CheckJobName(request->name(), "name");
+  if (!valid.ok()) return ToGrpc(valid);
+  if (watchers_.fetch_add(1) >= options_.max_watchers) {
+    watchers_.fetch_sub(1);
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        absl::StrCat("more than ", options_.max_watchers, " watchers"));
+  }
+  grpc::Status result = grpc::Status::OK;
+  int64_t version = -1;
+  while (!context->IsCancelled()) {
+    absl::StatusOr<v1::Job> job =
+        manager_.WaitForChange(request->name(), version, absl::Milliseconds(500));
+    if (!job.ok()) {
+      result = ToGrpc(job.status());
+      break;
+    }
+    if (job->version() == version) continue;
+    version = job->version();
+    if (!writer->Write(*job)) break;
+    if (IsTerminal(job->status().phase())) break;
+  }
+  watchers_.fetch_sub(1);
+  return result;
+}
+
+}  // namespace paci

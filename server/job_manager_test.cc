@@ -1,0 +1,332 @@
+#include "server/job_manager.h"
+
+#include <filesystem>
+#include <map>
+#include <vector>
+
+#include <prometheus/registry.h>
+
+#include "common/job_spec.h"
+#include "gtest/gtest.h"
+
+namespace paci {
+namespace {
+
+// A JobManager on a real SQLite file, with a hand-driven clock and workers
+// whose messages are collected instead of sent.
+class JobManagerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    db_ = (std::filesystem::path(testing::TempDir()) /
+           (std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + ".db"))
+              .string();
+    std::filesystem::remove(db_);
+    Restart();
+  }
+
+  // A new manager on the same database file, as after kill -9.
+  void Restart() {
+    manager_.reset();
+    store_.reset();
+    store_ = *JobStore::Open(db_);
+    manager_ = std::make_unique<JobManager>(*store_, metrics_, options_, [this] { return now_; });
+    ASSERT_TRUE(manager_->Recover().ok());
+  }
+
+  static v1::JobSpec Spec(const std::string& name, int P = 2) {
+    v1::JobSpec spec = *ParseJobSpecYaml(
+        "name: " + name +
+        "\nmodel: {vocab_size: 80, num_layers: 4, d_model: 32, num_heads: 4, seq_len: 16}"
+        "\npipeline: {num_stages: " + std::to_string(P) + ", accumulation: 2, micro_batch_size: 2}"
+        "\noptimizer: {lr: 0.001}\ntraining: {steps: 10}\ndata: {corpus_path: /c.txt}"
+        "\ncheckpoint: {directory: /ckpt, interval: 5}\n");
+    ApplyJobSpecDefaults(&spec);
+    return spec;
+  }
+
+  void ConnectWorker(const std::string& id, std::map<std::string, std::string> labels = {},
+                     v1::StageAssignment running = {}) {
+    v1::WorkerRegistration r;
+    r.set_worker_id(id);
+    r.set_link_address(id + ":1");
+    for (const auto& [k, v] : labels) (*r.mutable_labels())[k] = v;
+    *r.mutable_running() = running;
+    ASSERT_TRUE(manager_->Connect(r, [this, id](const v1::CoordinatorMessage& m) {
+                          inbox_[id].push_back(m);
+                        }).ok());
+  }
+
+  v1::StageReport Report(const std::string& job, int64_t attempt, int stage, int64_t steps) {
+    v1::StageReport r;
+    r.set_job_name(job);
+    r.set_attempt(attempt);
+    r.set_stage(stage);
+    r.set_optimizer_steps(steps);
+    return r;
+  }
+
+  v1::JobPhase Phase(const std::string& job) { return manager_->Get(job)->status().phase(); }
+
+  std::vector<v1::CoordinatorMessage> Take(const std::string& worker) {
+    return std::exchange(inbox_[worker], {});
+  }
+
+  std::string db_;
+  prometheus::Registry registry_;
+  CoordinatorMetrics metrics_{registry_};
+  JobManagerOptions options_;
+  absl::Time now_ = absl::FromUnixSeconds(1'000'000);
+  std::unique_ptr<JobStore> store_;
+  std::unique_ptr<JobManager> manager_;
+  std::map<std::string, std::vector<v1::CoordinatorMessage>> inbox_;
+};
+
+TEST_F(JobManagerTest, SubmitIsIdempotentOnTheNameAndRefusesAnotherSpec) {
+  auto first = manager_->Submit(Spec("a"));
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(first->status().phase(), v1::QUEUED);
+  auto again = manager_->Submit(Spec("a"));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(manager_->List(v1::JOB_PHASE_UNSPECIFIED).size(), 1u);
+  v1::JobSpec other = Spec("a");
+  other.mutable_training()->set_steps(99);
+  EXPECT_EQ(manager_->Submit(other).status().code(), absl::StatusCode::kAlreadyExists);
+}
+
+TEST_F(JobManagerTest, AJobStartsOnlyWhenAllItsStagesHaveWorkers) {
+  ASSERT_TRUE(manager_->Submit(Spec("a")).ok());
+  ConnectWorker("w1");
+  EXPECT_EQ(Phase("a"), v1::QUEUED);
+  EXPECT_TRUE(Take("w1").empty());
+  ConnectWorker("w2");
+  EXPECT_EQ(Phase("a"), v1::RUNNING);
+  auto m1 = Take("w1"), m2 = Take("w2");
+  ASSERT_EQ(m1.size(), 1u);
+  ASSERT_EQ(m2.size(), 1u);
+  EXPECT_EQ(m1[0].assign().stage(), 0);
+  EXPECT_EQ(m2[0].assign().stage(), 1);
+  EXPECT_EQ(m1[0].assign().attempt(), 1);
+  EXPECT_EQ(m1[0].assign().stage_addresses(1), "w2:1");
+  EXPECT_FALSE(m1[0].assign().spec().checkpoint().resume());
+}
+
+TEST_F(JobManagerTest, ProgressIsAggregatedAndAllFinishedStagesSucceedTheJob) {
+  ASSERT_TRUE(manager_->Submit(Spec("a")).ok());
+  ConnectWorker("w1");
+  ConnectWorker("w2");
+  v1::StageReport r0 = Report("a", 1, 0, 6), r1 = Report("a", 1, 1, 4);
+  r1.add_train_loss()->set_loss(2.5);
+  r1.add_checkpoint_steps(5);
+  r0.add_checkpoint_steps(5);
+  manager_->OnReport("w1", r0);
+  manager_->OnReport("w2", r1);
+  v1::Job job = *manager_->Get("a");
+  EXPECT_EQ(job.status().step(), 4);
+  EXPECT_DOUBLE_EQ(job.status().train_loss(), 2.5);
+  EXPECT_EQ(job.status().checkpoint_step(), 5);
+  r0.set_finished(true);
+  manager_->OnReport("w1", r0);
+  EXPECT_EQ(Phase("a"), v1::RUNNING);
+  r1.set_finished(true);
+  manager_->OnReport("w2", r1);
+  EXPECT_EQ(Phase("a"), v1::SUCCEEDED);
+  EXPECT_TRUE(manager_->Get("a")->status().has_completion_time());
+}
+
+TEST_F(JobManagerTest, ASecondJobWaitsForTheFirstsWorkers) {
+  ASSERT_TRUE(manager_->Submit(Spec("a")).ok());
+  ASSERT_TRUE(manager_->Submit(Spec("b")).ok());
+  ConnectWorker("w1");
+  ConnectWorker("w2");
+  EXPECT_EQ(Phase("a"), v1::RUNNING);
+  EXPECT_EQ(Phase("b"), v1::QUEUED);
+  for (auto [w, s] : {std::pair{"w1", 0}, std::pair{"w2", 1}}) {
+    v1::StageReport r = Report("a", 1, s, 10);
+    r.set_finished(true);
+    manager_->OnReport(w, r);
+  }
+  EXPECT_EQ(Phase("a"), v1::SUCCEEDED);
+  EXPECT_EQ(Phase("b"), v1::RUNNING);
+}
+
+TEST_F(JobManagerTest, ALostWorkerRestartsTheJobFromItsCheckpointOnFreeWorkers) {
+  ASSERT_TRUE(manager_->Submit(Spec("a")).ok());
+  ConnectWorker("w1");
+  ConnectWorker("w2");
+  Take("w1");
+  manager_->Disconnect("w2");
+  v1::Job job = *manager_->Get("a");
+  EXPECT_EQ(job.status().phase(), v1::RESTARTING);
+  EXPECT_EQ(job.status().reason(), "WorkerLost");
+  EXPECT_EQ(job.status().restarts(), 1);
+  auto stop = Take("w1");
+  ASSERT_EQ(stop.size(), 1u);
+  EXPECT_TRUE(stop[0].has_stop());
+  // w1 is busy until it reports the end of its stage; w3 arrives.
+  ConnectWorker("w3");
+  EXPECT_EQ(Phase("a"), v1::RESTARTING);
+  v1::StageReport end = Report("a", 1, 0, 3);
+  end.set_error("cancelled");
+  end.set_error_code(static_cast<int>(absl::StatusCode::kCancelled));
+  manager_->OnReport("w1", end);
+  EXPECT_EQ(Phase("a"), v1::RUNNING);
+  auto assign = Take("w3");
+  ASSERT_EQ(assign.size(), 1u);
+  EXPECT_EQ(assign[0].assign().attempt(), 2);
+  EXPECT_TRUE(assign[0].assign().spec().checkpoint().resume());
+  // A late report of the dead attempt changes nothing.
+  manager_->OnReport("w1", Report("a", 1, 0, 9));
+  EXPECT_EQ(manager_->Get("a")->status().attempt(), 2);
+}
+
+TEST_F(JobManagerTest, RestartsBeyondTheBackoffLimitFailTheJob) {
+  v1::JobSpec spec = Spec("a");
+  spec.mutable_run_policy()->set_backoff_limit(0);
+  ASSERT_TRUE(manager_->Submit(spec).ok());
+  ConnectWorker("w1");
+  ConnectWorker("w2");
+  manager_->Disconnect("w2");
+  v1::Job job = *manager_->Get("a");
+  EXPECT_EQ(job.status().phase(), v1::FAILED);
+  EXPECT_EQ(job.status().reason(), "BackoffLimitExceeded");
+  EXPECT_NE(job.status().message().find("worker w2 running stage 1 is gone"), std::string::npos);
+}
+
+TEST_F(JobManagerTest, MissedHeartbeatsMakeAWorkerDead) {
+  ASSERT_TRUE(manager_->Submit(Spec("a")).ok());
+  ConnectWorker("w1");
+  ConnectWorker("w2");
+  now_ += absl::Seconds(3);
+  manager_->OnHeartbeat("w1");
+  now_ += absl::Seconds(3);
+  manager_->Tick();
+  EXPECT_EQ(manager_->connected_workers(), 1u);
+  EXPECT_EQ(Phase("a"), v1::RESTARTING);
+  EXPECT_NE(manager_->Get("a")->status().message().find("no heartbeat"), std::string::npos);
+}
+
+TEST_F(JobManagerTest, ABadSpecOrCheckpointFailsTheJobWithoutRetrying) {
+  ASSERT_TRUE(manager_->Submit(Spec("a")).ok());
+  ConnectWorker("w1");
+  ConnectWorker("w2");
+  v1::StageReport r = Report("a", 1, 1, 0);
+  r.set_error("checkpoint /ckpt/step-5 is corrupt");
+  r.set_error_code(static_cast<int>(absl::StatusCode::kDataLoss));
+  manager_->OnReport("w2", r);
+  v1::Job job = *manager_->Get("a");
+  EXPECT_EQ(job.status().phase(), v1::FAILED);
+  EXPECT_EQ(job.status().restarts(), 0);
+  EXPECT_NE(job.status().message().find("is corrupt"), std::string::npos);
+}
+
+TEST_F(JobManagerTest, DeadlineAndStallAreReported) {
+  v1::JobSpec spec = Spec("a");
+  spec.mutable_run_policy()->set_active_deadline_seconds(600);
+  ASSERT_TRUE(manager_->Submit(spec).ok());
+  ConnectWorker("w1");
+  ConnectWorker("w2");
+  now_ += absl::Seconds(200);
+  manager_->OnHeartbeat("w1");
+  manager_->OnReport("w2", Report("a", 1, 1, 3));
+  manager_->Tick();
+  bool stalled = false;
+  for (const auto& c : manager_->Get("a")->status().conditions()) {
+    if (c.type() == "Stalled" && c.status()) {
+      stalled = true;
+      EXPECT_NE(c.message().find("stage 0 on worker w1"), std::string::npos) << c.message();
+    }
+  }
+  EXPECT_TRUE(stalled);
+  for (int i = 0; i < 5; ++i) {
+    now_ += absl::Seconds(100);
+    manager_->OnHeartbeat("w1");
+    manager_->OnHeartbeat("w2");
+    manager_->Tick();
+  }
+  EXPECT_EQ(Phase("a"), v1::FAILED);
+  EXPECT_EQ(manager_->Get("a")->status().reason(), "DeadlineExceeded");
+}
+
+TEST_F(JobManagerTest, CancelStopsEveryStage) {
+  ASSERT_TRUE(manager_->Submit(Spec("a")).ok());
+  ConnectWorker("w1");
+  ConnectWorker("w2");
+  Take("w1");
+  Take("w2");
+  EXPECT_EQ(manager_->Cancel("a")->status().phase(), v1::CANCELLED);
+  EXPECT_TRUE(Take("w1").at(0).has_stop());
+  EXPECT_TRUE(Take("w2").at(0).has_stop());
+  EXPECT_EQ(manager_->Cancel("nope").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(JobManagerTest, WorkerSelectorPlacesOnlyOnLabelledWorkers) {
+  v1::JobSpec spec = Spec("a", 1);
+  (*spec.mutable_run_policy()->mutable_worker_selector())["job"] = "a";
+  ASSERT_TRUE(manager_->Submit(spec).ok());
+  ConnectWorker("plain");
+  EXPECT_EQ(Phase("a"), v1::QUEUED);
+  ConnectWorker("labelled", {{"job", "a"}});
+  EXPECT_EQ(Phase("a"), v1::RUNNING);
+  EXPECT_TRUE(Take("plain").empty());
+}
+
+TEST_F(JobManagerTest, ARestartedCoordinatorKeepsItsJobsAndReconcilesRunningOnes) {
+  ASSERT_TRUE(manager_->Submit(Spec("a")).ok());
+  ASSERT_TRUE(manager_->Submit(Spec("b", 1)).ok());
+  ConnectWorker("w1");
+  ConnectWorker("w2");
+  v1::StageReport r = Report("a", 1, 1, 4);
+  r.add_checkpoint_steps(5);
+  manager_->OnReport("w2", r);
+  Restart();
+  ASSERT_EQ(manager_->List(v1::JOB_PHASE_UNSPECIFIED).size(), 2u);
+  EXPECT_EQ(Phase("a"), v1::RUNNING);
+  EXPECT_EQ(Phase("b"), v1::QUEUED);
+  // Both workers come back, saying what they run: no restart.
+  v1::StageAssignment running;
+  running.set_job_name("a");
+  running.set_attempt(1);
+  running.set_stage(0);
+  ConnectWorker("w1", {}, running);
+  running.set_stage(1);
+  ConnectWorker("w2", {}, running);
+  now_ += absl::Seconds(30);
+  manager_->OnHeartbeat("w1");
+  manager_->OnHeartbeat("w2");
+  manager_->Tick();
+  v1::Job job = *manager_->Get("a");
+  EXPECT_EQ(job.status().phase(), v1::RUNNING);
+  EXPECT_EQ(job.status().restarts(), 0);
+  EXPECT_TRUE(Take("w1").empty());
+}
+
+TEST_F(JobManagerTest, RunningJobsWhoseWorkersDoNotComeBackRestart) {
+  ASSERT_TRUE(manager_->Submit(Spec("a")).ok());
+  ConnectWorker("w1");
+  ConnectWorker("w2");
+  Restart();
+  now_ += absl::Seconds(30);
+  manager_->Tick();
+  v1::Job job = *manager_->Get("a");
+  EXPECT_EQ(job.status().phase(), v1::RESTARTING);
+  EXPECT_EQ(job.status().reason(), "WorkersLost");
+  ConnectWorker("w3");
+  ConnectWorker("w4");
+  EXPECT_EQ(Phase("a"), v1::RUNNING);
+  EXPECT_EQ(manager_->Get("a")->status().attempt(), 2);
+}
+
+TEST_F(JobManagerTest, WatchersWakeOnChange) {
+  ASSERT_TRUE(manager_->Submit(Spec("a")).ok());
+  const int64_t version = manager_->Get("a")->version();
+  auto same = manager_->WaitForChange("a", version, absl::Milliseconds(10));
+  EXPECT_EQ(same->version(), version);
+  ConnectWorker("w1");
+  ConnectWorker("w2");
+  auto changed = manager_->WaitForChange("a", version, absl::Seconds(5));
+  EXPECT_GT(changed->version(), version);
+  EXPECT_EQ(changed->status().phase(), v1::RUNNING);
+}
+
+}  // namespace
+}  // namespace paci

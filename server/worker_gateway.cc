@@ -1,0 +1,107 @@
+#include "server/worker_gateway.h"
+
+#include <deque>
+#include <memory>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/grpc_security.h"
+#include "server/coordinator_service.h"
+
+namespace paci {
+namespace {
+
+// Messages waiting to be written to one worker. Shared by the handler and the
+// Sender the JobManager keeps, which may outlive the stream (then it drops).
+class Outbox {
+ public:
+  void Push(const v1::CoordinatorMessage& message) {
+    absl::MutexLock lock(&mu_);
+    if (!closed_) queue_.push_back(message);
+  }
+  // Blocks for the next message; nullopt once closed.
+  std::optional<v1::CoordinatorMessage> Pop() {
+    absl::MutexLock lock(&mu_);
+    auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return closed_ || !queue_.empty(); };
+    mu_.Await(absl::Condition(&ready));
+    if (closed_) return std::nullopt;
+    v1::CoordinatorMessage message = std::move(queue_.front());
+    queue_.pop_front();
+    return message;
+  }
+  void Close() {
+    absl::MutexLock lock(&mu_);
+    closed_ = true;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::deque<v1::CoordinatorMessage> queue_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+absl::Status CheckRegistration(const v1::WorkerRegistration& r) {
+  if (r.worker_id().empty() || r.worker_id().size() > 253) {
+    return absl::InvalidArgumentError("register.worker_id: 1 to 253 characters");
+  }
+  if (r.link_address().empty() || r.link_address().size() > 1024) {
+    return absl::InvalidArgumentError("register.link_address: required, at most 1024 characters");
+  }
+  if (r.labels_size() > 64) return absl::InvalidArgumentError("register.labels: at most 64");
+  for (const auto& [k, v] : r.labels()) {
+    if (k.empty() || k.size() > 253 || v.size() > 253) {
+      return absl::InvalidArgumentError("register.labels: keys 1 to 253, values at most 253 characters");
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+WorkerGateway::WorkerGateway(JobManager& manager, std::string token)
+    : manager_(manager), token_(std::move(token)) {}
+
+grpc::Status WorkerGateway::Connect(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>* stream) {
+  grpc::Status auth = CheckBearerToken(*context, token_);
+  if (!auth.ok()) return auth;
+  v1::WorkerMessage message;
+  if (!stream->Read(&message)) return grpc::Status::OK;
+  if (!message.has_register_()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "the first message on a worker stream must be register");
+  }
+  const v1::WorkerRegistration registration = message.register_();
+  absl::Status valid = CheckRegistration(registration);
+  if (!valid.ok()) return ToGrpc(valid);
+
+  auto outbox = std::make_shared<Outbox>();
+  absl::Status connected = manager_.Connect(
+      registration, [outbox](const v1::CoordinatorMessage& m) { outbox->Push(m); });
+  if (!connected.ok()) return ToGrpc(connected);
+
+  std::thread writer([outbox, stream, context] {
+    while (auto next = outbox->Pop()) {
+      if (!stream->Write(*next)) {
+        context->TryCancel();  // the reader below ends too
+        return;
+      }
+    }
+  });
+  const std::string& id = registration.worker_id();
+  while (stream->Read(&message)) {
+    if (message.has_heartbeat()) {
+      manager_.OnHeartbeat(id);
+    } else if (message.has_report()) {
+      manager_.OnReport(id, message.report());
+    }
+  }
+  outbox->Close();
+  writer.join();
+  manager_.Disconnect(id);
+  return grpc::Status::OK;
+}
+
+}  // namespace paci
