@@ -56,6 +56,11 @@ checkpoint:
   resume: true
 runtime:
   threads_per_stage: 2
+run_policy:
+  backoff_limit: 0
+  active_deadline_seconds: 3600
+  priority: 5
+  worker_selector: {pool: gpu}
 )yaml";
 
 // The smallest spec that validates once defaults are applied.
@@ -279,6 +284,19 @@ TEST(ApplyJobSpecDefaultsTest, KeepsExplicitValuesIncludingZero) {
   ApplyJobSpecDefaults(&defaulted);
   EXPECT_EQ(defaulted.SerializeAsString(), spec->SerializeAsString());
   EXPECT_FLOAT_EQ(defaulted.optimizer().weight_decay(), 0.0f);
+}
+
+TEST(ValidateJobSpecTest, RunPolicyRangesAreNamed) {
+  v1::JobSpec spec = *ParseJobSpecYaml(WithCorpus(kFullSpec));
+  spec.mutable_run_policy()->set_backoff_limit(-1);
+  EXPECT_NE(ValidateJobSpec(spec).message().find("run_policy.backoff_limit"), std::string::npos);
+  spec.mutable_run_policy()->set_backoff_limit(1);
+  spec.mutable_run_policy()->set_active_deadline_seconds(-5);
+  EXPECT_NE(ValidateJobSpec(spec).message().find("run_policy.active_deadline_seconds"),
+            std::string::npos);
+  spec.mutable_run_policy()->set_active_deadline_seconds(0);
+  (*spec.mutable_run_policy()->mutable_worker_selector())[""] = "x";
+  EXPECT_NE(ValidateJobSpec(spec).message().find("run_policy.worker_selector"), std::string::npos);
 }
 
 TEST(ApplyJobSpecDefaultsTest, IsIdempotent) {
