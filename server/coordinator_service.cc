@@ -54,6 +54,19 @@ grpc::Status CoordinatorService::GetJob(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+grpc::Status CoordinatorService::GetJobTrace(grpc::ServerContext* context,
+                                             const v1::GetJobRequest* request,
+                                             v1::JobTrace* response) {
+  grpc::Status auth = CheckBearerToken(*context, options_.token);
+  if (!auth.ok()) return auth;
+  absl::Status valid = CheckJobName(request->name(), "name");
+  if (!valid.ok()) return ToGrpc(valid);
+  absl::StatusOr<v1::JobTrace> trace = manager_.Trace(request->name());
+  if (!trace.ok()) return ToGrpc(trace.status());
+  *response = std::move(*trace);
+  return grpc::Status::OK;
+}
+
 grpc::Status CoordinatorService::ListJobs(grpc::ServerContext* context,
                                           const v1::ListJobsRequest* request,
                                           v1::ListJobsResponse* response) {

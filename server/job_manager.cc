@@ -46,10 +46,6 @@ bool IsPermanent(int code) {
 
 }  // namespace
 
-std::string RunId(const std::string& job_name, int64_t attempt) {
-  return absl::StrCat(job_name, "/", attempt);
-}
-
 bool IsTerminal(v1::JobPhase phase) {
   return phase == v1::SUCCEEDED || phase == v1::FAILED || phase == v1::CANCELLED;
 }
@@ -172,6 +168,13 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& name) {
     }
   });
   return result;
+}
+
+absl::StatusOr<v1::JobTrace> JobManager::Trace(const std::string& name) const {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(name);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job \"", name, "\""));
+  return it->second.trace;
 }
 
 absl::StatusOr<v1::Job> JobManager::WaitForChange(const std::string& name, int64_t after_version,
@@ -423,6 +426,9 @@ void JobManager::PlaceLocked(JobState& job, const std::vector<std::string>& work
   for (auto& stage : job.stages) stage.last_progress = now;
   job.attempt_started = now;
   status.clear_stages();
+  job.trace.Clear();
+  job.trace.set_name(job.job.name());
+  for (int s = 0; s < P; ++s) job.trace.add_stages()->set_stage(s);
   v1::StageAssignment assignment;
   assignment.set_job_name(job.job.name());
   assignment.set_attempt(status.attempt());
@@ -446,6 +452,8 @@ void JobManager::PlaceLocked(JobState& job, const std::vector<std::string>& work
     v1::StageStatus* stage = status.add_stages();
     stage->set_stage(s);
     stage->set_worker_id(worker_ids[s]);
+    stage->set_link_address(worker.registration.link_address());
+    stage->set_metrics_address(worker.registration.metrics_address());
   }
   metrics_.ObserveSchedulingLatency(absl::ToDoubleSeconds(now - job.queued_since));
   if (!status.has_start_time()) *status.mutable_start_time() = ToProto(now);
@@ -569,6 +577,8 @@ void JobManager::ApplyReportLocked(JobState& job, const v1::StageReport& report)
   stage.set_idle_seconds(report.idle_seconds());
   stage.set_peak_rss_bytes(report.peak_rss_bytes());
   stage.set_bytes_sent(report.bytes_sent());
+  stage.set_forward_micro_batches(report.forward_micro_batches());
+  stage.set_backward_micro_batches(report.backward_micro_batches());
   for (const auto& point : report.train_loss()) {
     *status.add_train_loss_history() = point;
     status.set_train_loss(point.loss());
@@ -578,6 +588,13 @@ void JobManager::ApplyReportLocked(JobState& job, const v1::StageReport& report)
     status.set_validation_loss(point.loss());
   }
   const int P = static_cast<int>(job.stages.size());
+  if (s < job.trace.stages_size()) {
+    v1::StageTrace& trace = *job.trace.mutable_stages(s);
+    const int64_t room = job.job.spec().runtime().trace_max_spans() - trace.spans_size();
+    for (int i = 0; i < report.spans_size() && i < room; ++i) *trace.add_spans() = report.spans(i);
+    trace.set_spans_dropped(report.spans_dropped() +
+                            std::max<int64_t>(0, report.spans_size() - std::max<int64_t>(room, 0)));
+  }
   for (int64_t step : report.checkpoint_steps()) {
     auto& saved = job.shards[step];
     saved.insert(s);

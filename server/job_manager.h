@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/run_id.h"
 #include "paci/v1/coordinator.pb.h"
 #include "server/coordinator_metrics.h"
 #include "server/job_store.h"
@@ -62,6 +63,7 @@ class JobManager {
   absl::StatusOr<v1::Job> Cancel(const std::string& name);
   // Blocks up to `timeout` until the job's version exceeds `after_version`;
   // returns the job as it is then. NotFound for an unknown job.
+  absl::StatusOr<v1::JobTrace> Trace(const std::string& name) const;
   absl::StatusOr<v1::Job> WaitForChange(const std::string& name, int64_t after_version,
                                         absl::Duration timeout) const;
 
@@ -103,6 +105,7 @@ class JobManager {
     absl::Time queued_since;
     absl::Time last_persisted;
     bool awaiting_reconnect = false;
+    v1::JobTrace trace;  // this placement's spans, at most trace_max_spans per stage
   };
 
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -154,9 +157,6 @@ class JobManager {
   // Messages decided under the lock, sent after it is released.
   std::vector<std::pair<Sender, v1::CoordinatorMessage>> outbox_ ABSL_GUARDED_BY(mu_);
 };
-
-// The link identity of one placement of a job: "<job>/<attempt>".
-std::string RunId(const std::string& job_name, int64_t attempt);
 
 bool IsTerminal(v1::JobPhase phase);
 
