@@ -230,7 +230,8 @@ TEST_F(JobManagerTest, DeadlineAndStallAreReported) {
   manager_->OnReport("w2", Report("a", 1, 1, 3));
   manager_->Tick();
   bool stalled = false;
-  for (const auto& c : manager_->Get("a")->status().conditions()) {
+  const v1::Job job = *manager_->Get("a");
+  for (const auto& c : job.status().conditions()) {
     if (c.type() == "Stalled" && c.status()) {
       stalled = true;
       EXPECT_NE(c.message().find("stage 0 on worker w1"), std::string::npos) << c.message();
