@@ -26,6 +26,7 @@ class JobManagerTest : public ::testing::Test {
 
   // A new manager on the same database file, as after kill -9.
   void Restart() {
+    inbox_.clear();  // what the old manager sent is gone with it
     manager_.reset();
     store_.reset();
     store_ = *JobStore::Open(db_);
@@ -272,10 +273,10 @@ TEST_F(JobManagerTest, WorkerSelectorPlacesOnlyOnLabelledWorkers) {
 }
 
 TEST_F(JobManagerTest, ARestartedCoordinatorKeepsItsJobsAndReconcilesRunningOnes) {
-  ASSERT_TRUE(manager_->Submit(Spec("a")).ok());
-  ASSERT_TRUE(manager_->Submit(Spec("b", 1)).ok());
   ConnectWorker("w1");
   ConnectWorker("w2");
+  ASSERT_TRUE(manager_->Submit(Spec("a")).ok());
+  ASSERT_TRUE(manager_->Submit(Spec("b", 1)).ok());
   v1::StageReport r = Report("a", 1, 1, 4);
   r.add_checkpoint_steps(5);
   manager_->OnReport("w2", r);
@@ -315,6 +316,18 @@ TEST_F(JobManagerTest, RunningJobsWhoseWorkersDoNotComeBackRestart) {
   ConnectWorker("w4");
   EXPECT_EQ(Phase("a"), v1::RUNNING);
   EXPECT_EQ(manager_->Get("a")->status().attempt(), 2);
+}
+
+TEST_F(JobManagerTest, AJobLargerThanThePoolDoesNotBlockSmallerOnes) {
+  ASSERT_TRUE(manager_->Submit(Spec("big", 3)).ok());
+  ASSERT_TRUE(manager_->Submit(Spec("small", 1)).ok());
+  ConnectWorker("w1");
+  EXPECT_EQ(Phase("small"), v1::RUNNING);
+  v1::Job big = *manager_->Get("big");
+  EXPECT_EQ(big.status().phase(), v1::QUEUED);
+  bool unschedulable = false;
+  for (const auto& c : big.status().conditions()) unschedulable |= c.type() == "Unschedulable";
+  EXPECT_TRUE(unschedulable);
 }
 
 TEST_F(JobManagerTest, WatchersWakeOnChange) {
