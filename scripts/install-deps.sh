@@ -11,6 +11,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev googletest
   libsqlite3-dev
   bible-kjv
+  gnuplot-nox
 )
 
 missing=()

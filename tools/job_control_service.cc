@@ -63,6 +63,7 @@ grpc::Status JobControlService::Join(grpc::ServerContext* context,
     }
   }
   *response->mutable_spec() = spec_;
+  response->set_trace_max_spans(options_.trace_max_spans);
   for (const std::string& address : progress_.stage_addresses()) {
     response->add_stage_addresses(address);
   }

@@ -16,6 +16,9 @@ struct JobControlServiceOptions {
   // How long one Join waits for the other stages (or less, if the caller's
   // deadline is sooner) before DEADLINE_EXCEEDED.
   absl::Duration join_timeout = absl::Seconds(120);
+  // Told to every stage in its JoinResponse: record the first this many
+  // timeline spans and send them with the reports; 0: none.
+  int trace_max_spans = 0;
 };
 
 // The JobControl gRPC service of one local job: the join barrier and the

@@ -58,10 +58,12 @@ absl::Status JobProgress::OnReport(const v1::StageReport& report) {
   if (!report.error().empty() && !failure_.has_value()) {
     failure_ = JobFailure{s, report.error()};
   }
+  stage.spans.insert(stage.spans.end(), report.spans().begin(), report.spans().end());
   stage.latest = report;
   stage.latest.clear_train_loss();
   stage.latest.clear_validation_loss();
   stage.latest.clear_checkpoints();
+  stage.latest.clear_spans();
   stage.reported = true;
   stage.last_report_time = now;
   return absl::OkStatus();
@@ -145,6 +147,20 @@ ProgressView JobProgress::View() const {
   }
   for (const Stage& s : stages_) view.drift_max.push_back(s.latest.drift_max());
   return view;
+}
+
+std::vector<std::vector<v1::Span>> JobProgress::Spans() const {
+  absl::ReaderMutexLock lock(&mu_);
+  std::vector<std::vector<v1::Span>> spans;
+  for (const Stage& s : stages_) spans.push_back(s.spans);
+  return spans;
+}
+
+std::vector<int64_t> JobProgress::SpansDropped() const {
+  absl::ReaderMutexLock lock(&mu_);
+  std::vector<int64_t> dropped;
+  for (const Stage& s : stages_) dropped.push_back(s.latest.spans_dropped());
+  return dropped;
 }
 
 v1::RunSummary JobProgress::Summary() const {

@@ -60,9 +60,10 @@ class JobProgress {
   absl::Status OnJoin(const v1::JoinRequest& request);
 
   // Records a stage's report: its counters replace the previous ones, its
-  // loss points and checkpoints are appended, and a non-empty error becomes
-  // the job's failure unless one is already recorded. InvalidArgument if the
-  // stage is out of range, FailedPrecondition if it has not joined.
+  // loss points, checkpoints and timeline spans are appended, and a non-empty
+  // error becomes the job's failure unless one is already recorded.
+  // InvalidArgument if the stage is out of range, FailedPrecondition if it has
+  // not joined.
   absl::Status OnReport(const v1::StageReport& report);
 
   // Records a failure found outside the reports (a worker exit, an
@@ -82,6 +83,11 @@ class JobProgress {
 
   ProgressView View() const;
 
+  // The timeline spans reported so far, index = stage, in the order recorded.
+  std::vector<std::vector<v1::Span>> Spans() const;
+  // Spans each stage could not record (past its bound), index = stage.
+  std::vector<int64_t> SpansDropped() const;
+
   // The run so far. succeeded is true iff no failure is recorded and every
   // stage has finished; error is the failure, or says which stages did not
   // finish.
@@ -91,7 +97,8 @@ class JobProgress {
   struct Stage {
     bool joined = false;
     v1::JoinRequest join;
-    v1::StageReport latest;  // without the loss points and checkpoints
+    v1::StageReport latest;  // without the loss points, checkpoints and spans
+    std::vector<v1::Span> spans;
     bool reported = false;
     absl::Time last_report_time;
   };

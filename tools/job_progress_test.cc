@@ -156,6 +156,31 @@ TEST_F(JobProgressTest, LossHistoriesAppendNewPointsAndViewShowsTheLatest) {
   EXPECT_THAT(summary.checkpoints(), ElementsAre("/ckpt/step-20/stage-1"));
 }
 
+TEST_F(JobProgressTest, SpansAppendPerStageAndStayOutOfTheLatestReport) {
+  JoinAll();
+  auto span = [](int64_t start, int64_t end) {
+    v1::Span s;
+    s.set_kind(v1::Span::FORWARD);
+    s.set_start_unix_micros(start);
+    s.set_end_unix_micros(end);
+    return s;
+  };
+  v1::StageReport first = ReportOf(1, 1);
+  *first.add_spans() = span(0, 10);
+  *first.add_spans() = span(10, 20);
+  ASSERT_TRUE(progress_.OnReport(first).ok());
+  v1::StageReport second = ReportOf(1, 2);
+  *second.add_spans() = span(20, 30);
+  second.set_spans_dropped(4);
+  ASSERT_TRUE(progress_.OnReport(second).ok());
+  const std::vector<std::vector<v1::Span>> spans = progress_.Spans();
+  ASSERT_EQ(spans.size(), 2u);
+  EXPECT_TRUE(spans[0].empty());
+  ASSERT_EQ(spans[1].size(), 3u);
+  EXPECT_EQ(spans[1][2].start_unix_micros(), 20);
+  EXPECT_THAT(progress_.SpansDropped(), ElementsAre(0, 4));
+}
+
 TEST_F(JobProgressTest, FirstFailureIsKept) {
   JoinAll();
   v1::StageReport broken = ReportOf(1, 3);

@@ -16,10 +16,12 @@
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "grpcpp/grpcpp.h"
+#include "tools/chrome_trace.h"
 #include "tools/job_control_service.h"
 #include "tools/job_progress.h"
 #include "tools/progress_printer.h"
 #include "tools/summary_json.h"
+#include "tools/worker_log_relay.h"
 #include "tools/worker_processes.h"
 
 namespace paci {
@@ -48,6 +50,25 @@ std::vector<int> StagesNotJoined(const JobProgress& progress) {
 
 }  // namespace
 
+// Prints worker output as it comes until a worker exits, at most
+// poll_interval. The exits are polled every few milliseconds, so that a
+// crash is seen before its neighbours' complaints about the broken link.
+std::vector<ProcessExit> LocalLauncher::WaitForOutputOrExits(WorkerLogRelay& relay,
+                                                             WorkerProcesses& workers,
+                                                             ProgressPrinter& printer) const {
+  constexpr absl::Duration kExitPollInterval = absl::Milliseconds(10);
+  const absl::Time until = absl::Now() + options_.poll_interval;
+  while (true) {
+    const absl::Duration left = until - absl::Now();
+    for (const std::string& line : relay.Poll(std::min(left, kExitPollInterval))) {
+      printer.PrintAbove(line);
+    }
+    std::vector<ProcessExit> exits = workers.PollExits();
+    if (!exits.empty() || absl::Now() >= until || workers.running() == 0) return exits;
+    if (options_.stop_requested != nullptr && options_.stop_requested->load()) return exits;
+  }
+}
+
 LocalLauncher::LocalLauncher(LocalLauncherOptions options) : options_(std::move(options)) {}
 
 int LocalLauncher::Run() {
@@ -61,7 +82,10 @@ int LocalLauncher::Run() {
   const absl::Time start = absl::Now();
 
   JobProgress progress(*spec, [] { return absl::Now(); });
-  JobControlService service(*spec, progress, {options_.join_timeout});
+  JobControlServiceOptions service_options;
+  service_options.join_timeout = options_.join_timeout;
+  service_options.trace_max_spans = options_.trace_path.empty() ? 0 : options_.trace_max_spans;
+  JobControlService service(*spec, progress, service_options);
   int port = 0;
   grpc::ServerBuilder builder;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
@@ -78,12 +102,14 @@ int LocalLauncher::Run() {
       << spec->pipeline().schedule() << ", control at " << job_control << "\n";
 
   WorkerProcesses workers;
+  WorkerLogRelay relay;
   const std::string threads = absl::StrCat(spec->runtime().threads_per_stage());
   for (int s = 0; s < num_stages; ++s) {
     ProcessCommand command{
         options_.worker_binary,
         {absl::StrCat("--job_control=", job_control), absl::StrCat("--stage=", s)},
-        {{"OMP_NUM_THREADS", threads}, {"OPENBLAS_NUM_THREADS", threads}}};
+        {{"OMP_NUM_THREADS", threads}, {"OPENBLAS_NUM_THREADS", threads}},
+        /*capture_output=*/true};
     command.args.insert(command.args.end(), options_.worker_flags.begin(),
                         options_.worker_flags.end());
     const absl::StatusOr<int> started = workers.Start(command);
@@ -91,6 +117,7 @@ int LocalLauncher::Run() {
       progress.RecordFailure({s, std::string(started.status().message())});
       break;
     }
+    relay.Add(workers.output_fd(*started), absl::StrCat("[stage ", s, "] "));
   }
 
   ProgressPrinter printer(out, options_.redraw_in_place, options_.line_interval);
@@ -103,7 +130,7 @@ int LocalLauncher::Run() {
       progress.RecordFailure({-1, "interrupted"});
       break;
     }
-    for (const ProcessExit& exit : workers.WaitForExits(options_.poll_interval)) {
+    for (const ProcessExit& exit : WaitForOutputOrExits(relay, workers, printer)) {
       // A stage's own error report arrives before its exit and is kept first.
       // A crash is printed at once: its neighbours' complaints about the
       // broken link may reach us first and become the recorded failure.
@@ -127,6 +154,8 @@ int LocalLauncher::Run() {
 
   service.Stop();
   workers.StopAll(options_.stop_grace);
+  // Every worker has exited: what they wrote last is in the pipes.
+  for (const std::string& line : relay.Drain(absl::Seconds(5))) printer.PrintAbove(line);
   server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
 
   const v1::RunSummary summary = progress.Summary();
@@ -146,6 +175,20 @@ int LocalLauncher::Run() {
       if (code == kExitSucceeded) code = kExitTrainingFailed;
     } else {
       out << "pacictl: summary written to " << options_.summary_path << "\n";
+    }
+  }
+  if (!options_.trace_path.empty()) {
+    const std::vector<std::vector<v1::Span>> spans = progress.Spans();
+    size_t count = 0;
+    for (const auto& stage_spans : spans) count += stage_spans.size();
+    if (const absl::Status written =
+            WriteChromeTrace(options_.trace_path, spec->name(), spans, progress.SpansDropped());
+        !written.ok()) {
+      out << "pacictl: " << written.message() << "\n";
+      if (code == kExitSucceeded) code = kExitTrainingFailed;
+    } else {
+      out << "pacictl: trace of " << count << " spans written to " << options_.trace_path
+          << " (open it in ui.perfetto.dev or chrome://tracing)\n";
     }
   }
   return code;

@@ -11,6 +11,11 @@
 
 namespace paci {
 
+class ProgressPrinter;
+class WorkerLogRelay;
+class WorkerProcesses;
+struct ProcessExit;
+
 // pacictl's exit codes.
 inline constexpr int kExitSucceeded = 0;
 inline constexpr int kExitTrainingFailed = 1;
@@ -22,6 +27,10 @@ struct LocalLauncherOptions {
   std::string worker_binary;  // paci_worker
   std::vector<std::string> worker_flags;  // appended to every worker's command line
   std::string summary_path;   // where to write the RunSummary JSON; "": nowhere
+  // Where to write the timeline of the run as Chrome trace JSON; "": the
+  // workers record no timeline.
+  std::string trace_path;
+  int trace_max_spans = 100000;  // per stage: the first ones are kept
   std::ostream* out = &std::cerr;  // progress, failures and the final table
   bool redraw_in_place = false;    // `out` is a terminal: redraw the live line
   // Set (from a signal handler) to stop the run; may be null.
@@ -35,8 +44,9 @@ struct LocalLauncherOptions {
 
 // Runs one job on this machine: a JobControl server on 127.0.0.1 and one
 // paci_worker process per stage. It watches the workers and their reports,
-// prints progress, stops every worker when one fails or when asked to, and
-// writes the RunSummary.
+// prints progress with each worker's output above it (line by line, prefixed
+// "[stage S] "), stops every worker when one fails or when asked to, and
+// writes the RunSummary and, if asked, the trace.
 //
 // Not thread-safe; construct and Run() on the main thread (the workers are
 // tied to the thread that starts them).
@@ -53,6 +63,9 @@ class LocalLauncher {
   int Run();
 
  private:
+  std::vector<ProcessExit> WaitForOutputOrExits(WorkerLogRelay& relay, WorkerProcesses& workers,
+                                                ProgressPrinter& printer) const;
+
   const LocalLauncherOptions options_;
 };
 

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
+#include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "paci/v1/summary.pb.h"
@@ -109,6 +110,39 @@ TEST_F(LocalLauncherTest, SuccessfulRunPrintsTheTableAndWritesTheSummary) {
   EXPECT_THAT(json.str(), HasSubstr("\"final_validation_loss\": 3.5"));  // proto names
   EXPECT_THAT(json.str(), HasSubstr("\"error\": \"\""));                  // defaults printed
   EXPECT_THAT(json.str(), HasSubstr("\"steps\": 8,"));                     // numbers
+}
+
+TEST_F(LocalLauncherTest, WorkerOutputIsPrintedLineByLineWithTheStage) {
+  ASSERT_EQ(Run(), kExitSucceeded) << out_.str();
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_THAT(out_.str(), HasSubstr(absl::StrCat("[stage ", s, "] fake worker job=launcher-test stage=",
+                                                   s, "/2 pid=")));
+  }
+}
+
+TEST_F(LocalLauncherTest, TraceCollectsEveryStagesSpansIntoChromeTraceJson) {
+  options_.trace_path = (dir_ / "out" / "trace.json").string();
+  ASSERT_EQ(Run(), kExitSucceeded) << out_.str();
+  EXPECT_THAT(out_.str(), HasSubstr("spans written to " + options_.trace_path));
+  std::ifstream file(options_.trace_path);
+  std::stringstream json;
+  json << file.rdbuf();
+  google::protobuf::Struct trace;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json.str(), &trace).ok()) << json.str();
+  int spans[2] = {0, 0};
+  for (const google::protobuf::Value& event : trace.fields().at("traceEvents").list_value().values()) {
+    const auto& fields = event.struct_value().fields();
+    if (fields.at("ph").string_value() != "X") continue;
+    ++spans[static_cast<int>(fields.at("tid").number_value())];
+  }
+  // The fake worker sends 2 spans with each of its 4 reports.
+  EXPECT_EQ(spans[0], 8);
+  EXPECT_EQ(spans[1], 8);
+}
+
+TEST_F(LocalLauncherTest, WithoutTraceWorkersAreNotAskedForSpans) {
+  ASSERT_EQ(Run(), kExitSucceeded) << out_.str();
+  EXPECT_THAT(out_.str(), ::testing::Not(HasSubstr("spans written")));
 }
 
 TEST_F(LocalLauncherTest, StageErrorStopsEveryWorkerAndIsReported) {

@@ -1,6 +1,7 @@
 // pacictl: runs a training job locally, one worker process per stage.
 //
-//   pacictl train SPEC.yaml [--summary=PATH] [--worker_binary=PATH] [--worker_flags=...]
+//   pacictl train SPEC.yaml [--summary=PATH] [--trace=PATH] [--worker_binary=PATH]
+//                 [--worker_flags=...]
 //   pacictl help
 
 #include <signal.h>
@@ -20,6 +21,11 @@
 #include "tools/local_launcher.h"
 
 ABSL_FLAG(std::string, summary, "", "write the run summary as JSON to this path");
+ABSL_FLAG(std::string, trace, "",
+          "record a timeline of every stage and write it to this path as Chrome trace JSON "
+          "(open in ui.perfetto.dev or chrome://tracing)");
+ABSL_FLAG(int, trace_max_spans, 100000,
+          "with --trace: spans kept per stage, the first ones (about 6 per micro-batch)");
 ABSL_FLAG(std::string, worker_flags, "",
           "extra flags for every worker, separated by spaces, e.g. --exit_delay_seconds=2");
 ABSL_FLAG(std::string, worker_binary, "",
@@ -28,13 +34,16 @@ ABSL_FLAG(std::string, worker_binary, "",
 namespace {
 
 constexpr char kUsage[] =
-    "usage: pacictl train SPEC.yaml [--summary=PATH] [--worker_binary=PATH]\n"
-    "                     [--worker_flags='--flag=value ...']\n"
+    "usage: pacictl train SPEC.yaml [--summary=PATH] [--trace=PATH] [--trace_max_spans=N]\n"
+    "                     [--worker_binary=PATH] [--worker_flags='--flag=value ...']\n"
     "       pacictl help\n"
     "\n"
     "train   runs the job in SPEC.yaml on this machine: one paci_worker process per\n"
     "        pipeline stage, live progress on stderr, a summary table at the end.\n"
+    "        Worker output is printed line by line, prefixed \"[stage S] \".\n"
     "        --summary=PATH also writes the run summary as JSON.\n"
+    "        --trace=PATH also writes a timeline of every stage (forward, backward,\n"
+    "        optimizer step, send, idle, eval, checkpoint spans) as Chrome trace JSON.\n"
     "Exit codes: 0 success, 1 training failed, 2 usage or spec error, 130 interrupted.\n";
 
 std::atomic<bool> stop_requested{false};
@@ -69,6 +78,13 @@ int main(int argc, char** argv) {
   paci::LocalLauncherOptions options;
   options.spec_path = args[2];
   options.summary_path = absl::GetFlag(FLAGS_summary);
+  options.trace_path = absl::GetFlag(FLAGS_trace);
+  options.trace_max_spans = absl::GetFlag(FLAGS_trace_max_spans);
+  if (options.trace_max_spans < 1) {
+    std::cerr << "pacictl: --trace_max_spans: must be at least 1, got " << options.trace_max_spans
+              << "\n";
+    return paci::kExitUsage;
+  }
   options.worker_flags = absl::StrSplit(absl::GetFlag(FLAGS_worker_flags), ' ', absl::SkipEmpty());
   options.worker_binary = absl::GetFlag(FLAGS_worker_binary);
   if (options.worker_binary.empty()) {

@@ -86,6 +86,7 @@ void ProgressPrinter::Update(const ProgressView& view, absl::Time now) {
     const size_t pad = drawn_width_ > line.size() ? drawn_width_ - line.size() : 0;
     out_ << '\r' << line << std::string(pad, ' ') << std::flush;
     drawn_width_ = line.size();
+    drawn_line_ = line;
   } else if (now - last_line_time_ >= line_interval_) {
     out_ << line << '\n' << std::flush;
     last_line_time_ = now;
@@ -96,6 +97,15 @@ void ProgressPrinter::Update(const ProgressView& view, absl::Time now) {
 void ProgressPrinter::BreakLine() {
   if (drawn_width_ > 0) out_ << '\n' << std::flush;
   drawn_width_ = 0;
+}
+
+void ProgressPrinter::PrintAbove(const std::string& line) {
+  if (drawn_width_ == 0) {
+    out_ << line << '\n' << std::flush;
+    return;
+  }
+  // "\r\033[K": back to the start of the line and clear it.
+  out_ << "\r\033[K" << line << '\n' << drawn_line_ << std::flush;
 }
 
 void ProgressPrinter::Finish(const ProgressView& view) {

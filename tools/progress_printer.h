@@ -42,6 +42,11 @@ class ProgressPrinter {
   // Call before writing anything else to the stream.
   void BreakLine();
 
+  // Prints `line` (without its '\n') so that it stays above the live line:
+  // on a terminal the drawn line is cleared, `line` printed and the live line
+  // drawn again below it; otherwise `line` is printed as it is.
+  void PrintAbove(const std::string& line);
+
   // Shows the final state: redraws it, or prints it unless it is the line
   // printed last, and ends the line.
   void Finish(const ProgressView& view);
@@ -51,6 +56,7 @@ class ProgressPrinter {
   const bool redraw_in_place_;
   const absl::Duration line_interval_;
   size_t drawn_width_ = 0;  // width of the line currently drawn in place; 0: none
+  std::string drawn_line_;  // the line currently drawn in place
   absl::Time last_line_time_ = absl::InfinitePast();
   std::string last_line_;   // the last full line printed when not redrawing
 };

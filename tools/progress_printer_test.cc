@@ -148,5 +148,25 @@ TEST(ProgressPrinterTest, FinishPrintsTheFinalStateOtherwiseSkippedByTheInterval
   EXPECT_EQ(out.str(), FormatProgressLine(early) + "\n" + FormatProgressLine(done) + "\n");
 }
 
+TEST(ProgressPrinterTest, WorkerLinesGoAboveTheLiveLineOnATerminal) {
+  std::ostringstream out;
+  ProgressPrinter printer(out, /*redraw_in_place=*/true);
+  printer.PrintAbove("[stage 0] before any progress");
+  printer.Update(RunningView(), absl::FromUnixSeconds(100));
+  printer.PrintAbove("[stage 1] a log line");
+  printer.Finish(RunningView());
+  const std::string running = FormatProgressLine(RunningView());
+  EXPECT_EQ(out.str(), "[stage 0] before any progress\n\r" + running + "\r\033[K[stage 1] a log line\n" +
+                           running + "\r" + running + "\n");
+}
+
+TEST(ProgressPrinterTest, WorkerLinesArePrintedAsTheyAreOtherwise) {
+  std::ostringstream out;
+  ProgressPrinter printer(out, /*redraw_in_place=*/false);
+  printer.Update(RunningView(), absl::FromUnixSeconds(100));
+  printer.PrintAbove("[stage 1] a log line");
+  EXPECT_EQ(out.str(), FormatProgressLine(RunningView()) + "\n[stage 1] a log line\n");
+}
+
 }  // namespace
 }  // namespace paci

@@ -45,11 +45,16 @@ std::vector<char*> PointersTo(std::vector<std::string>& strings) {
 }
 
 // Runs in the forked child: only async-signal-safe calls until execve.
-[[noreturn]] void ExecChild(pid_t parent, int error_fd, const char* binary, char** argv,
-                            char** envp) {
+[[noreturn]] void ExecChild(pid_t parent, int error_fd, int output_fd, const char* binary,
+                            char** argv, char** envp) {
   // Die with the launcher; if it is already gone, the death signal was never armed.
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(127);
   setpgid(0, 0);
+  // dup2 leaves close-on-exec off on the copies, so they survive the exec.
+  if (output_fd >= 0 &&
+      (dup2(output_fd, STDOUT_FILENO) < 0 || dup2(output_fd, STDERR_FILENO) < 0)) {
+    _exit(127);
+  }
   // Undo what the launcher may have set up for itself.
   sigset_t none;
   sigemptyset(&none);
@@ -80,7 +85,12 @@ std::string ProcessExit::ToString() const {
   return absl::StrCat("ended with wait status ", wait_status);
 }
 
-WorkerProcesses::~WorkerProcesses() { StopAll(kDestructorGrace); }
+WorkerProcesses::~WorkerProcesses() {
+  StopAll(kDestructorGrace);
+  for (const Child& child : children_) {
+    if (child.output_fd >= 0) close(child.output_fd);
+  }
+}
 
 absl::StatusOr<int> WorkerProcesses::Start(const ProcessCommand& command) {
   std::vector<std::string> arg_strings = {command.binary};
@@ -94,20 +104,41 @@ absl::StatusOr<int> WorkerProcesses::Start(const ProcessCommand& command) {
   if (pipe2(error_pipe, O_CLOEXEC) != 0) {
     return absl::InternalError(absl::StrCat("pipe2: ", strerror(errno)));
   }
+  // Close-on-exec, so that no other child inherits an end and the reader
+  // sees EOF when this child exits.
+  int output_pipe[2] = {-1, -1};
+  if (command.capture_output && pipe2(output_pipe, O_CLOEXEC) != 0) {
+    const int err = errno;
+    close(error_pipe[0]);
+    close(error_pipe[1]);
+    return absl::InternalError(absl::StrCat("pipe2: ", strerror(err)));
+  }
+  const auto close_output = [&output_pipe] {
+    for (int& fd : output_pipe) {
+      if (fd >= 0) close(fd);
+      fd = -1;
+    }
+  };
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) {
     const int err = errno;
     close(error_pipe[0]);
     close(error_pipe[1]);
+    close_output();
     return absl::ResourceExhaustedError(
         absl::StrCat("cannot fork for ", command.binary, ": ", strerror(err)));
   }
   if (pid == 0) {
     close(error_pipe[0]);
-    ExecChild(parent, error_pipe[1], command.binary.c_str(), argv.data(), envp.data());
+    ExecChild(parent, error_pipe[1], output_pipe[1], command.binary.c_str(), argv.data(),
+              envp.data());
   }
   close(error_pipe[1]);
+  if (output_pipe[1] >= 0) {
+    close(output_pipe[1]);
+    output_pipe[1] = -1;
+  }
   setpgid(pid, pid);  // also here, so the group exists before Start returns
   int exec_errno = 0;
   ssize_t n;
@@ -119,12 +150,13 @@ absl::StatusOr<int> WorkerProcesses::Start(const ProcessCommand& command) {
     int status;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
+    close_output();
     const std::string message =
         absl::StrCat("cannot execute ", command.binary, ": ", strerror(exec_errno));
     return exec_errno == ENOENT ? absl::NotFoundError(message)
                                 : absl::FailedPreconditionError(message);
   }
-  children_.push_back(Child{pid, true});
+  children_.push_back(Child{pid, true, output_pipe[0]});
   return static_cast<int>(children_.size()) - 1;
 }
 

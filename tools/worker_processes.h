@@ -17,6 +17,9 @@ struct ProcessCommand {
   std::string binary;  // a path; PATH is not searched
   std::vector<std::string> args;
   std::vector<std::pair<std::string, std::string>> env;
+  // The child's stdout and stderr go into one pipe, read from output_fd();
+  // otherwise it shares the launcher's.
+  bool capture_output = false;
 };
 
 // How a child ended.
@@ -67,11 +70,16 @@ class WorkerProcesses {
   int size() const { return static_cast<int>(children_.size()); }
   int running() const;
   pid_t pid(int index) const { return children_[index].pid; }
+  // The read end of the child's output pipe (capture_output), -1 otherwise.
+  // Owned here and closed by the destructor; it reads EOF once the child
+  // has exited. Only the child holds the write end.
+  int output_fd(int index) const { return children_[index].output_fd; }
 
  private:
   struct Child {
     pid_t pid = -1;
     bool running = false;
+    int output_fd = -1;
   };
 
   std::vector<Child> children_;

@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <vector>
@@ -91,6 +92,35 @@ TEST(WorkerProcessesTest, StopAllTerminatesKillsAndReapsEveryChild) {
   }
   EXPECT_EQ(waitpid(-1, nullptr, WNOHANG), -1);  // no zombies
   EXPECT_EQ(errno, ECHILD);
+}
+
+// Reads `fd` to its end (bounded by the child's exit: only it holds the write end).
+std::string ReadAll(int fd) {
+  std::string out;
+  char buffer[256];
+  ssize_t n;
+  while ((n = read(fd, buffer, sizeof(buffer))) > 0) out.append(buffer, static_cast<size_t>(n));
+  return out;
+}
+
+TEST(WorkerProcessesTest, CapturedStdoutAndStderrShareOnePipeThatEndsWithTheChild) {
+  WorkerProcesses processes;
+  ProcessCommand loud = Shell("echo to stdout; echo to stderr >&2");
+  loud.capture_output = true;
+  const absl::StatusOr<int> child = processes.Start(loud);
+  // A second child started later must not hold the first one's pipe open.
+  ProcessCommand quiet = Shell("exec /bin/sleep 30");
+  quiet.capture_output = true;
+  const absl::StatusOr<int> sleeper = processes.Start(quiet);
+  ASSERT_TRUE(child.ok()) << child.status();
+  ASSERT_TRUE(sleeper.ok()) << sleeper.status();
+  ASSERT_GE(processes.output_fd(*child), 0);
+  EXPECT_EQ(ReadAll(processes.output_fd(*child)), "to stdout\nto stderr\n");
+  EXPECT_TRUE(WaitForChild(processes, *child).succeeded());
+  EXPECT_EQ(processes.running(), 1);
+  const absl::StatusOr<int> plain = processes.Start(Shell("exit 0"));
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(processes.output_fd(*plain), -1);
 }
 
 TEST(WorkerProcessesTest, DestructorStopsRunningChildren) {

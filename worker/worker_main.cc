@@ -30,6 +30,7 @@
 #include "common/status_macros.h"
 #include "paci/v1/stage.grpc.pb.h"
 #include "worker/data/corpus.h"
+#include "worker/runtime/span_recorder.h"
 #include "worker/runtime/stage_metrics.h"
 #include "worker/runtime/stage_runtime.h"
 #include "worker/transport/inbox.h"
@@ -52,6 +53,7 @@ namespace {
 struct Joined {
   v1::JobSpec spec;
   std::vector<std::string> addresses;
+  int trace_max_spans = 0;  // 0: record no timeline
 };
 
 // Starts the progress reports to JobControl and stops them; owns its thread.
@@ -116,15 +118,17 @@ absl::StatusOr<Joined> JoinJob(v1::JobControl::Stub& stub, int stage, const std:
   if (!status.ok()) {
     return absl::UnavailableError(absl::StrCat("joining the job failed: ", status.error_message()));
   }
-  return Joined{response.spec(), {response.stage_addresses().begin(), response.stage_addresses().end()}};
+  return Joined{response.spec(),
+                {response.stage_addresses().begin(), response.stage_addresses().end()},
+                response.trace_max_spans()};
 }
 
 // Everything after joining: data, model, links, training. `*reported` is set
 // once the final report (success or error) has been sent.
 absl::Status RunStage(const v1::JobSpec& spec, int stage, const std::vector<std::string>& peers,
-                      Inbox& inbox, StageLinkService& link_service,
+                      std::shared_ptr<Inbox> inbox_ptr, StageLinkService& link_service,
                       prometheus::Registry& registry, v1::JobControl::Stub* control,
-                      bool* reported) {
+                      int trace_max_spans, bool* reported) {
   const int P = spec.pipeline().num_stages();
   const int threads = spec.runtime().threads_per_stage();
   torch::set_num_threads(threads);
@@ -151,7 +155,8 @@ absl::Status RunStage(const v1::JobSpec& spec, int stage, const std::vector<std:
   expect.num_stages = P;
   expect.hidden_shape = {spec.pipeline().micro_batch_size(), spec.model().seq_len(),
                          spec.model().d_model()};
-  link_service.SetExpectations(expect);
+  link_service.Attach(expect, inbox_ptr);
+  Inbox& inbox = *inbox_ptr;
 
   ASSIGN_OR_RETURN(ScheduleKind kind, ParseScheduleKind(spec.pipeline().schedule()));
   StageMetrics metrics(registry, spec.name(), stage, P,
@@ -169,8 +174,10 @@ absl::Status RunStage(const v1::JobSpec& spec, int stage, const std::vector<std:
     next->Start();
   }
 
+  std::unique_ptr<SpanRecorder> spans;
+  if (trace_max_spans > 0) spans = std::make_unique<SpanRecorder>(trace_max_spans);
   StageRuntime runtime(spec, stage, corpus ? &*corpus : nullptr, inbox, previous.get(), next.get(),
-                       metrics);
+                       metrics, spans.get());
   absl::Status status = runtime.Init();
   Reporter reporter(control, runtime,
                     absl::Seconds(absl::GetFlag(FLAGS_report_interval_seconds)));
@@ -206,8 +213,8 @@ absl::Status Main() {
   auto registry = std::make_shared<prometheus::Registry>();
   MetricsHttpServer metrics_server(registry);
   ASSIGN_OR_RETURN(const int metrics_port, metrics_server.Start(absl::GetFlag(FLAGS_metrics_address)));
-  Inbox inbox(64);
-  StageLinkService link_service(inbox);
+  auto inbox = std::make_shared<Inbox>(64);
+  StageLinkService link_service;
   int link_port = 0;
   grpc::ServerBuilder builder;
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &link_port);
@@ -223,12 +230,14 @@ absl::Status Main() {
 
   std::unique_ptr<v1::JobControl::Stub> control;
   v1::JobSpec spec;
+  int trace_max_spans = 0;
   if (launched) {
     control = v1::JobControl::NewStub(grpc::CreateChannel(absl::GetFlag(FLAGS_job_control),
                                                           grpc::InsecureChannelCredentials()));
     ASSIGN_OR_RETURN(Joined joined, JoinJob(*control, stage, link_address, metrics_address));
     spec = joined.spec;
     peers = joined.addresses;
+    trace_max_spans = joined.trace_max_spans;
   } else {
     spec = *hand_spec;
   }
@@ -243,7 +252,8 @@ absl::Status Main() {
 
   bool reported = false;
   absl::Status status =
-      RunStage(spec, stage, peers, inbox, link_service, *registry, control.get(), &reported);
+      RunStage(spec, stage, peers, inbox, link_service, *registry, control.get(), trace_max_spans,
+               &reported);
   if (!status.ok() && !reported && control) {
     // Failed before the runtime could report: tell the launcher why.
     v1::StageReport report;
@@ -255,7 +265,7 @@ absl::Status Main() {
     v1::ReportAck ack;
     control->Report(&context, report, &ack);
   }
-  inbox.Close();
+  inbox->Close();
   absl::SleepFor(absl::Seconds(absl::GetFlag(FLAGS_exit_delay_seconds)));
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   return status;

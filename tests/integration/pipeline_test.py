@@ -285,6 +285,55 @@ class PipelineTest(unittest.TestCase):
         self.assertEqual(snapshot(), before)
         self.assertRegex(corrupt.output, r"training failed: stage 1: checkpoint .*stage-1-of-2.pt is corrupt")
 
+    def test_trace_is_chrome_trace_json_with_well_formed_non_overlapping_spans(self):
+        trace_path = os.path.join(self.dir, "trace", "t.json")
+        run = self.train(P=2, schedule="1f1b-flush", a=2, steps=10, eval_interval=5,
+                         extra=["--trace=" + trace_path])
+        self.assertEqual(run.returncode, 0, run.output)
+        self.assertIn("spans written to " + trace_path, run.output)
+        # Worker output comes through pacictl, a line at a time, with its stage.
+        self.assertRegex(run.output, r"\[stage 1\] .*step=10 validation_loss=\d")
+        with open(trace_path) as f:
+            trace = json.load(f)
+        self.assertIsInstance(trace["traceEvents"], list)
+        threads = {}
+        spans = {}  # tid -> [(ts, dur, name, args)]
+        for event in trace["traceEvents"]:
+            self.assertIsInstance(event["name"], str)
+            self.assertIn(event["ph"], ("X", "M"))
+            self.assertEqual(event["pid"], 1)
+            self.assertIsInstance(event["tid"], int)
+            if event["ph"] == "M":
+                if event["name"] == "thread_name":
+                    threads[event["tid"]] = event["args"]["name"]
+                continue
+            self.assertIsInstance(event["ts"], (int, float))
+            self.assertIsInstance(event["dur"], (int, float))
+            self.assertGreaterEqual(event["ts"], 0)
+            self.assertGreaterEqual(event["dur"], 0)
+            self.assertIsInstance(event["args"], dict)
+            spans.setdefault(event["tid"], []).append(
+                (event["ts"], event["dur"], event["name"], event["args"]))
+        self.assertEqual(threads, {0: "stage 0", 1: "stage 1"})
+        self.assertEqual(sorted(spans), [0, 1])
+        for tid, events in spans.items():
+            events.sort()
+            for before, after in zip(events, events[1:]):
+                self.assertLessEqual(before[0] + before[1], after[0],
+                                     "stage %d: %s overlaps %s" % (tid, before, after))
+            count = lambda name: sum(1 for e in events if e[2] == name)
+            # 10 steps of a = 2 micro-batches: every forward and backward, one
+            # send per micro-batch (activation out of stage 0, gradient out of
+            # stage 1), one optimizer step per step.
+            self.assertEqual(count("forward"), 20, tid)
+            self.assertEqual(count("backward"), 20, tid)
+            self.assertEqual(count("send"), 20, tid)
+            self.assertEqual(count("optimizer_step"), 10, tid)
+            self.assertGreater(count("idle"), 0, tid)  # the flush's bubble
+            self.assertGreater(count("eval"), 0, tid)
+            ids = [e[3]["micro_batch"] for e in events if e[2] == "backward"]
+            self.assertEqual(ids, list(range(20)))
+
     def test_bad_specs_are_refused_naming_the_field(self):
         cases = [
             (dict(P=0), "pipeline.num_stages"),

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -61,6 +62,10 @@ int Run() {
     if (!status.ok()) return 1;
   }
   const paci::v1::JobSpec& spec = joined.spec();
+  // A log line, as a real worker writes one, for the launcher to relay.
+  std::fprintf(stderr, "fake worker job=%s stage=%d/%d pid=%d\n", spec.name().c_str(), stage,
+               spec.pipeline().num_stages(), static_cast<int>(getpid()));
+  std::fflush(stderr);
   const bool last = stage == spec.pipeline().num_stages() - 1;
   const int64_t steps = spec.training().steps();
 
@@ -93,6 +98,17 @@ int Run() {
     report.set_idle_seconds(0.005 * reports);
     report.set_tokens(last ? done * 64 : 0);
     report.set_peak_rss_bytes(int64_t{64} << 20);
+    if (joined.trace_max_spans() > 0) {
+      // Back-to-back forward and backward spans of 1 ms, 2 per report.
+      const int64_t base = absl::ToUnixMicros(absl::Now());
+      for (int i = 0; i < 2; ++i) {
+        paci::v1::Span* span = report.add_spans();
+        span->set_kind(i == 0 ? paci::v1::Span::FORWARD : paci::v1::Span::BACKWARD);
+        span->set_start_unix_micros(base + 1000 * i);
+        span->set_end_unix_micros(base + 1000 * (i + 1));
+        span->set_micro_batch_id(reports);
+      }
+    }
     if (fails && reports == 2) {
       if (mode == "error") {
         report.set_error(absl::StrCat("injected failure at step ", done));
@@ -118,6 +134,7 @@ int Run() {
       return 1;
     }
     report.clear_train_loss();
+    report.clear_spans();
   }
 }
 

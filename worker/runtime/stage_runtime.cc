@@ -14,14 +14,6 @@
 namespace paci {
 namespace {
 
-// Seconds since `since`; advances `since` to now.
-double Lap(absl::Time* since) {
-  const absl::Time now = absl::Now();
-  const double seconds = absl::ToDoubleSeconds(now - *since);
-  *since = now;
-  return seconds;
-}
-
 GptConfig ModelConfig(const v1::ModelSpec& m) {
   GptConfig c;
   c.vocab_size = m.vocab_size();
@@ -43,7 +35,8 @@ int64_t PeakRssBytes() {
 }  // namespace
 
 StageRuntime::StageRuntime(const v1::JobSpec& spec, int stage, const Corpus* corpus, Inbox& inbox,
-                           PeerSender* previous, PeerSender* next, StageMetrics& metrics)
+                           PeerSender* previous, PeerSender* next, StageMetrics& metrics,
+                           SpanRecorder* spans)
     : spec_(spec),
       stage_(stage),
       num_stages_(spec.pipeline().num_stages()),
@@ -53,7 +46,8 @@ StageRuntime::StageRuntime(const v1::JobSpec& spec, int stage, const Corpus* cor
       inbox_(inbox),
       previous_(previous),
       next_(next),
-      metrics_(metrics) {
+      metrics_(metrics),
+      spans_(spans) {
   lr_.peak_lr = spec.optimizer().lr();
   lr_.total_steps = spec.training().steps();
   lr_.warmup_fraction = spec.optimizer().warmup_fraction();
@@ -135,8 +129,32 @@ absl::Status StageRuntime::Run() {
   return status;
 }
 
+void StageRuntime::Mark(v1::Span::Kind kind, std::optional<uint64_t> micro_batch_id,
+                        std::optional<int64_t> step) {
+  const absl::Time now = absl::Now();
+  const double seconds = absl::ToDoubleSeconds(now - span_start_);
+  if (spans_ != nullptr) spans_->Record(kind, span_start_, now, micro_batch_id, step);
+  span_start_ = now;
+  const bool idle = kind == v1::Span::IDLE;
+  if (idle) {
+    metrics_.AddIdle(seconds);
+  } else {
+    metrics_.AddBusy(seconds);
+  }
+  absl::MutexLock lock(&mu_);
+  if (idle) {
+    report_.set_idle_seconds(report_.idle_seconds() + seconds);
+  } else {
+    report_.set_busy_seconds(report_.busy_seconds() + seconds);
+  }
+}
+
+double StageRuntime::SecondsSinceStart() const {
+  return absl::ToDoubleSeconds(absl::Now() - started_);
+}
+
 absl::Status StageRuntime::Loop() {
-  absl::Time clock = absl::Now();
+  span_start_ = absl::Now();
   while (true) {
     RETURN_IF_ERROR(inbox_.failure());
     if (cancelled_.load()) return absl::CancelledError("the job was cancelled");
@@ -145,7 +163,6 @@ absl::Status StageRuntime::Loop() {
       if (kind && *kind != v1::TensorFrame::ACTIVATION) {
         const bool shutdown = *kind == v1::TensorFrame::SHUTDOWN;
         RETURN_IF_ERROR(HandleControl(*inbox_.Pop(Inbox::From::kPrevious)));
-        metrics_.AddBusy(Lap(&clock));
         if (shutdown) return absl::OkStatus();
         continue;
       }
@@ -153,8 +170,8 @@ absl::Status StageRuntime::Loop() {
     const bool has_gradient = inbox_.PeekKind(Inbox::From::kNext).has_value();
     const bool has_activation =
         inbox_.PeekKind(Inbox::From::kPrevious) == v1::TensorFrame::ACTIVATION;
-    const StageAction action = scheduler_->Next(has_gradient, has_activation);
-    switch (action) {
+    // Each action ends its own spans (Mark); the checks above belong to it.
+    switch (scheduler_->Next(has_gradient, has_activation)) {
       case StageAction::kBackward:
         RETURN_IF_ERROR(Backward());
         break;
@@ -166,19 +183,11 @@ absl::Status StageRuntime::Loop() {
         break;
       case StageAction::kDone:
         return Finish();
-      case StageAction::kWait: {
+      case StageAction::kWait:
         inbox_.Wait(absl::Milliseconds(100));
-        const double idle = Lap(&clock);
-        metrics_.AddIdle(idle);
-        absl::MutexLock lock(&mu_);
-        report_.set_idle_seconds(report_.idle_seconds() + idle);
-        continue;
-      }
+        Mark(v1::Span::IDLE);
+        break;
     }
-    const double busy = Lap(&clock);
-    metrics_.AddBusy(busy);
-    absl::MutexLock lock(&mu_);
-    report_.set_busy_seconds(report_.busy_seconds() + busy);
   }
 }
 
@@ -224,8 +233,11 @@ absl::Status StageRuntime::Forward() {
   torch::Tensor output = model_(input);
   if (last_) {
     output = LanguageModelLoss(output, Tokens(corpus_->TrainingWindows(id)).second);
+    Mark(v1::Span::FORWARD, id);
   } else {
+    Mark(v1::Span::FORWARD, id);
     Send(next_, v1::TensorFrame::ACTIVATION, id, &output);
+    Mark(v1::Span::SEND, id);
   }
   pending_.push_back({id, input, output});
   metrics_.AddForward();
@@ -251,9 +263,11 @@ absl::Status StageRuntime::Backward() {
   } else {
     p.output.backward(grad);
   }
+  Mark(v1::Span::BACKWARD, id);
   if (!first_) {
     torch::Tensor input_grad = p.input.grad();
     Send(previous_, v1::TensorFrame::GRADIENT, id, &input_grad);
+    Mark(v1::Span::SEND, id);
   }
   const int64_t tokens = spec_.pipeline().micro_batch_size() * spec_.model().seq_len();
   metrics_.ObserveDrift(result.drift);
@@ -263,6 +277,7 @@ absl::Status StageRuntime::Backward() {
     const int64_t step = scheduler_->version();  // already advanced
     optimizer_->Step(LearningRateAt(lr_, step - 1));
     optimizer_->ZeroGrad();
+    Mark(v1::Span::OPTIMIZER_STEP, std::nullopt, step);
     metrics_.AddOptimizerStep();
     if (last_) {
       step_loss = step_loss_sum_ / scheduler_->accumulation();
@@ -281,6 +296,7 @@ absl::Status StageRuntime::Backward() {
     auto* point = report_.add_train_loss();
     point->set_step(scheduler_->version());
     point->set_loss(*step_loss);
+    point->set_seconds(SecondsSinceStart());
   }
   return absl::OkStatus();
 }
@@ -316,10 +332,12 @@ absl::Status StageRuntime::HandleDrained() {
       RecordValidation(step, eval_loss_sum_ / spec_.training().eval_micro_batches());
       eval_loss_sum_ = 0;
     }
+    Mark(v1::Span::EVAL, std::nullopt, step);
   }
   if (CheckpointDue(step)) {
     RETURN_IF_ERROR(SaveCheckpoint(step));
     if (next_) Send(next_, v1::TensorFrame::CHECKPOINT, 0, nullptr, step);
+    Mark(v1::Span::CHECKPOINT, std::nullopt, step);
   }
   scheduler_->OnDrainHandled();
   return absl::OkStatus();
@@ -332,6 +350,7 @@ void StageRuntime::RecordValidation(int64_t step, double loss) {
   auto* point = report_.add_validation_loss();
   point->set_step(step);
   point->set_loss(loss);
+  point->set_seconds(SecondsSinceStart());
 }
 
 absl::Status StageRuntime::HandleControl(v1::TensorFrame frame) {
@@ -341,8 +360,11 @@ absl::Status StageRuntime::HandleControl(v1::TensorFrame frame) {
         scheduler_->in_flight(), " micro-batches in flight; it must come at a drained point"));
   }
   switch (frame.kind()) {
-    case v1::TensorFrame::EVAL_ACTIVATION:
-      return EvalForward(frame);
+    case v1::TensorFrame::EVAL_ACTIVATION: {
+      const absl::Status status = EvalForward(frame);
+      Mark(v1::Span::EVAL, std::nullopt, frame.step());
+      return status;
+    }
     case v1::TensorFrame::CHECKPOINT:
       if (frame.step() != scheduler_->version()) {
         return absl::FailedPreconditionError(absl::StrCat(
@@ -351,6 +373,7 @@ absl::Status StageRuntime::HandleControl(v1::TensorFrame frame) {
       }
       RETURN_IF_ERROR(SaveCheckpoint(frame.step()));
       if (next_) Send(next_, v1::TensorFrame::CHECKPOINT, 0, nullptr, frame.step());
+      Mark(v1::Span::CHECKPOINT, std::nullopt, frame.step());
       return absl::OkStatus();
     case v1::TensorFrame::SHUTDOWN:
       return Finish();
@@ -391,6 +414,7 @@ absl::Status StageRuntime::SaveCheckpoint(int64_t step) {
   metrics_.AddCheckpoint();
   absl::MutexLock lock(&mu_);
   report_.add_checkpoints(path);
+  report_.add_checkpoint_steps(step);
   return absl::OkStatus();
 }
 
@@ -415,6 +439,11 @@ v1::StageReport StageRuntime::TakeReport() {
   report_.clear_train_loss();
   report_.clear_validation_loss();
   report_.clear_checkpoints();
+  report_.clear_checkpoint_steps();
+  if (spans_ != nullptr) {
+    for (v1::Span& span : spans_->Take()) *report.add_spans() = std::move(span);
+    report.set_spans_dropped(spans_->dropped());
+  }
   const double elapsed = absl::ToDoubleSeconds(absl::Now() - started_);
   if (elapsed > 0 && started_ != absl::Time()) metrics_.SetTokensPerSecond(report.tokens() / elapsed);
   report.set_peak_rss_bytes(PeakRssBytes());

@@ -19,6 +19,7 @@
 #include "worker/model/gpt.h"
 #include "worker/model/lr_schedule.h"
 #include "worker/pipeline/stage_scheduler.h"
+#include "worker/runtime/span_recorder.h"
 #include "worker/runtime/stage_metrics.h"
 #include "worker/transport/inbox.h"
 #include "worker/transport/peer_sender.h"
@@ -31,13 +32,20 @@ namespace paci {
 // cap, an optimizer step after every a-th backward, evaluation and
 // checkpoints only at drained points.
 //
+// The compute thread's time is cut into consecutive spans (forward,
+// backward, send, optimizer step, eval, checkpoint, idle): they make the busy
+// and idle seconds of the metrics and the report and, when a SpanRecorder is
+// given, the timeline of the run.
+//
 // Collaborators are owned by the caller and must outlive the runtime; the
-// senders are null where there is no neighbour. Run() is called once from
-// one thread; Cancel() and TakeReport() may be called from any thread.
+// senders are null where there is no neighbour, `spans` is null when no
+// timeline is recorded. Run() is called once from one thread; Cancel() and
+// TakeReport() may be called from any thread.
 class StageRuntime {
  public:
   StageRuntime(const v1::JobSpec& spec, int stage, const Corpus* corpus, Inbox& inbox,
-               PeerSender* previous, PeerSender* next, StageMetrics& metrics);
+               PeerSender* previous, PeerSender* next, StageMetrics& metrics,
+               SpanRecorder* spans = nullptr);
 
   // Builds the model and optimizer and, when the spec says so, resumes from
   // the latest complete checkpoint. FailedPrecondition / DataLoss for a
@@ -51,8 +59,8 @@ class StageRuntime {
 
   void Cancel() { cancelled_.store(true); }
 
-  // Counters so far, plus the loss points and checkpoints recorded since the
-  // last call.
+  // Counters so far, plus the loss points, checkpoints and timeline spans
+  // recorded since the last call.
   v1::StageReport TakeReport();
 
   int64_t start_step() const { return start_step_; }
@@ -75,6 +83,11 @@ class StageRuntime {
   void Send(PeerSender* to, v1::TensorFrame::Kind kind, uint64_t micro_batch_id,
             const torch::Tensor* tensor, int64_t step = 0);
   void RecordValidation(int64_t step, double loss);
+  // Ends the span that began at the end of the previous one: records it (when
+  // spans are recorded) and adds its seconds to busy, or to idle for IDLE.
+  void Mark(v1::Span::Kind kind, std::optional<uint64_t> micro_batch_id = std::nullopt,
+            std::optional<int64_t> step = std::nullopt);
+  double SecondsSinceStart() const;
   std::pair<torch::Tensor, torch::Tensor> Tokens(const std::vector<int32_t>& windows) const;
   bool EvalDue(int64_t step) const;
   bool CheckpointDue(int64_t step) const;
@@ -88,6 +101,7 @@ class StageRuntime {
   PeerSender* previous_;
   PeerSender* next_;
   StageMetrics& metrics_;
+  SpanRecorder* spans_;
   LrScheduleOptions lr_;
   std::unique_ptr<StageScheduler> scheduler_;
   GptStage model_{nullptr};
@@ -98,6 +112,7 @@ class StageRuntime {
   double eval_loss_sum_ = 0;
   int eval_seen_ = 0;
   absl::Time started_;
+  absl::Time span_start_;  // compute thread: where the current span began
   std::atomic<bool> cancelled_{false};
 
   absl::Mutex mu_;

@@ -6,32 +6,32 @@
 
 namespace paci {
 
-StageLinkService::StageLinkService(Inbox& inbox) : inbox_(inbox) {}
-
-StageLinkService::StageLinkService(const LinkExpectations& expect, Inbox& inbox)
-    : expect_(expect), inbox_(inbox) {}
-
-void StageLinkService::SetExpectations(const LinkExpectations& expect) {
+void StageLinkService::Attach(const LinkExpectations& expect, std::shared_ptr<Inbox> inbox) {
   absl::MutexLock lock(&mu_);
-  expect_ = expect;
+  attached_ = Attached{expect, std::move(inbox)};
 }
 
-std::optional<LinkExpectations> StageLinkService::Expectations() const {
-  // A neighbour may connect a moment before this stage has its job.
+void StageLinkService::Detach() {
   absl::MutexLock lock(&mu_);
-  auto known = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return expect_.has_value(); };
+  attached_.reset();
+}
+
+std::optional<StageLinkService::Attached> StageLinkService::AwaitAttached() const {
+  absl::MutexLock lock(&mu_);
+  auto known = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return attached_.has_value(); };
   mu_.AwaitWithTimeout(absl::Condition(&known), absl::Seconds(30));
-  return expect_;
+  return attached_;
 }
 
 grpc::Status StageLinkService::Push(grpc::ServerContext* context,
                                     grpc::ServerReader<v1::TensorFrame>* reader,
                                     v1::PushSummary* summary) {
-  const std::optional<LinkExpectations> expect = Expectations();
-  if (!expect) {
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "this stage has not joined its job yet");
+  const std::optional<Attached> attached = AwaitAttached();
+  if (!attached) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "this worker runs no stage");
   }
-  const LinkExpectations& e = *expect;
+  const LinkExpectations& e = attached->expect;
+  Inbox& inbox = *attached->inbox;
   v1::TensorFrame frame;
   int peer = -1;
   bool saw_shutdown = false;
@@ -44,16 +44,15 @@ grpc::Status StageLinkService::Push(grpc::ServerContext* context,
     }
     peer = frame.from_stage();
     saw_shutdown |= frame.kind() == v1::TensorFrame::SHUTDOWN;
-    const Inbox::From from =
-        peer == e.stage + 1 ? Inbox::From::kNext : Inbox::From::kPrevious;
+    const Inbox::From from = peer == e.stage + 1 ? Inbox::From::kNext : Inbox::From::kPrevious;
     summary->set_frames_received(summary->frames_received() + 1);
-    if (!inbox_.Push(from, std::move(frame))) break;  // the stage is finished
+    if (!inbox.Push(from, std::move(frame))) break;  // the stage is finished
     frame = v1::TensorFrame();
   }
-  if (peer >= 0 && !saw_shutdown && !inbox_.closed()) {
+  if (peer >= 0 && !saw_shutdown && !inbox.closed()) {
     // An orderly end comes only after SHUTDOWN or once this stage has
     // finished (it closes its inbox before it passes SHUTDOWN on).
-    inbox_.Fail(absl::UnavailableError(absl::StrCat(
+    inbox.Fail(absl::UnavailableError(absl::StrCat(
         "stage ", peer, " closed its link to stage ", e.stage,
         context->IsCancelled() ? " abruptly (the process died or the connection broke)"
                                : " before training ended")));

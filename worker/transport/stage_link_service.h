@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <optional>
 
 #include "absl/synchronization/mutex.h"
@@ -11,24 +12,27 @@
 
 namespace paci {
 
-// The gRPC adapter of a stage's incoming links: each neighbour keeps one
-// client stream open; every frame is validated (ValidateFrame) before it is
-// queued in the Inbox. A frame that fails validation ends that stream with
-// INVALID_ARGUMENT and is never queued. A neighbour's stream that ends before
-// the stage is finished (the peer died or gave up) fails the Inbox with
+// The gRPC adapter of a worker's incoming links. A worker's server lives
+// longer than any one stage it runs: the stage attaches its expectations and
+// Inbox when it starts and detaches when it ends.
+//
+// Each neighbour keeps one client stream open; every frame is validated
+// (ValidateFrame against the attached stage, whose job_name is the run id)
+// before it is queued. A frame that fails validation ends that stream with
+// INVALID_ARGUMENT and is never queued. A stream that opens before its stage
+// is attached waits up to 30 s for it (a neighbour may be a moment faster),
+// then is refused as UNAVAILABLE. A neighbour's stream that ends before the
+// stage is finished (the peer died or gave up) fails the Inbox with
 // UNAVAILABLE naming the stage.
 //
-// The expectations may be set after the server starts (a worker learns its
-// job only when it joins); a stream that opens before then waits up to 30 s
-// for them, and is refused as UNAVAILABLE after that.
-//
-// Thread-safe; the Inbox must outlive the server that serves this service.
+// Thread-safe.
 class StageLinkService final : public v1::StageLink::Service {
  public:
-  explicit StageLinkService(Inbox& inbox);
-  StageLinkService(const LinkExpectations& expect, Inbox& inbox);
+  StageLinkService() = default;
 
-  void SetExpectations(const LinkExpectations& expect);
+  void Attach(const LinkExpectations& expect, std::shared_ptr<Inbox> inbox);
+  // Streams of the detached stage end at their next frame.
+  void Detach();
 
   grpc::Status Push(grpc::ServerContext* context, grpc::ServerReader<v1::TensorFrame>* reader,
                     v1::PushSummary* summary) override;
@@ -36,11 +40,15 @@ class StageLinkService final : public v1::StageLink::Service {
   int64_t frames_rejected() const { return frames_rejected_.load(); }
 
  private:
-  std::optional<LinkExpectations> Expectations() const;
+  struct Attached {
+    LinkExpectations expect;
+    std::shared_ptr<Inbox> inbox;
+  };
+  // The attached stage once one is (waiting up to 30 s for it).
+  std::optional<Attached> AwaitAttached() const;
 
   mutable absl::Mutex mu_;
-  std::optional<LinkExpectations> expect_ ABSL_GUARDED_BY(mu_);
-  Inbox& inbox_;
+  std::optional<Attached> attached_ ABSL_GUARDED_BY(mu_);
   std::atomic<int64_t> frames_rejected_{0};
 };
 

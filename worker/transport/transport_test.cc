@@ -76,7 +76,8 @@ TEST(FrameValidatorTest, RefusesWrongShapeDtypeSizeSenderJobAndKind) {
 class StageLinkTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    service_ = std::make_unique<StageLinkService>(Expect(), inbox_);
+    service_ = std::make_unique<StageLinkService>();
+    service_->Attach(Expect(), inbox_);
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
     builder.RegisterService(service_.get());
@@ -85,11 +86,11 @@ class StageLinkTest : public ::testing::Test {
     address_ = "127.0.0.1:" + std::to_string(port_);
   }
   void TearDown() override {
-    inbox_.Close();
+    inbox_->Close();
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   }
 
-  Inbox inbox_{2};  // small, so flow control is exercised
+  std::shared_ptr<Inbox> inbox_ = std::make_shared<Inbox>(2);  // small: flow control
   std::unique_ptr<StageLinkService> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
@@ -109,15 +110,15 @@ TEST_F(StageLinkTest, FramesArriveInOrderThroughABoundedInbox) {
   // The inbox holds 2; the rest wait in the sender and in gRPC until we pop.
   for (uint64_t id = 0; id < 6; ++id) {
     std::optional<v1::TensorFrame> frame;
-    while (!(frame = inbox_.Pop(Inbox::From::kPrevious))) inbox_.Wait(absl::Seconds(10));
+    while (!(frame = inbox_->Pop(Inbox::From::kPrevious))) inbox_->Wait(absl::Seconds(10));
     EXPECT_EQ(frame->micro_batch_id(), id);
   }
-  inbox_.Wait(absl::Seconds(10));
-  EXPECT_EQ(inbox_.PeekKind(Inbox::From::kPrevious), v1::TensorFrame::SHUTDOWN);
+  inbox_->Wait(absl::Seconds(10));
+  EXPECT_EQ(inbox_->PeekKind(Inbox::From::kPrevious), v1::TensorFrame::SHUTDOWN);
   EXPECT_TRUE(sender.Close(absl::Seconds(10)).ok());
   EXPECT_TRUE(failure.ok()) << failure;
   EXPECT_EQ(sender.bytes_sent(), 6 * 96);
-  EXPECT_TRUE(inbox_.failure().ok()) << inbox_.failure();
+  EXPECT_TRUE(inbox_->failure().ok()) << inbox_->failure();
 }
 
 TEST_F(StageLinkTest, AMalformedFrameIsRefusedAndNeverQueued) {
@@ -133,7 +134,7 @@ TEST_F(StageLinkTest, AMalformedFrameIsRefusedAndNeverQueued) {
   grpc::Status status = writer->Finish();
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(status.error_message().find("shape is [1000, 3, 4]"), std::string::npos);
-  EXPECT_FALSE(inbox_.PeekKind(Inbox::From::kPrevious).has_value());
+  EXPECT_FALSE(inbox_->PeekKind(Inbox::From::kPrevious).has_value());
   EXPECT_EQ(service_->frames_rejected(), 1);
 }
 
@@ -145,13 +146,13 @@ TEST_F(StageLinkTest, APeerThatVanishesMidTrainingFailsTheInbox) {
     v1::PushSummary summary;
     auto writer = stub->Push(&context, &summary);
     ASSERT_TRUE(writer->Write(Activation(0)));
-    while (!inbox_.Pop(Inbox::From::kPrevious)) inbox_.Wait(absl::Seconds(10));
+    while (!inbox_->Pop(Inbox::From::kPrevious)) inbox_->Wait(absl::Seconds(10));
     context.TryCancel();  // as a killed process would
     writer->Finish();
   }
-  for (int i = 0; i < 100 && inbox_.failure().ok(); ++i) inbox_.Wait(absl::Milliseconds(100));
-  EXPECT_EQ(inbox_.failure().code(), absl::StatusCode::kUnavailable);
-  EXPECT_NE(inbox_.failure().message().find("stage 0 closed its link to stage 1"),
+  for (int i = 0; i < 100 && inbox_->failure().ok(); ++i) inbox_->Wait(absl::Milliseconds(100));
+  EXPECT_EQ(inbox_->failure().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(inbox_->failure().message().find("stage 0 closed its link to stage 1"),
             std::string::npos);
 }
 

@@ -1,0 +1,592 @@
+#!/usr/bin/python3
+"""Schedule comparison: PACI against the flush and asynchronous baselines, in one command.
+
+Trains the same GPT on the same corpus with the same global batch (sequences
+per optimizer step), seed and number of optimizer steps under
+
+  paci        a = P-1 and a = 2P
+  async-1f1b  a = 1 (the unbounded-drift baseline)
+  1f1b-flush  m = 2P (m = PACI's larger a)
+  gpipe       m = 2P
+
+at P = 2 (one stage per core, one thread each: the bubble is real on a 2-core
+machine) and P = 4, plus the unsplit model in one process. The micro-batch is
+global batch / a, so every run sees the same number of sequences per step.
+Every run records its timeline (pacictl --trace); the per-stage forward,
+backward, optimizer-step and transfer costs measured there drive the pipeline
+simulator (paci_simulate, the workers' own StageScheduler in simulated time),
+whose predicted throughput and idle fraction sit beside the measured ones. The
+same measured costs then project deep pipelines (P up to 64) that this machine
+cannot run.
+
+Writes to --out (default bench/results/):
+  schedule_comparison.md    the tables (throughput and bubble, training, deep pipelines)
+  schedule_comparison.json  everything in the tables, per stage
+  loss_vs_time.png, loss_vs_tokens.png   validation loss, one line per schedule
+  timeline_p2.png           the first second of PACI beside 1F1B-flush at P = 2
+  deep_pipelines.png        simulated utilization against P
+  trace_p2_paci.json, trace_p2_1f1b_flush.json   the first 2 s of those two
+                            traces (open in ui.perfetto.dev)
+
+  /usr/bin/python3 bench/schedule_comparison.py [--steps 600] [--stages 2,4] [--build build]
+
+Needs a built tree (scripts/build.sh), data/kjv.txt (scripts/kjv-corpus.sh)
+and gnuplot (Debian's gnuplot-nox, in scripts/install-deps.sh).
+"""
+import argparse
+import contextlib
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+SPEC = """
+name: bench-{tag}
+model: {{vocab_size: 96, num_layers: 4, d_model: {d_model}, num_heads: 4, seq_len: {seq_len}}}
+pipeline: {{num_stages: {P}, schedule: {schedule}, accumulation: {a}, micro_batch_size: {mbs}}}
+optimizer: {{lr: {lr}, warmup_fraction: {warmup}}}
+training: {{steps: {steps}, eval_interval: {eval_interval}, eval_micro_batches: {eval_mb}}}
+data: {{corpus_path: {corpus}, seed: {seed}}}
+"""
+
+FLUSHING = ("1f1b-flush", "gpipe")
+
+
+def log(message):
+    print(message, file=sys.stderr, flush=True)
+
+
+def run_configs(stages, seed):
+    """(P, schedule, a, data seed) of every run: the unsplit model first, and
+    1f1b-flush of the first P once more with another data seed, which shows
+    how far the losses move with the sample order alone."""
+    runs = [(1, "1f1b-flush", 2 * stages[0], seed)]
+    for P in stages:
+        runs += [(P, "paci", P - 1, seed), (P, "paci", 2 * P, seed), (P, "async-1f1b", 1, seed),
+                 (P, "1f1b-flush", 2 * P, seed), (P, "gpipe", 2 * P, seed)]
+        if P == stages[0]:
+            runs.append((P, "1f1b-flush", 2 * P, seed + 1))
+    return runs
+
+
+def label(P, schedule, a, seed, base_seed):
+    name = "1 process" if P == 1 else "%s %s=%d" % (
+        schedule, "m" if schedule in FLUSHING else "a", a)
+    return name if seed == base_seed else "%s, data seed %d" % (name, seed)
+
+
+def cpu_busy_seconds():
+    """CPU seconds the whole machine has spent busy since boot (/proc/stat)."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:9]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu_seconds():
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def train(args, workdir, P, schedule, a, seed):
+    """Trains one configuration; repeats it when other work took the cores meanwhile.
+    With --reuse, a run already complete in --workdir is read back instead."""
+    record = os.path.join(workdir, "%s-p%d-a%d-seed%d.run.json" % (schedule, P, a, seed))
+    if args.reuse and os.path.exists(record):
+        with open(record) as f:
+            result = json.load(f)
+        log("reusing %s" % result["label"])
+        return result
+    for attempt in range(1, args.attempts + 1):
+        busy, ours, started = cpu_busy_seconds(), children_cpu_seconds(), time.monotonic()
+        result = train_once(args, workdir, P, schedule, a, seed)
+        wall = time.monotonic() - started
+        # CPU the machine spent on anything but this run, in cores.
+        foreign = ((cpu_busy_seconds() - busy) - (children_cpu_seconds() - ours)) / wall
+        result["other_load_cores"] = foreign
+        result["attempts"] = attempt
+        if foreign <= args.max_other_load:
+            break
+        log("  other work used %.2f cores during the run; %s" % (
+            foreign, "running it again" if attempt < args.attempts else "keeping it, marked"))
+    with open(record, "w") as f:
+        json.dump(result, f)
+    return result
+
+
+def train_once(args, workdir, P, schedule, a, seed):
+    mbs = args.global_batch // a
+    tag = "%s-p%d-a%d-seed%d" % (schedule, P, a, seed)
+    name = label(P, schedule, a, seed, args.seed)
+    spec = os.path.join(workdir, tag + ".yaml")
+    with open(spec, "w") as f:
+        f.write(SPEC.format(tag=tag, d_model=args.d_model, seq_len=args.seq_len, P=P,
+                            schedule=schedule, a=a, mbs=mbs, lr=args.lr, warmup=args.warmup_fraction,
+                            steps=args.steps,
+                            eval_interval=args.eval_interval,
+                            eval_mb=args.eval_sequences // mbs,
+                            corpus=os.path.abspath(args.corpus), seed=seed))
+    summary_path = spec + ".summary.json"
+    trace_path = spec + ".trace.json"
+    log("running %-32s P=%d a=%d micro-batch %d ..." % (name, P, a, mbs))
+    started = time.monotonic()
+    proc = subprocess.run([args.pacictl, "train", spec, "--summary=" + summary_path,
+                           "--trace=" + trace_path],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if proc.returncode != 0:
+        sys.exit("run %s failed:\n%s" % (tag, proc.stdout[-4000:]))
+    with open(summary_path) as f:
+        summary = json.load(f)
+    log("  %.0f s, %.0f tokens/s, validation loss %.3f" % (
+        time.monotonic() - started, summary["tokens_per_second"],
+        summary["final_validation_loss"]))
+    return dict(tag=tag, label=name, P=P, schedule=schedule, a=a, seed=seed,
+                micro_batch_size=mbs, summary=summary, trace_path=trace_path)
+
+
+def analyse_trace(path, P):
+    """Per-stage costs (seconds) and the link latency measured from a trace."""
+    with open(path) as f:
+        trace = json.load(f)
+    by_tid = {}
+    for e in trace["traceEvents"]:
+        if e["ph"] == "X":
+            by_tid.setdefault(e["tid"], []).append(e)
+    stages = []
+    sends = {}  # (stage, kind, micro_batch) -> end of the send, us
+    first, last = float("inf"), 0.0
+    for s in range(P):
+        events = sorted(by_tid.get(s, []), key=lambda e: e["ts"])
+        forward, backward, optimizer, eval_total = [], [], [], 0.0
+        send_forward, send_backward = 0.0, 0.0
+        previous = None
+        for e in events:
+            first, last = min(first, e["ts"]), max(last, e["ts"] + e["dur"])
+            name, seconds = e["name"], e["dur"] / 1e6
+            if name == "forward":
+                forward.append(seconds)
+            elif name == "backward":
+                backward.append(seconds)
+            elif name == "optimizer_step":
+                optimizer.append(seconds)
+            elif name == "eval":
+                eval_total += seconds
+            elif name == "send":
+                kind = "activation" if previous == "forward" else "gradient"
+                if kind == "activation":
+                    send_forward += seconds
+                else:
+                    send_backward += seconds
+                sends[(s, kind, e["args"].get("micro_batch"))] = e["ts"] + e["dur"]
+            previous = name
+        stages.append(dict(
+            forward=statistics.fmean(forward) + send_forward / max(len(forward), 1),
+            backward=statistics.fmean(backward) + send_backward / max(len(backward), 1),
+            optimizer_step=statistics.fmean(optimizer) if optimizer else 0.0,
+            eval_total=eval_total, forwards=len(forward), events=events))
+    # Latency: a stage that sat idle until a tensor came shows when it came.
+    samples = []
+    for s in range(P):
+        events = stages[s]["events"]
+        for before, e in zip(events, events[1:]):
+            if before["name"] != "idle":
+                continue
+            mb = e["args"].get("micro_batch")
+            if e["name"] == "forward" and s > 0:
+                sent = sends.get((s - 1, "activation", mb))
+            elif e["name"] == "backward" and s < P - 1:
+                sent = sends.get((s + 1, "gradient", mb))
+            else:
+                continue
+            if sent is not None and e["ts"] >= sent:
+                samples.append((e["ts"] - sent) / 1e6)
+    for st in stages:
+        del st["events"]
+    latency = statistics.median(samples) if samples else 0.0
+    return dict(stages=stages, link_latency=latency, latency_samples=len(samples),
+                window_seconds=(last - first) / 1e6)
+
+
+def simulate(args, P, schedule, a, steps, costs, latency, eval_interval=0, eval_mb=0, mbs=0):
+    ms = lambda key: ",".join("%.6f" % (c[key] * 1000) for c in costs)
+    cmd = [args.simulator, "--schedule=" + schedule, "--stages=%d" % P, "--accumulation=%d" % a,
+           "--steps=%d" % steps, "--eval_interval=%d" % eval_interval,
+           "--eval_micro_batches=%d" % eval_mb, "--forward_ms=" + ms("forward"),
+           "--backward_ms=" + ms("backward"), "--optimizer_ms=" + ms("optimizer_step"),
+           "--eval_forward_ms=" + ms("eval_forward"), "--link_ms=%.6f" % (latency * 1000),
+           "--tokens_per_micro_batch=%d" % (mbs * args.seq_len), "--format=json"]
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        sys.exit("paci_simulate failed: %s\n%s" % (" ".join(cmd), proc.stderr))
+    return json.loads(proc.stdout)
+
+
+def time_to_target(points, target):
+    for p in points:
+        if p["loss"] <= target:
+            return p["seconds"], p["step"]
+    return None, None
+
+
+def fmt_list(values, digits=2):
+    return "[" + " ".join(("%." + str(digits) + "f") % v for v in values) + "]"
+
+
+def gnuplot(script):
+    subprocess.run(["gnuplot"], input=script, text=True, check=True)
+
+
+def plot_losses(runs, stage_counts, args, tmp):
+    """loss_vs_time.png and loss_vs_tokens.png: one panel per P, one line per run."""
+    tokens_per_step = args.global_batch * args.seq_len
+    files = {}
+    for r in runs:
+        path = os.path.join(tmp, r["tag"] + ".dat")
+        with open(path, "w") as f:
+            for p in r["summary"]["validation_loss"]:
+                f.write("%.4f %d %.5f\n" % (p["seconds"], p["step"] * tokens_per_step, p["loss"]))
+        files[r["tag"]] = path
+    for name, column, xlabel in (("loss_vs_time", 1, "wall seconds since training began"),
+                                 ("loss_vs_tokens", 2, "training tokens")):
+        panels = []
+        for P in stage_counts:
+            group = [r for r in runs if r["P"] == P or (P == stage_counts[0] and r["P"] == 1)]
+            plots = ", \\\n  ".join(
+                "'%s' using %d:3 with linespoints pt 7 ps 0.5 lw 2 title '%s'" % (
+                    files[r["tag"]], column, r["label"]) for r in group)
+            panels.append("set title 'P = %d%s'\nplot %s\n" % (
+                P, " (4 processes on %d cores)" % os.cpu_count() if P > os.cpu_count() else "",
+                plots))
+        gnuplot("""
+set terminal pngcairo size %d,560 font ",11"
+set output '%s'
+set multiplot layout 1,%d
+set xlabel '%s'
+set ylabel 'validation loss'
+set grid
+set key top right
+%s
+unset multiplot
+""" % (760 * len(panels), os.path.join(args.out, name + ".png"), len(panels), xlabel,
+       "".join(panels)))
+
+
+def plot_deep(deep, args, tmp):
+    """deep_pipelines.png: simulated utilization and throughput against P."""
+    schedules = []
+    for row in deep:
+        if row["label"] not in schedules:
+            schedules.append(row["label"])
+    files = []
+    for i, name in enumerate(schedules):
+        path = os.path.join(tmp, "deep-%d.dat" % i)
+        with open(path, "w") as f:
+            for row in deep:
+                if row["label"] == name:
+                    f.write("%d %.5f %.5f\n" % (row["P"], row["utilization"], row["vs_1f1b_flush"]))
+        files.append((path, name))
+    plot = lambda column: ", \\\n  ".join(
+        "'%s' using 1:%d with linespoints pt 7 lw 2 title '%s'" % (path, column, name)
+        for path, name in files)
+    gnuplot("""
+set terminal pngcairo size 1400,560 font ",11"
+set output '%s'
+set multiplot layout 1,2 title 'Simulated pipelines, every stage as costly as a measured P = 2 stage'
+set logscale x 2
+set xlabel 'pipeline stages P'
+set grid
+set key bottom left
+set title 'mean stage utilization (busy / wall)'
+set yrange [0:1.05]
+plot %s
+set title 'throughput relative to 1f1b-flush m=2P'
+set yrange [0:*]
+plot %s
+unset multiplot
+""" % (os.path.join(args.out, "deep_pipelines.png"), plot(2), plot(3)))
+
+
+def trim_trace(src, dst, seconds):
+    with open(src) as f:
+        trace = json.load(f)
+    trace["traceEvents"] = [e for e in trace["traceEvents"]
+                            if e["ph"] != "X" or e["ts"] < seconds * 1e6]
+    with open(dst, "w") as f:
+        json.dump(trace, f, separators=(",", ":"))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--stages", default="2,4", help="pipeline depths to run, e.g. 2 or 2,4")
+    parser.add_argument("--global_batch", type=int, default=24,
+                        help="sequences per optimizer step; divisible by every a")
+    parser.add_argument("--eval_interval", type=int, default=25)
+    parser.add_argument("--eval_sequences", type=int, default=96,
+                        help="validation sequences per evaluation (the same for every run)")
+    parser.add_argument("--d_model", type=int, default=128)
+    parser.add_argument("--seq_len", type=int, default=64)
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--warmup_fraction", type=float, default=0.05)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--target_fraction", type=float, default=0.75,
+                        help="the first target is 1f1b-flush's validation loss after this "
+                             "fraction of the steps; the second its final one")
+    parser.add_argument("--deep_micro_batches", type=int, default=8192,
+                        help="micro-batches per simulated deep run (steps = this / a)")
+    parser.add_argument("--max_other_load", type=float, default=0.2,
+                        help="cores other processes may use during a run before it is repeated")
+    parser.add_argument("--attempts", type=int, default=3, help="tries per run")
+    parser.add_argument("--workdir", default="",
+                        help="keep the runs' specs, summaries and traces here (default: a "
+                             "temporary folder)")
+    parser.add_argument("--reuse", action="store_true",
+                        help="read runs already complete in --workdir instead of training them "
+                             "again (to redo the analysis)")
+    parser.add_argument("--build", default=os.path.join(ROOT, "build"))
+    parser.add_argument("--corpus", default=os.path.join(ROOT, "data", "kjv.txt"))
+    parser.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
+    args = parser.parse_args()
+    args.pacictl = os.path.join(args.build, "tools", "pacictl")
+    args.simulator = os.path.join(args.build, "tools", "paci_simulate")
+    stage_counts = [int(p) for p in args.stages.split(",")]
+    for P in stage_counts:
+        for a in (P - 1, 2 * P):
+            if args.global_batch % a or args.eval_sequences % (args.global_batch // a):
+                sys.exit("--global_batch %d must divide by a = %d, and --eval_sequences by the "
+                         "micro-batch" % (args.global_batch, a))
+    os.makedirs(args.out, exist_ok=True)
+    began = time.monotonic()
+
+    if args.workdir:
+        os.makedirs(args.workdir, exist_ok=True)
+    with (contextlib.nullcontext(os.path.abspath(args.workdir)) if args.workdir
+          else tempfile.TemporaryDirectory()) as workdir:
+        runs = [train(args, workdir, P, schedule, a, seed)
+                for P, schedule, a, seed in run_configs(stage_counts, args.seed)]
+
+        # The simulator, fed with each run's measured costs.
+        for r in runs:
+            analysis = analyse_trace(r["trace_path"], r["P"])
+            s = r["summary"]
+            evals = len(s["validation_loss"])
+            eval_mb = args.eval_sequences // r["micro_batch_size"]
+            for st in analysis["stages"]:
+                st["eval_forward"] = st["eval_total"] / max(evals * eval_mb, 1)
+            r["costs"] = analysis
+            r["simulated"] = simulate(args, r["P"], r["schedule"], r["a"], args.steps,
+                                      analysis["stages"], analysis["link_latency"],
+                                      args.eval_interval, eval_mb, r["micro_batch_size"])
+            tokens = args.steps * r["a"] * r["micro_batch_size"] * args.seq_len
+            r["measured_window_tokens_per_second"] = tokens / analysis["window_seconds"]
+
+        # Deep pipelines: every stage as costly as a stage of the P = 2 PACI
+        # run with the same micro-batch as the flushes (a = 2P).
+        base = next((r for r in runs if r["P"] == 2 and r["schedule"] == "paci" and r["a"] == 4
+                     and r["seed"] == args.seed),
+                    next(r for r in runs if r["P"] > 1))
+        mean_cost = {k: statistics.fmean(st[k] for st in base["costs"]["stages"])
+                     for k in ("forward", "backward", "optimizer_step")}
+        mean_cost["eval_forward"] = 0.0
+        deep = []
+        for P in (2, 4, 8, 16, 32, 64):
+            for schedule, a in (("paci", max(P - 1, 1)), ("paci", 2 * P), ("async-1f1b", 1),
+                                ("1f1b-flush", 2 * P), ("gpipe", 2 * P)):
+                steps = max(args.deep_micro_batches // a, 1)
+                sim = simulate(args, P, schedule, a, steps, [mean_cost] * P,
+                               base["costs"]["link_latency"], mbs=base["micro_batch_size"])
+                st = sim["stages"]
+                deep.append(dict(
+                    P=P, schedule=schedule, a=a, steps=steps,
+                    label=("paci a=P-1" if schedule == "paci" and a == max(P - 1, 1) else
+                           "paci a=2P" if schedule == "paci" else
+                           "async-1f1b" if schedule == "async-1f1b" else schedule + " m=2P"),
+                    utilization=statistics.fmean(x["utilization"] for x in st),
+                    micro_batches_per_second=sim["micro_batches_per_second"],
+                    drift_max=[x["drift_max"] for x in st],
+                    drift_bound=[x["drift_bound"] for x in st],
+                    drift_mean_stage0=st[0]["drift_mean"],
+                    drift_histogram_stage0=st[0]["drift_histogram"],
+                    max_in_flight=[x["max_in_flight"] for x in st],
+                    mean_in_flight_stage0=st[0]["mean_in_flight"]))
+        for row in deep:
+            flush = next(d for d in deep if d["P"] == row["P"] and d["schedule"] == "1f1b-flush")
+            row["vs_1f1b_flush"] = row["micro_batches_per_second"] / flush["micro_batches_per_second"]
+
+        # Timeline of PACI beside 1F1B-flush at P = 2, and their first seconds as traces.
+        timeline_runs = [next((r for r in runs if r["P"] == 2 and r["schedule"] == s and
+                               r["a"] == 4 and r["seed"] == args.seed), None)
+                         for s in ("paci", "1f1b-flush")]
+        if all(timeline_runs):
+            subprocess.run(["/usr/bin/python3", os.path.join(HERE, "plot_timeline.py"),
+                            "--out", os.path.join(args.out, "timeline_p2.png"), "--seconds", "1",
+                            "--skip", "1",
+                            "--title", "P = 2, the same 4 micro-batches per step: PACI beside "
+                                       "1F1B-flush, one second after the first",
+                            ] + ["%s=%s" % (r["label"], r["trace_path"]) for r in timeline_runs],
+                           check=True)
+            for r, name in zip(timeline_runs, ("paci", "1f1b_flush")):
+                trim_trace(r["trace_path"], os.path.join(args.out, "trace_p2_%s.json" % name), 2.0)
+
+        with tempfile.TemporaryDirectory() as tmp:
+            plot_losses(runs, stage_counts, args, tmp)
+            plot_deep(deep, args, tmp)
+
+    # Targets: what 1f1b-flush (m = 2P) reached after target_fraction of the
+    # steps, and at the end.
+    targets = {}
+    for P in stage_counts:
+        flush = next(r for r in runs if r["P"] == P and r["schedule"] == "1f1b-flush" and
+                     r["seed"] == args.seed)
+        points = flush["summary"]["validation_loss"]
+        near = min(points, key=lambda p: abs(p["step"] - args.target_fraction * args.steps))
+        targets[P] = dict(near=near["loss"], near_step=near["step"], final=points[-1]["loss"])
+    targets[1] = targets[stage_counts[0]]
+    rows = []
+    for r in runs:
+        s = r["summary"]
+        P, m = r["P"], r["a"]
+        ref_P = P if P > 1 else stage_counts[0]  # the single process beside the first P
+        flush = next(x for x in runs if x["P"] == ref_P and x["schedule"] == "1f1b-flush" and
+                     x["seed"] == args.seed)
+        reached = {}
+        for key in ("near", "final"):
+            seconds, step = time_to_target(s["validation_loss"], targets[P][key])
+            flush_seconds, _ = time_to_target(flush["summary"]["validation_loss"], targets[P][key])
+            reached[key] = dict(loss=targets[P][key], seconds=seconds, step=step,
+                                vs_1f1b_flush=(flush_seconds / seconds if seconds and flush_seconds
+                                               else None))
+        rows.append(dict(
+            run=r["label"], P=P, schedule=r["schedule"], a=m, seed=r["seed"],
+            micro_batch_size=r["micro_batch_size"],
+            steps=s["steps_completed"],
+            tokens_per_second=s["tokens_per_second"],
+            vs_1f1b_flush=s["tokens_per_second"] / flush["summary"]["tokens_per_second"],
+            idle_measured=[st["idle_fraction"] for st in s["stages"]],
+            idle_flush_model=((P - 1) / (m + P - 1) if r["schedule"] in FLUSHING else None),
+            measured_window_tokens_per_second=r["measured_window_tokens_per_second"],
+            simulated_tokens_per_second=r["simulated"]["tokens_per_second"],
+            idle_simulated=[st["idle_fraction"] for st in r["simulated"]["stages"]],
+            stage_costs_ms=[dict(forward=c["forward"] * 1e3, backward=c["backward"] * 1e3,
+                                 optimizer_step=c["optimizer_step"] * 1e3,
+                                 eval_forward=c["eval_forward"] * 1e3)
+                            for c in r["costs"]["stages"]],
+            link_latency_ms=r["costs"]["link_latency"] * 1e3,
+            drift_max=[st["drift_max"] for st in s["stages"]],
+            drift_bound=[st["drift_bound"] for st in s["stages"]],
+            drift_mean=[st["drift_mean"] for st in s["stages"]],
+            peak_rss_mib=[st["peak_rss_bytes"] / 2**20 for st in s["stages"]],
+            final_train_loss=s["final_train_loss"],
+            final_validation_loss=s["final_validation_loss"],
+            wall_seconds=s["wall_seconds"],
+            other_load_cores=r["other_load_cores"], attempts=r["attempts"],
+            time_to_target=reached,
+            validation_loss=s["validation_loss"]))
+
+    def idle_cell(values):
+        return fmt_list(values)
+
+    throughput = [
+        "| run | P | micro-batch | tokens/s | vs 1f1b-flush | idle measured | idle (P-1)/(m+P-1) "
+        "| simulated idle | tokens/s, trace window | simulated tokens/s | other load |",
+        "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        throughput.append("| %s | %d | %d | %s | %.2fx | %s | %s | %s | %s | %s (%+.0f%%) | %.2f |" % (
+            row["run"], row["P"], row["micro_batch_size"], "{:,.0f}".format(row["tokens_per_second"]),
+            row["vs_1f1b_flush"], idle_cell(row["idle_measured"]),
+            "%.3f" % row["idle_flush_model"] if row["idle_flush_model"] is not None else "",
+            idle_cell(row["idle_simulated"]),
+            "{:,.0f}".format(row["measured_window_tokens_per_second"]),
+            "{:,.0f}".format(row["simulated_tokens_per_second"]),
+            100 * (row["simulated_tokens_per_second"] / row["measured_window_tokens_per_second"] - 1),
+            row["other_load_cores"]))
+    def reached_cell(t):
+        if t["seconds"] is None:
+            return "not reached"
+        return "%.1f s (step %d)%s" % (t["seconds"], t["step"], ", %.2fx" % t["vs_1f1b_flush"]
+                                       if t["vs_1f1b_flush"] else "")
+
+    training = [
+        "| run | P | drift max / bound | mean drift | peak RSS MiB | final train | final val "
+        "| to flush's loss at %d%% of the steps | to flush's final loss |" % (
+            round(100 * args.target_fraction)),
+        "|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        training.append("| %s | %d | %s / %s | %s | %s | %.3f | %.3f | %s | %s |" % (
+            row["run"], row["P"], row["drift_max"], row["drift_bound"], fmt_list(row["drift_mean"]),
+            fmt_list(row["peak_rss_mib"], 0), row["final_train_loss"], row["final_validation_loss"],
+            reached_cell(row["time_to_target"]["near"]),
+            reached_cell(row["time_to_target"]["final"])))
+    target_lines = ["- P = %d: %.3f (1f1b-flush m=%d at step %d) and %.3f (its final)" % (
+        P, targets[P]["near"], 2 * P, targets[P]["near_step"], targets[P]["final"])
+        for P in stage_counts]
+    deep_table = [
+        "| P | schedule | utilization | vs 1f1b-flush | drift max / bound (stage 0) "
+        "| stage 0 drift histogram | activations in flight, stage 0 max (mean) |",
+        "|---|---|---|---|---|---|---|"]
+    for d in deep:
+        deep_table.append("| %d | %s (a=%d) | %.3f | %.2fx | %d / %d | %s | %d (%.1f) |" % (
+            d["P"], d["label"], d["a"], d["utilization"], d["vs_1f1b_flush"], d["drift_max"][0],
+            d["drift_bound"][0], d["drift_histogram_stage0"], d["max_in_flight"][0],
+            d["mean_in_flight_stage0"]))
+
+    elapsed = time.monotonic() - began
+    command = "/usr/bin/python3 bench/schedule_comparison.py --steps %d --stages %s" % (
+        args.steps, args.stages)
+    setup = ("GPT: 4 layers, d_model %d, 4 heads, seq_len %d, character vocabulary; "
+             "King James Bible; %d optimizer steps of %d sequences (%s tokens) each; "
+             "AdamW lr %g with %g%% linear warm-up and cosine decay; validation on the same %d held-out sequences every %d steps; "
+             "data seed %d; one thread per stage on %d cores. Made by `%s` in %.0f s." % (
+                 args.d_model, args.seq_len, args.steps, args.global_batch,
+                 "{:,}".format(args.global_batch * args.seq_len), args.lr,
+                 100 * args.warmup_fraction, args.eval_sequences,
+                 args.eval_interval, args.seed, os.cpu_count(), command, elapsed))
+    markdown = "\n".join([
+        "# Schedule comparison", "", setup, "",
+        "## Throughput and bubble", "",
+        "Idle fractions are per stage. The flush model is (P-1)/(m+P-1). The simulated columns "
+        "replay each run's schedule in `paci_simulate` with the per-stage costs measured in its "
+        "own trace; the trace window is the run from its first to its last span (the tokens/s "
+        "column counts from the moment all stages joined). Other load is the CPU (in cores) the "
+        "machine spent on anything but the run while it ran; a run with more than %.2f is "
+        "repeated (up to %d tries)." % (args.max_other_load, args.attempts), ""] + throughput + [
+        "", "## Training", "",
+        "Drift, mean drift and peak resident memory are per stage. Time to a target validation "
+        "loss is in wall seconds since training began, to the first evaluation at or below it, "
+        "with the ratio of 1f1b-flush's time to it (above 1: sooner than 1f1b-flush). The "
+        "targets are what 1f1b-flush m=2P reached (the 1-process run is timed against the "
+        "first P's):", ""] + target_lines + [""]
+        + training + [
+        "", "## Deep pipelines (simulated)", "",
+        "`paci_simulate` with every stage as costly as the mean stage of the P = 2 `paci a=4` run "
+        "(forward %.1f ms, backward %.1f ms, optimizer step %.1f ms for a micro-batch of %d), "
+        "link latency %.2f ms as measured there, %s micro-batches per run (steps = that / a); "
+        "no evaluation. The drift histogram counts stage 0's backwards by the optimizer steps "
+        "they crossed (0, 1, ...); activations in flight are stage 0's micro-batches between "
+        "forward and backward, i.e. its activation memory in micro-batches." % (
+            mean_cost["forward"] * 1e3, mean_cost["backward"] * 1e3,
+            mean_cost["optimizer_step"] * 1e3, base["micro_batch_size"],
+            base["costs"]["link_latency"] * 1e3, "{:,}".format(args.deep_micro_batches)), ""]
+        + deep_table + [
+        "", "![validation loss against wall time](loss_vs_time.png)", "",
+        "![validation loss against tokens](loss_vs_tokens.png)", "",
+        "![timeline](timeline_p2.png)", "",
+        "![simulated utilization](deep_pipelines.png)", ""])
+    with open(os.path.join(args.out, "schedule_comparison.md"), "w") as f:
+        f.write(markdown)
+    with open(os.path.join(args.out, "schedule_comparison.json"), "w") as f:
+        json.dump(dict(setup=setup, command=command, stages=stage_counts,
+                       global_batch=args.global_batch, steps=args.steps, targets=targets,
+                       runs=rows, deep_pipelines=deep), f, indent=1)
+    print(markdown)
+    log("wrote %s/schedule_comparison.{md,json} and the PNGs in %.0f s" % (args.out, elapsed))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,307 @@
+#!/usr/bin/python3
+"""The coordinator with real worker processes on 127.0.0.1, driven from Python
+through stubs generated from proto/ (a client no one wrote in C++).
+
+Run by ctest with PACI_BUILD_DIR and PACI_SOURCE_DIR set.
+"""
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+BUILD = os.environ.get("PACI_BUILD_DIR", "build")
+SOURCE = os.environ.get("PACI_SOURCE_DIR", ".")
+sys.path.insert(0, os.path.join(BUILD, "python"))
+
+import grpc  # noqa: E402
+from google.protobuf import json_format  # noqa: E402
+from paci.v1 import coordinator_pb2 as cpb  # noqa: E402
+from paci.v1 import coordinator_pb2_grpc as cgrpc  # noqa: E402
+from paci.v1 import job_pb2  # noqa: E402
+
+COORDINATOR = os.path.join(BUILD, "server", "paci_coordinator")
+WORKER = os.path.join(BUILD, "worker", "paci_worker")
+CORPUS = os.path.abspath(os.path.join(SOURCE, "tests", "data", "kjv-genesis.txt"))
+
+
+def spec(name, P=2, steps=30, a=2, checkpoint=None, **run_policy):
+    s = job_pb2.JobSpec(name=name)
+    s.model.vocab_size, s.model.num_layers, s.model.d_model = 80, 4, 32
+    s.model.num_heads, s.model.seq_len = 4, 32
+    s.pipeline.num_stages, s.pipeline.schedule = P, "paci"
+    s.pipeline.accumulation, s.pipeline.micro_batch_size = a, 4
+    s.optimizer.lr = 3e-3
+    s.training.steps, s.training.eval_interval = steps, max(1, steps // 3)
+    s.data.corpus_path = CORPUS
+    if checkpoint:
+        s.checkpoint.directory, s.checkpoint.interval = checkpoint, 5
+    for key, value in run_policy.items():
+        setattr(s.run_policy, key, value)
+    return s
+
+
+class Cluster:
+    """A coordinator process and worker processes, all on loopback."""
+
+    def __init__(self, workdir, workers=2, token=None, port=0, extra=()):
+        self.workdir = workdir
+        self.db = os.path.join(workdir, "coordinator.db")
+        self.token = token
+        self.workers = {}
+        self.logs = []
+        self.start_coordinator(port, extra)
+        for i in range(workers):
+            self.add_worker("w%d" % i)
+
+    def _pump(self, proc, tag):
+        for line in iter(proc.stdout.readline, ""):
+            self.logs.append("[%s] %s" % (tag, line))
+        proc.stdout.close()
+
+    def start_coordinator(self, port=0, extra=()):
+        port_file = os.path.join(self.workdir, "port")
+        if os.path.exists(port_file):
+            os.remove(port_file)
+        args = [COORDINATOR, "--listen=127.0.0.1:%d" % port, "--db=" + self.db,
+                "--port_file=" + port_file, "--heartbeat_timeout_seconds=2",
+                "--reconnect_grace_seconds=6"] + list(extra)
+        if self.token:
+            token_file = os.path.join(self.workdir, "token")
+            with open(token_file, "w") as f:
+                f.write(self.token + "\n")
+            args.append("--auth_token_file=" + token_file)
+        self.coordinator = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                            text=True)
+        threading.Thread(target=self._pump, args=(self.coordinator, "coordinator"),
+                         daemon=True).start()
+        deadline = time.monotonic() + 30
+        while not os.path.exists(port_file):
+            if self.coordinator.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("coordinator did not start:\n" + "".join(self.logs))
+            time.sleep(0.05)  # polling interval
+        with open(port_file) as f:
+            self.port = int(f.read())
+        self.address = "127.0.0.1:%d" % self.port
+        self.channel = grpc.insecure_channel(self.address)
+        self.stub = cgrpc.CoordinatorStub(self.channel)
+
+    def add_worker(self, worker_id):
+        args = [WORKER, "--coordinator=" + self.address, "--worker_id=" + worker_id]
+        if self.token:
+            args.append("--auth_token_file=" + os.path.join(self.workdir, "token"))
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        threading.Thread(target=self._pump, args=(proc, worker_id), daemon=True).start()
+        self.workers[worker_id] = proc
+        return proc
+
+    def metadata(self):
+        return (("authorization", "Bearer " + self.token),) if self.token else ()
+
+    def submit(self, job_spec):
+        return self.stub.SubmitJob(cpb.SubmitJobRequest(spec=job_spec), metadata=self.metadata())
+
+    def get(self, name):
+        return self.stub.GetJob(cpb.GetJobRequest(name=name), metadata=self.metadata())
+
+    def wait(self, name, predicate, timeout=300):
+        """Polls GetJob until predicate(job) holds; returns the job."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                job = self.get(name)
+                if predicate(job):
+                    return job
+            except grpc.RpcError:
+                pass
+            time.sleep(0.1)  # polling interval
+        raise AssertionError("job %s: condition not reached; last logs:\n%s" %
+                             (name, "".join(self.logs[-60:])))
+
+    def watch(self, name):
+        return list(self.stub.WatchJob(cpb.WatchJobRequest(name=name), metadata=self.metadata(),
+                                       timeout=300))
+
+    def stop(self):
+        for proc in list(self.workers.values()) + [self.coordinator]:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in list(self.workers.values()) + [self.coordinator]:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.channel.close()
+
+
+def phase(job):
+    return cpb.JobPhase.Name(job.status.phase)
+
+
+class CoordinatorTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.cluster = None
+
+    def tearDown(self):
+        if self.cluster:
+            self.cluster.stop()
+        self.tmp.cleanup()
+
+    def start(self, **kw):
+        self.cluster = Cluster(self.tmp.name, **kw)
+        return self.cluster
+
+    def test_a_python_client_trains_a_job_to_success_and_watches_it(self):
+        c = self.start(workers=2)
+        job = c.submit(spec("py", steps=20))
+        self.assertEqual(phase(job), "QUEUED")
+        updates = c.watch("py")
+        phases = [phase(j) for j in updates]
+        self.assertEqual(phases[-1], "SUCCEEDED", "".join(c.logs[-40:]))
+        self.assertIn("RUNNING", phases)
+        final = updates[-1].status
+        self.assertEqual(final.step, 20)
+        self.assertEqual([p.step for p in final.train_loss_history], list(range(1, 21)))
+        self.assertLess(final.train_loss_history[-1].loss, final.train_loss_history[0].loss)
+        self.assertGreater(final.validation_loss, 0)
+        self.assertEqual(len(final.stages), 2)
+        self.assertEqual([s.drift_bound for s in final.stages], [1, 0])
+        self.assertTrue(all(s.drift_max <= s.drift_bound for s in final.stages))
+        self.assertTrue(any(cond.type == "Succeeded" and cond.status for cond in final.conditions))
+        # Idempotent submission of the same spec returns the same job.
+        self.assertEqual(phase(c.submit(spec("py", steps=20))), "SUCCEEDED")
+        with self.assertRaises(grpc.RpcError) as err:
+            c.submit(spec("py", steps=21))
+        self.assertEqual(err.exception.code(), grpc.StatusCode.ALREADY_EXISTS)
+
+    def test_a_second_job_waits_in_the_queue_until_workers_free_up(self):
+        c = self.start(workers=2)
+        c.submit(spec("first", steps=30))
+        c.wait("first", lambda j: phase(j) == "RUNNING")
+        c.submit(spec("second", steps=10))
+        self.assertEqual(phase(c.get("second")), "QUEUED")
+        listed = c.stub.ListJobs(cpb.ListJobsRequest(phase=cpb.QUEUED))
+        self.assertEqual([j.name for j in listed.jobs], ["second"])
+        first = c.wait("first", lambda j: phase(j) == "SUCCEEDED")
+        second = c.wait("second", lambda j: phase(j) == "SUCCEEDED")
+        self.assertLess(first.status.start_time.ToDatetime(), second.status.start_time.ToDatetime())
+        self.assertGreaterEqual(second.status.start_time.ToDatetime(),
+                                first.status.completion_time.ToDatetime())
+
+    def test_two_jobs_run_at_once_when_the_pool_allows(self):
+        c = self.start(workers=4)
+        c.submit(spec("a", steps=15))
+        c.submit(spec("b", steps=15))
+        c.wait("a", lambda j: phase(j) == "RUNNING")
+        c.wait("b", lambda j: phase(j) == "RUNNING")
+        for name in ("a", "b"):
+            c.wait(name, lambda j: phase(j) == "SUCCEEDED")
+
+    def test_cancel_stops_the_stages_and_frees_the_workers(self):
+        c = self.start(workers=2)
+        c.submit(spec("long", steps=100000))
+        c.wait("long", lambda j: j.status.step >= 2)
+        job = c.stub.CancelJob(cpb.CancelJobRequest(name="long"))
+        self.assertEqual(phase(job), "CANCELLED")
+        c.submit(spec("after", steps=5))
+        c.wait("after", lambda j: phase(j) == "SUCCEEDED")
+
+    def test_a_killed_worker_restarts_the_job_from_its_checkpoint(self):
+        c = self.start(workers=3)
+        ckpt = os.path.join(self.tmp.name, "ckpt")
+        c.submit(spec("resilient", steps=60, checkpoint=ckpt))
+        running = c.wait("resilient", lambda j: j.status.checkpoint_step >= 10)
+        victim = running.status.stages[1].worker_id
+        checkpoint = running.status.checkpoint_step
+        c.workers[victim].send_signal(signal.SIGKILL)
+        restarted = c.wait("resilient", lambda j: j.status.restarts == 1)
+        self.assertIn(phase(restarted), ("RESTARTING", "RUNNING"))
+        done = c.wait("resilient", lambda j: phase(j) == "SUCCEEDED")
+        self.assertEqual(done.status.restarts, 1)
+        self.assertEqual(done.status.attempt, 2)
+        self.assertNotIn(victim, [s.worker_id for s in done.status.stages])
+        steps = [p.step for p in done.status.train_loss_history]
+        # The second attempt resumed at a checkpoint at or after the one seen
+        # before the kill: the step never went back past it.
+        resumed_at = next(b for a, b in zip(steps, steps[1:]) if b <= a)
+        self.assertGreater(resumed_at, checkpoint)
+        self.assertEqual(steps[-1], 60)
+
+    def test_a_killed_coordinator_comes_back_with_every_job(self):
+        c = self.start(workers=2)
+        c.submit(spec("survivor", steps=80))
+        c.submit(spec("queued", steps=5))
+        c.wait("survivor", lambda j: j.status.step >= 3)
+        c.coordinator.send_signal(signal.SIGKILL)
+        c.coordinator.wait()
+        c.start_coordinator(port=c.port)
+        names = [j.name for j in c.stub.ListJobs(cpb.ListJobsRequest()).jobs]
+        self.assertEqual(names, ["survivor", "queued"])
+        done = c.wait("survivor", lambda j: phase(j) == "SUCCEEDED")
+        self.assertEqual(done.status.restarts, 0, "the workers were reconciled, not restarted")
+        c.wait("queued", lambda j: phase(j) == "SUCCEEDED")
+
+    def test_hostile_and_malformed_requests_get_the_right_code_and_change_nothing(self):
+        c = self.start(workers=0, token="s3cret")
+        md = c.metadata()
+        c.submit(spec("kept", steps=5))
+
+        def code(call, *args, **kw):
+            with self.assertRaises(grpc.RpcError) as err:
+                call(*args, **kw)
+            return err.exception.code(), err.exception.details()
+
+        self.assertEqual(code(c.stub.ListJobs, cpb.ListJobsRequest())[0],
+                         grpc.StatusCode.UNAUTHENTICATED)
+        self.assertEqual(code(c.stub.ListJobs, cpb.ListJobsRequest(),
+                              metadata=(("authorization", "Bearer wrong"),))[0],
+                         grpc.StatusCode.UNAUTHENTICATED)
+        self.assertEqual(code(c.stub.SubmitJob, cpb.SubmitJobRequest(), metadata=md),
+                         (grpc.StatusCode.INVALID_ARGUMENT, "spec: required"))
+        bad = spec("bad")
+        bad.pipeline.num_stages = 0
+        status, details = code(c.stub.SubmitJob, cpb.SubmitJobRequest(spec=bad), metadata=md)
+        self.assertEqual(status, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("pipeline.num_stages", details)
+        huge = spec("huge")
+        huge.data.corpus_path = "x" * (5 << 20)
+        self.assertEqual(code(c.stub.SubmitJob, cpb.SubmitJobRequest(spec=huge), metadata=md)[0],
+                         grpc.StatusCode.RESOURCE_EXHAUSTED)
+        self.assertEqual(code(c.stub.GetJob, cpb.GetJobRequest(name="nope"), metadata=md)[0],
+                         grpc.StatusCode.NOT_FOUND)
+        self.assertEqual(code(c.stub.GetJob, cpb.GetJobRequest(name="n" * 5000), metadata=md)[0],
+                         grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertEqual(code(c.stub.CancelJob, cpb.CancelJobRequest(name=""), metadata=md)[0],
+                         grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertEqual(code(c.stub.ListJobs, cpb.ListJobsRequest(phase=77), metadata=md)[0],
+                         grpc.StatusCode.INVALID_ARGUMENT)
+        # A worker stream that does not register first is refused.
+        gateway = cgrpc.WorkerGatewayStub(c.channel)
+        stream = gateway.Connect(iter([cpb.WorkerMessage(heartbeat=cpb.Heartbeat(sequence=1))]),
+                                 metadata=md)
+        self.assertEqual(code(list, stream)[0], grpc.StatusCode.INVALID_ARGUMENT)
+        jobs = c.stub.ListJobs(cpb.ListJobsRequest(), metadata=md).jobs
+        self.assertEqual([(j.name, phase(j)) for j in jobs], [("kept", "QUEUED")])
+
+    def test_health_and_reflection_answer_standard_tools(self):
+        c = self.start(workers=0)
+        check = c.channel.unary_unary("/grpc.health.v1.Health/Check",
+                                      request_serializer=lambda x: x,
+                                      response_deserializer=lambda x: x)
+        self.assertEqual(check(b""), b"\x08\x01")  # status: SERVING
+        reflect = c.channel.stream_stream(
+            "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+            request_serializer=lambda x: x, response_deserializer=lambda x: x)
+        answer = b"".join(reflect(iter([b"\x3a\x00"])))  # list_services: ""
+        self.assertIn(b"paci.v1.Coordinator", answer)
+        self.assertIn(b"paci.v1.WorkerGateway", answer)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

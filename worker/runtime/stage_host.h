@@ -1,0 +1,65 @@
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include <prometheus/registry.h>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "paci/v1/coordinator.pb.h"
+#include "paci/v1/stage.pb.h"
+#include "worker/transport/stage_link_service.h"
+
+namespace paci {
+
+class StageRuntime;
+
+// Where a running stage's reports go: the coordinator's stream, or nowhere
+// for a worker started by hand.
+class ReportSink {
+ public:
+  virtual ~ReportSink() = default;
+  // Delivers one report. Must not block for long.
+  virtual void Deliver(const v1::StageReport& report) = 0;
+};
+
+struct StageHostOptions {
+  absl::Duration report_interval = absl::Milliseconds(500);
+};
+
+// Runs one assigned stage from start to end: loads the corpus (first and last
+// stage) and checks the vocabulary, attaches the stage to the worker's link
+// service under the run id "<job>/<attempt>", opens the links to its
+// neighbours, builds the StageRuntime (resuming from a checkpoint when the
+// spec says so), trains, and reports progress every report_interval plus a
+// final report (finished, or the error and its code) to the sink.
+//
+// Run() blocks on the calling thread, which it also uses as the reporting
+// thread's owner; Cancel() may be called from any thread.
+class StageHost {
+ public:
+  StageHost(const v1::StageAssignment& assignment, StageLinkService& links,
+            prometheus::Registry& registry, ReportSink* sink, const StageHostOptions& options);
+  ~StageHost();
+
+  absl::Status Run();
+  void Cancel();
+
+ private:
+  absl::Status Train();
+  v1::StageReport Report();
+
+  const v1::StageAssignment assignment_;
+  StageLinkService& links_;
+  prometheus::Registry& registry_;
+  ReportSink* sink_;
+  const StageHostOptions options_;
+  std::atomic<bool> cancelled_{false};
+  absl::Mutex mu_;
+  StageRuntime* runtime_ ABSL_GUARDED_BY(mu_) = nullptr;  // while Train() runs
+};
+
+}  // namespace paci
