@@ -64,10 +64,11 @@ def log(message):
 
 
 def run_configs(stages, seed):
-    """(P, schedule, a, data seed) of every run: the unsplit model first, and
-    1f1b-flush of the first P once more with another data seed, which shows
-    how far the losses move with the sample order alone."""
-    runs = [(1, "1f1b-flush", 2 * stages[0], seed)]
+    """(P, schedule, a, data seed) of every run: the unsplit model first (with
+    the flushes' micro-batch, and with one micro-batch per step as the a = 1
+    runs have it), and 1f1b-flush of the first P once more with another data
+    seed, which shows how far the losses move with the sample order alone."""
+    runs = [(1, "1f1b-flush", 2 * stages[0], seed), (1, "1f1b-flush", 1, seed)]
     for P in stages:
         runs += [(P, "paci", P - 1, seed), (P, "paci", 2 * P, seed), (P, "async-1f1b", 1, seed),
                  (P, "1f1b-flush", 2 * P, seed), (P, "gpipe", 2 * P, seed)]
@@ -77,7 +78,7 @@ def run_configs(stages, seed):
 
 
 def label(P, schedule, a, seed, base_seed):
-    name = "1 process" if P == 1 else "%s %s=%d" % (
+    name = "1 process m=%d" % a if P == 1 else "%s %s=%d" % (
         schedule, "m" if schedule in FLUSHING else "a", a)
     return name if seed == base_seed else "%s, data seed %d" % (name, seed)
 
@@ -101,8 +102,11 @@ def train(args, workdir, P, schedule, a, seed):
     if args.reuse and os.path.exists(record):
         with open(record) as f:
             result = json.load(f)
+        result["label"] = label(P, schedule, a, seed, args.seed)
         log("reusing %s" % result["label"])
+        result["reused"] = True
         return result
+    first_started = time.monotonic()
     for attempt in range(1, args.attempts + 1):
         busy, ours, started = cpu_busy_seconds(), children_cpu_seconds(), time.monotonic()
         result = train_once(args, workdir, P, schedule, a, seed)
@@ -115,8 +119,10 @@ def train(args, workdir, P, schedule, a, seed):
             break
         log("  other work used %.2f cores during the run; %s" % (
             foreign, "running it again" if attempt < args.attempts else "keeping it, marked"))
+    result["bench_seconds"] = time.monotonic() - first_started  # all attempts
     with open(record, "w") as f:
         json.dump(result, f)
+    result["reused"] = False
     return result
 
 
@@ -232,6 +238,18 @@ def time_to_target(points, target):
         if p["loss"] <= target:
             return p["seconds"], p["step"]
     return None, None
+
+
+def fmt_histogram(counts):
+    """[1, 1, 1, 8189] as "[1 ×3, 8189]": runs of equal counts folded."""
+    parts, i = [], 0
+    while i < len(counts):
+        j = i
+        while j + 1 < len(counts) and counts[j + 1] == counts[i]:
+            j += 1
+        parts.append("%d ×%d" % (counts[i], j - i + 1) if j > i else "%d" % counts[i])
+        i = j + 1
+    return "[" + ", ".join(parts) + "]"
 
 
 def fmt_list(values, digits=2):
@@ -370,6 +388,7 @@ def main():
           else tempfile.TemporaryDirectory()) as workdir:
         runs = [train(args, workdir, P, schedule, a, seed)
                 for P, schedule, a, seed in run_configs(stage_counts, args.seed)]
+        training_seconds = time.monotonic() - began
 
         # The simulator, fed with each run's measured costs.
         for r in runs:
@@ -533,10 +552,12 @@ def main():
     for d in deep:
         deep_table.append("| %d | %s (a=%d) | %.3f | %.2fx | %d / %d | %s | %d (%.1f) |" % (
             d["P"], d["label"], d["a"], d["utilization"], d["vs_1f1b_flush"], d["drift_max"][0],
-            d["drift_bound"][0], d["drift_histogram_stage0"], d["max_in_flight"][0],
+            d["drift_bound"][0], fmt_histogram(d["drift_histogram_stage0"]), d["max_in_flight"][0],
             d["mean_in_flight_stage0"]))
 
-    elapsed = time.monotonic() - began
+    # The runs' own time (also when read back with --reuse) and this analysis.
+    elapsed = (sum(r["bench_seconds"] for r in runs) + time.monotonic() - began -
+               training_seconds)
     command = "/usr/bin/python3 bench/schedule_comparison.py --steps %d --stages %s" % (
         args.steps, args.stages)
     setup = ("GPT: 4 layers, d_model %d, 4 heads, seq_len %d, character vocabulary; "
@@ -568,7 +589,7 @@ def main():
         "(forward %.1f ms, backward %.1f ms, optimizer step %.1f ms for a micro-batch of %d), "
         "link latency %.2f ms as measured there, %s micro-batches per run (steps = that / a); "
         "no evaluation. The drift histogram counts stage 0's backwards by the optimizer steps "
-        "they crossed (0, 1, ...); activations in flight are stage 0's micro-batches between "
+        "they crossed (0, 1, ...; \"1 ×3\" is three entries of 1); activations in flight are stage 0's micro-batches between "
         "forward and backward, i.e. its activation memory in micro-batches." % (
             mean_cost["forward"] * 1e3, mean_cost["backward"] * 1e3,
             mean_cost["optimizer_step"] * 1e3, base["micro_batch_size"],

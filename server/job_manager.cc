@@ -506,7 +506,7 @@ void JobManager::FailAttemptLocked(JobState& job, const std::string& reason,
 
 void JobManager::FinishLocked(JobState& job, v1::JobPhase phase, const std::string& reason,
                               const std::string& message) {
-  StopWorkersLocked(job, message);
+  if (phase != v1::SUCCEEDED) StopWorkersLocked(job, message);
   job.awaiting_reconnect = false;
   *job.job.mutable_status()->mutable_completion_time() = ToProto(clock_());
   SetPhaseLocked(job, phase, reason, message);

@@ -29,7 +29,7 @@ WORKER = os.path.join(BUILD, "worker", "paci_worker")
 CORPUS = os.path.abspath(os.path.join(SOURCE, "tests", "data", "kjv-genesis.txt"))
 
 
-def spec(name, P=2, steps=30, a=2, checkpoint=None, **run_policy):
+def spec(name, P=2, steps=30, a=2, checkpoint=None, checkpoint_interval=5, **run_policy):
     s = job_pb2.JobSpec(name=name)
     s.model.vocab_size, s.model.num_layers, s.model.d_model = 80, 4, 32
     s.model.num_heads, s.model.seq_len = 4, 32
@@ -39,7 +39,7 @@ def spec(name, P=2, steps=30, a=2, checkpoint=None, **run_policy):
     s.training.steps, s.training.eval_interval = steps, max(1, steps // 3)
     s.data.corpus_path = CORPUS
     if checkpoint:
-        s.checkpoint.directory, s.checkpoint.interval = checkpoint, 5
+        s.checkpoint.directory, s.checkpoint.interval = checkpoint, checkpoint_interval
     for key, value in run_policy.items():
         setattr(s.run_policy, key, value)
     return s
@@ -215,8 +215,8 @@ class CoordinatorTest(unittest.TestCase):
     def test_a_killed_worker_restarts_the_job_from_its_checkpoint(self):
         c = self.start(workers=3)
         ckpt = os.path.join(self.tmp.name, "ckpt")
-        c.submit(spec("resilient", steps=60, checkpoint=ckpt))
-        running = c.wait("resilient", lambda j: j.status.checkpoint_step >= 10)
+        c.submit(spec("resilient", steps=1500, checkpoint=ckpt, checkpoint_interval=50))
+        running = c.wait("resilient", lambda j: j.status.checkpoint_step >= 100)
         victim = running.status.stages[1].worker_id
         checkpoint = running.status.checkpoint_step
         c.workers[victim].send_signal(signal.SIGKILL)
@@ -231,7 +231,7 @@ class CoordinatorTest(unittest.TestCase):
         # before the kill: the step never went back past it.
         resumed_at = next(b for a, b in zip(steps, steps[1:]) if b <= a)
         self.assertGreater(resumed_at, checkpoint)
-        self.assertEqual(steps[-1], 60)
+        self.assertEqual(steps[-1], 1500)
 
     def test_a_killed_coordinator_comes_back_with_every_job(self):
         c = self.start(workers=2)

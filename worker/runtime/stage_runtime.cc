@@ -36,7 +36,7 @@ int64_t PeakRssBytes() {
 
 StageRuntime::StageRuntime(const v1::JobSpec& spec, int stage, const Corpus* corpus, Inbox& inbox,
                            PeerSender* previous, PeerSender* next, StageMetrics& metrics,
-                           SpanRecorder* spans)
+                           SpanRecorder* spans, std::string link_id)
     : spec_(spec),
       stage_(stage),
       num_stages_(spec.pipeline().num_stages()),
@@ -47,7 +47,8 @@ StageRuntime::StageRuntime(const v1::JobSpec& spec, int stage, const Corpus* cor
       previous_(previous),
       next_(next),
       metrics_(metrics),
-      spans_(spans) {
+      spans_(spans),
+      link_id_(std::move(link_id)) {
   lr_.peak_lr = spec.optimizer().lr();
   lr_.total_steps = spec.training().steps();
   lr_.warmup_fraction = spec.optimizer().warmup_fraction();
@@ -204,7 +205,7 @@ void StageRuntime::Send(PeerSender* to, v1::TensorFrame::Kind kind, uint64_t mic
                         const torch::Tensor* tensor, int64_t step) {
   v1::TensorFrame frame;
   frame.set_kind(kind);
-  frame.set_job_name(spec_.name());
+  frame.set_job_name(link_id_);
   frame.set_from_stage(stage_);
   frame.set_micro_batch_id(micro_batch_id);
   frame.set_weight_version(scheduler_->version());

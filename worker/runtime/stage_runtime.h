@@ -39,13 +39,14 @@ namespace paci {
 //
 // Collaborators are owned by the caller and must outlive the runtime; the
 // senders are null where there is no neighbour, `spans` is null when no
-// timeline is recorded. Run() is called once from one thread; Cancel() and
+// timeline is recorded. `link_id` names this placement on the stage links
+// (the run id "<job>/<attempt>"). Run() is called once from one thread; Cancel() and
 // TakeReport() may be called from any thread.
 class StageRuntime {
  public:
   StageRuntime(const v1::JobSpec& spec, int stage, const Corpus* corpus, Inbox& inbox,
                PeerSender* previous, PeerSender* next, StageMetrics& metrics,
-               SpanRecorder* spans = nullptr);
+               SpanRecorder* spans, std::string link_id);
 
   // Builds the model and optimizer and, when the spec says so, resumes from
   // the latest complete checkpoint. FailedPrecondition / DataLoss for a
@@ -102,6 +103,7 @@ class StageRuntime {
   PeerSender* next_;
   StageMetrics& metrics_;
   SpanRecorder* spans_;
+  const std::string link_id_;
   LrScheduleOptions lr_;
   std::unique_ptr<StageScheduler> scheduler_;
   GptStage model_{nullptr};
