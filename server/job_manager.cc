@@ -46,10 +46,6 @@ bool IsPermanent(int code) {
 
 }  // namespace
 
-bool IsTerminal(v1::JobPhase phase) {
-  return phase == v1::SUCCEEDED || phase == v1::FAILED || phase == v1::CANCELLED;
-}
-
 JobManager::JobManager(JobStore& store, CoordinatorMetrics& metrics,
                        const JobManagerOptions& options, Clock clock)
     : store_(store), metrics_(metrics), options_(options), clock_(std::move(clock)) {}
@@ -454,6 +450,7 @@ void JobManager::PlaceLocked(JobState& job, const std::vector<std::string>& work
     stage->set_worker_id(worker_ids[s]);
     stage->set_link_address(worker.registration.link_address());
     stage->set_metrics_address(worker.registration.metrics_address());
+    stage->set_pid(worker.registration.pid());
   }
   metrics_.ObserveSchedulingLatency(absl::ToDoubleSeconds(now - job.queued_since));
   if (!status.has_start_time()) *status.mutable_start_time() = ToProto(now);

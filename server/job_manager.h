@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/job_phase.h"
 #include "common/run_id.h"
 #include "paci/v1/coordinator.pb.h"
 #include "server/coordinator_metrics.h"
@@ -157,7 +158,5 @@ class JobManager {
   // Messages decided under the lock, sent after it is released.
   std::vector<std::pair<Sender, v1::CoordinatorMessage>> outbox_ ABSL_GUARDED_BY(mu_);
 };
-
-bool IsTerminal(v1::JobPhase phase);
 
 }  // namespace paci

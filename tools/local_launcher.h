@@ -24,6 +24,7 @@ inline constexpr int kExitInterrupted = 130;  // SIGINT or SIGTERM
 
 struct LocalLauncherOptions {
   std::string spec_path;
+  std::string coordinator_binary;  // paci_coordinator
   std::string worker_binary;  // paci_worker
   std::vector<std::string> worker_flags;  // appended to every worker's command line
   std::string summary_path;   // where to write the RunSummary JSON; "": nowhere
@@ -39,14 +40,20 @@ struct LocalLauncherOptions {
   absl::Duration poll_interval = absl::Milliseconds(200);  // loop and redraw period
   absl::Duration line_interval = absl::Seconds(5);  // progress lines when not redrawn
   absl::Duration stop_grace = absl::Seconds(5);     // SIGTERM to SIGKILL
-  absl::Duration join_timeout = absl::Seconds(120);
+  // Keep every process (and its /metrics) up this long after the job ended,
+  // so that a scraper catches the final values.
+  absl::Duration linger = absl::ZeroDuration();
+  absl::Duration start_timeout = absl::Seconds(60);  // the coordinator's first breath
 };
 
-// Runs one job on this machine: a JobControl server on 127.0.0.1 and one
-// paci_worker process per stage. It watches the workers and their reports,
-// prints progress with each worker's output above it (line by line, prefixed
-// "[stage S] "), stops every worker when one fails or when asked to, and
-// writes the RunSummary and, if asked, the trace.
+// Runs one job on this machine through the whole system: a paci_coordinator
+// on 127.0.0.1 with a throw-away job store, one paci_worker per stage
+// registered with it, the job submitted and followed through the
+// Coordinator API like any client would. It prints progress with each
+// process's output above it (line by line, prefixed "[coordinator] " or
+// "[worker S] "), cancels the job and stops every process when one dies
+// (there is no spare worker to restart on) or when asked to, and writes the
+// RunSummary and, if asked, the trace.
 //
 // Not thread-safe; construct and Run() on the main thread (the workers are
 // tied to the thread that starts them).
@@ -64,14 +71,16 @@ class LocalLauncher {
 
  private:
   std::vector<ProcessExit> WaitForOutputOrExits(WorkerLogRelay& relay, WorkerProcesses& workers,
-                                                ProgressPrinter& printer) const;
+                                                ProgressPrinter& printer,
+                                                absl::Duration timeout) const;
 
   const LocalLauncherOptions options_;
 };
 
-// The default worker binary for the pacictl at `self_exe`: paci_worker in
-// the same directory, or ../worker/paci_worker (the build tree). NotFound
-// naming both candidates when neither is executable.
-absl::StatusOr<std::string> FindWorkerBinary(const std::string& self_exe);
+// A sibling binary of the pacictl at `self_exe`: `name` in the same
+// directory, or ../<subdir>/<name> (the build tree). NotFound naming both
+// candidates when neither is executable.
+absl::StatusOr<std::string> FindSiblingBinary(const std::string& self_exe, const std::string& name,
+                                              const std::string& subdir);
 
 }  // namespace paci

@@ -1,8 +1,9 @@
-// pacictl: runs a training job locally, one worker process per stage.
+// pacictl: trains locally through the whole system, and is the command-line
+// client of a coordinator.
 //
-//   pacictl train SPEC.yaml [--summary=PATH] [--trace=PATH] [--worker_binary=PATH]
-//                 [--worker_flags=...]
-//   pacictl help
+//   pacictl train SPEC.yaml [--summary=PATH] [--trace=PATH]
+//   pacictl submit SPEC.yaml | get NAME | list [--phase=P] | watch NAME | cancel NAME
+//           [--coordinator=HOST:PORT] [--auth_token_file=F] [--tls_ca=F]
 
 #include <signal.h>
 #include <unistd.h>
@@ -10,41 +11,64 @@
 #include <atomic>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include <grpcpp/grpcpp.h>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "common/grpc_security.h"
+#include "common/job_phase.h"
+#include "common/job_spec.h"
 #include "glog/logging.h"
+#include "paci/v1/coordinator.grpc.pb.h"
+#include "tools/job_view.h"
 #include "tools/local_launcher.h"
+#include "tools/progress_printer.h"
 
-ABSL_FLAG(std::string, summary, "", "write the run summary as JSON to this path");
+ABSL_FLAG(std::string, summary, "", "train: write the run summary as JSON to this path");
 ABSL_FLAG(std::string, trace, "",
-          "record a timeline of every stage and write it to this path as Chrome trace JSON "
-          "(open in ui.perfetto.dev or chrome://tracing)");
+          "train: record a timeline of every stage and write it to this path as Chrome trace "
+          "JSON (open in ui.perfetto.dev or chrome://tracing)");
 ABSL_FLAG(int, trace_max_spans, 100000,
           "with --trace: spans kept per stage, the first ones (about 6 per micro-batch)");
 ABSL_FLAG(std::string, worker_flags, "",
-          "extra flags for every worker, separated by spaces, e.g. --exit_delay_seconds=2");
-ABSL_FLAG(std::string, worker_binary, "",
-          "the paci_worker binary; default: next to pacictl, or ../worker/paci_worker");
+          "train: extra flags for every worker, separated by spaces");
+ABSL_FLAG(double, linger_seconds, 0,
+          "train: keep the processes and their /metrics up this long after the job ends");
+ABSL_FLAG(std::string, worker_binary, "", "train: paci_worker; default: beside pacictl");
+ABSL_FLAG(std::string, coordinator_binary, "",
+          "train: paci_coordinator; default: beside pacictl");
+ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "the coordinator to talk to");
+ABSL_FLAG(std::string, auth_token_file, "", "bearer token to present to the coordinator");
+ABSL_FLAG(std::string, tls_ca, "", "PEM CA that signed the coordinator's certificate (TLS)");
+ABSL_FLAG(std::string, phase, "", "list: only jobs in this phase (QUEUED, RUNNING, ...)");
 
 namespace {
 
 constexpr char kUsage[] =
     "usage: pacictl train SPEC.yaml [--summary=PATH] [--trace=PATH] [--trace_max_spans=N]\n"
-    "                     [--worker_binary=PATH] [--worker_flags='--flag=value ...']\n"
+    "       pacictl submit SPEC.yaml\n"
+    "       pacictl get NAME | list [--phase=PHASE] | watch NAME | cancel NAME\n"
     "       pacictl help\n"
     "\n"
-    "train   runs the job in SPEC.yaml on this machine: one paci_worker process per\n"
-    "        pipeline stage, live progress on stderr, a summary table at the end.\n"
-    "        Worker output is printed line by line, prefixed \"[stage S] \".\n"
-    "        --summary=PATH also writes the run summary as JSON.\n"
-    "        --trace=PATH also writes a timeline of every stage (forward, backward,\n"
-    "        optimizer step, send, idle, eval, checkpoint spans) as Chrome trace JSON.\n"
-    "Exit codes: 0 success, 1 training failed, 2 usage or spec error, 130 interrupted.\n";
+    "train   runs the job in SPEC.yaml on this machine through the whole system: a\n"
+    "        coordinator and one paci_worker per stage on 127.0.0.1, live progress,\n"
+    "        a summary table at the end. --summary=PATH also writes it as JSON;\n"
+    "        --trace=PATH writes each stage's timeline as Chrome trace JSON.\n"
+    "submit  sends SPEC.yaml to the coordinator (idempotent on the job's name).\n"
+    "get     one job's phase, reason, conditions and stages; list: every job.\n"
+    "watch   live progress of a job until it ends; exits 0 when it succeeded.\n"
+    "cancel  stops a job's stages; it ends Cancelled.\n"
+    "The client commands talk to --coordinator (default 127.0.0.1:7070) with\n"
+    "--auth_token_file and --tls_ca when it asks for them.\n"
+    "Exit codes: 0 success, 1 failed, 2 usage or spec error, 130 interrupted.\n";
 
 std::atomic<bool> stop_requested{false};
 static_assert(std::atomic<bool>::is_always_lock_free, "used from a signal handler");
@@ -59,52 +83,194 @@ void InstallStopHandlers() {
   sigaction(SIGTERM, &action, nullptr);
 }
 
+std::string Sibling(const std::string& flag, const std::string& name, const std::string& subdir) {
+  if (!flag.empty()) return access(flag.c_str(), X_OK) == 0 ? flag : "";
+  std::error_code error;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
+  const absl::StatusOr<std::string> found = paci::FindSiblingBinary(self.string(), name, subdir);
+  return found.ok() ? *found : "";
+}
+
+int Train(const std::string& spec_path) {
+  paci::LocalLauncherOptions options;
+  options.spec_path = spec_path;
+  options.summary_path = absl::GetFlag(FLAGS_summary);
+  options.trace_path = absl::GetFlag(FLAGS_trace);
+  options.trace_max_spans = absl::GetFlag(FLAGS_trace_max_spans);
+  if (options.trace_max_spans < 1) {
+    std::cerr << "pacictl: --trace_max_spans: must be at least 1\n";
+    return paci::kExitUsage;
+  }
+  options.worker_flags = absl::StrSplit(absl::GetFlag(FLAGS_worker_flags), ' ', absl::SkipEmpty());
+  options.worker_binary = Sibling(absl::GetFlag(FLAGS_worker_binary), "paci_worker", "worker");
+  options.coordinator_binary =
+      Sibling(absl::GetFlag(FLAGS_coordinator_binary), "paci_coordinator", "server");
+  if (options.worker_binary.empty() || options.coordinator_binary.empty()) {
+    std::cerr << "pacictl: cannot find paci_worker and paci_coordinator beside pacictl; pass "
+                 "--worker_binary and --coordinator_binary\n";
+    return paci::kExitUsage;
+  }
+  options.linger = absl::Seconds(absl::GetFlag(FLAGS_linger_seconds));
+  options.out = &std::cerr;
+  options.redraw_in_place = isatty(STDERR_FILENO) == 1;
+  options.stop_requested = &stop_requested;
+  InstallStopHandlers();
+  return paci::LocalLauncher(options).Run();
+}
+
+// The client commands.
+class Client {
+ public:
+  explicit Client(std::unique_ptr<paci::v1::Coordinator::Stub> stub, std::string token)
+      : stub_(std::move(stub)), token_(std::move(token)) {}
+
+  std::unique_ptr<grpc::ClientContext> Context(absl::Duration timeout) const {
+    auto context = std::make_unique<grpc::ClientContext>();
+    if (timeout != absl::InfiniteDuration()) {
+      context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    }
+    if (!token_.empty()) context->AddMetadata("authorization", "Bearer " + token_);
+    return context;
+  }
+
+  int Fail(const grpc::Status& status) const {
+    std::cerr << "pacictl: " << status.error_message() << " ("
+              << (status.error_code() == grpc::StatusCode::UNAVAILABLE
+                      ? "is a coordinator running at " + absl::GetFlag(FLAGS_coordinator) + "?"
+                      : "code " + std::to_string(status.error_code()))
+              << ")\n";
+    return status.error_code() == grpc::StatusCode::INVALID_ARGUMENT ? paci::kExitUsage : 1;
+  }
+
+  int Submit(const std::string& path) {
+    absl::StatusOr<paci::v1::JobSpec> spec = paci::LoadAndValidateJobSpec(path);
+    if (!spec.ok()) {
+      std::cerr << "pacictl: " << path << ": " << spec.status().message() << "\n";
+      return paci::kExitUsage;
+    }
+    paci::v1::SubmitJobRequest request;
+    *request.mutable_spec() = *spec;
+    paci::v1::Job job;
+    grpc::Status status = stub_->SubmitJob(Context(absl::Seconds(30)).get(), request, &job);
+    if (!status.ok()) return Fail(status);
+    std::cout << "job " << job.name() << " " << paci::v1::JobPhase_Name(job.status().phase())
+              << "\n";
+    return 0;
+  }
+
+  int Get(const std::string& name) {
+    paci::v1::GetJobRequest request;
+    request.set_name(name);
+    paci::v1::Job job;
+    grpc::Status status = stub_->GetJob(Context(absl::Seconds(30)).get(), request, &job);
+    if (!status.ok()) return Fail(status);
+    std::cout << paci::FormatJobDetails(job, absl::Now());
+    return 0;
+  }
+
+  int List() {
+    paci::v1::ListJobsRequest request;
+    const std::string phase = absl::AsciiStrToUpper(absl::GetFlag(FLAGS_phase));
+    if (!phase.empty()) {
+      paci::v1::JobPhase value;
+      if (!paci::v1::JobPhase_Parse(phase, &value)) {
+        std::cerr << "pacictl: --phase: one of QUEUED, RUNNING, RESTARTING, SUCCEEDED, FAILED, "
+                     "CANCELLED\n";
+        return paci::kExitUsage;
+      }
+      request.set_phase(value);
+    }
+    paci::v1::ListJobsResponse response;
+    grpc::Status status = stub_->ListJobs(Context(absl::Seconds(30)).get(), request, &response);
+    if (!status.ok()) return Fail(status);
+    std::cout << paci::FormatJobTable({response.jobs().begin(), response.jobs().end()},
+                                      absl::Now());
+    return 0;
+  }
+
+  int Watch(const std::string& name) {
+    paci::v1::WatchJobRequest request;
+    request.set_name(name);
+    auto context = Context(absl::InfiniteDuration());
+    auto reader = stub_->WatchJob(context.get(), request);
+    paci::ProgressPrinter printer(std::cerr, isatty(STDERR_FILENO) == 1);
+    paci::v1::Job job;
+    paci::v1::JobPhase last_phase = paci::v1::JOB_PHASE_UNSPECIFIED;
+    while (reader->Read(&job)) {
+      if (job.status().phase() != last_phase) {
+        last_phase = job.status().phase();
+        printer.PrintAbove("job " + job.name() + " " + paci::v1::JobPhase_Name(last_phase) +
+                           (job.status().message().empty() ? "" : ": " + job.status().message()));
+      }
+      printer.Update(paci::ViewOfJob(job, absl::Now()), absl::Now());
+    }
+    printer.Finish(paci::ViewOfJob(job, absl::Now()));
+    grpc::Status status = reader->Finish();
+    if (!status.ok()) return Fail(status);
+    if (job.status().phase() == paci::v1::SUCCEEDED) {
+      std::cerr << "\n" << paci::FormatSummaryTable(paci::SummaryOfJob(job, 0));
+      return 0;
+    }
+    return 1;
+  }
+
+  int Cancel(const std::string& name) {
+    paci::v1::CancelJobRequest request;
+    request.set_name(name);
+    paci::v1::Job job;
+    grpc::Status status = stub_->CancelJob(Context(absl::Seconds(30)).get(), request, &job);
+    if (!status.ok()) return Fail(status);
+    std::cout << "job " << job.name() << " " << paci::v1::JobPhase_Name(job.status().phase())
+              << "\n";
+    return 0;
+  }
+
+ private:
+  std::unique_ptr<paci::v1::Coordinator::Stub> stub_;
+  const std::string token_;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsage);
   const std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   google::InitGoogleLogging(argv[0]);
-
-  if (args.size() == 2 && std::string(args[1]) == "help") {
+  const std::string command = args.size() >= 2 ? args[1] : "";
+  if (command == "help" && args.size() == 2) {
     std::cout << kUsage;
     return paci::kExitSucceeded;
   }
-  if (args.size() != 3 || std::string(args[1]) != "train") {
+  const bool needs_argument = command != "list";
+  if (command.empty() || args.size() != (needs_argument ? 3u : 2u)) {
     std::cerr << kUsage;
     return paci::kExitUsage;
   }
+  const std::string argument = needs_argument ? args[2] : "";
+  if (command == "train") return Train(argument);
 
-  paci::LocalLauncherOptions options;
-  options.spec_path = args[2];
-  options.summary_path = absl::GetFlag(FLAGS_summary);
-  options.trace_path = absl::GetFlag(FLAGS_trace);
-  options.trace_max_spans = absl::GetFlag(FLAGS_trace_max_spans);
-  if (options.trace_max_spans < 1) {
-    std::cerr << "pacictl: --trace_max_spans: must be at least 1, got " << options.trace_max_spans
-              << "\n";
-    return paci::kExitUsage;
-  }
-  options.worker_flags = absl::StrSplit(absl::GetFlag(FLAGS_worker_flags), ' ', absl::SkipEmpty());
-  options.worker_binary = absl::GetFlag(FLAGS_worker_binary);
-  if (options.worker_binary.empty()) {
-    std::error_code error;
-    const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
-    const absl::StatusOr<std::string> found = paci::FindWorkerBinary(self.string());
-    if (!found.ok()) {
-      std::cerr << "pacictl: " << found.status().message() << "\n";
+  auto credentials = paci::MakeChannelCredentials({"", "", absl::GetFlag(FLAGS_tls_ca)});
+  std::string token;
+  if (!absl::GetFlag(FLAGS_auth_token_file).empty()) {
+    absl::StatusOr<std::string> read = paci::ReadTokenFile(absl::GetFlag(FLAGS_auth_token_file));
+    if (!read.ok()) {
+      std::cerr << "pacictl: --auth_token_file: " << read.status().message() << "\n";
       return paci::kExitUsage;
     }
-    options.worker_binary = *found;
-  } else if (access(options.worker_binary.c_str(), X_OK) != 0) {
-    std::cerr << "pacictl: --worker_binary: " << options.worker_binary
-              << " is not an executable file\n";
+    token = *read;
+  }
+  if (!credentials.ok()) {
+    std::cerr << "pacictl: --tls_ca: " << credentials.status().message() << "\n";
     return paci::kExitUsage;
   }
-  options.out = &std::cerr;
-  options.redraw_in_place = isatty(STDERR_FILENO) == 1;
-  options.stop_requested = &stop_requested;
-
-  InstallStopHandlers();
-  return paci::LocalLauncher(options).Run();
+  Client client(paci::v1::Coordinator::NewStub(
+                    grpc::CreateChannel(absl::GetFlag(FLAGS_coordinator), *credentials)),
+                token);
+  if (command == "submit") return client.Submit(argument);
+  if (command == "get") return client.Get(argument);
+  if (command == "list") return client.List();
+  if (command == "watch") return client.Watch(argument);
+  if (command == "cancel") return client.Cancel(argument);
+  std::cerr << kUsage;
+  return paci::kExitUsage;
 }

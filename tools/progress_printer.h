@@ -6,9 +6,23 @@
 
 #include "absl/time/time.h"
 #include "paci/v1/summary.pb.h"
-#include "tools/job_progress.h"
+#include <optional>
+#include <vector>
 
 namespace paci {
+
+// What the live progress line shows.
+struct ProgressView {
+  int num_stages = 0;
+  int joined = 0;               // stages placed on workers so far
+  int64_t step = 0;             // min optimizer steps over all stages
+  int64_t total_steps = 0;      // training.steps
+  std::optional<double> train_loss;       // the latest point, if any
+  std::optional<double> validation_loss;  // the latest point, if any
+  double tokens_per_second = 0;           // 0 until the last stage reports tokens
+  std::optional<absl::Duration> eta;      // unknown until a step is taken
+  std::vector<int64_t> drift_max;         // per stage
+};
 
 // "4,120": an integer with thousands separators.
 std::string FormatThousands(int64_t value);

@@ -51,7 +51,7 @@ class Run:
         self.summary_path = self.spec_path + ".summary.json"
         args = [PACICTL, "train", self.spec_path, "--summary=" + self.summary_path]
         if scrape:
-            args.append("--worker_flags=--exit_delay_seconds=2")
+            args.append("--linger_seconds=2")
         args += list(extra)
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, errors="replace")
@@ -69,7 +69,7 @@ class Run:
         self.output = "".join(self.lines)
 
     def _read(self):
-        pattern = re.compile(r"stage=(\d+)/\d+ pid=(\d+) .*metrics=(http://\S+)")
+        pattern = re.compile(r"stage (\d+): worker \S+ pid (\d+) metrics=(http://\S+)")
         for line in iter(self.proc.stdout.readline, ""):
             self.lines.append(line)
             m = pattern.search(line)
@@ -283,7 +283,7 @@ class PipelineTest(unittest.TestCase):
         self.assertNotEqual(corrupt.returncode, 0)
         self.assertIn("is corrupt", corrupt.output)
         self.assertEqual(snapshot(), before)
-        self.assertRegex(corrupt.output, r"training failed: stage 1: checkpoint .*stage-1-of-2.pt is corrupt")
+        self.assertRegex(corrupt.output, r"training failed: stage 1 on worker \S+: checkpoint .*stage-1-of-2.pt is corrupt")
 
     def test_trace_is_chrome_trace_json_with_well_formed_non_overlapping_spans(self):
         trace_path = os.path.join(self.dir, "trace", "t.json")
@@ -291,8 +291,8 @@ class PipelineTest(unittest.TestCase):
                          extra=["--trace=" + trace_path])
         self.assertEqual(run.returncode, 0, run.output)
         self.assertIn("spans written to " + trace_path, run.output)
-        # Worker output comes through pacictl, a line at a time, with its stage.
-        self.assertRegex(run.output, r"\[stage 1\] .*step=10 validation_loss=\d")
+        # Worker output comes through pacictl, a line at a time, with its origin.
+        self.assertRegex(run.output, r"\[(stage|worker) \d\] .*step=10 validation_loss=\d")
         with open(trace_path) as f:
             trace = json.load(f)
         self.assertIsInstance(trace["traceEvents"], list)
@@ -349,7 +349,7 @@ class PipelineTest(unittest.TestCase):
         small_vocab = spec_text().replace("vocab_size: 80", "vocab_size: 20")
         run = Run(self.dir, small_vocab)
         self.assertEqual(run.returncode, 1, run.output)
-        self.assertRegex(run.output, r"training failed: stage \d: model.vocab_size: the corpus")
+        self.assertRegex(run.output, r"training failed: stage \d on worker \S+: model.vocab_size: the corpus")
 
     def test_a_killed_worker_stops_the_job_and_leaves_no_orphan(self):
         run = Run(self.dir, spec_text(P=4, a=3, steps=100000), kill_stage=2)
@@ -357,7 +357,7 @@ class PipelineTest(unittest.TestCase):
         self.assertIsNotNone(run.killed, run.output)
         self.assertEqual(len(run.pids), 4)
         assert_gone(self, run.pids.values())
-        self.assertRegex(run.output, r"stage 2: worker killed by signal 9")
+        self.assertRegex(run.output, r"stage 2: worker \S+ killed by signal 9")
 
     def test_workers_started_by_hand_train_together(self):
         import socket
@@ -386,7 +386,7 @@ class PipelineTest(unittest.TestCase):
                                 stderr=subprocess.STDOUT, text=True)
         pids, urls = [], []
         for line in iter(proc.stdout.readline, ""):
-            m = re.search(r"pid=(\d+) .*metrics=(http://\S+)", line)
+            m = re.search(r"stage \d+: worker \S+ pid (\d+) metrics=(http://\S+)", line)
             if m:
                 pids.append(int(m.group(1)))
                 urls.append(m.group(2))
