@@ -289,6 +289,74 @@ class CoordinatorTest(unittest.TestCase):
         jobs = c.stub.ListJobs(cpb.ListJobsRequest(), metadata=md).jobs
         self.assertEqual([(j.name, phase(j)) for j in jobs], [("kept", "QUEUED")])
 
+    def test_pacictl_submits_lists_gets_watches_and_cancels(self):
+        c = self.start(workers=2)
+        pacictl = os.path.join(BUILD, "tools", "pacictl")
+        spec_path = os.path.join(self.tmp.name, "job.yaml")
+        with open(spec_path, "w") as f:
+            f.write(json_format.MessageToJson(spec("cli", steps=15)))
+
+        def run(*args):
+            return subprocess.run([pacictl, *args, "--coordinator=" + c.address],
+                                  capture_output=True, text=True, timeout=300)
+
+        submitted = run("submit", spec_path)
+        self.assertEqual(submitted.returncode, 0, submitted.stderr)
+        self.assertIn("job cli", submitted.stdout)
+        watched = run("watch", "cli")
+        self.assertEqual(watched.returncode, 0, watched.stderr)
+        self.assertIn("job cli SUCCEEDED", watched.stderr)
+        self.assertIn("step 15/15", watched.stderr)
+        listed = run("list")
+        self.assertRegex(listed.stdout, r"cli\s+SUCCEEDED\s+15/15")
+        got = run("get", "cli")
+        self.assertIn("phase:      SUCCEEDED", got.stdout)
+        self.assertRegex(got.stdout, r"Succeeded\s+True\s+Completed")
+        self.assertEqual(run("get", "missing").returncode, 1)
+        bad = os.path.join(self.tmp.name, "bad.yaml")
+        with open(bad, "w") as f:
+            f.write("name: bad\npipeline: {num_stages: 0}\n")
+        refused = run("submit", bad)
+        self.assertEqual(refused.returncode, 2)
+        self.assertIn("pipeline.num_stages", refused.stderr)
+        c.submit(spec("to-cancel", steps=100000))
+        c.wait("to-cancel", lambda j: phase(j) == "RUNNING")
+        cancelled = run("cancel", "to-cancel")
+        self.assertEqual(cancelled.returncode, 0, cancelled.stderr)
+        self.assertIn("CANCELLED", cancelled.stdout)
+        # The coordinator's /metrics count what happened.
+        url = re.search(r"metrics=(http://\S+)", "".join(c.logs)).group(1)
+        import urllib.request
+        text = urllib.request.urlopen(url, timeout=5).read().decode()
+        self.assertRegex(text, r'paci_coordinator_jobs\{phase="SUCCEEDED"\} 1')
+        self.assertRegex(text, r'paci_coordinator_jobs\{phase="CANCELLED"\} 1')
+        self.assertRegex(text, r"paci_coordinator_submissions_total 2")
+        self.assertRegex(text, r'paci_job_step\{job="cli"\} 15')
+        self.assertIn("paci_coordinator_scheduling_latency_seconds_count 2", text)
+
+    def test_tls_and_a_token_protect_the_coordinator(self):
+        cert = os.path.join(self.tmp.name, "cert.pem")
+        key = os.path.join(self.tmp.name, "key.pem")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                        "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
+                        "-keyout", key, "-out", cert], check=True, capture_output=True)
+        c = self.start(workers=0, token="t0k3n",
+                       extra=["--tls_cert=" + cert, "--tls_key=" + key])
+        with open(cert, "rb") as f:
+            credentials = grpc.ssl_channel_credentials(root_certificates=f.read())
+        secure = grpc.secure_channel(c.address, credentials,
+                                     options=(("grpc.ssl_target_name_override", "localhost"),))
+        stub = cgrpc.CoordinatorStub(secure)
+        jobs = stub.ListJobs(cpb.ListJobsRequest(), metadata=c.metadata(), timeout=10)
+        self.assertEqual(len(jobs.jobs), 0)
+        with self.assertRaises(grpc.RpcError) as err:
+            stub.ListJobs(cpb.ListJobsRequest(), timeout=10)
+        self.assertEqual(err.exception.code(), grpc.StatusCode.UNAUTHENTICATED)
+        with self.assertRaises(grpc.RpcError) as err:  # plaintext to a TLS port
+            c.stub.ListJobs(cpb.ListJobsRequest(), metadata=c.metadata(), timeout=5)
+        self.assertEqual(err.exception.code(), grpc.StatusCode.UNAVAILABLE)
+        secure.close()
+
     def test_health_and_reflection_answer_standard_tools(self):
         c = self.start(workers=0)
         check = c.channel.unary_unary("/grpc.health.v1.Health/Check",
