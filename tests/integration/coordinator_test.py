@@ -227,11 +227,16 @@ class CoordinatorTest(unittest.TestCase):
         self.assertEqual(done.status.attempt, 2)
         self.assertNotIn(victim, [s.worker_id for s in done.status.stages])
         steps = [p.step for p in done.status.train_loss_history]
-        # The second attempt resumed at a checkpoint at or after the one seen
-        # before the kill: the step never went back past it.
-        resumed_at = next(b for a, b in zip(steps, steps[1:]) if b <= a)
-        self.assertGreater(resumed_at, checkpoint)
+        # The second attempt resumed from the latest complete checkpoint on
+        # disk, at or after the one reported before the kill: where the steps
+        # jump (back to a checkpoint, or past steps trained but not yet
+        # reported when the worker died), they land past that checkpoint.
+        jumps = [(a, b) for a, b in zip(steps, steps[1:]) if b != a + 1]
+        self.assertLessEqual(len(jumps), 1, jumps)
+        for a, b in jumps:
+            self.assertGreater(b, checkpoint, jumps)
         self.assertEqual(steps[-1], 1500)
+        self.assertGreaterEqual(done.status.checkpoint_step, checkpoint)
 
     def test_a_killed_coordinator_comes_back_with_every_job(self):
         c = self.start(workers=2)
