@@ -12,6 +12,7 @@ PACKAGES=(
   libsqlite3-dev
   bible-kjv
   gnuplot-nox
+  python3-grpcio python3-protobuf openssl
 )
 
 missing=()
