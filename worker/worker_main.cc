@@ -39,7 +39,10 @@ ABSL_FLAG(std::string, worker_id, "", "this worker's id; default <hostname>-<pid
 ABSL_FLAG(std::string, labels, "", "k=v,... labels jobs can select workers by");
 ABSL_FLAG(std::string, device, "cpu", "the device stages run on");
 ABSL_FLAG(std::string, auth_token_file, "", "bearer token to present to the coordinator");
-ABSL_FLAG(std::string, tls_ca, "", "PEM CA that signed the coordinator's certificate");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA that signed the coordinator's and the other workers' certificates (TLS)");
+ABSL_FLAG(std::string, tls_cert, "", "PEM certificate: serve the stage links over TLS");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key for --tls_cert");
 ABSL_FLAG(std::string, spec, "", "job spec (YAML) when started by hand");
 ABSL_FLAG(int, stage, -1, "the stage to run, when started by hand");
 ABSL_FLAG(std::string, peers, "", "comma-separated link addresses of all stages, by hand");
@@ -101,7 +104,10 @@ absl::Status Main() {
   StageLinkService links;
   int link_port = 0;
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &link_port);
+  ASSIGN_OR_RETURN(auto link_server_credentials,
+                   MakeServerCredentials(TlsFiles{absl::GetFlag(FLAGS_tls_cert),
+                                                  absl::GetFlag(FLAGS_tls_key), ""}));
+  builder.AddListeningPort(listen, link_server_credentials, &link_port);
   builder.SetMaxReceiveMessageSize(1 << 30);
   builder.RegisterService(&links);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
@@ -124,6 +130,8 @@ absl::Status Main() {
 
   StageHostOptions host_options;
   host_options.report_interval = absl::Seconds(absl::GetFlag(FLAGS_report_interval_seconds));
+  ASSIGN_OR_RETURN(host_options.link_credentials,
+                   MakeChannelCredentials(TlsFiles{"", "", absl::GetFlag(FLAGS_tls_ca)}));
   absl::Status status;
   if (!coordinated) {
     LogSink sink;
@@ -133,8 +141,7 @@ absl::Status Main() {
   } else {
     WorkerAgentOptions options;
     options.coordinator = absl::GetFlag(FLAGS_coordinator);
-    ASSIGN_OR_RETURN(options.credentials,
-                     MakeChannelCredentials(TlsFiles{"", "", absl::GetFlag(FLAGS_tls_ca)}));
+    options.credentials = host_options.link_credentials;
     if (!absl::GetFlag(FLAGS_auth_token_file).empty()) {
       ASSIGN_OR_RETURN(options.token, ReadTokenFile(absl::GetFlag(FLAGS_auth_token_file)));
     }

@@ -48,8 +48,11 @@ def spec(name, P=2, steps=30, a=2, checkpoint=None, checkpoint_interval=5, **run
 class Cluster:
     """A coordinator process and worker processes, all on loopback."""
 
-    def __init__(self, workdir, workers=2, token=None, port=0, extra=()):
+    def __init__(self, workdir, workers=2, token=None, port=0, extra=(), worker_extra=(),
+                 credentials=None):
         self.workdir = workdir
+        self.worker_extra = list(worker_extra)
+        self.credentials = credentials
         self.db = os.path.join(workdir, "coordinator.db")
         self.token = token
         self.workers = {}
@@ -87,11 +90,13 @@ class Cluster:
         with open(port_file) as f:
             self.port = int(f.read())
         self.address = "127.0.0.1:%d" % self.port
-        self.channel = grpc.insecure_channel(self.address)
+        self.channel = (grpc.secure_channel(self.address, self.credentials) if self.credentials
+                        else grpc.insecure_channel(self.address))
         self.stub = cgrpc.CoordinatorStub(self.channel)
 
     def add_worker(self, worker_id):
         args = [WORKER, "--coordinator=" + self.address, "--worker_id=" + worker_id]
+        args += self.worker_extra
         if self.token:
             args.append("--auth_token_file=" + os.path.join(self.workdir, "token"))
         proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -339,12 +344,35 @@ class CoordinatorTest(unittest.TestCase):
         self.assertRegex(text, r'paci_job_step\{job="cli"\} 15')
         self.assertIn("paci_coordinator_scheduling_latency_seconds_count 2", text)
 
-    def test_tls_and_a_token_protect_the_coordinator(self):
+    def certificate(self):
+        """A self-signed certificate for 127.0.0.1 and localhost: (cert, key) paths."""
         cert = os.path.join(self.tmp.name, "cert.pem")
         key = os.path.join(self.tmp.name, "key.pem")
         subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                        "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
+                        "-subj", "/CN=localhost",
+                        "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
                         "-keyout", key, "-out", cert], check=True, capture_output=True)
+        return cert, key
+
+    def test_every_endpoint_speaks_tls_when_given_certificates(self):
+        cert, key = self.certificate()
+        with open(cert, "rb") as f:
+            credentials = grpc.ssl_channel_credentials(root_certificates=f.read())
+        tls = ["--tls_cert=" + cert, "--tls_key=" + key]
+        c = self.start(workers=2, extra=tls, worker_extra=tls + ["--tls_ca=" + cert],
+                       credentials=credentials)
+        c.submit(spec("secure", steps=10))
+        done = c.wait("secure", lambda j: phase(j) in ("SUCCEEDED", "FAILED"))
+        self.assertEqual(phase(done), "SUCCEEDED", done.status.message)
+        # The stage links refuse plaintext.
+        link = done.status.stages[1].link_address
+        plain = grpc.insecure_channel(link)
+        with self.assertRaises(grpc.FutureTimeoutError):
+            grpc.channel_ready_future(plain).result(timeout=2)
+        plain.close()
+
+    def test_tls_and_a_token_protect_the_coordinator(self):
+        cert, key = self.certificate()
         c = self.start(workers=0, token="t0k3n",
                        extra=["--tls_cert=" + cert, "--tls_key=" + key])
         with open(cert, "rb") as f:

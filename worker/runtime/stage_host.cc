@@ -95,13 +95,15 @@ absl::Status StageHost::Train() {
   std::unique_ptr<PeerSender> previous, next;
   if (stage > 0) {
     previous = std::make_unique<PeerSender>(
-        PeerSender::Options{assignment_.stage_addresses(stage - 1), absl::StrCat("stage ", stage - 1)},
+        PeerSender::Options{assignment_.stage_addresses(stage - 1), absl::StrCat("stage ", stage - 1),
+                            16, absl::Seconds(60), options_.link_credentials},
         on_failure);
     previous->Start();
   }
   if (stage < P - 1) {
     next = std::make_unique<PeerSender>(
-        PeerSender::Options{assignment_.stage_addresses(stage + 1), absl::StrCat("stage ", stage + 1)},
+        PeerSender::Options{assignment_.stage_addresses(stage + 1), absl::StrCat("stage ", stage + 1),
+                            16, absl::Seconds(60), options_.link_credentials},
         on_failure);
     next->Start();
   }

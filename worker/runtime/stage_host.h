@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 
+#include <grpcpp/grpcpp.h>
 #include <prometheus/registry.h>
 
 #include "absl/status/status.h"
@@ -28,6 +29,8 @@ class ReportSink {
 
 struct StageHostOptions {
   absl::Duration report_interval = absl::Milliseconds(500);
+  // Credentials for the links to the neighbours (TLS); null: plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> link_credentials;
 };
 
 // Runs one assigned stage from start to end: loads the corpus (first and last

@@ -18,7 +18,9 @@ grpc::ChannelArguments StageLinkChannelArguments() {
 
 PeerSender::PeerSender(const Options& options, std::function<void(absl::Status)> on_failure)
     : options_(options), on_failure_(std::move(on_failure)) {
-  channel_ = grpc::CreateCustomChannel(options_.address, grpc::InsecureChannelCredentials(),
+  channel_ = grpc::CreateCustomChannel(options_.address,
+                                       options_.credentials ? options_.credentials
+                                                            : grpc::InsecureChannelCredentials(),
                                        StageLinkChannelArguments());
   stub_ = v1::StageLink::NewStub(channel_);
 }

@@ -31,6 +31,8 @@ class PeerSender {
     std::string peer_name;         // "stage 1", for messages
     size_t capacity = 16;          // frames waiting to be written
     absl::Duration connect_timeout = absl::Seconds(60);
+    // TLS toward the peer when set; plaintext otherwise.
+    std::shared_ptr<grpc::ChannelCredentials> credentials;
   };
 
   PeerSender(const Options& options, std::function<void(absl::Status)> on_failure);
