@@ -325,7 +325,9 @@ class CoordinatorTest(unittest.TestCase):
         self.assertEqual(run("get", "missing").returncode, 1)
         bad = os.path.join(self.tmp.name, "bad.yaml")
         with open(bad, "w") as f:
-            f.write("name: bad\npipeline: {num_stages: 0}\n")
+            bad_spec = spec("bad")
+            bad_spec.pipeline.num_stages = 0
+            f.write(json_format.MessageToJson(bad_spec))
         refused = run("submit", bad)
         self.assertEqual(refused.returncode, 2)
         self.assertIn("pipeline.num_stages", refused.stderr)
