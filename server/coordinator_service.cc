@@ -24,11 +24,24 @@ CoordinatorService::CoordinatorService(JobManager& manager,
                                        const CoordinatorServiceOptions& options)
     : manager_(manager), options_(options) {}
 
+grpc::Status CoordinatorService::Admit(const grpc::ServerContext& context,
+                                       const std::string* name) const {
+  grpc::Status auth = CheckBearerToken(context, options_.token);
+  if (!auth.ok() || name == nullptr) return auth;
+  return ToGrpc(CheckJobName(*name, "name"));
+}
+
+template <typename T>
+grpc::Status Reply(absl::StatusOr<T> result, T* response) {
+  if (!result.ok()) return ToGrpc(result.status());
+  *response = std::move(*result);
+  return grpc::Status::OK;
+}
+
 grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* context,
                                            const v1::SubmitJobRequest* request,
                                            v1::Job* response) {
-  grpc::Status auth = CheckBearerToken(*context, options_.token);
-  if (!auth.ok()) return auth;
+  if (grpc::Status admitted = Admit(*context, nullptr); !admitted.ok()) return admitted;
   if (!request->has_spec()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "spec: required");
   }
@@ -36,42 +49,26 @@ grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* context,
   ApplyJobSpecDefaults(&spec);
   absl::Status valid = ValidateJobSpec(spec);
   if (!valid.ok()) return ToGrpc(valid);
-  absl::StatusOr<v1::Job> job = manager_.Submit(spec);
-  if (!job.ok()) return ToGrpc(job.status());
-  *response = *job;
-  return grpc::Status::OK;
+  return Reply(manager_.Submit(spec), response);
 }
 
 grpc::Status CoordinatorService::GetJob(grpc::ServerContext* context,
                                         const v1::GetJobRequest* request, v1::Job* response) {
-  grpc::Status auth = CheckBearerToken(*context, options_.token);
-  if (!auth.ok()) return auth;
-  absl::Status valid = CheckJobName(request->name(), "name");
-  if (!valid.ok()) return ToGrpc(valid);
-  absl::StatusOr<v1::Job> job = manager_.Get(request->name());
-  if (!job.ok()) return ToGrpc(job.status());
-  *response = *job;
-  return grpc::Status::OK;
+  if (grpc::Status admitted = Admit(*context, &request->name()); !admitted.ok()) return admitted;
+  return Reply(manager_.Get(request->name()), response);
 }
 
 grpc::Status CoordinatorService::GetJobTrace(grpc::ServerContext* context,
                                              const v1::GetJobRequest* request,
                                              v1::JobTrace* response) {
-  grpc::Status auth = CheckBearerToken(*context, options_.token);
-  if (!auth.ok()) return auth;
-  absl::Status valid = CheckJobName(request->name(), "name");
-  if (!valid.ok()) return ToGrpc(valid);
-  absl::StatusOr<v1::JobTrace> trace = manager_.Trace(request->name());
-  if (!trace.ok()) return ToGrpc(trace.status());
-  *response = std::move(*trace);
-  return grpc::Status::OK;
+  if (grpc::Status admitted = Admit(*context, &request->name()); !admitted.ok()) return admitted;
+  return Reply(manager_.Trace(request->name()), response);
 }
 
 grpc::Status CoordinatorService::ListJobs(grpc::ServerContext* context,
                                           const v1::ListJobsRequest* request,
                                           v1::ListJobsResponse* response) {
-  grpc::Status auth = CheckBearerToken(*context, options_.token);
-  if (!auth.ok()) return auth;
+  if (grpc::Status admitted = Admit(*context, nullptr); !admitted.ok()) return admitted;
   if (!v1::JobPhase_IsValid(request->phase())) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         absl::StrCat("phase: unknown value ", request->phase()));
@@ -83,23 +80,14 @@ grpc::Status CoordinatorService::ListJobs(grpc::ServerContext* context,
 grpc::Status CoordinatorService::CancelJob(grpc::ServerContext* context,
                                            const v1::CancelJobRequest* request,
                                            v1::Job* response) {
-  grpc::Status auth = CheckBearerToken(*context, options_.token);
-  if (!auth.ok()) return auth;
-  absl::Status valid = CheckJobName(request->name(), "name");
-  if (!valid.ok()) return ToGrpc(valid);
-  absl::StatusOr<v1::Job> job = manager_.Cancel(request->name());
-  if (!job.ok()) return ToGrpc(job.status());
-  *response = *job;
-  return grpc::Status::OK;
+  if (grpc::Status admitted = Admit(*context, &request->name()); !admitted.ok()) return admitted;
+  return Reply(manager_.Cancel(request->name()), response);
 }
 
 grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* context,
                                           const v1::WatchJobRequest* request,
                                           grpc::ServerWriter<v1::Job>* writer) {
-  grpc::Status auth = CheckBearerToken(*context, options_.token);
-  if (!auth.ok()) return auth;
-  absl::Status valid = CheckJobName(request->name(), "name");
-  if (!valid.ok()) return ToGrpc(valid);
+  if (grpc::Status admitted = Admit(*context, &request->name()); !admitted.ok()) return admitted;
   if (watchers_.fetch_add(1) >= options_.max_watchers) {
     watchers_.fetch_sub(1);
     return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,

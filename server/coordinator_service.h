@@ -34,6 +34,10 @@ class CoordinatorService final : public v1::Coordinator::Service {
                         grpc::ServerWriter<v1::Job>* writer) override;
 
  private:
+  // Authenticates the call and, when `name` is given, checks it; OK or the
+  // status to answer with.
+  grpc::Status Admit(const grpc::ServerContext& context, const std::string* name) const;
+
   JobManager& manager_;
   const CoordinatorServiceOptions options_;
   std::atomic<int> watchers_{0};
