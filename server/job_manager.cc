@@ -44,6 +44,20 @@ bool IsPermanent(int code) {
   }
 }
 
+// Keeps a loss history bounded (so a job stays far below gRPC's 4 MiB message
+// limit however long it trains): past kMaxHistory points, every other point
+// is dropped, the latest always kept. Old training is then seen coarser.
+constexpr int kMaxHistory = 10000;
+
+void Thin(google::protobuf::RepeatedPtrField<v1::LossPoint>* points) {
+  if (points->size() <= kMaxHistory) return;
+  int kept = 0;
+  for (int i = 0; i < points->size(); ++i) {
+    if (i % 2 == 1 || i == points->size() - 1) points->SwapElements(kept++, i);
+  }
+  points->DeleteSubrange(kept, points->size() - kept);
+}
+
 }  // namespace
 
 JobManager::JobManager(JobStore& store, CoordinatorMetrics& metrics,
@@ -584,6 +598,8 @@ void JobManager::ApplyReportLocked(JobState& job, const v1::StageReport& report)
     *status.add_validation_loss_history() = point;
     status.set_validation_loss(point.loss());
   }
+  Thin(status.mutable_train_loss_history());
+  Thin(status.mutable_validation_loss_history());
   const int P = static_cast<int>(job.stages.size());
   if (s < job.trace.stages_size()) {
     v1::StageTrace& trace = *job.trace.mutable_stages(s);

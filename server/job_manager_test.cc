@@ -330,6 +330,26 @@ TEST_F(JobManagerTest, AJobLargerThanThePoolDoesNotBlockSmallerOnes) {
   EXPECT_TRUE(unschedulable);
 }
 
+TEST_F(JobManagerTest, LossHistoryStaysBoundedAndKeepsTheLatestPoint) {
+  ASSERT_TRUE(manager_->Submit(Spec("a", 1)).ok());
+  ConnectWorker("w1");
+  for (int64_t step = 1; step <= 25000; step += 100) {
+    v1::StageReport r = Report("a", 1, 0, step + 99);
+    for (int64_t s = step; s < step + 100; ++s) {
+      auto* point = r.add_train_loss();
+      point->set_step(s);
+      point->set_loss(1.0);
+    }
+    manager_->OnReport("w1", r);
+  }
+  const v1::Job job = *manager_->Get("a");
+  const auto& history = job.status().train_loss_history();
+  EXPECT_LE(history.size(), 10000);
+  EXPECT_GT(history.size(), 4000);
+  EXPECT_EQ(history.rbegin()->step(), 25000);
+  for (int i = 1; i < history.size(); ++i) EXPECT_LT(history[i - 1].step(), history[i].step());
+}
+
 TEST_F(JobManagerTest, WatchersWakeOnChange) {
   ASSERT_TRUE(manager_->Submit(Spec("a")).ok());
   const int64_t version = manager_->Get("a")->version();
