@@ -57,17 +57,6 @@ ABSL_FLAG(double, exit_delay_seconds, 0,
 namespace paci {
 namespace {
 
-// A hand-started stage has nobody to report to: log the end.
-class LogSink final : public ReportSink {
- public:
-  void Deliver(const v1::StageReport& report) override {
-    for (const auto& point : report.validation_loss()) {
-      LOG(INFO) << "job=" << report.job_name() << " step=" << point.step()
-                << " validation_loss=" << point.loss();
-    }
-  }
-};
-
 std::string Host(const std::string& address) { return address.substr(0, address.rfind(':')); }
 
 absl::Status Main() {
@@ -134,8 +123,8 @@ absl::Status Main() {
                    MakeChannelCredentials(TlsFiles{"", "", absl::GetFlag(FLAGS_tls_ca)}));
   absl::Status status;
   if (!coordinated) {
-    LogSink sink;
-    StageHost stage_host(assignment, links, *registry, &sink, host_options);
+    // Nobody to report to: the stage logs its validation losses itself.
+    StageHost stage_host(assignment, links, *registry, /*sink=*/nullptr, host_options);
     status = stage_host.Run();
     absl::SleepFor(absl::Seconds(absl::GetFlag(FLAGS_exit_delay_seconds)));
   } else {

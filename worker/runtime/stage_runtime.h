@@ -64,7 +64,6 @@ class StageRuntime {
   // recorded since the last call.
   v1::StageReport TakeReport();
 
-  int64_t start_step() const { return start_step_; }
 
  private:
   struct Pending {  // a micro-batch between its forward and its backward
