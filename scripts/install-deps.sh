@@ -12,7 +12,9 @@ PACKAGES=(
   libsqlite3-dev
   bible-kjv
   gnuplot-nox
-  python3-grpcio python3-protobuf openssl
+  python3-grpcio python3-protobuf python3-yaml openssl
+  nlohmann-json3-dev libssl-dev
+  prometheus
 )
 
 missing=()

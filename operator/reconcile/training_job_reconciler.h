@@ -1,0 +1,97 @@
+#pragma once
+
+// The TrainingJob reconcile as a pure function: (the object, what exists in
+// the cluster, what the coordinator says) -> the actions that move the world
+// towards the object's spec. No network, no clock: the caller observes, calls
+// ReconcileTrainingJob, and carries the actions out (TrainingJobController).
+// Level-based: the same inputs give the same actions, so running it again
+// after a crash or a dropped event is always safe.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "paci/v1/coordinator.pb.h"
+#include "paci/v1/job.pb.h"
+
+namespace paci::op {
+
+// The finalizer the operator puts on every TrainingJob, so deleting one
+// cancels its job at the coordinator first.
+inline constexpr char kFinalizer[] = "paci.dev/cancel-at-coordinator";
+// Labels on the pods and Service of a job.
+inline constexpr char kJobNameLabel[] = "paci.dev/job-name";
+inline constexpr char kRoleLabel[] = "paci.dev/role";
+inline constexpr char kWorkerIndexLabel[] = "paci.dev/worker-index";
+// The worker label the coordinator places a job's stages by.
+inline constexpr char kWorkerSelectorKey[] = "paci.dev/job";
+
+struct ReconcilerOptions {
+  // host:port of the coordinator, as the worker pods reach it.
+  std::string worker_coordinator_address = "paci-coordinator.paci-system.svc:7070";
+  // Image of worker pods whose TrainingJob names none.
+  std::string default_worker_image = "paci/worker:latest";
+  std::string worker_command = "paci_worker";
+  int link_port = 7000;     // the stage link each worker pod serves
+  int metrics_port = 9100;  // its /metrics
+  // Extra arguments for every worker (e.g. --auth_token_file, TLS flags).
+  std::vector<std::string> extra_worker_args;
+  // How often a running job's progress is read from the coordinator.
+  absl::Duration poll_interval = absl::Seconds(2);
+};
+
+struct KubeEvent {
+  std::string type;  // "Normal" or "Warning"
+  std::string reason;
+  std::string message;
+};
+
+struct ReconcileActions {
+  bool add_finalizer = false;
+  bool remove_finalizer = false;
+  bool delete_job = false;  // ttlSecondsAfterFinished has passed
+  std::optional<nlohmann::json> create_service;
+  std::vector<nlohmann::json> create_pods;
+  std::vector<std::string> delete_pods;
+  std::optional<v1::JobSpec> submit;  // SubmitJob (idempotent by spec.name)
+  std::optional<std::string> cancel;  // CancelJob of this coordinator job
+  // The whole desired .status, when it differs from the object's.
+  std::optional<nlohmann::json> status;
+  std::vector<KubeEvent> events;
+  std::optional<absl::Duration> requeue_after;
+};
+
+struct ObservedWorld {
+  nlohmann::json job;                // the TrainingJob as last read
+  std::vector<nlohmann::json> pods;  // pods labelled with the job's name
+  bool service_exists = false;
+  // The coordinator's job named by status.coordinatorJob; nullopt when the
+  // status names none, or the coordinator does not know it.
+  std::optional<v1::Job> coordinator_job;
+  absl::Time now;
+};
+
+ReconcileActions ReconcileTrainingJob(const ObservedWorld& world, const ReconcilerOptions& options);
+
+// The coordinator's JobSpec for a TrainingJob: spec.model ... spec.runtime
+// through the proto3 JSON mapping, runPolicy, the name given, and a worker
+// selector that places its stages only on its own pods. Defaults applied and
+// validated: InvalidArgument naming the field ("spec.pipeline.num_stages: ...").
+absl::StatusOr<v1::JobSpec> JobSpecFromTrainingJob(const nlohmann::json& job,
+                                                   const std::string& coordinator_name);
+
+// "<name>-<first 8 of uid>-g<generation>", shortened to the coordinator's 63
+// characters: unique per object and per submission.
+std::string CoordinatorJobName(const nlohmann::json& job);
+
+// "namespace.name", the value of kWorkerSelectorKey on the job's pods.
+std::string WorkerSelectorValue(const nlohmann::json& job);
+
+// The phase of .status for a coordinator phase ("Pending", "Running", ...).
+std::string PhaseFromCoordinator(v1::JobPhase phase);
+
+}  // namespace paci::op

@@ -1,0 +1,299 @@
+#include "operator/reconcile/training_job_reconciler.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace paci::op {
+namespace {
+
+using nlohmann::json;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+const absl::Time kNow = absl::FromUnixSeconds(1'800'000'000);
+
+json Job(int stages = 2) {
+  json job = json::parse(R"({
+    "apiVersion": "paci.dev/v1alpha1", "kind": "TrainingJob",
+    "metadata": {"name": "kjv", "namespace": "team-a", "uid": "0123456789abcdef",
+                 "generation": 1, "resourceVersion": "10",
+                 "finalizers": ["paci.dev/cancel-at-coordinator"]},
+    "spec": {
+      "model": {"vocabSize": 80, "numLayers": 4, "dModel": 32, "numHeads": 4, "seqLen": 32},
+      "pipeline": {"numStages": 2, "schedule": "paci", "accumulation": 2, "microBatchSize": 4},
+      "optimizer": {"lr": 0.003},
+      "training": {"steps": 60},
+      "data": {"corpusPath": "tests/data/kjv-genesis.txt"},
+      "runPolicy": {"backoffLimit": 2},
+      "worker": {"image": "example/worker:1", "nodeSelector": {"pool": "cpu"}}
+    }})");
+  job["spec"]["pipeline"]["numStages"] = stages;
+  return job;
+}
+
+json Submitted(json job, const std::string& phase = "Pending") {
+  job["status"] = {{"phase", phase}, {"coordinatorJob", "kjv-01234567-g1"}};
+  return job;
+}
+
+json Pod(int index, const std::string& phase) {
+  return {{"metadata",
+           {{"name", "kjv-worker-" + std::to_string(index)},
+            {"labels", {{kJobNameLabel, "kjv"}, {kWorkerIndexLabel, std::to_string(index)}}}}},
+          {"status", {{"phase", phase}}}};
+}
+
+v1::Job CoordinatorJob(v1::JobPhase phase) {
+  v1::Job job;
+  job.set_name("kjv-01234567-g1");
+  job.mutable_status()->set_phase(phase);
+  job.mutable_status()->set_step(60);
+  job.mutable_status()->set_total_steps(60);
+  job.mutable_status()->set_train_loss(2.5);
+  job.mutable_status()->set_validation_loss(2.6);
+  job.mutable_status()->set_tokens_per_second(1234);
+  job.mutable_status()->set_attempt(1);
+  for (int s = 0; s < 2; ++s) {
+    v1::StageStatus* stage = job.mutable_status()->add_stages();
+    stage->set_stage(s);
+    stage->set_drift_max(1 - s);
+    stage->set_drift_bound(1 - s);
+    stage->set_busy_seconds(9);
+    stage->set_idle_seconds(1);
+  }
+  return job;
+}
+
+ObservedWorld World(json job) {
+  ObservedWorld world;
+  world.job = std::move(job);
+  world.now = kNow;
+  return world;
+}
+
+std::vector<std::string> Names(const std::vector<json>& objects) {
+  std::vector<std::string> names;
+  for (const json& object : objects) names.push_back(object["metadata"]["name"]);
+  return names;
+}
+
+// The pure function as a table: each case is (object, observed world) -> actions.
+TEST(TrainingJobReconcilerTest, NewJobGetsFinalizerPodsServiceAndIsSubmitted) {
+  json job = Job();
+  job["metadata"].erase("finalizers");
+  ReconcileActions actions = ReconcileTrainingJob(World(job), ReconcilerOptions{});
+
+  EXPECT_TRUE(actions.add_finalizer);
+  ASSERT_TRUE(actions.create_service.has_value());
+  EXPECT_EQ((*actions.create_service)["spec"]["clusterIP"], "None");
+  EXPECT_THAT(Names(actions.create_pods), ElementsAre("kjv-worker-0", "kjv-worker-1"));
+  ASSERT_TRUE(actions.submit.has_value());
+  EXPECT_EQ(actions.submit->name(), "kjv-01234567-g1");
+  EXPECT_EQ(actions.submit->pipeline().num_stages(), 2);
+  EXPECT_EQ(actions.submit->run_policy().backoff_limit(), 2);
+  EXPECT_EQ(actions.submit->run_policy().worker_selector().at(kWorkerSelectorKey), "team-a.kjv");
+  ASSERT_TRUE(actions.status.has_value());
+  EXPECT_EQ((*actions.status)["phase"], "Pending");
+  EXPECT_EQ((*actions.status)["coordinatorJob"], "kjv-01234567-g1");
+  EXPECT_EQ((*actions.status)["observedGeneration"], 1);
+  ASSERT_EQ(actions.events.size(), 1u);
+  EXPECT_EQ(actions.events[0].reason, "Submitted");
+  EXPECT_TRUE(actions.requeue_after.has_value());
+}
+
+TEST(TrainingJobReconcilerTest, WorkerPodsCarryOwnerSelectorAndDownwardApi) {
+  ReconcilerOptions options;
+  options.worker_coordinator_address = "coord:7070";
+  options.extra_worker_args = {"--auth_token_file=/etc/paci/token"};
+  ReconcileActions actions = ReconcileTrainingJob(World(Job()), options);
+  ASSERT_EQ(actions.create_pods.size(), 2u);
+  const json& pod = actions.create_pods[1];
+  EXPECT_EQ(pod["metadata"]["namespace"], "team-a");
+  EXPECT_EQ(pod["metadata"]["labels"][kWorkerIndexLabel], "1");
+  EXPECT_EQ(pod["metadata"]["ownerReferences"][0]["uid"], "0123456789abcdef");
+  EXPECT_EQ(pod["metadata"]["ownerReferences"][0]["controller"], true);
+  EXPECT_EQ(pod["spec"]["restartPolicy"], "Never");
+  EXPECT_EQ(pod["spec"]["nodeSelector"]["pool"], "cpu");
+  const json& container = pod["spec"]["containers"][0];
+  EXPECT_EQ(container["image"], "example/worker:1");
+  const std::string args = container["args"].dump();
+  EXPECT_THAT(args, HasSubstr("--coordinator=coord:7070"));
+  EXPECT_THAT(args, HasSubstr("--labels=paci.dev/job=team-a.kjv"));
+  EXPECT_THAT(args, HasSubstr("--listen=$(POD_IP):7000"));
+  EXPECT_THAT(args, HasSubstr("--auth_token_file=/etc/paci/token"));
+  EXPECT_THAT(container["env"].dump(), HasSubstr("status.podIP"));
+}
+
+TEST(TrainingJobReconcilerTest, MissingPodIsCreatedAndNothingElse) {
+  ObservedWorld world = World(Submitted(Job(), "Running"));
+  world.pods = {Pod(0, "Running")};
+  world.service_exists = true;
+  world.coordinator_job = CoordinatorJob(v1::RUNNING);
+  world.coordinator_job->mutable_status()->set_step(30);
+  ReconcileActions actions = ReconcileTrainingJob(world, ReconcilerOptions{});
+  EXPECT_FALSE(actions.add_finalizer);
+  EXPECT_FALSE(actions.create_service.has_value());
+  EXPECT_THAT(Names(actions.create_pods), ElementsAre("kjv-worker-1"));
+  EXPECT_THAT(actions.delete_pods, IsEmpty());
+  EXPECT_FALSE(actions.submit.has_value());
+  ASSERT_TRUE(actions.status.has_value());
+  EXPECT_EQ((*actions.status)["step"], 30);
+  EXPECT_EQ((*actions.status)["maxDrift"], 1);
+  EXPECT_DOUBLE_EQ((*actions.status)["stages"][0]["idleFraction"].get<double>(), 0.1);
+}
+
+TEST(TrainingJobReconcilerTest, FailedPodIsDeletedWithAWarning) {
+  ObservedWorld world = World(Submitted(Job(), "Running"));
+  world.pods = {Pod(0, "Running"), Pod(1, "Failed")};
+  world.service_exists = true;
+  world.coordinator_job = CoordinatorJob(v1::RESTARTING);
+  ReconcileActions actions = ReconcileTrainingJob(world, ReconcilerOptions{});
+  EXPECT_THAT(actions.delete_pods, ElementsAre("kjv-worker-1"));
+  EXPECT_THAT(actions.create_pods, IsEmpty());  // recreated once it is gone
+  ASSERT_TRUE(actions.status.has_value());
+  EXPECT_EQ((*actions.status)["phase"], "Restarting");
+  std::vector<std::string> reasons;
+  for (const KubeEvent& event : actions.events) reasons.push_back(event.reason);
+  EXPECT_THAT(reasons, ElementsAre("WorkerExited", "Restarting"));
+}
+
+TEST(TrainingJobReconcilerTest, CoordinatorSucceededFinishesTheJobAndStopsWorkers) {
+  ObservedWorld world = World(Submitted(Job(), "Running"));
+  world.pods = {Pod(0, "Running"), Pod(1, "Running")};
+  world.service_exists = true;
+  world.coordinator_job = CoordinatorJob(v1::SUCCEEDED);
+  ReconcileActions actions = ReconcileTrainingJob(world, ReconcilerOptions{});
+  ASSERT_TRUE(actions.status.has_value());
+  const json& status = *actions.status;
+  EXPECT_EQ(status["phase"], "Succeeded");
+  EXPECT_EQ(status["step"], 60);
+  EXPECT_DOUBLE_EQ(status["trainLoss"].get<double>(), 2.5);
+  EXPECT_EQ(status["completionTime"], "2027-01-15T08:00:00Z");
+  bool succeeded_condition = false;
+  for (const json& condition : status["conditions"]) {
+    if (condition["type"] == "Succeeded") {
+      succeeded_condition = condition["status"] == "True";
+      EXPECT_EQ(condition["observedGeneration"], 1);
+      EXPECT_THAT(condition["message"].get<std::string>(), HasSubstr("train loss 2.5000"));
+    }
+  }
+  EXPECT_TRUE(succeeded_condition);
+  EXPECT_THAT(actions.delete_pods, ElementsAre("kjv-worker-0", "kjv-worker-1"));
+  EXPECT_FALSE(actions.requeue_after.has_value());
+}
+
+TEST(TrainingJobReconcilerTest, SuspendedJobIsCancelledAndItsPodsDeleted) {
+  json job = Submitted(Job(), "Running");
+  job["spec"]["runPolicy"]["suspend"] = true;
+  ObservedWorld world = World(job);
+  world.pods = {Pod(0, "Running"), Pod(1, "Running")};
+  world.coordinator_job = CoordinatorJob(v1::RUNNING);
+  ReconcileActions actions = ReconcileTrainingJob(world, ReconcilerOptions{});
+  EXPECT_EQ(actions.cancel, "kjv-01234567-g1");
+  EXPECT_THAT(actions.delete_pods, ElementsAre("kjv-worker-0", "kjv-worker-1"));
+  EXPECT_THAT(actions.create_pods, IsEmpty());
+  EXPECT_FALSE(actions.submit.has_value());
+  ASSERT_TRUE(actions.status.has_value());
+  EXPECT_EQ((*actions.status)["phase"], "Suspended");
+  EXPECT_FALSE(actions.status->contains("coordinatorJob"));
+}
+
+TEST(TrainingJobReconcilerTest, ResumingASuspendedJobSubmitsANewGeneration) {
+  json job = Job();
+  job["metadata"]["generation"] = 3;
+  job["status"] = {{"phase", "Suspended"}};
+  ReconcileActions actions = ReconcileTrainingJob(World(job), ReconcilerOptions{});
+  ASSERT_TRUE(actions.submit.has_value());
+  EXPECT_EQ(actions.submit->name(), "kjv-01234567-g3");
+  EXPECT_EQ((*actions.status)["phase"], "Pending");
+  EXPECT_EQ(actions.create_pods.size(), 2u);
+}
+
+TEST(TrainingJobReconcilerTest, DeletedJobIsCancelledThenReleased) {
+  json job = Submitted(Job(), "Running");
+  job["metadata"]["deletionTimestamp"] = "2027-01-15T08:00:00Z";
+  ObservedWorld world = World(job);
+  world.pods = {Pod(0, "Running")};
+  world.coordinator_job = CoordinatorJob(v1::RUNNING);
+  ReconcileActions actions = ReconcileTrainingJob(world, ReconcilerOptions{});
+  EXPECT_EQ(actions.cancel, "kjv-01234567-g1");
+  EXPECT_TRUE(actions.remove_finalizer);
+  EXPECT_THAT(actions.delete_pods, ElementsAre("kjv-worker-0"));
+  EXPECT_FALSE(actions.status.has_value());
+  EXPECT_FALSE(actions.submit.has_value());
+  EXPECT_THAT(actions.create_pods, IsEmpty());
+}
+
+TEST(TrainingJobReconcilerTest, DeletedJobWhoseCoordinatorJobEndedIsOnlyReleased) {
+  json job = Submitted(Job(), "Succeeded");
+  job["metadata"]["deletionTimestamp"] = "2027-01-15T08:00:00Z";
+  ObservedWorld world = World(job);
+  world.coordinator_job = CoordinatorJob(v1::SUCCEEDED);
+  ReconcileActions actions = ReconcileTrainingJob(world, ReconcilerOptions{});
+  EXPECT_FALSE(actions.cancel.has_value());
+  EXPECT_TRUE(actions.remove_finalizer);
+}
+
+TEST(TrainingJobReconcilerTest, InvalidSpecFailsNamingTheField) {
+  json job = Job();
+  job["spec"]["model"]["numLayers"] = 1;  // fewer layers than stages
+  ReconcileActions actions = ReconcileTrainingJob(World(job), ReconcilerOptions{});
+  ASSERT_TRUE(actions.status.has_value());
+  EXPECT_EQ((*actions.status)["phase"], "Failed");
+  EXPECT_THAT((*actions.status)["message"].get<std::string>(), HasSubstr("spec.pipeline"));
+  EXPECT_FALSE(actions.submit.has_value());
+  EXPECT_THAT(actions.create_pods, IsEmpty());
+  ASSERT_EQ(actions.events.size(), 1u);
+  EXPECT_EQ(actions.events[0].type, "Warning");
+}
+
+TEST(TrainingJobReconcilerTest, LostCoordinatorJobIsSubmittedAgainUnderItsName) {
+  ObservedWorld world = World(Submitted(Job(), "Running"));
+  world.pods = {Pod(0, "Running"), Pod(1, "Running")};
+  world.service_exists = true;
+  ReconcileActions actions = ReconcileTrainingJob(world, ReconcilerOptions{});
+  ASSERT_TRUE(actions.submit.has_value());
+  EXPECT_EQ(actions.submit->name(), "kjv-01234567-g1");
+  EXPECT_THAT(actions.events, IsEmpty());
+}
+
+TEST(TrainingJobReconcilerTest, FinishedJobIsDeletedAfterItsTtl) {
+  json job = Submitted(Job(), "Succeeded");
+  job["spec"]["runPolicy"]["ttlSecondsAfterFinished"] = 60;
+  job["status"]["completionTime"] = "2027-01-15T07:58:00Z";  // two minutes before kNow
+  EXPECT_TRUE(ReconcileTrainingJob(World(job), ReconcilerOptions{}).delete_job);
+  job["status"]["completionTime"] = "2027-01-15T07:59:30Z";
+  ReconcileActions waiting = ReconcileTrainingJob(World(job), ReconcilerOptions{});
+  EXPECT_FALSE(waiting.delete_job);
+  EXPECT_EQ(waiting.requeue_after, absl::Seconds(30));
+}
+
+// Level-based: once its status is written, running it again on the same world
+// asks for nothing new (what a retried write after a 409 relies on).
+TEST(TrainingJobReconcilerTest, ReconcileIsIdempotentOnceItsStatusIsWritten) {
+  ObservedWorld world = World(Submitted(Job(), "Pending"));
+  world.pods = {Pod(0, "Running"), Pod(1, "Running")};
+  world.service_exists = true;
+  world.coordinator_job = CoordinatorJob(v1::RUNNING);
+  ReconcileActions first = ReconcileTrainingJob(world, ReconcilerOptions{});
+  ASSERT_TRUE(first.status.has_value());
+  world.job["status"] = *first.status;
+  world.now += absl::Seconds(5);
+  ReconcileActions second = ReconcileTrainingJob(world, ReconcilerOptions{});
+  EXPECT_FALSE(second.status.has_value());
+  EXPECT_THAT(second.events, IsEmpty());
+  EXPECT_THAT(second.create_pods, IsEmpty());
+  EXPECT_FALSE(second.submit.has_value());
+}
+
+TEST(TrainingJobReconcilerTest, CoordinatorNamesFitItsLimit) {
+  json job = Job();
+  job["metadata"]["name"] = std::string(70, 'x');
+  const std::string name = CoordinatorJobName(job);
+  EXPECT_LE(name.size(), 63u);
+  EXPECT_THAT(name, ::testing::EndsWith("-01234567-g1"));
+}
+
+}  // namespace
+}  // namespace paci::op
