@@ -17,6 +17,16 @@ MetricsHttpServer::MetricsHttpServer(std::shared_ptr<prometheus::Registry> regis
   });
 }
 
+void MetricsHttpServer::AddHandler(const std::string& path,
+                                   std::function<std::pair<int, std::string>()> handler) {
+  server_->Get(path, [handler = std::move(handler)](const httplib::Request&,
+                                                     httplib::Response& response) {
+    auto [code, text] = handler();
+    response.status = code;
+    response.set_content(text + "\n", "text/plain");
+  });
+}
+
 MetricsHttpServer::~MetricsHttpServer() {
   if (thread_.joinable()) {
     server_->stop();

@@ -1,8 +1,10 @@
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "absl/status/statusor.h"
 
@@ -27,6 +29,11 @@ class MetricsHttpServer {
   ~MetricsHttpServer();
   MetricsHttpServer(const MetricsHttpServer&) = delete;
   MetricsHttpServer& operator=(const MetricsHttpServer&) = delete;
+
+  // Also serves GET `path` with the status code and text `handler` returns
+  // (health checks such as /healthz). Call before Start. The handler runs on
+  // the server's thread.
+  void AddHandler(const std::string& path, std::function<std::pair<int, std::string>()> handler);
 
   // Binds "host:port" (port 0 picks a free one) and starts serving. Returns
   // the bound port; Unavailable when the address cannot be bound.

@@ -1,0 +1,46 @@
+#pragma once
+
+// The coordinator as the operator uses it: submit, read and cancel jobs.
+// An interface so the controller does not know about gRPC channels; the one
+// implementation talks to a real paci_coordinator.
+
+#include <memory>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "paci/v1/coordinator.grpc.pb.h"
+
+namespace paci::op {
+
+class CoordinatorJobs {
+ public:
+  virtual ~CoordinatorJobs() = default;
+  // Idempotent by spec.name. InvalidArgument names a bad field.
+  virtual absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec) = 0;
+  // NotFound when the coordinator does not know `name`.
+  virtual absl::StatusOr<v1::Job> Get(const std::string& name) = 0;
+  virtual absl::Status Cancel(const std::string& name) = 0;
+};
+
+// Thread-safe: gRPC stubs are.
+class GrpcCoordinatorJobs : public CoordinatorJobs {
+ public:
+  GrpcCoordinatorJobs(std::shared_ptr<grpc::Channel> channel, std::string bearer_token,
+                      absl::Duration timeout = absl::Seconds(10));
+
+  absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec) override;
+  absl::StatusOr<v1::Job> Get(const std::string& name) override;
+  absl::Status Cancel(const std::string& name) override;
+
+ private:
+  std::unique_ptr<grpc::ClientContext> Context() const;
+
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+  const std::string token_;
+  const absl::Duration timeout_;
+};
+
+}  // namespace paci::op

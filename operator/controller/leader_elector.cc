@@ -1,0 +1,134 @@
+#include "operator/controller/leader_elector.h"
+
+#include <glog/logging.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace paci::op {
+
+using nlohmann::json;
+
+namespace {
+std::string MicroTime(absl::Time t) {
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%E6SZ", t, absl::UTCTimeZone());
+}
+}  // namespace
+
+LeaderElector::LeaderElector(KubeClient& client, Options options,
+                             std::function<void()> on_started_leading,
+                             std::function<void()> on_stopped_leading)
+    : client_(client),
+      options_(std::move(options)),
+      on_started_leading_(std::move(on_started_leading)),
+      on_stopped_leading_(std::move(on_stopped_leading)) {}
+
+LeaderElector::~LeaderElector() { Stop(); }
+
+std::string LeaderElector::LeasePath() const {
+  return absl::StrCat(CollectionPath("coordination.k8s.io", "v1", options_.lease_namespace, "leases"),
+                      "/", options_.lease_name);
+}
+
+bool LeaderElector::TryAcquireOrRenew() {
+  const absl::Time now = absl::Now();
+  const int duration_seconds = static_cast<int>(absl::ToInt64Seconds(options_.lease_duration));
+  absl::StatusOr<json> lease = client_.Get(LeasePath());
+  if (absl::IsNotFound(lease.status())) {
+    json fresh = {{"apiVersion", "coordination.k8s.io/v1"},
+                  {"kind", "Lease"},
+                  {"metadata", {{"name", options_.lease_name}, {"namespace", options_.lease_namespace}}},
+                  {"spec",
+                   {{"holderIdentity", options_.identity},
+                    {"leaseDurationSeconds", duration_seconds},
+                    {"acquireTime", MicroTime(now)},
+                    {"renewTime", MicroTime(now)},
+                    {"leaseTransitions", 0}}}};
+    absl::StatusOr<json> created = client_.Create(
+        CollectionPath("coordination.k8s.io", "v1", options_.lease_namespace, "leases"), fresh);
+    if (!created.ok() && !absl::IsAlreadyExists(created.status())) {
+      LOG(WARNING) << "leader election: " << created.status();
+    }
+    return created.ok();
+  }
+  if (!lease.ok()) {
+    LOG(WARNING) << "leader election: " << lease.status();
+    return false;
+  }
+  json spec = lease->value("spec", json::object());
+  const std::string holder = spec.value("holderIdentity", "");
+  const std::string record = holder + "@" + spec.value("renewTime", "");
+  if (record != observed_record_) {
+    observed_record_ = record;
+    observed_time_ = now;
+  }
+  const int held_for = spec.value("leaseDurationSeconds", duration_seconds);
+  if (!holder.empty() && holder != options_.identity &&
+      observed_time_ + absl::Seconds(held_for) > now) {
+    return false;  // someone else holds a lease that is still live
+  }
+  if (holder != options_.identity) {
+    spec["acquireTime"] = MicroTime(now);
+    spec["leaseTransitions"] = spec.value("leaseTransitions", 0) + 1;
+  }
+  spec["holderIdentity"] = options_.identity;
+  spec["leaseDurationSeconds"] = duration_seconds;
+  spec["renewTime"] = MicroTime(now);
+  json updated = *lease;
+  updated["spec"] = spec;
+  absl::StatusOr<json> written = client_.Update(LeasePath(), updated);
+  if (!written.ok()) {
+    if (!absl::IsAborted(written.status())) LOG(WARNING) << "leader election: " << written.status();
+    return false;
+  }
+  observed_record_ = options_.identity + "@" + spec["renewTime"].get<std::string>();
+  observed_time_ = now;
+  return true;
+}
+
+void LeaderElector::Release() {
+  absl::StatusOr<json> lease = client_.Get(LeasePath());
+  if (!lease.ok() || lease->value("spec", json::object()).value("holderIdentity", "") !=
+                         options_.identity) {
+    return;
+  }
+  json updated = *lease;
+  updated["spec"]["holderIdentity"] = "";
+  updated["spec"]["leaseDurationSeconds"] = 1;
+  if (absl::Status s = client_.Update(LeasePath(), updated).status(); !s.ok()) {
+    LOG(WARNING) << "leader election: releasing the lease: " << s;
+  }
+}
+
+void LeaderElector::Run() {
+  absl::Time last_renew = absl::InfinitePast();
+  while (!stop_.HasBeenNotified()) {
+    const bool held = TryAcquireOrRenew();
+    const absl::Time now = absl::Now();
+    if (held) {
+      last_renew = now;
+      if (!leader_.exchange(true)) {
+        LOG(INFO) << "leader election: " << options_.identity << " leads (lease "
+                  << options_.lease_namespace << "/" << options_.lease_name << ")";
+        if (on_started_leading_) on_started_leading_();
+      }
+    } else if (leader_.load() && now - last_renew > options_.renew_deadline) {
+      leader_ = false;
+      LOG(WARNING) << "leader election: " << options_.identity << " lost the lease";
+      if (on_stopped_leading_) on_stopped_leading_();
+    }
+    stop_.WaitForNotificationWithTimeout(options_.retry_period);
+  }
+  if (leader_.exchange(false)) {
+    Release();
+    if (on_stopped_leading_) on_stopped_leading_();
+  }
+}
+
+void LeaderElector::Start() { thread_ = std::thread([this] { Run(); }); }
+
+void LeaderElector::Stop() {
+  if (!stop_.HasBeenNotified()) stop_.Notify();
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace paci::op

@@ -1,0 +1,75 @@
+#pragma once
+
+// Runs the TrainingJob reconcile against a cluster: informers keep
+// TrainingJobs and the pods and Services they own in memory, a rate-limited
+// work queue feeds job keys to worker threads, and each worker observes the
+// world (cache + coordinator), calls ReconcileTrainingJob and carries out its
+// actions: finalizer, pods, Service, submit/cancel at the coordinator,
+// Events, the status (409 retried with a fresh read), deletion after TTL.
+//
+// Owns its informers and threads: Start, then Stop (or the destructor).
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "operator/controller/coordinator_jobs.h"
+#include "operator/controller/work_queue.h"
+#include "operator/kube/informer.h"
+#include "operator/kube/kube_client.h"
+#include "operator/operator_metrics.h"
+#include "operator/reconcile/training_job_reconciler.h"
+
+namespace paci::op {
+
+struct ControllerOptions {
+  std::string watch_namespace;  // empty: every namespace
+  ReconcilerOptions reconciler;
+  int workers = 2;
+  std::string component = "paci-operator";  // the source of its Events
+  int watch_timeout_seconds = 300;
+};
+
+class TrainingJobController {
+ public:
+  TrainingJobController(KubeClient& kube, CoordinatorJobs& coordinator, OperatorMetrics& metrics,
+                        ControllerOptions options);
+  ~TrainingJobController();
+  TrainingJobController(const TrainingJobController&) = delete;
+  TrainingJobController& operator=(const TrainingJobController&) = delete;
+
+  // Starts the informers, waits for their first lists, then the workers.
+  // Unavailable when the caches do not fill within `sync_timeout`.
+  absl::Status Start(absl::Duration sync_timeout = absl::Seconds(60));
+  // Stops the workers and informers and joins them. Idempotent.
+  void Stop();
+  bool synced() const { return synced_.load(); }
+
+ private:
+  void Enqueue(const nlohmann::json& object, bool owned);
+  void Work();
+  // Reconciles "namespace/name"; sets *requeue_after when it should run again.
+  absl::Status ReconcileKey(const std::string& key, std::optional<absl::Duration>* requeue_after);
+  absl::Status Execute(const nlohmann::json& job, ReconcileActions actions);
+  void RecordEvent(const nlohmann::json& job, const KubeEvent& event);
+  void UpdatePhaseCounts();
+  std::string JobPath(const std::string& ns, const std::string& name) const;
+
+  KubeClient& kube_;
+  CoordinatorJobs& coordinator_;
+  OperatorMetrics& metrics_;
+  const ControllerOptions options_;
+
+  WorkQueue queue_;
+  std::unique_ptr<Informer> jobs_;
+  std::unique_ptr<Informer> pods_;
+  std::unique_ptr<Informer> services_;
+  std::vector<std::thread> workers_;
+  std::atomic<bool> synced_{false};
+  std::atomic<bool> stopped_{false};
+};
+
+}  // namespace paci::op

@@ -1,0 +1,204 @@
+// paci_operator: reconciles TrainingJob objects (paci.dev/v1alpha1) into
+// worker pods and coordinator jobs, mirrors their progress into .status.
+//
+//   paci_operator --kubeconfig=~/.kube/config --coordinator=127.0.0.1:7070
+//   (in a pod: no --kubeconfig; the service account is used)
+
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include <glog/logging.h>
+#include <grpcpp/grpcpp.h>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "common/grpc_security.h"
+#include "common/metrics_http_server.h"
+#include "common/status_macros.h"
+#include "operator/controller/coordinator_jobs.h"
+#include "operator/controller/leader_elector.h"
+#include "operator/controller/training_job_controller.h"
+#include "operator/kube/kube_client.h"
+#include "operator/operator_metrics.h"
+
+ABSL_FLAG(std::string, kubeconfig, "", "kubeconfig file; empty: the in-cluster service account");
+ABSL_FLAG(std::string, namespace, "", "watch TrainingJobs in this namespace only; empty: all");
+ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "host:port of the coordinator");
+ABSL_FLAG(std::string, coordinator_auth_token_file, "", "bearer token for the coordinator");
+ABSL_FLAG(std::string, coordinator_tls_ca, "", "PEM CA of the coordinator's certificate (TLS)");
+ABSL_FLAG(std::string, worker_coordinator_address, "",
+          "the coordinator as worker pods reach it; default: --coordinator");
+ABSL_FLAG(std::string, worker_image, "paci/worker:latest", "image of worker pods");
+ABSL_FLAG(std::string, worker_command, "paci_worker", "command of worker pods");
+ABSL_FLAG(std::string, worker_args, "", "comma-separated extra arguments for every worker");
+ABSL_FLAG(int, worker_link_port, 7000, "port of each worker pod's stage link");
+ABSL_FLAG(int, worker_metrics_port, 9100, "port of each worker pod's /metrics");
+ABSL_FLAG(std::string, metrics_address, "0.0.0.0:8080", "host:port of /metrics, /healthz, /readyz");
+ABSL_FLAG(std::string, metrics_port_file, "", "write the bound metrics port here");
+ABSL_FLAG(bool, leader_election, true, "elect one active replica with a Lease");
+ABSL_FLAG(std::string, leader_election_namespace, "", "namespace of the Lease; default: own");
+ABSL_FLAG(std::string, lease_name, "paci-operator", "name of the Lease");
+ABSL_FLAG(std::string, pod_name, "", "this replica's identity; default: <hostname>-<pid>");
+ABSL_FLAG(double, lease_duration_seconds, 15, "a leader silent this long is replaced");
+ABSL_FLAG(double, renew_deadline_seconds, 10, "a leader unable to renew this long steps down");
+ABSL_FLAG(double, retry_period_seconds, 2, "how often the lease is tried or renewed");
+ABSL_FLAG(int, workers, 2, "reconciles that may run at once");
+ABSL_FLAG(double, poll_interval_seconds, 2, "how often a running job's progress is read");
+ABSL_FLAG(int, watch_timeout_seconds, 300, "the server ends each watch after this; then resumed");
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+void OnSignal(int) { g_stop.store(true); }
+
+std::string Identity() {
+  if (!absl::GetFlag(FLAGS_pod_name).empty()) return absl::GetFlag(FLAGS_pod_name);
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  return absl::StrCat(host, "-", getpid());
+}
+
+absl::Status Main() {
+  using namespace paci;
+  using namespace paci::op;
+  OperatorMetrics metrics;
+
+  KubeClientOptions kube_options;
+  if (!absl::GetFlag(FLAGS_kubeconfig).empty()) {
+    ASSIGN_OR_RETURN(kube_options, LoadKubeconfig(absl::GetFlag(FLAGS_kubeconfig)));
+  } else {
+    const char* host = std::getenv("KUBERNETES_SERVICE_HOST");
+    const char* port = std::getenv("KUBERNETES_SERVICE_PORT");
+    ASSIGN_OR_RETURN(kube_options, InClusterConfig(host ? host : "", port ? port : ""));
+  }
+  KubeClient kube(kube_options, &metrics);
+
+  std::string token;
+  if (!absl::GetFlag(FLAGS_coordinator_auth_token_file).empty()) {
+    ASSIGN_OR_RETURN(token, ReadTokenFile(absl::GetFlag(FLAGS_coordinator_auth_token_file)));
+  }
+  ASSIGN_OR_RETURN(auto credentials,
+                   MakeChannelCredentials(TlsFiles{"", "", absl::GetFlag(FLAGS_coordinator_tls_ca)}));
+  GrpcCoordinatorJobs coordinator(
+      grpc::CreateChannel(absl::GetFlag(FLAGS_coordinator), credentials), token);
+
+  ControllerOptions options;
+  options.watch_namespace = absl::GetFlag(FLAGS_namespace);
+  options.workers = absl::GetFlag(FLAGS_workers);
+  options.watch_timeout_seconds = absl::GetFlag(FLAGS_watch_timeout_seconds);
+  ReconcilerOptions& reconciler = options.reconciler;
+  reconciler.worker_coordinator_address = absl::GetFlag(FLAGS_worker_coordinator_address).empty()
+                                              ? absl::GetFlag(FLAGS_coordinator)
+                                              : absl::GetFlag(FLAGS_worker_coordinator_address);
+  reconciler.default_worker_image = absl::GetFlag(FLAGS_worker_image);
+  reconciler.worker_command = absl::GetFlag(FLAGS_worker_command);
+  reconciler.link_port = absl::GetFlag(FLAGS_worker_link_port);
+  reconciler.metrics_port = absl::GetFlag(FLAGS_worker_metrics_port);
+  reconciler.poll_interval = absl::Seconds(absl::GetFlag(FLAGS_poll_interval_seconds));
+  for (absl::string_view arg :
+       absl::StrSplit(absl::GetFlag(FLAGS_worker_args), ',', absl::SkipEmpty())) {
+    reconciler.extra_worker_args.emplace_back(arg);
+  }
+
+  // The controller runs only while this replica leads.
+  absl::Mutex mutex;
+  std::unique_ptr<TrainingJobController> controller;
+  std::atomic<bool> lost_lead{false};
+  auto start_controller = [&] {
+    auto fresh = std::make_unique<TrainingJobController>(kube, coordinator, metrics, options);
+    absl::Status started = fresh->Start();
+    if (!started.ok()) {
+      LOG(ERROR) << "controller: " << started;
+      lost_lead = true;  // exit: the Deployment restarts us
+      return;
+    }
+    metrics.SetLeader(true);
+    absl::MutexLock lock(&mutex);
+    controller = std::move(fresh);
+  };
+
+  MetricsHttpServer http(metrics.registry());
+  http.AddHandler("/healthz", [] { return std::make_pair(200, std::string("ok")); });
+  http.AddHandler("/readyz", [&] {
+    absl::MutexLock lock(&mutex);
+    if (controller != nullptr && !controller->synced()) {
+      return std::make_pair(503, std::string("caches not synced"));
+    }
+    return std::make_pair(200, std::string(controller ? "ok: leading" : "ok: standby"));
+  });
+  ASSIGN_OR_RETURN(int metrics_port, http.Start(absl::GetFlag(FLAGS_metrics_address)));
+  if (!absl::GetFlag(FLAGS_metrics_port_file).empty()) {
+    const std::string path = absl::GetFlag(FLAGS_metrics_port_file);
+    std::ofstream(path + ".tmp") << metrics_port << "\n";
+    std::rename((path + ".tmp").c_str(), path.c_str());
+  }
+  LOG(INFO) << "operator " << Identity() << ": API server " << kube_options.server
+            << ", coordinator " << absl::GetFlag(FLAGS_coordinator) << ", namespace "
+            << (options.watch_namespace.empty() ? "(all)" : options.watch_namespace)
+            << ", metrics port " << metrics_port;
+
+  std::unique_ptr<LeaderElector> elector;
+  if (absl::GetFlag(FLAGS_leader_election)) {
+    LeaderElector::Options lease;
+    lease.lease_namespace = absl::GetFlag(FLAGS_leader_election_namespace).empty()
+                                ? kube_options.default_namespace
+                                : absl::GetFlag(FLAGS_leader_election_namespace);
+    lease.lease_name = absl::GetFlag(FLAGS_lease_name);
+    lease.identity = Identity();
+    lease.lease_duration = absl::Seconds(absl::GetFlag(FLAGS_lease_duration_seconds));
+    lease.renew_deadline = absl::Seconds(absl::GetFlag(FLAGS_renew_deadline_seconds));
+    lease.retry_period = absl::Seconds(absl::GetFlag(FLAGS_retry_period_seconds));
+    elector = std::make_unique<LeaderElector>(kube, lease, start_controller, [&] {
+      metrics.SetLeader(false);
+      lost_lead = true;
+    });
+    elector->Start();
+  } else {
+    start_controller();
+  }
+
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGINT, OnSignal);
+  while (!g_stop.load() && !lost_lead.load()) absl::SleepFor(absl::Milliseconds(100));
+  LOG(INFO) << "operator stopping";
+  {
+    std::unique_ptr<TrainingJobController> stopping;
+    {
+      absl::MutexLock lock(&mutex);
+      stopping = std::move(controller);
+    }
+    if (stopping) stopping->Stop();
+  }
+  if (elector) elector->Stop();  // releases the lease
+  if (lost_lead.load() && !g_stop.load()) {
+    return absl::AbortedError("lost the leader lease; exiting so a fresh replica can take over");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "the paci TrainingJob operator: --kubeconfig=FILE --coordinator=HOST:PORT");
+  absl::ParseCommandLine(argc, argv);
+  google::InitGoogleLogging(argv[0]);
+  FLAGS_logtostderr = true;
+  absl::Status status = Main();
+  if (!status.ok()) {
+    LOG(ERROR) << "operator failed: " << status.message();
+    return 1;
+  }
+  return 0;
+}
