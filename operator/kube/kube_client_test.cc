@@ -1,0 +1,257 @@
+// The Kubernetes client, informer and leader election against the test API
+// server (tests/kube/apiserver.py), started as a real process on 127.0.0.1.
+
+#include "operator/kube/kube_client.h"
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include "absl/strings/str_cat.h"
+#include "operator/controller/leader_elector.h"
+#include "operator/kube/informer.h"
+
+extern char** environ;
+
+namespace paci::op {
+namespace {
+
+using nlohmann::json;
+
+// A test API server process; killed when this goes.
+class TestApiServer {
+ public:
+  TestApiServer() {
+    char dir_template[] = "/tmp/paci-kube-XXXXXX";
+    dir_ = mkdtemp(dir_template);
+    const std::string port_file = dir_ + "/port";
+    const std::string script = std::string(PACI_SOURCE_DIR) + "/tests/kube/apiserver.py";
+    const std::string log = dir_ + "/apiserver.log";
+    std::vector<std::string> args = {"/bin/sh", "-c",
+                                     absl::StrCat("exec /usr/bin/python3 ", script,
+                                                  " --port 0 --port-file ", port_file,
+                                                  " --history 1000 2>", log)};
+    std::vector<char*> argv;
+    for (std::string& arg : args) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    posix_spawn(&pid_, "/bin/sh", nullptr, nullptr, argv.data(), environ);
+    for (int i = 0; i < 300 && port_ == 0; ++i) {
+      std::ifstream in(port_file);
+      if (!(in >> port_)) port_ = 0;
+      if (port_ == 0) absl::SleepFor(absl::Milliseconds(50));
+    }
+  }
+  ~TestApiServer() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  int port() const { return port_; }
+  std::string url() const { return absl::StrCat("http://127.0.0.1:", port_); }
+  void Control(const std::string& what) {
+    httplib::Client client("127.0.0.1", port_);
+    auto result = client.Post("/testing/" + what, "", "application/json");
+    ASSERT_TRUE(result) << what;
+    ASSERT_EQ(result->status, 200) << what << ": " << result->body;
+  }
+
+ private:
+  std::string dir_;
+  pid_t pid_ = -1;
+  int port_ = 0;
+};
+
+class KubeClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_GT(server_.port(), 0) << "the test API server did not start";
+    KubeClientOptions options;
+    options.server = server_.url();
+    options.bearer_token = "test-token";
+    client_ = std::make_unique<KubeClient>(options);
+  }
+
+  static json Pod(const std::string& name) {
+    return {{"apiVersion", "v1"},
+            {"kind", "Pod"},
+            {"metadata", {{"name", name}, {"namespace", "default"}, {"labels", {{"app", "t"}}}}},
+            {"spec", {{"containers", json::array({{{"name", "c"}, {"image", "busybox"}}})}}}};
+  }
+  std::string PodPath(const std::string& name) {
+    return CollectionPath("", "v1", "default", "pods") + "/" + name;
+  }
+  static bool WaitFor(const std::function<bool()>& condition) {
+    for (int i = 0; i < 200; ++i) {
+      if (condition()) return true;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    return condition();
+  }
+
+  TestApiServer server_;
+  std::unique_ptr<KubeClient> client_;
+};
+
+TEST_F(KubeClientTest, CrudMapsHttpErrorsToCanonicalCodes) {
+  const std::string pods = CollectionPath("", "v1", "default", "pods");
+  absl::StatusOr<json> created = client_->Create(pods, Pod("a"));
+  ASSERT_TRUE(created.ok()) << created.status();
+  EXPECT_FALSE((*created)["metadata"]["resourceVersion"].get<std::string>().empty());
+  EXPECT_TRUE(absl::IsAlreadyExists(client_->Create(pods, Pod("a")).status()));
+  EXPECT_TRUE(absl::IsNotFound(client_->Get(PodPath("missing")).status()));
+
+  json stale = *created;
+  json changed = *created;
+  changed["metadata"]["labels"]["app"] = "u";
+  ASSERT_TRUE(client_->Update(PodPath("a"), changed).ok());
+  absl::Status conflict = client_->Update(PodPath("a"), stale).status();
+  EXPECT_TRUE(absl::IsAborted(conflict)) << conflict;
+  EXPECT_NE(conflict.message().find("modified"), std::string::npos) << conflict;
+
+  absl::StatusOr<json> list = client_->List(pods, ListOptions{"app=u", ""});
+  ASSERT_TRUE(list.ok()) << list.status();
+  EXPECT_EQ((*list)["items"].size(), 1u);
+  EXPECT_TRUE(client_->Delete(PodPath("a")).ok());
+  EXPECT_TRUE(absl::IsNotFound(client_->Delete(PodPath("a"))));
+}
+
+TEST_F(KubeClientTest, StatusConflictIsRetriedWithAFreshRead) {
+  absl::StatusOr<json> created =
+      client_->Create(CollectionPath("", "v1", "default", "pods"), Pod("a"));
+  ASSERT_TRUE(created.ok()) << created.status();
+  // Someone else changes the object: our copy is now stale.
+  json other = *created;
+  other["metadata"]["labels"]["owner"] = "someone-else";
+  ASSERT_TRUE(client_->Update(PodPath("a"), other).ok());
+
+  int calls = 0;
+  absl::StatusOr<json> written = client_->UpdateStatus(PodPath("a"), *created, [&](json& pod) {
+    ++calls;
+    pod["status"] = {{"phase", "Running"}};
+  });
+  ASSERT_TRUE(written.ok()) << written.status();
+  EXPECT_EQ(calls, 2);  // the stale write was refused (409), then read again
+  absl::StatusOr<json> now = client_->Get(PodPath("a"));
+  ASSERT_TRUE(now.ok());
+  EXPECT_EQ((*now)["status"]["phase"], "Running");
+  EXPECT_EQ((*now)["metadata"]["labels"]["owner"], "someone-else");
+}
+
+TEST_F(KubeClientTest, WatchFromATooOldVersionIsOutOfRange) {
+  const std::string pods = CollectionPath("", "v1", "default", "pods");
+  absl::StatusOr<json> created = client_->Create(pods, Pod("a"));
+  ASSERT_TRUE(created.ok());
+  ASSERT_TRUE(client_->Create(pods, Pod("b")).ok());
+  server_.Control("compact");
+  WatchOptions options;
+  options.resource_version = (*created)["metadata"]["resourceVersion"];
+  absl::Status status = client_->Watch(pods, options, [](const WatchEvent&) { return true; });
+  EXPECT_TRUE(absl::IsOutOfRange(status)) << status;
+}
+
+TEST_F(KubeClientTest, InformerResumesAfterADroppedWatchWithoutListingAgain) {
+  const std::string pods = CollectionPath("", "v1", "default", "pods");
+  ASSERT_TRUE(client_->Create(pods, Pod("a")).ok());
+  std::atomic<int> events{0};
+  Informer informer(*client_, Informer::Options{pods, "app", "pods"},
+                    [&](const std::string&, const json&) { ++events; });
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(absl::Seconds(10)));
+  ASSERT_TRUE(WaitFor([&] { return informer.stats().watches >= 1; }));
+
+  server_.Control("drop-watches");
+  ASSERT_TRUE(client_->Create(pods, Pod("b")).ok());
+  ASSERT_TRUE(WaitFor([&] { return informer.Get("default", "b").has_value(); }));
+  EXPECT_TRUE(informer.Get("default", "a").has_value());
+  const Informer::Stats stats = informer.stats();
+  EXPECT_EQ(stats.lists, 1);  // resumed from its resourceVersion
+  EXPECT_GE(stats.watches, 2);
+  informer.Stop();
+}
+
+TEST_F(KubeClientTest, InformerListsAgainAfter410AndMissesNothing) {
+  const std::string pods = CollectionPath("", "v1", "default", "pods");
+  ASSERT_TRUE(client_->Create(pods, Pod("a")).ok());
+  std::vector<std::string> deleted;
+  absl::Mutex mutex;
+  Informer::Options options{pods, "", "pods"};
+  options.initial_backoff = absl::Seconds(1);  // the window in which the world moves on
+  Informer informer(*client_, options, [&](const std::string& type, const json& object) {
+    absl::MutexLock lock(&mutex);
+    if (type == "DELETED") deleted.push_back(object["metadata"]["name"]);
+  });
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(absl::Seconds(10)));
+  ASSERT_TRUE(WaitFor([&] { return informer.stats().watches >= 1; }));
+
+  // Cut the stream; while the informer backs off, the world changes and the
+  // server forgets that history: its resourceVersion is now too old.
+  server_.Control("drop-watches");
+  ASSERT_TRUE(client_->Delete(PodPath("a")).ok());
+  ASSERT_TRUE(client_->Create(pods, Pod("c")).ok());
+  server_.Control("compact");
+  ASSERT_TRUE(WaitFor([&] { return informer.stats().expired >= 1; }));
+  ASSERT_TRUE(WaitFor([&] { return informer.stats().lists >= 2; }));
+  EXPECT_TRUE(informer.Get("default", "c").has_value());
+  EXPECT_FALSE(informer.Get("default", "a").has_value());
+  absl::MutexLock lock(&mutex);
+  EXPECT_EQ(deleted, std::vector<std::string>{"a"});
+  informer.Stop();
+}
+
+TEST_F(KubeClientTest, OnlyOneReplicaLeadsAndAnotherTakesOverAfterTheLeaseLapses) {
+  LeaderElector::Options options;
+  options.lease_namespace = "default";
+  options.lease_duration = absl::Seconds(1);
+  options.identity = "replica-a";
+  LeaderElector a(*client_, options, nullptr, nullptr);
+  options.identity = "replica-b";
+  LeaderElector b(*client_, options, nullptr, nullptr);
+
+  EXPECT_TRUE(a.TryAcquireOrRenew());
+  EXPECT_FALSE(b.TryAcquireOrRenew());
+  EXPECT_TRUE(a.TryAcquireOrRenew());  // renewing
+  EXPECT_FALSE(b.TryAcquireOrRenew());
+  // a stops renewing (it died): b takes over once b has seen no renewal for a lease.
+  absl::SleepFor(absl::Milliseconds(1200));
+  EXPECT_TRUE(b.TryAcquireOrRenew());
+  EXPECT_FALSE(a.TryAcquireOrRenew());
+  absl::StatusOr<json> lease = client_->Get(
+      CollectionPath("coordination.k8s.io", "v1", "default", "leases") + "/paci-operator");
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  EXPECT_EQ((*lease)["spec"]["holderIdentity"], "replica-b");
+  EXPECT_EQ((*lease)["spec"]["leaseTransitions"], 1);
+}
+
+TEST_F(KubeClientTest, KubeconfigGivesServerTokenAndNamespace) {
+  char path[] = "/tmp/paci-kubeconfig-XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  std::ofstream(path) << "apiVersion: v1\nkind: Config\ncurrent-context: t\n"
+                         "contexts:\n- name: t\n  context: {cluster: c, user: u, namespace: ns1}\n"
+                         "clusters:\n- name: c\n  cluster: {server: '"
+                      << server_.url() << "'}\nusers:\n- name: u\n  user: {token: abc}\n";
+  absl::StatusOr<KubeClientOptions> options = LoadKubeconfig(path);
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->server, server_.url());
+  EXPECT_EQ(options->bearer_token, "abc");
+  EXPECT_EQ(options->default_namespace, "ns1");
+  std::ofstream(path) << "apiVersion: v1\nkind: Config\ncurrent-context: missing\n";
+  absl::StatusOr<KubeClientOptions> bad = LoadKubeconfig(path);
+  EXPECT_TRUE(absl::IsInvalidArgument(bad.status()));
+  EXPECT_NE(bad.status().message().find("missing"), std::string::npos) << bad.status();
+  std::remove(path);
+}
+
+}  // namespace
+}  // namespace paci::op
