@@ -33,7 +33,7 @@
 #include "operator/operator_metrics.h"
 
 ABSL_FLAG(std::string, kubeconfig, "", "kubeconfig file; empty: the in-cluster service account");
-ABSL_FLAG(std::string, namespace, "", "watch TrainingJobs in this namespace only; empty: all");
+ABSL_FLAG(std::string, watch_namespace, "", "watch TrainingJobs in this namespace only; empty: all");
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "host:port of the coordinator");
 ABSL_FLAG(std::string, coordinator_auth_token_file, "", "bearer token for the coordinator");
 ABSL_FLAG(std::string, coordinator_tls_ca, "", "PEM CA of the coordinator's certificate (TLS)");
@@ -94,7 +94,7 @@ absl::Status Main() {
       grpc::CreateChannel(absl::GetFlag(FLAGS_coordinator), credentials), token);
 
   ControllerOptions options;
-  options.watch_namespace = absl::GetFlag(FLAGS_namespace);
+  options.watch_namespace = absl::GetFlag(FLAGS_watch_namespace);
   options.workers = absl::GetFlag(FLAGS_workers);
   options.watch_timeout_seconds = absl::GetFlag(FLAGS_watch_timeout_seconds);
   ReconcilerOptions& reconciler = options.reconciler;

@@ -56,7 +56,13 @@ OperatorMetrics::OperatorMetrics()
                           "Largest weight drift seen on any stage, per TrainingJob")),
       job_tokens_per_second_(JobGauge(*registry_, "paci_operator_trainingjob_tokens_per_second",
                                       "Training throughput, per TrainingJob")) {
+  // Every series exists from the start, so dashboards show 0 rather than nothing.
   for (const char* result : {"success", "error", "requeue"}) reconciles_.Add({{"result", result}});
+  for (const char* resource : {"trainingjobs", "pods", "services"}) {
+    for (const char* reason : {"dropped", "expired"}) {
+      watch_restarts_.Add({{"resource", resource}, {"reason", reason}});
+    }
+  }
 }
 
 void OperatorMetrics::OnRequest(const std::string& verb, int code) {

@@ -1,0 +1,394 @@
+#!/usr/bin/python3
+"""The deployment and monitoring configuration, checked with the real tools:
+kubectl's kustomize renders deploy/, promtool checks the Prometheus config and
+the alert rules and runs their unit tests, and a real Prometheus, configured
+with the cluster scrape config (Kubernetes discovery replaced by file discovery
+that carries the same labels), scrapes a real coordinator and two real workers
+training a job, after which every panel of the Grafana dashboards (but the
+operator's, which need a running operator) must return data.
+
+Run by ctest with PACI_BUILD_DIR and PACI_SOURCE_DIR set.
+"""
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import coordinator_test as ct  # noqa: E402  (sets up build/python on sys.path)
+import monitoring  # noqa: E402
+
+SOURCE = ct.SOURCE
+DEPLOY = os.path.join(SOURCE, "deploy")
+PROMETHEUS_DIR = os.path.join(DEPLOY, "prometheus")
+DASHBOARDS = sorted(glob.glob(os.path.join(DEPLOY, "grafana", "dashboards", "*.json")))
+TRAINING_DASHBOARD = os.path.join(DEPLOY, "grafana", "dashboards", "paci-training.json")
+HEALTH_DASHBOARD = os.path.join(DEPLOY, "grafana", "dashboards", "paci-health.json")
+CHART = os.path.join(SOURCE, "helm", "paci")
+
+# Every metric the binaries export (worker/runtime/stage_metrics.cc,
+# server/coordinator_metrics.cc, operator/), without histogram suffixes.
+WORKER_METRICS = {
+    "paci_train_loss", "paci_validation_loss", "paci_weight_drift_steps",
+    "paci_weight_drift_bound_steps", "paci_optimizer_steps_total", "paci_microbatches_total",
+    "paci_stage_busy_seconds_total", "paci_stage_idle_seconds_total",
+    "paci_activation_bytes_sent_total", "paci_tokens_total", "paci_tokens_per_second",
+    "paci_checkpoints_written_total"}
+COORDINATOR_METRICS = {
+    "paci_coordinator_jobs", "paci_coordinator_workers", "paci_coordinator_submissions_total",
+    "paci_coordinator_scheduling_latency_seconds", "paci_coordinator_restarts_total",
+    "paci_job_step", "paci_job_train_loss", "paci_job_validation_loss",
+    "paci_job_tokens_per_second", "paci_job_weight_drift_max_steps"}
+OPERATOR_METRICS = {
+    "paci_operator_reconciles_total", "paci_operator_reconcile_duration_seconds",
+    "paci_operator_trainingjobs", "paci_operator_is_leader", "paci_operator_kube_requests_total",
+    "paci_operator_watch_restarts_total", "paci_operator_workqueue_depth",
+    "paci_operator_trainingjob_step", "paci_operator_trainingjob_train_loss",
+    "paci_operator_trainingjob_validation_loss",
+    "paci_operator_trainingjob_weight_drift_max_steps",
+    "paci_operator_trainingjob_tokens_per_second"}
+KNOWN_METRICS = WORKER_METRICS | COORDINATOR_METRICS | OPERATOR_METRICS | {"up"}
+
+
+def metric_names(expr):
+    """The metric names an expression selects (identifiers followed by { or [ or
+    standing alone), histogram suffixes stripped."""
+    names = set()
+    for name in re.findall(r"\b(paci_\w+|up)\b", expr):
+        names.add(re.sub(r"_(bucket|sum|count)$", "", name))
+    return names
+
+
+def render_kustomize():
+    kubectl = shutil.which("kubectl")
+    if not kubectl:
+        raise unittest.SkipTest("kubectl not installed")
+    r = subprocess.run([kubectl, "kustomize", DEPLOY], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        raise AssertionError("kubectl kustomize deploy/ failed:\n" + r.stderr)
+    return [d for d in yaml.safe_load_all(r.stdout) if d]
+
+
+class DeployConfigTest(unittest.TestCase):
+    def test_kustomize_renders_every_object_with_least_privilege(self):
+        docs = render_kustomize()
+        by_kind = {}
+        for d in docs:
+            by_kind.setdefault(d["kind"], {})[d["metadata"]["name"]] = d
+        self.assertEqual(set(by_kind["ServiceAccount"]),
+                         {"paci-operator", "paci-coordinator", "paci-worker"})
+        self.assertEqual(set(by_kind["Deployment"]), {"paci-coordinator", "paci-operator"})
+        self.assertEqual(set(by_kind["Service"]), {"paci-coordinator", "paci-operator-metrics"})
+        self.assertIn("trainingjobs.paci.dev", by_kind["CustomResourceDefinition"])
+        self.assertIn("paci-coordinator-db", by_kind["PersistentVolumeClaim"])
+        self.assertIn("paci-system", by_kind["Namespace"])
+        for d in docs:
+            if d["kind"] not in ("Namespace", "CustomResourceDefinition", "ClusterRole",
+                                 "ClusterRoleBinding"):
+                self.assertEqual(d["metadata"].get("namespace"), "paci-system", d["metadata"])
+
+        # RBAC: exactly the verbs the operator needs, leases only in its namespace.
+        rules = {(tuple(r["apiGroups"]), tuple(r["resources"])): set(r["verbs"])
+                 for r in by_kind["ClusterRole"]["paci-operator"]["rules"]}
+        self.assertEqual(rules[(("paci.dev",), ("trainingjobs",))],
+                         {"get", "list", "watch", "update", "patch"})
+        self.assertEqual(rules[(("paci.dev",), ("trainingjobs/status",))],
+                         {"get", "update", "patch"})
+        self.assertEqual(rules[(("paci.dev",), ("trainingjobs/finalizers",))], {"update"})
+        self.assertEqual(rules[(("",), ("pods", "services"))],
+                         {"get", "list", "watch", "create", "delete"})
+        self.assertEqual(rules[(("",), ("events",))], {"create", "patch"})
+        for (_, resources), verbs in rules.items():
+            self.assertNotIn("*", verbs)
+            self.assertNotIn("leases", resources)
+        lease_role = by_kind["Role"]["paci-operator-leader-election"]
+        self.assertEqual(lease_role["rules"], [{"apiGroups": ["coordination.k8s.io"],
+                                                "resources": ["leases"],
+                                                "verbs": ["get", "create", "update"]}])
+        self.assertFalse(by_kind["ServiceAccount"]["paci-worker"]["automountServiceAccountToken"])
+        self.assertFalse(by_kind["ServiceAccount"]["paci-coordinator"]["automountServiceAccountToken"])
+
+        # Pods: non-root, no capabilities, seccomp, read-only root.
+        for name, deployment in by_kind["Deployment"].items():
+            pod = deployment["spec"]["template"]["spec"]
+            self.assertTrue(pod["securityContext"]["runAsNonRoot"], name)
+            self.assertEqual(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault")
+            for c in pod["containers"]:
+                self.assertEqual(c["securityContext"]["capabilities"]["drop"], ["ALL"], name)
+                self.assertTrue(c["securityContext"]["readOnlyRootFilesystem"], name)
+                self.assertFalse(c["securityContext"]["allowPrivilegeEscalation"], name)
+        coordinator = by_kind["Deployment"]["paci-coordinator"]["spec"]
+        self.assertEqual(coordinator["replicas"], 1)
+        container = coordinator["template"]["spec"]["containers"][0]
+        self.assertEqual(container["args"], ["--listen=0.0.0.0:7070",
+                                             "--metrics_address=0.0.0.0:9090",
+                                             "--db=/var/lib/paci/coordinator.db"])
+        self.assertEqual(container["readinessProbe"]["grpc"]["port"], 7070)
+        operator = by_kind["Deployment"]["paci-operator"]["spec"]
+        self.assertEqual(operator["replicas"], 2)
+        container = operator["template"]["spec"]["containers"][0]
+        self.assertIn("--leader_election=true", container["args"])
+        self.assertIn("--leader_election_namespace=$(POD_NAMESPACE)", container["args"])
+        self.assertEqual(container["livenessProbe"]["httpGet"]["path"], "/healthz")
+        self.assertEqual(container["readinessProbe"]["httpGet"]["path"], "/readyz")
+
+        # Monitoring ConfigMaps carry the files this repository tests.
+        configmaps = by_kind["ConfigMap"]
+        self.assertEqual(configmaps["paci-grafana-dashboards"]["metadata"]["labels"]
+                         ["grafana_dashboard"], "1")
+        self.assertEqual(set(configmaps["paci-grafana-dashboards"]["data"]),
+                         {os.path.basename(p) for p in DASHBOARDS})
+        self.assertEqual(set(configmaps["paci-prometheus"]["data"]), {"prometheus.yml", "alerts.yml"})
+
+    def test_alert_rules_pass_promtool_check_and_their_unit_tests(self):
+        out = monitoring.rules_check([os.path.join(PROMETHEUS_DIR, "alerts.yml"),
+                                      os.path.join(PROMETHEUS_DIR, "alerts_test.yml")])
+        self.assertIn("SUCCESS", out)
+        with open(os.path.join(PROMETHEUS_DIR, "alerts.yml")) as f:
+            alerts = {r["alert"] for g in yaml.safe_load(f)["groups"] for r in g["rules"]}
+        with open(os.path.join(PROMETHEUS_DIR, "alerts_test.yml")) as f:
+            tests = yaml.safe_load(f)["tests"]
+        fired = {c["alertname"] for t in tests for c in t["alert_rule_test"] if c["exp_alerts"]}
+        quiet = {c["alertname"] for t in tests for c in t["alert_rule_test"] if not c["exp_alerts"]}
+        self.assertEqual(fired, alerts, "every alert needs a unit test where it fires")
+        self.assertEqual(quiet, alerts, "every alert needs a unit test where it does not fire")
+
+    def test_cluster_prometheus_config_passes_promtool(self):
+        # Debian's prometheus is built without kubernetes_sd: check the same
+        # config with file discovery in its place (relabelling, rule files,
+        # everything else unchanged).
+        with tempfile.TemporaryDirectory() as tmp:
+            config = monitoring.kubernetes_config_on_file_sd(
+                os.path.join(PROMETHEUS_DIR, "prometheus.yml"), tmp, {})
+            self.assertIn("SUCCESS", monitoring.config_check(config))
+        with open(os.path.join(PROMETHEUS_DIR, "prometheus.yml")) as f:
+            jobs = yaml.safe_load(f)["scrape_configs"]
+        self.assertTrue(all(j.get("honor_labels") for j in jobs), "paci's `job` label must be kept")
+
+    def test_dashboards_are_grafana_json_over_known_metrics(self):
+        self.assertEqual([os.path.basename(p) for p in DASHBOARDS],
+                         ["paci-health.json", "paci-training.json"])
+        for path in DASHBOARDS:
+            with open(path) as f:
+                dashboard = json.load(f)
+            self.assertGreaterEqual(dashboard["schemaVersion"], 36)
+            self.assertTrue(dashboard["uid"])
+            variables = {v["name"] for v in dashboard["templating"]["list"]}
+            self.assertIn("datasource", variables)
+            panels = list(monitoring.dashboard_panels(path))
+            ids = [p["id"] for p in panels]
+            self.assertEqual(len(ids), len(set(ids)), path)
+            for panel in panels:
+                self.assertEqual(panel["datasource"]["uid"], "${datasource}", panel["title"])
+                self.assertTrue(panel["targets"], panel["title"])
+                for target in panel["targets"]:
+                    names = metric_names(target["expr"])
+                    self.assertTrue(names, target["expr"])
+                    self.assertLessEqual(names, KNOWN_METRICS, panel["title"])
+                    for var in re.findall(r"\$(\w+)", target["expr"]):
+                        self.assertTrue(var.startswith("__") or var in variables,
+                                        "%s: unknown variable $%s" % (panel["title"], var))
+        with open(os.path.join(PROMETHEUS_DIR, "alerts.yml")) as f:
+            for group in yaml.safe_load(f)["groups"]:
+                for rule in group["rules"]:
+                    self.assertLessEqual(metric_names(rule["expr"]), KNOWN_METRICS, rule["alert"])
+        operator_panels = [p["title"] for p in monitoring.dashboard_panels(HEALTH_DASHBOARD)
+                           if any(n in OPERATOR_METRICS for t in p["targets"]
+                                  for n in metric_names(t["expr"]))]
+        self.assertTrue(operator_panels)
+        self.assertTrue(all(t.startswith("Operator") for t in operator_panels), operator_panels)
+
+
+def template_value_references(text):
+    """`.Values.a.b` paths used in a Helm template (not `$.Values` root, which is the same)."""
+    return set(re.findall(r"\.Values((?:\.[A-Za-z_][A-Za-z0-9_]*)+)", text))
+
+
+class HelmChartTest(unittest.TestCase):
+    """No helm binary here: checks what can be checked without rendering."""
+
+    def test_chart_files_parse_and_every_value_a_template_uses_exists(self):
+        with open(os.path.join(CHART, "Chart.yaml")) as f:
+            chart = yaml.safe_load(f)
+        self.assertEqual(chart["apiVersion"], "v2")
+        self.assertEqual(chart["name"], "paci")
+        with open(os.path.join(CHART, "values.yaml")) as f:
+            values = yaml.safe_load(f)
+        crd = os.path.join(CHART, "crds", "paci.dev_trainingjobs.yaml")
+        self.assertTrue(os.path.islink(crd), "the chart's CRD is a link to deploy/crd")
+        self.assertEqual(os.path.realpath(crd),
+                         os.path.realpath(os.path.join(DEPLOY, "crd", "paci.dev_trainingjobs.yaml")))
+        with open(crd) as f:
+            self.assertEqual(yaml.safe_load(f)["kind"], "CustomResourceDefinition")
+
+        templates = sorted(glob.glob(os.path.join(CHART, "templates", "*")))
+        self.assertTrue(templates)
+        used = set()
+        for path in templates:
+            with open(path) as f:
+                text = f.read()
+            used |= template_value_references(text)
+            actions = re.findall(r"\{\{-?\s*(\w+)", text)
+            opened = sum(1 for a in actions if a in ("if", "range", "with", "define"))
+            self.assertEqual(opened, actions.count("end"), "unbalanced blocks in " + path)
+            self.assertEqual(text.count("{{"), text.count("}}"), path)
+        missing = []
+        for ref in sorted(used):
+            node = values
+            for key in ref.strip(".").split("."):
+                if not isinstance(node, dict) or key not in node:
+                    missing.append(".Values" + ref)
+                    break
+                node = node[key]
+        self.assertEqual(missing, [], "templates use values that values.yaml does not define")
+        # The dashboards in the chart are the same files as in deploy/.
+        for path in DASHBOARDS:
+            chart_copy = os.path.join(CHART, "dashboards", os.path.basename(path))
+            self.assertEqual(os.path.realpath(chart_copy), os.path.realpath(path))
+
+
+class MonitoredCluster(ct.Cluster):
+    """coordinator_test's Cluster with each process's /metrics on a known port."""
+
+    def __init__(self, workdir, workers=2):
+        self.metrics = {}
+        self.metrics["coordinator"] = "127.0.0.1:%d" % monitoring.free_port()
+        super().__init__(workdir, workers=workers,
+                         extra=["--metrics_address=" + self.metrics["coordinator"]])
+
+    def add_worker(self, worker_id):
+        self.metrics[worker_id] = "127.0.0.1:%d" % monitoring.free_port()
+        saved = self.worker_extra
+        self.worker_extra = saved + ["--metrics_address=" + self.metrics[worker_id]]
+        try:
+            return super().add_worker(worker_id)
+        finally:
+            self.worker_extra = saved
+
+
+def discovered(cluster):
+    """Target groups as Kubernetes discovery would report the coordinator's
+    Service endpoints and the worker pods, plus some that must be dropped."""
+    coordinator_host, coordinator_port = cluster.metrics["coordinator"].rsplit(":", 1)
+    endpoint = {"__meta_kubernetes_namespace": "paci-system",
+                "__meta_kubernetes_pod_name": "paci-coordinator-0",
+                "__meta_kubernetes_service_name": "paci-coordinator"}
+    pods = []
+    for i, worker in enumerate(w for w in cluster.metrics if w != "coordinator"):
+        host, port = cluster.metrics[worker].rsplit(":", 1)
+        pods.append({"targets": [host], "labels": {  # a pod without ports: the annotation adds it
+            "__meta_kubernetes_namespace": "research",
+            "__meta_kubernetes_pod_name": "mon-worker-%d" % i,
+            "__meta_kubernetes_pod_phase": "Running",
+            "__meta_kubernetes_pod_label_paci_dev_trainingjob": "mon",
+            "__meta_kubernetes_pod_annotation_prometheus_io_scrape": "true",
+            "__meta_kubernetes_pod_annotation_prometheus_io_port": port}})
+    # Not to be scraped: a pod that did not opt in, and the coordinator's gRPC port.
+    pods.append({"targets": ["127.0.0.1:1"], "labels": {
+        "__meta_kubernetes_namespace": "research", "__meta_kubernetes_pod_name": "other",
+        "__meta_kubernetes_pod_phase": "Running"}})
+    return {
+        "paci-coordinator": [
+            {"targets": [cluster.metrics["coordinator"]],
+             "labels": dict(endpoint, __meta_kubernetes_endpoint_port_name="metrics")},
+            {"targets": ["%s:%d" % (coordinator_host, cluster.port)],
+             "labels": dict(endpoint, __meta_kubernetes_endpoint_port_name="grpc")}],
+        "paci-operator": [],
+        "paci-pods": pods,
+    }
+
+
+class RealRunTest(unittest.TestCase):
+    STEPS = 1500
+
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.cluster = None
+        self.prom = None
+
+    def tearDown(self):
+        if self.prom:
+            self.prom.stop()
+        if self.cluster:
+            self.cluster.stop()
+        self.tmp.cleanup()
+
+    def test_every_dashboard_panel_returns_data_from_a_real_training_run(self):
+        begin = time.monotonic()
+        c = self.cluster = MonitoredCluster(os.path.join(self.tmp.name))
+        config = monitoring.kubernetes_config_on_file_sd(
+            os.path.join(PROMETHEUS_DIR, "prometheus.yml"), os.path.join(self.tmp.name, "prom"),
+            discovered(c))
+        prom = self.prom = monitoring.start_prometheus_with_config(
+            os.path.join(self.tmp.name, "prom"), config)
+        targets = prom.wait_for_targets_up(3, timeout=60)
+        self.assertEqual(sorted((t["labels"]["job"], t["labels"].get("pod", ""))
+                                for t in targets if t["health"] == "up"),
+                         [("paci-coordinator", "paci-coordinator-0"),
+                          ("paci-pods", "mon-worker-0"), ("paci-pods", "mon-worker-1")])
+        self.assertEqual(len(targets), 3, "unannotated pods and the gRPC port are dropped")
+
+        job_spec = ct.spec("mon", steps=self.STEPS, checkpoint=os.path.join(self.tmp.name, "ckpt"),
+                           checkpoint_interval=500)
+        # Big enough to train for ~15 s on 2 cores: Prometheus scrapes it many times.
+        job_spec.model.d_model, job_spec.model.seq_len = 64, 64
+        job_spec.training.eval_interval = 30
+        c.submit(job_spec)
+        c.wait("mon", lambda j: ct.phase(j) == "RUNNING", timeout=60)
+        c.wait("mon", lambda j: ct.phase(j) == "SUCCEEDED", timeout=240)
+        trained = time.monotonic()
+        # The final values have been scraped.
+        prom.wait_for('paci_job_step{job="mon"} == %d' % self.STEPS, timeout=30)
+        prom.wait_for('paci_optimizer_steps_total{job="mon",stage="1"} == %d' % self.STEPS,
+                      timeout=30)
+        prom.wait_for('paci_coordinator_jobs{phase="SUCCEEDED"} == 1', timeout=30)
+
+        # honor_labels: the workers' `job` is the training job, the
+        # coordinator's own series get the scrape job's name.
+        self.assertEqual(prom.query("count(paci_optimizer_steps_total{job=\"mon\"})")[0]
+                         ["value"][1], "2")
+        self.assertEqual(prom.query("count({exported_job!=\"\"})"), [])
+        self.assertEqual(prom.query("paci_coordinator_submissions_total")[0]["metric"]["job"],
+                         "paci-coordinator")
+        self.assertEqual({r["metric"]["trainingjob"] for r in
+                          prom.query("paci_tokens_total{namespace=\"research\"}")}, {"mon"})
+        scrapes = float(prom.query('count_over_time(paci_tokens_total{job="mon",stage="0"}'
+                                   '[10m])')[0]["value"][1])
+        self.assertGreaterEqual(scrapes, 8)
+
+        not_operator = monitoring.title_not_prefix("Operator")
+        missing = monitoring.panels_without_data(prom, [TRAINING_DASHBOARD, HEALTH_DASHBOARD],
+                                                 {"job": "mon"}, select=not_operator)
+        self.assertEqual(missing, [], "panels without data")
+        # Same with the "All" value of $job.
+        self.assertEqual(monitoring.panels_without_data(prom, [TRAINING_DASHBOARD]), [])
+        checked = [t for t, _ in monitoring.dashboard_queries(HEALTH_DASHBOARD,
+                                                              select=not_operator)]
+        self.assertGreaterEqual(len(checked), 4)
+        # The check is not vacuous: with no operator running, its panels have no data.
+        operator = monitoring.panels_without_data(prom, [HEALTH_DASHBOARD],
+                                                  select=monitoring.title_prefix("Operator"))
+        self.assertEqual(len(operator), len(list(monitoring.dashboard_queries(
+            HEALTH_DASHBOARD, select=monitoring.title_prefix("Operator")))))
+
+        # A healthy run fires none of the training or coordinator alerts.
+        rules = prom._get("/api/v1/rules", {})["groups"]
+        self.assertEqual(len(rules), 3)
+        self.assertEqual(prom.query('ALERTS{alertname!~"PaciOperator.*"}'), [])
+        print("\nmonitoring: %d scrapes of each worker; trained in %.0f s; %.0f s in all" % (
+            scrapes, trained - begin, time.monotonic() - begin), file=sys.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -1,0 +1,317 @@
+#!/usr/bin/python3
+"""The operator end to end on one machine, driven with the real kubectl.
+
+Starts the test API server (tests/kube/apiserver.py), the test kubelet (which
+runs the pods it is given as real local processes, each on its own loopback
+IP), a real paci_coordinator, two paci_operator replicas that elect a leader
+with a Lease, and a real Prometheus scraping all of them. Then:
+`kubectl apply -f examples/trainingjob.yaml` trains to Succeeded with its loss
+in `kubectl get trainingjobs`; a longer job is watched on the dashboards, the
+leading operator is killed and the other takes over, and `kubectl delete`
+removes its pods and cancels it at the coordinator.
+
+Run by ctest with PACI_BUILD_DIR and PACI_SOURCE_DIR set.
+"""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.request
+
+import yaml
+
+BUILD = os.path.abspath(os.environ.get("PACI_BUILD_DIR", "build"))
+SOURCE = os.path.abspath(os.environ.get("PACI_SOURCE_DIR", "."))
+sys.path.insert(0, os.path.join(BUILD, "python"))
+sys.path.insert(0, os.path.join(SOURCE, "tests", "kube"))
+sys.path.insert(0, os.path.join(SOURCE, "tests", "integration"))
+
+import grpc  # noqa: E402
+from kubeconfig import write_kubeconfig  # noqa: E402
+import monitoring  # noqa: E402
+from paci.v1 import coordinator_pb2 as cpb  # noqa: E402
+from paci.v1 import coordinator_pb2_grpc as cgrpc  # noqa: E402
+
+COORDINATOR = os.path.join(BUILD, "server", "paci_coordinator")
+OPERATOR = os.path.join(BUILD, "operator", "paci_operator")
+DASHBOARDS = [os.path.join(SOURCE, "deploy", "grafana", "dashboards", name)
+              for name in ("paci-training.json", "paci-health.json")]
+
+
+def wait_until(what, predicate, timeout=120, interval=0.2):
+    """Polls predicate() until it returns something truthy; returns that."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = predicate()
+            if last:
+                return last
+        except (subprocess.CalledProcessError, OSError, ValueError, KeyError) as e:
+            last = e
+        time.sleep(interval)  # polling interval
+    raise AssertionError("timed out waiting for %s (last: %r)" % (what, last))
+
+
+def read_port(path, proc, timeout=30):
+    def ready():
+        if proc.poll() is not None:
+            raise AssertionError("%s exited with %s" % (proc.args[0], proc.returncode))
+        with open(path) as f:
+            return int(f.read().strip() or 0)
+    return wait_until("port file " + path, lambda: os.path.exists(path) and ready(), timeout)
+
+
+class OperatorEndToEnd(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="paci-operator-e2e-")
+        cls.dir = cls.tmp.name
+        cls.procs = {}
+        cls.prom = None
+        try:
+            cls._start()
+        except BaseException:
+            cls._stop()
+            raise
+
+    @classmethod
+    def _spawn(cls, name, args, **kwargs):
+        log = open(os.path.join(cls.dir, name + ".log"), "w")
+        cls.procs[name] = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
+                                           start_new_session=True, **kwargs)
+        return cls.procs[name]
+
+    @classmethod
+    def _start(cls):
+        api = cls._spawn("apiserver", ["/usr/bin/python3",
+                                       os.path.join(SOURCE, "tests", "kube", "apiserver.py"),
+                                       "--port", "0", "--port-file",
+                                       os.path.join(cls.dir, "api.port")])
+        cls.api_url = "http://127.0.0.1:%d" % read_port(os.path.join(cls.dir, "api.port"), api)
+        cls.kubeconfig = os.path.join(cls.dir, "kubeconfig")
+        write_kubeconfig(cls.kubeconfig, cls.api_url)
+        cls.kubectl("apply", "-f", os.path.join(SOURCE, "deploy", "crd",
+                                                "paci.dev_trainingjobs.yaml"))
+
+        coordinator = cls._spawn("coordinator", [
+            COORDINATOR, "--listen=127.0.0.1:0", "--db=" + os.path.join(cls.dir, "jobs.db"),
+            "--port_file=" + os.path.join(cls.dir, "coordinator.port"),
+            "--metrics_address=127.0.0.1:%d" % monitoring.free_port(),
+            "--heartbeat_timeout_seconds=3"])
+        cls.coordinator_port = read_port(os.path.join(cls.dir, "coordinator.port"), coordinator)
+        cls.coordinator = cgrpc.CoordinatorStub(
+            grpc.insecure_channel("127.0.0.1:%d" % cls.coordinator_port))
+
+        cls._spawn("kubelet", ["/usr/bin/python3",
+                               os.path.join(SOURCE, "tests", "kube", "kubelet.py"),
+                               "--server", cls.api_url,
+                               "--bin-dir", os.path.join(BUILD, "worker"),
+                               "--work-dir", os.path.join(cls.dir, "pods"),
+                               "--pod-cwd", SOURCE])
+        cls.operator_ports = {}
+        for replica in ("operator-a", "operator-b"):
+            cls.start_operator(replica)
+
+        # Prometheus scrapes the coordinator and both operators from the start,
+        # and the worker pods once they exist (file-based discovery).
+        cls.coordinator_metrics = re.search(
+            r"metrics=http://([\d.:]+)/metrics",
+            wait_until("coordinator metrics address", lambda: open(
+                os.path.join(cls.dir, "coordinator.log")).read(), timeout=10)).group(1)
+        prom_dir = os.path.join(cls.dir, "prometheus")
+        os.makedirs(prom_dir)
+        cls.targets_file = os.path.join(prom_dir, "targets.json")
+        cls.set_targets([])
+        config = os.path.join(prom_dir, "prometheus.yml")
+        with open(config, "w") as f:
+            yaml.safe_dump({
+                "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                "scrape_configs": [{
+                    "job_name": "paci", "honor_labels": True, "scrape_timeout": "1s",
+                    "file_sd_configs": [{"files": [cls.targets_file], "refresh_interval": "1s"}],
+                }]}, f)
+        cls.prom = monitoring.start_prometheus_with_config(prom_dir, config)
+        cls.prom.wait_for_targets_up(3, timeout=60)  # before any job, so it sees them all
+
+    @classmethod
+    def set_targets(cls, workers):
+        targets = [cls.coordinator_metrics] + ["127.0.0.1:%d" % p for p in cls.operator_ports.values()]
+        with open(cls.targets_file + ".tmp", "w") as f:
+            json.dump([{"targets": targets + list(workers)}], f)
+        os.rename(cls.targets_file + ".tmp", cls.targets_file)
+        return len(targets) + len(workers)
+
+    @classmethod
+    def start_operator(cls, replica):
+        port_file = os.path.join(cls.dir, replica + ".port")
+        proc = cls._spawn(replica, [
+            OPERATOR, "--kubeconfig=" + cls.kubeconfig,
+            "--coordinator=127.0.0.1:%d" % cls.coordinator_port,
+            "--metrics_address=127.0.0.1:0", "--metrics_port_file=" + port_file,
+            "--leader_election=true", "--leader_election_namespace=default",
+            "--pod_name=" + replica, "--lease_duration_seconds=3",
+            "--renew_deadline_seconds=2", "--retry_period_seconds=0.5",
+            "--poll_interval_seconds=1", "--worker_link_port=7000",
+            "--worker_metrics_port=9100"])
+        cls.operator_ports[replica] = read_port(port_file, proc)
+
+    @classmethod
+    def _stop(cls):
+        if cls.prom:
+            cls.prom.stop()
+        for name in ["operator-a", "operator-b", "kubelet", "coordinator", "apiserver"]:
+            proc = cls.procs.get(name)
+            if proc and proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+        cls.tmp.cleanup()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls._stop()
+
+    def run(self, result=None):
+        # On failure, show what the components said.
+        outcome = super().run(result)
+        if result is not None and (result.failures or result.errors):
+            for name in self.procs:
+                path = os.path.join(self.dir, name + ".log")
+                if os.path.exists(path):
+                    with open(path) as f:
+                        sys.stderr.write("---- %s (last lines)\n%s" % (name, "".join(f.readlines()[-40:])))
+        return outcome
+
+    @classmethod
+    def kubectl(cls, *args, stdin=None, check=True, timeout=120):
+        return subprocess.run(["kubectl", "--kubeconfig", cls.kubeconfig, *args], input=stdin,
+                              capture_output=True, text=True, check=check, timeout=timeout)
+
+    def get_job(self, name):
+        return json.loads(self.kubectl("get", "trainingjob", name, "-o", "json").stdout)
+
+    def pods_of(self, name):
+        out = self.kubectl("get", "pods", "-l", "paci.dev/job-name=" + name, "-o", "json").stdout
+        return json.loads(out)["items"]
+
+    def operator_metric(self, replica, metric):
+        url = "http://127.0.0.1:%d/metrics" % self.operator_ports[replica]
+        with urllib.request.urlopen(url, timeout=5) as response:
+            text = response.read().decode()
+        match = re.search(r"^%s(?:\{[^}]*\})? (\S+)$" % re.escape(metric), text, re.M)
+        return float(match.group(1)) if match else None
+
+    def leader(self):
+        leaders = [r for r in self.operator_ports
+                   if self.procs[r].poll() is None and self.operator_metric(r, "paci_operator_is_leader") == 1]
+        return leaders[0] if len(leaders) == 1 else None
+
+    def test_1_example_trains_to_succeeded(self):
+        """kubectl apply of the example: pods, training, Succeeded with its loss."""
+        leader = wait_until("one leader", self.leader, timeout=30)
+        lease = json.loads(self.kubectl("get", "leases.coordination.k8s.io", "paci-operator",
+                                        "-o", "json").stdout)
+        self.assertEqual(lease["spec"]["holderIdentity"], leader)
+
+        applied = self.kubectl("apply", "-f", os.path.join(SOURCE, "examples", "trainingjob.yaml"))
+        self.assertIn("trainingjob.paci.dev/kjv-tiny created", applied.stdout)
+        pods = wait_until("two worker pods", lambda: len(self.pods_of("kjv-tiny")) == 2
+                          and self.pods_of("kjv-tiny"), timeout=60)
+        for pod in pods:
+            self.assertEqual(pod["metadata"]["ownerReferences"][0]["kind"], "TrainingJob")
+        job = wait_until("kjv-tiny Succeeded",
+                         lambda: (lambda j: j.get("status", {}).get("phase") in
+                                  ("Succeeded", "Failed") and j)(self.get_job("kjv-tiny")),
+                         timeout=300, interval=0.5)
+        status = job["status"]
+        self.assertEqual(status["phase"], "Succeeded", status)
+        self.assertEqual(status["step"], 60)
+        self.assertEqual(status["observedGeneration"], 1)
+        self.assertGreater(status["trainLoss"], 0)
+        self.assertLess(status["trainLoss"], 4.0)  # ln(80) = 4.38 at the start
+        self.assertEqual([s["driftBound"] for s in status["stages"]], [1, 0])
+        self.assertIn("completionTime", status)
+        conditions = {c["type"]: c for c in status["conditions"]}
+        self.assertEqual(conditions["Succeeded"]["status"], "True")
+        self.assertEqual(conditions["Succeeded"]["observedGeneration"], 1)
+
+        table = self.kubectl("get", "trainingjobs").stdout
+        header, row = table.splitlines()[0], next(line for line in table.splitlines()
+                                                  if line.startswith("kjv-tiny"))
+        for column in ("PHASE", "STEP", "LOSS", "MAX-DRIFT", "TOKENS/S", "AGE"):
+            self.assertIn(column, header)
+        self.assertIn("Succeeded", row)
+        self.assertIn("60", row.split())
+        print("\n$ kubectl get trainingjobs\n" + table)
+
+        events = json.loads(self.kubectl("get", "events", "-o", "json").stdout)["items"]
+        reasons = [e["reason"] for e in events if e["involvedObject"]["name"] == "kjv-tiny"]
+        # (Running too, when a reconcile sees the job running: this one is quick.)
+        for reason in ("Submitted", "Succeeded"):
+            self.assertIn(reason, reasons)
+        wait_until("finished job's pods removed", lambda: not self.pods_of("kjv-tiny"), timeout=60)
+        at_coordinator = self.coordinator.GetJob(cpb.GetJobRequest(name=status["coordinatorJob"]))
+        self.assertEqual(at_coordinator.status.phase, cpb.SUCCEEDED)
+
+    def test_2_dashboards_failover_and_delete(self):
+        """A longer job: every dashboard panel has data; the leader dies and the
+        other replica carries on; kubectl delete cancels it and removes its pods."""
+        with open(os.path.join(SOURCE, "examples", "trainingjob.yaml")) as f:
+            manifest = yaml.safe_load(f)
+        manifest["metadata"]["name"] = "kjv-long"
+        manifest["spec"]["training"]["steps"] = 100000
+        manifest["spec"]["checkpoint"] = {"directory": os.path.join(self.dir, "ckpt"),
+                                          "interval": 20}
+        self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(manifest))
+        wait_until("kjv-long training", lambda: self.get_job("kjv-long").get("status", {})
+                   .get("step", 0) > 0, timeout=120, interval=0.5)
+
+        # Add the worker pods to what Prometheus scrapes.
+        pods = self.pods_of("kjv-long")
+        expected = self.set_targets(["%s:9100" % pod["status"]["podIP"] for pod in pods])
+        self.prom.wait_for_targets_up(expected, timeout=60)
+        # Let rate() windows fill, then every panel must have data.
+        deadline = time.monotonic() + 90
+        while True:
+            missing = monitoring.panels_without_data(self.prom, DASHBOARDS)
+            if not missing or time.monotonic() > deadline:
+                break
+            time.sleep(2)  # the next scrapes
+        self.assertEqual(missing, [], "panels without data; scheduling count: %s" % self.prom.query_range(
+            "paci_coordinator_scheduling_latency_seconds_count", self.prom.started, time.time(), 1))
+
+        # Kill the leader: the standby takes the lease and carries on.
+        leader = wait_until("one leader", self.leader, timeout=30)
+        step_before = self.get_job("kjv-long")["status"]["step"]
+        os.killpg(self.procs[leader].pid, signal.SIGKILL)
+        self.procs[leader].wait()
+        standby = next(r for r in self.operator_ports if r != leader)
+        wait_until("the standby leads", lambda: self.operator_metric(
+            standby, "paci_operator_is_leader") == 1, timeout=30)
+        wait_until("status still mirrored", lambda: self.get_job("kjv-long")["status"]["step"]
+                   > step_before, timeout=60, interval=0.5)
+        lease = json.loads(self.kubectl("get", "leases.coordination.k8s.io", "paci-operator",
+                                        "-o", "json").stdout)
+        self.assertEqual(lease["spec"]["holderIdentity"], standby)
+        self.assertGreaterEqual(lease["spec"]["leaseTransitions"], 1)
+
+        # kubectl delete: the finalizer cancels at the coordinator, pods go.
+        coordinator_job = self.get_job("kjv-long")["status"]["coordinatorJob"]
+        self.kubectl("delete", "trainingjob", "kjv-long", "--timeout=60s")
+        self.assertNotIn("kjv-long", self.kubectl("get", "trainingjobs").stdout)
+        wait_until("kjv-long's pods gone", lambda: not self.pods_of("kjv-long"), timeout=60)
+        at_coordinator = self.coordinator.GetJob(cpb.GetJobRequest(name=coordinator_job))
+        self.assertEqual(at_coordinator.status.phase, cpb.CANCELLED)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
