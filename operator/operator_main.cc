@@ -39,7 +39,7 @@ ABSL_FLAG(std::string, coordinator_auth_token_file, "", "bearer token for the co
 ABSL_FLAG(std::string, coordinator_tls_ca, "", "PEM CA of the coordinator's certificate (TLS)");
 ABSL_FLAG(std::string, worker_coordinator_address, "",
           "the coordinator as worker pods reach it; default: --coordinator");
-ABSL_FLAG(std::string, worker_image, "paci/worker:latest", "image of worker pods");
+ABSL_FLAG(std::string, worker_image, "paci-worker:latest", "image of worker pods");
 ABSL_FLAG(std::string, worker_command, "paci_worker", "command of worker pods");
 ABSL_FLAG(std::string, worker_args, "", "comma-separated extra arguments for every worker");
 ABSL_FLAG(int, worker_link_port, 7000, "port of each worker pod's stage link");

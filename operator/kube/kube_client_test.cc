@@ -90,7 +90,7 @@ class KubeClientTest : public ::testing::Test {
     return CollectionPath("", "v1", "default", "pods") + "/" + name;
   }
   static bool WaitFor(const std::function<bool()>& condition) {
-    for (int i = 0; i < 200; ++i) {
+    for (int i = 0; i < 400; ++i) {
       if (condition()) return true;
       absl::SleepFor(absl::Milliseconds(50));
     }
@@ -184,7 +184,7 @@ TEST_F(KubeClientTest, InformerListsAgainAfter410AndMissesNothing) {
   std::vector<std::string> deleted;
   absl::Mutex mutex;
   Informer::Options options{pods, "", "pods"};
-  options.initial_backoff = absl::Seconds(1);  // the window in which the world moves on
+  options.initial_backoff = absl::Seconds(5);  // the window in which the world moves on
   Informer informer(*client_, options, [&](const std::string& type, const json& object) {
     absl::MutexLock lock(&mutex);
     if (type == "DELETED") deleted.push_back(object["metadata"]["name"]);

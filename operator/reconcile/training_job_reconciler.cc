@@ -442,6 +442,9 @@ ReconcileActions ReconcileTrainingJob(const ObservedWorld& world,
   if (coordinator == nullptr) {
     // Not submitted yet, or the coordinator lost it: submitting is idempotent.
     actions.submit = *job_spec;
+    if (phase_before == kPhaseSuspended && !job_spec->checkpoint().directory().empty()) {
+      actions.submit->mutable_checkpoint()->set_resume(true);  // go on from before the suspension
+    }
     desired["coordinatorJob"] = submit_name;
     if (phase_before.empty() || phase_before == kPhaseSuspended) {
       desired["phase"] = kPhasePending;

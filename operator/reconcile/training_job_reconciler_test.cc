@@ -72,6 +72,15 @@ ObservedWorld World(json job) {
   return world;
 }
 
+// A submitted job, both its pods running, and the coordinator's view of it.
+ObservedWorld Observed(const std::string& phase, v1::JobPhase coordinator_phase) {
+  ObservedWorld world = World(Submitted(Job(), phase));
+  world.pods = {Pod(0, "Running"), Pod(1, "Running")};
+  world.service_exists = true;
+  world.coordinator_job = CoordinatorJob(coordinator_phase);
+  return world;
+}
+
 std::vector<std::string> Names(const std::vector<json>& objects) {
   std::vector<std::string> names;
   for (const json& object : objects) names.push_back(object["metadata"]["name"]);
@@ -126,10 +135,8 @@ TEST(TrainingJobReconcilerTest, WorkerPodsCarryOwnerSelectorAndDownwardApi) {
 }
 
 TEST(TrainingJobReconcilerTest, MissingPodIsCreatedAndNothingElse) {
-  ObservedWorld world = World(Submitted(Job(), "Running"));
-  world.pods = {Pod(0, "Running")};
-  world.service_exists = true;
-  world.coordinator_job = CoordinatorJob(v1::RUNNING);
+  ObservedWorld world = Observed("Running", v1::RUNNING);
+  world.pods.pop_back();
   world.coordinator_job->mutable_status()->set_step(30);
   ReconcileActions actions = ReconcileTrainingJob(world, ReconcilerOptions{});
   EXPECT_FALSE(actions.add_finalizer);
@@ -144,10 +151,8 @@ TEST(TrainingJobReconcilerTest, MissingPodIsCreatedAndNothingElse) {
 }
 
 TEST(TrainingJobReconcilerTest, FailedPodIsDeletedWithAWarning) {
-  ObservedWorld world = World(Submitted(Job(), "Running"));
-  world.pods = {Pod(0, "Running"), Pod(1, "Failed")};
-  world.service_exists = true;
-  world.coordinator_job = CoordinatorJob(v1::RESTARTING);
+  ObservedWorld world = Observed("Running", v1::RESTARTING);
+  world.pods[1]["status"]["phase"] = "Failed";
   ReconcileActions actions = ReconcileTrainingJob(world, ReconcilerOptions{});
   EXPECT_THAT(actions.delete_pods, ElementsAre("kjv-worker-1"));
   EXPECT_THAT(actions.create_pods, IsEmpty());  // recreated once it is gone
@@ -159,10 +164,7 @@ TEST(TrainingJobReconcilerTest, FailedPodIsDeletedWithAWarning) {
 }
 
 TEST(TrainingJobReconcilerTest, CoordinatorSucceededFinishesTheJobAndStopsWorkers) {
-  ObservedWorld world = World(Submitted(Job(), "Running"));
-  world.pods = {Pod(0, "Running"), Pod(1, "Running")};
-  world.service_exists = true;
-  world.coordinator_job = CoordinatorJob(v1::SUCCEEDED);
+  ObservedWorld world = Observed("Running", v1::SUCCEEDED);
   ReconcileActions actions = ReconcileTrainingJob(world, ReconcilerOptions{});
   ASSERT_TRUE(actions.status.has_value());
   const json& status = *actions.status;
@@ -203,9 +205,11 @@ TEST(TrainingJobReconcilerTest, ResumingASuspendedJobSubmitsANewGeneration) {
   json job = Job();
   job["metadata"]["generation"] = 3;
   job["status"] = {{"phase", "Suspended"}};
+  job["spec"]["checkpoint"] = {{"directory", "/checkpoints/kjv"}, {"interval", 10}};
   ReconcileActions actions = ReconcileTrainingJob(World(job), ReconcilerOptions{});
   ASSERT_TRUE(actions.submit.has_value());
   EXPECT_EQ(actions.submit->name(), "kjv-01234567-g3");
+  EXPECT_TRUE(actions.submit->checkpoint().resume());  // from where it was suspended
   EXPECT_EQ((*actions.status)["phase"], "Pending");
   EXPECT_EQ(actions.create_pods.size(), 2u);
 }
@@ -272,10 +276,7 @@ TEST(TrainingJobReconcilerTest, FinishedJobIsDeletedAfterItsTtl) {
 // Level-based: once its status is written, running it again on the same world
 // asks for nothing new (what a retried write after a 409 relies on).
 TEST(TrainingJobReconcilerTest, ReconcileIsIdempotentOnceItsStatusIsWritten) {
-  ObservedWorld world = World(Submitted(Job(), "Pending"));
-  world.pods = {Pod(0, "Running"), Pod(1, "Running")};
-  world.service_exists = true;
-  world.coordinator_job = CoordinatorJob(v1::RUNNING);
+  ObservedWorld world = Observed("Pending", v1::RUNNING);
   ReconcileActions first = ReconcileTrainingJob(world, ReconcilerOptions{});
   ASSERT_TRUE(first.status.has_value());
   world.job["status"] = *first.status;
