@@ -12,6 +12,8 @@
 #include <set>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
@@ -154,6 +156,14 @@ template <typename T>
 absl::Status RequireBetween(absl::string_view field, T value, T lo, T hi) {
   return Require(value >= lo && value <= hi, field, absl::StrCat("between ", lo, " and ", hi),
                  value);
+}
+
+// "cpu", "cuda" or "cuda:N".
+bool IsValidDevice(const std::string& device) {
+  if (device == "cpu" || device == "cuda") return true;
+  int index = -1;
+  return absl::StartsWith(device, "cuda:") && absl::SimpleAtoi(device.substr(5), &index) &&
+         index >= 0 && index < 1024;
 }
 
 bool IsValidName(std::string_view name) {
@@ -320,9 +330,33 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec) {
 
   v1::RuntimeSpec* runtime = spec->mutable_runtime();
   if (!runtime->has_threads_per_stage()) runtime->set_threads_per_stage(1);
+  if (runtime->device().empty()) runtime->set_device("cpu");
+  if (runtime->precision().empty()) runtime->set_precision("fp32");
 
   v1::RunPolicy* policy = spec->mutable_run_policy();
   if (!policy->has_backoff_limit()) policy->set_backoff_limit(3);
+}
+
+static absl::Status ValidateRuntimeDevices(const v1::RuntimeSpec& runtime, int num_stages) {
+  RETURN_IF_ERROR(Require(runtime.device().empty() || IsValidDevice(runtime.device()), "runtime.device",
+                          "\"cpu\", \"cuda\" or \"cuda:N\"",
+                          absl::StrCat("\"", runtime.device(), "\"")));
+  if (runtime.stage_devices_size() > 0) {
+    RETURN_IF_ERROR(Require(runtime.stage_devices_size() == num_stages, "runtime.stage_devices",
+                            absl::StrCat("one device per stage (", num_stages, ")"),
+                            absl::StrCat(runtime.stage_devices_size(), " devices")));
+    for (int s = 0; s < runtime.stage_devices_size(); ++s) {
+      RETURN_IF_ERROR(Require(IsValidDevice(runtime.stage_devices(s)),
+                              absl::StrCat("runtime.stage_devices[", s, "]"),
+                              "\"cpu\", \"cuda\" or \"cuda:N\"",
+                              absl::StrCat("\"", runtime.stage_devices(s), "\"")));
+    }
+  }
+  const std::string& precision = runtime.precision();
+  return Require(precision.empty() || precision == "fp32" || precision == "bf16-autocast" ||
+                     precision == "bf16-weights",
+                 "runtime.precision", "\"fp32\", \"bf16-autocast\" or \"bf16-weights\"",
+                 absl::StrCat("\"", precision, "\""));
 }
 
 absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
@@ -342,6 +376,7 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   RETURN_IF_ERROR(ValidateCheckpoint(spec.checkpoint()));
   RETURN_IF_ERROR(
       RequireBetween("runtime.threads_per_stage", spec.runtime().threads_per_stage(), 1, 256));
+  RETURN_IF_ERROR(ValidateRuntimeDevices(spec.runtime(), spec.pipeline().num_stages()));
   const v1::RunPolicy& policy = spec.run_policy();
   RETURN_IF_ERROR(RequireBetween("run_policy.backoff_limit", policy.backoff_limit(), 0, 1000));
   RETURN_IF_ERROR(RequireBetween<int64_t>("run_policy.active_deadline_seconds",
@@ -355,6 +390,11 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
                             "of at most 253", absl::StrCat("\"", key, "\"")));
   }
   return absl::OkStatus();
+}
+
+std::string StageDevice(const v1::RuntimeSpec& runtime, int stage) {
+  if (stage >= 0 && stage < runtime.stage_devices_size()) return runtime.stage_devices(stage);
+  return runtime.device().empty() ? "cpu" : runtime.device();
 }
 
 absl::StatusOr<v1::JobSpec> LoadAndValidateJobSpec(const std::string& path) {

@@ -33,6 +33,10 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec);
 // touch the file system.
 absl::Status ValidateJobSpec(const v1::JobSpec& spec);
 
+// The device stage `stage` runs on: runtime.stage_devices[stage] when given,
+// else runtime.device ("cpu" when empty).
+std::string StageDevice(const v1::RuntimeSpec& runtime, int stage);
+
 // Parse, apply defaults, validate; also checks that data.corpus_path names a
 // readable file (NotFound naming data.corpus_path). Relative corpus and
 // checkpoint paths are made absolute against the current directory, so the

@@ -56,6 +56,8 @@ checkpoint:
   resume: true
 runtime:
   threads_per_stage: 2
+  device: cpu
+  precision: bf16-autocast
 run_policy:
   backoff_limit: 0
   active_deadline_seconds: 3600
@@ -415,6 +417,12 @@ TEST(ValidateJobSpecTest, EachOutOfRangeFieldIsNamed) {
        [](v1::JobSpec* s) { s->mutable_checkpoint()->set_resume(true); }},
       {"runtime.threads_per_stage",
        [](v1::JobSpec* s) { s->mutable_runtime()->set_threads_per_stage(0); }},
+      {"runtime.device", [](v1::JobSpec* s) { s->mutable_runtime()->set_device("gpu0"); }},
+      {"runtime.stage_devices",
+       [](v1::JobSpec* s) {
+         for (int i = 0; i < 65; ++i) s->mutable_runtime()->add_stage_devices("cpu");
+       }},
+      {"runtime.precision", [](v1::JobSpec* s) { s->mutable_runtime()->set_precision("fp8"); }},
   };
   for (const Case& c : cases) {
     v1::JobSpec spec = ValidMinimalSpec();

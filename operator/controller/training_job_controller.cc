@@ -144,6 +144,17 @@ absl::Status TrainingJobController::ReconcileKey(const std::string& key,
   const std::string& ns = parts[0];
   const std::string& name = parts[1];
   std::optional<json> job = jobs_->Get(ns, name);
+  {
+    absl::MutexLock lock(&written_mutex_);
+    auto it = written_.find(key);
+    if (it != written_.end()) {
+      if (job && MetaString(*job, "resourceVersion") == it->second.first) {
+        job = it->second.second;  // the cache has not seen our last write yet
+      } else {
+        written_.erase(it);
+      }
+    }
+  }
   if (!job) return absl::OkStatus();  // deleted; its pods go with it (owner references)
 
   ObservedWorld world;
@@ -166,14 +177,23 @@ absl::Status TrainingJobController::ReconcileKey(const std::string& key,
   }
   ReconcileActions actions = ReconcileTrainingJob(world, options_.reconciler);
   *requeue_after = actions.requeue_after;
-  return Execute(*job, std::move(actions));
+  json written = *job;
+  absl::Status executed = Execute(*job, std::move(actions), &written);
+  const std::string before = MetaString(*job, "resourceVersion");
+  if (MetaString(written, "resourceVersion") != before) {
+    absl::MutexLock lock(&written_mutex_);
+    written_[key] = {before, std::move(written)};
+  }
+  return executed;
 }
 
-absl::Status TrainingJobController::Execute(const json& job, ReconcileActions actions) {
+absl::Status TrainingJobController::Execute(const json& job, ReconcileActions actions,
+                                            json* written) {
   const std::string ns = MetaString(job, "namespace");
   const std::string name = MetaString(job, "name");
   const std::string path = JobPath(ns, name);
-  json current = job;
+  json& current = *written;
+  current = job;
 
   if (actions.add_finalizer) {
     json finalizers = current["metadata"].value("finalizers", json::array());

@@ -9,6 +9,7 @@
 //
 // Owns its informers and threads: Start, then Stop (or the destructor).
 
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -53,7 +54,8 @@ class TrainingJobController {
   void Work();
   // Reconciles "namespace/name"; sets *requeue_after when it should run again.
   absl::Status ReconcileKey(const std::string& key, std::optional<absl::Duration>* requeue_after);
-  absl::Status Execute(const nlohmann::json& job, ReconcileActions actions);
+  // Carries out `actions`; *written is the object as this wrote it last.
+  absl::Status Execute(const nlohmann::json& job, ReconcileActions actions, nlohmann::json* written);
   void RecordEvent(const nlohmann::json& job, const KubeEvent& event);
   void UpdatePhaseCounts();
   std::string JobPath(const std::string& ns, const std::string& name) const;
@@ -68,6 +70,13 @@ class TrainingJobController {
   std::unique_ptr<Informer> pods_;
   std::unique_ptr<Informer> services_;
   std::vector<std::thread> workers_;
+  // The informer's copy lags behind our own writes. Per key: the
+  // resourceVersion we wrote over, and what we wrote; while the cache still
+  // holds the older version, reconciles start from what we wrote (else a
+  // second reconcile would see the old phase and repeat its Events).
+  absl::Mutex written_mutex_;
+  std::map<std::string, std::pair<std::string, nlohmann::json>> written_
+      ABSL_GUARDED_BY(written_mutex_);
   std::atomic<bool> synced_{false};
   std::atomic<bool> stopped_{false};
 };

@@ -230,6 +230,18 @@ class PipelineTest(unittest.TestCase):
                 self.assertAlmostEqual(ref["loss"], got["loss"], delta=1e-4 * ref["loss"])
             self.assertEqual([st["drift_max"] for st in s["stages"]], [0] * P)
 
+    def test_bf16_precisions_train_over_processes(self):
+        """bf16 autocast, and bf16 weights whose activations and gradients cross
+        the links as bf16: half the bytes of float32."""
+        sent = {}
+        for precision in ("fp32", "bf16-autocast", "bf16-weights"):
+            text = spec_text(P=2, a=2, steps=30, name="tiny-" + precision)
+            run = Run(self.dir, text + "runtime: {precision: %s}\n" % precision)
+            s = self.assert_trained(run, 2, 30)
+            sent[precision] = s["stages"][0]["bytes_sent"]
+        self.assertAlmostEqual(sent["bf16-autocast"] / sent["fp32"], 1.0, places=2)
+        self.assertAlmostEqual(sent["bf16-weights"] / sent["fp32"], 0.5, places=2)
+
     def test_gpipe_trains_without_drift(self):
         s = self.assert_trained(self.train(P=2, schedule="gpipe", a=2, steps=30), 2, 30)
         self.assertEqual([st["drift_max"] for st in s["stages"]], [0, 0])

@@ -26,8 +26,11 @@ struct AdamWOptions {
 // stashing), while weight gradients use the saved activations. No patched
 // LibTorch is needed. worker/model/model_test.cc proves both facts.
 //
-// Numerically the same as torch::optim::AdamW. Not thread-safe: owned by the
-// stage's compute thread.
+// Numerically the same as torch::optim::AdamW. Parameters that are not
+// float32 (bf16 weights) get float32 master weights: moments and update in
+// float32, then the parameter takes the rounded master value (still through
+// p.data()). Works on any device: its state lives beside each parameter.
+// Not thread-safe: owned by the stage's compute thread.
 class AdamW {
  public:
   AdamW(std::vector<std::pair<std::string, torch::Tensor>> named_parameters,
@@ -40,7 +43,8 @@ class AdamW {
 
   int64_t steps() const { return steps_; }
   const std::vector<std::pair<std::string, torch::Tensor>>& parameters() const { return params_; }
-  // Moment estimates, keyed "exp_avg/<name>" and "exp_avg_sq/<name>".
+  // Moment estimates, keyed "exp_avg/<name>" and "exp_avg_sq/<name>", and
+  // master weights "master/<name>" of parameters that are not float32.
   std::vector<std::pair<std::string, torch::Tensor>> State() const;
   // Restores State() output and the step count; the caller checked the names
   // and shapes.
@@ -50,6 +54,7 @@ class AdamW {
   AdamWOptions options_;
   std::vector<std::pair<std::string, torch::Tensor>> params_;
   std::vector<torch::Tensor> exp_avg_, exp_avg_sq_;
+  std::vector<torch::Tensor> master_;  // undefined for float32 parameters
   int64_t steps_ = 0;
 };
 

@@ -86,6 +86,9 @@ absl::Status StageHost::Train() {
   expect.num_stages = P;
   expect.hidden_shape = {spec.pipeline().micro_batch_size(), spec.model().seq_len(),
                          spec.model().d_model()};
+  // Hidden states travel in the weights' type: bf16 with bf16 weights.
+  expect.dtype = spec.runtime().precision() == "bf16-weights" ? v1::DTYPE_BFLOAT16
+                                                               : v1::DTYPE_FLOAT32;
   auto inbox = std::make_shared<Inbox>(64);
   links_.Attach(expect, inbox);
 

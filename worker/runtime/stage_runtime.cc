@@ -5,6 +5,7 @@
 #include <glog/logging.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
 #include "common/status_macros.h"
 #include "worker/model/partition.h"
 #include "worker/runtime/checkpoint.h"
@@ -59,9 +60,18 @@ StageRuntime::StageRuntime(const v1::JobSpec& spec, int stage, const Corpus* cor
 }
 
 absl::Status StageRuntime::Init() {
+  ASSIGN_OR_RETURN(placement_, ResolvePlacement(StageDevice(spec_.runtime(), stage_),
+                                                spec_.runtime().precision()));
   const GptConfig config = ModelConfig(spec_.model());
   torch::manual_seed(config.init_seed + stage_);  // dropout masks differ per stage
   model_ = GptStage(config, PartitionStage(config.num_layers, num_stages_, stage_));
+  // Initialised on the CPU (the same weights wherever it runs), then moved.
+  model_->to(placement_.device);
+  if (placement_.weight_dtype() != torch::kFloat) {
+    // The weights only: buffers such as the causal mask keep their type.
+    torch::NoGradGuard no_grad;
+    for (torch::Tensor& p : model_->parameters()) p.set_data(p.data().to(placement_.weight_dtype()));
+  }
   model_->train();
   std::vector<std::pair<std::string, torch::Tensor>> params;
   for (auto& item : model_->named_parameters()) params.emplace_back(item.key(), item.value());
@@ -192,11 +202,19 @@ absl::Status StageRuntime::Loop() {
   }
 }
 
+torch::Tensor StageRuntime::Incoming(const v1::TensorFrame& frame) const {
+  return DecodeTensor(frame).to(placement_.device);
+}
+
+torch::Tensor StageRuntime::Loss(const torch::Tensor& logits, const torch::Tensor& targets) {
+  return LanguageModelLoss(logits.to(torch::kFloat), targets);  // in float32 whatever the weights
+}
+
 std::pair<torch::Tensor, torch::Tensor> StageRuntime::Tokens(
     const std::vector<int32_t>& windows) const {
   const int64_t B = spec_.pipeline().micro_batch_size(), T = spec_.model().seq_len();
   auto all = torch::from_blob(const_cast<int32_t*>(windows.data()), {B, T + 1}, torch::kInt32)
-                 .to(torch::kLong);
+                 .to(placement_.device, torch::kLong);
   using torch::indexing::Slice;
   return {all.index({Slice(), Slice(0, T)}), all.index({Slice(), Slice(1, T + 1)})};
 }
@@ -228,12 +246,16 @@ absl::Status StageRuntime::Forward() {
   } else {
     v1::TensorFrame frame = *inbox_.Pop(Inbox::From::kPrevious);
     id = frame.micro_batch_id();
-    input = DecodeTensor(frame).requires_grad_(true);
+    input = Incoming(frame).requires_grad_(true);
   }
   RETURN_IF_ERROR(scheduler_->OnForward(id));
-  torch::Tensor output = model_(input);
+  torch::Tensor output;
+  {
+    AutocastScope autocast(placement_);
+    output = model_(input);
+    if (last_) output = Loss(output, Tokens(corpus_->TrainingWindows(id)).second);
+  }
   if (last_) {
-    output = LanguageModelLoss(output, Tokens(corpus_->TrainingWindows(id)).second);
     Mark(v1::Span::FORWARD, id);
   } else {
     Mark(v1::Span::FORWARD, id);
@@ -253,7 +275,7 @@ absl::Status StageRuntime::Backward() {
   if (!last_) {
     v1::TensorFrame frame = *inbox_.Pop(Inbox::From::kNext);
     id = frame.micro_batch_id();
-    grad = DecodeTensor(frame);
+    grad = Incoming(frame);
   }
   ASSIGN_OR_RETURN(BackwardResult result, scheduler_->OnBackward(id));
   Pending p = std::move(pending_.front());
@@ -318,12 +340,13 @@ absl::Status StageRuntime::HandleDrained() {
   const int64_t step = scheduler_->drained_step();
   if (EvalDue(step) && step != start_step_) {
     torch::NoGradGuard no_grad;
+    AutocastScope autocast(placement_);
     model_->eval();
     for (int j = 0; j < spec_.training().eval_micro_batches(); ++j) {
       auto [inputs, targets] = Tokens(corpus_->ValidationWindows(j));
       torch::Tensor output = model_(inputs);
       if (last_) {
-        eval_loss_sum_ += LanguageModelLoss(output, targets).item<double>();
+        eval_loss_sum_ += Loss(output, targets).item<double>();
       } else {
         Send(next_, v1::TensorFrame::EVAL_ACTIVATION, j, &output, step);
       }
@@ -385,15 +408,16 @@ absl::Status StageRuntime::HandleControl(v1::TensorFrame frame) {
 
 absl::Status StageRuntime::EvalForward(const v1::TensorFrame& frame) {
   torch::NoGradGuard no_grad;
+  AutocastScope autocast(placement_);
   model_->eval();
-  torch::Tensor output = model_(DecodeTensor(frame));
+  torch::Tensor output = model_(Incoming(frame));
   model_->train();
   if (!last_) {
     Send(next_, v1::TensorFrame::EVAL_ACTIVATION, frame.micro_batch_id(), &output, frame.step());
     return absl::OkStatus();
   }
   const auto targets = Tokens(corpus_->ValidationWindows(frame.micro_batch_id())).second;
-  eval_loss_sum_ += LanguageModelLoss(output, targets).item<double>();
+  eval_loss_sum_ += Loss(output, targets).item<double>();
   if (++eval_seen_ == spec_.training().eval_micro_batches()) {
     RecordValidation(frame.step(), eval_loss_sum_ / eval_seen_);
     eval_loss_sum_ = 0;

@@ -18,6 +18,7 @@
 #include "worker/model/adamw.h"
 #include "worker/model/gpt.h"
 #include "worker/model/lr_schedule.h"
+#include "worker/model/precision.h"
 #include "worker/pipeline/stage_scheduler.h"
 #include "worker/runtime/span_recorder.h"
 #include "worker/runtime/stage_metrics.h"
@@ -88,7 +89,11 @@ class StageRuntime {
   void Mark(v1::Span::Kind kind, std::optional<uint64_t> micro_batch_id = std::nullopt,
             std::optional<int64_t> step = std::nullopt);
   double SecondsSinceStart() const;
+  // Inputs and targets [B, T] of the windows, on the stage's device.
   std::pair<torch::Tensor, torch::Tensor> Tokens(const std::vector<int32_t>& windows) const;
+  // The tensor a frame carries, on the stage's device.
+  torch::Tensor Incoming(const v1::TensorFrame& frame) const;
+  static torch::Tensor Loss(const torch::Tensor& logits, const torch::Tensor& targets);
   bool EvalDue(int64_t step) const;
   bool CheckpointDue(int64_t step) const;
 
@@ -105,6 +110,7 @@ class StageRuntime {
   const std::string link_id_;
   LrScheduleOptions lr_;
   std::unique_ptr<StageScheduler> scheduler_;
+  StagePlacement placement_;
   GptStage model_{nullptr};
   std::unique_ptr<AdamW> optimizer_;
   std::deque<Pending> pending_;

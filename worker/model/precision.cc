@@ -1,0 +1,75 @@
+#include "worker/model/precision.h"
+
+#include <ATen/autocast_mode.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace paci {
+
+absl::StatusOr<StagePlacement> ResolvePlacement(const std::string& device,
+                                                const std::string& precision) {
+  StagePlacement placement;
+  if (precision.empty() || precision == "fp32") {
+    placement.precision = Precision::kFp32;
+  } else if (precision == "bf16-autocast") {
+    placement.precision = Precision::kBf16Autocast;
+  } else if (precision == "bf16-weights") {
+    placement.precision = Precision::kBf16Weights;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "runtime.precision: must be fp32, bf16-autocast or bf16-weights, got \"", precision, "\""));
+  }
+  try {
+    placement.device = torch::Device(device.empty() ? "cpu" : device);
+  } catch (const c10::Error&) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("runtime.device: must be cpu, cuda or cuda:N, got \"", device, "\""));
+  }
+  if (placement.device.is_cuda()) {
+    if (!torch::cuda::is_available()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "runtime.device: ", device,
+          " asked for, but this worker has no CUDA (LibTorch without CUDA, or no GPU)"));
+    }
+    const int64_t index = placement.device.has_index() ? placement.device.index() : 0;
+    if (index >= static_cast<int64_t>(torch::cuda::device_count())) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("runtime.device: ", device, " asked for, but this worker has ",
+                       torch::cuda::device_count(), " GPU(s)"));
+    }
+    placement.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
+  } else if (!placement.device.is_cpu()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("runtime.device: must be cpu, cuda or cuda:N, got \"", device, "\""));
+  }
+  return placement;
+}
+
+AutocastScope::AutocastScope(const StagePlacement& placement) {
+  if (placement.precision != Precision::kBf16Autocast) return;
+  active_ = true;
+  cuda_ = placement.device.is_cuda();
+  if (cuda_) {
+    was_enabled_ = at::autocast::is_enabled();
+    at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
+    at::autocast::set_enabled(true);
+  } else {
+    was_enabled_ = at::autocast::is_cpu_enabled();
+    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+    at::autocast::set_cpu_enabled(true);
+  }
+  at::autocast::increment_nesting();
+}
+
+AutocastScope::~AutocastScope() {
+  if (!active_) return;
+  // Casts of the weights are cached for the scope; the optimizer changes them.
+  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+  if (cuda_) {
+    at::autocast::set_enabled(was_enabled_);
+  } else {
+    at::autocast::set_cpu_enabled(was_enabled_);
+  }
+}
+
+}  // namespace paci

@@ -1,0 +1,53 @@
+#pragma once
+
+// Where a stage computes and in which precision (runtime.device,
+// runtime.stage_devices and runtime.precision of the job spec).
+// Includes <torch/torch.h>: only worker/ code includes this header.
+
+#include <string>
+
+#include <torch/torch.h>
+
+#include "absl/status/statusor.h"
+
+namespace paci {
+
+enum class Precision {
+  kFp32,          // everything in float32
+  kBf16Autocast,  // matmuls in bfloat16 under autocast; weights and optimizer in float32
+  kBf16Weights,   // weights, activations and gradients in bfloat16; float32 master weights
+};
+
+struct StagePlacement {
+  torch::Device device{torch::kCPU};
+  Precision precision = Precision::kFp32;
+  // The dtype of the weights and of the activations between stages.
+  torch::ScalarType weight_dtype() const {
+    return precision == Precision::kBf16Weights ? torch::kBFloat16 : torch::kFloat;
+  }
+};
+
+// Parses a device ("cpu", "cuda", "cuda:N") and a precision ("fp32",
+// "bf16-autocast", "bf16-weights"). FailedPrecondition naming the field when
+// the device is CUDA and this process has no CUDA (a CPU build of LibTorch,
+// or no GPU), or the GPU index does not exist.
+absl::StatusOr<StagePlacement> ResolvePlacement(const std::string& device,
+                                                const std::string& precision);
+
+// Turns autocast on for the placement's device for its lifetime when the
+// placement asks for bf16 autocast; otherwise does nothing. LibTorch's
+// autocast state is per thread: construct it on the thread that computes.
+class AutocastScope {
+ public:
+  explicit AutocastScope(const StagePlacement& placement);
+  ~AutocastScope();
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  bool active_ = false;
+  bool cuda_ = false;
+  bool was_enabled_ = false;
+};
+
+}  // namespace paci
