@@ -6,8 +6,10 @@
 #include <glog/logging.h>
 #include <torch/torch.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/job_spec.h"
 #include "common/run_id.h"
 #include "common/schedule_kind.h"
 #include "common/status_macros.h"
@@ -120,6 +122,22 @@ absl::Status StageHost::Train() {
     absl::MutexLock lock(&mu_);
     runtime_ = &runtime;
   }
+  // Neighbouring stages on two GPUs of one node exchange tensors over NCCL
+  // (NCCL refuses two ranks on one GPU: those go through the host).
+  auto gpu_of = [&](int s) {
+    const std::string device = StageDevice(spec.runtime(), s);
+    return device == "cuda" ? std::string("cuda:0") : device;
+  };
+  auto on_gpu = [&](int s) { return absl::StartsWith(gpu_of(s), "cuda"); };
+  auto host_of = [&](int s) {
+    const std::string& address = assignment_.stage_addresses(s);
+    return address.substr(0, address.rfind(':'));
+  };
+  auto nccl_with = [&](int peer) {
+    return peer >= 0 && peer < P && on_gpu(stage) && on_gpu(peer) &&
+           gpu_of(stage) != gpu_of(peer) && host_of(stage) == host_of(peer);
+  };
+  runtime.UseNccl(nccl_with(stage - 1), nccl_with(stage + 1));
   if (cancelled_.load()) runtime.Cancel();
   auto report = [&] {
     v1::StageReport r = runtime.TakeReport();

@@ -82,6 +82,8 @@ absl::Status StageRuntime::Init() {
   adamw.weight_decay = spec_.optimizer().weight_decay();
   optimizer_ = std::make_unique<AdamW>(std::move(params), adamw);
 
+  RETURN_IF_ERROR(ConnectNccl());
+
   const auto& ckpt = spec_.checkpoint();
   if (!ckpt.directory().empty()) {
     ASSIGN_OR_RETURN(std::optional<int64_t> latest,
@@ -202,8 +204,57 @@ absl::Status StageRuntime::Loop() {
   }
 }
 
-torch::Tensor StageRuntime::Incoming(const v1::TensorFrame& frame) const {
-  return DecodeTensor(frame).to(placement_.device);
+absl::Status StageRuntime::ConnectNccl() {
+  const int device = placement_.device.is_cuda() ? placement_.device.index() : -1;
+  if ((nccl_previous_wanted_ || nccl_next_wanted_) && device < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("stage ", stage_, ": NCCL links need a CUDA device, runtime.device is cpu"));
+  }
+  if (nccl_previous_wanted_) {
+    std::optional<v1::TensorFrame> frame = inbox_.Pop(Inbox::From::kPrevious);
+    if (!frame || frame->kind() != v1::TensorFrame::NCCL_IDS) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "stage ", stage_, ": stage ", stage_ - 1, " did not open the NCCL link (no NCCL_IDS)"));
+    }
+    ASSIGN_OR_RETURN(nccl_previous_, NcclLink::Connect(frame->data(), false, device));
+    LOG(INFO) << "stage " << stage_ << ": NCCL link to stage " << stage_ - 1;
+  }
+  if (nccl_next_wanted_) {
+    ASSIGN_OR_RETURN(std::string ids, NcclLink::NewIds());
+    v1::TensorFrame frame;
+    frame.set_kind(v1::TensorFrame::NCCL_IDS);
+    frame.set_job_name(link_id_);
+    frame.set_from_stage(stage_);
+    frame.set_data(ids);
+    next_->Send(std::move(frame));
+    ASSIGN_OR_RETURN(nccl_next_, NcclLink::Connect(ids, true, device));
+    LOG(INFO) << "stage " << stage_ << ": NCCL link to stage " << stage_ + 1;
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+NcclDType NcclTypeOf(torch::ScalarType type) {
+  return type == torch::kBFloat16 ? NcclDType::kBFloat16
+         : type == torch::kFloat16 ? NcclDType::kFloat16
+                                   : NcclDType::kFloat32;
+}
+}  // namespace
+
+absl::StatusOr<torch::Tensor> StageRuntime::Incoming(const v1::TensorFrame& frame) {
+  if (!frame.payload_on_nccl()) return DecodeTensor(frame).to(placement_.device);
+  NcclLink* link =
+      frame.kind() == v1::TensorFrame::GRADIENT ? nccl_next_.get() : nccl_previous_.get();
+  if (link == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "stage ", stage_, ": a ", v1::TensorFrame::Kind_Name(frame.kind()),
+        " frame says its tensor comes over NCCL, but this link has no NCCL"));
+  }
+  std::vector<int64_t> shape(frame.shape().begin(), frame.shape().end());
+  torch::Tensor tensor = torch::empty(
+      shape, torch::TensorOptions().dtype(WireScalarType(frame.dtype())).device(placement_.device));
+  RETURN_IF_ERROR(link->Receive(tensor.data_ptr(), tensor.numel(), NcclTypeOf(tensor.scalar_type())));
+  return tensor;
 }
 
 torch::Tensor StageRuntime::Loss(const torch::Tensor& logits, const torch::Tensor& targets) {
@@ -228,8 +279,27 @@ void StageRuntime::Send(PeerSender* to, v1::TensorFrame::Kind kind, uint64_t mic
   frame.set_micro_batch_id(micro_batch_id);
   frame.set_weight_version(scheduler_->version());
   frame.set_step(step);
-  if (tensor) EncodeTensor(*tensor, &frame);
-  const int64_t bytes = frame.data().size();
+  NcclLink* link = to == next_ ? nccl_next_.get() : nccl_previous_.get();
+  int64_t bytes = 0;
+  if (tensor && link != nullptr) {
+    // Let go of tensors whose sends are done, then queue this one.
+    while (!nccl_sends_.empty() && nccl_sends_.front().link->Done(nccl_sends_.front().ticket)) {
+      nccl_sends_.pop_front();
+    }
+    torch::Tensor payload = tensor->detach().contiguous();
+    DescribeTensor(payload, &frame);
+    absl::StatusOr<uint64_t> ticket =
+        link->Send(payload.data_ptr(), payload.numel(), NcclTypeOf(payload.scalar_type()));
+    if (!ticket.ok()) {
+      inbox_.Fail(ticket.status());
+      return;
+    }
+    nccl_sends_.push_back({link, *ticket, payload});
+    bytes = payload.numel() * payload.element_size();
+  } else if (tensor) {
+    EncodeTensor(*tensor, &frame);
+    bytes = frame.data().size();
+  }
   if (to->Send(std::move(frame))) {
     metrics_.AddBytesSent(to == next_, bytes);
     absl::MutexLock lock(&mu_);
@@ -246,7 +316,8 @@ absl::Status StageRuntime::Forward() {
   } else {
     v1::TensorFrame frame = *inbox_.Pop(Inbox::From::kPrevious);
     id = frame.micro_batch_id();
-    input = Incoming(frame).requires_grad_(true);
+    ASSIGN_OR_RETURN(input, Incoming(frame));
+    input.requires_grad_(true);
   }
   RETURN_IF_ERROR(scheduler_->OnForward(id));
   torch::Tensor output;
@@ -275,7 +346,7 @@ absl::Status StageRuntime::Backward() {
   if (!last_) {
     v1::TensorFrame frame = *inbox_.Pop(Inbox::From::kNext);
     id = frame.micro_batch_id();
-    grad = Incoming(frame);
+    ASSIGN_OR_RETURN(grad, Incoming(frame));
   }
   ASSIGN_OR_RETURN(BackwardResult result, scheduler_->OnBackward(id));
   Pending p = std::move(pending_.front());
@@ -407,10 +478,11 @@ absl::Status StageRuntime::HandleControl(v1::TensorFrame frame) {
 }
 
 absl::Status StageRuntime::EvalForward(const v1::TensorFrame& frame) {
+  ASSIGN_OR_RETURN(torch::Tensor input, Incoming(frame));
   torch::NoGradGuard no_grad;
   AutocastScope autocast(placement_);
   model_->eval();
-  torch::Tensor output = model_(Incoming(frame));
+  torch::Tensor output = model_(input);
   model_->train();
   if (!last_) {
     Send(next_, v1::TensorFrame::EVAL_ACTIVATION, frame.micro_batch_id(), &output, frame.step());

@@ -23,6 +23,7 @@
 #include "worker/runtime/span_recorder.h"
 #include "worker/runtime/stage_metrics.h"
 #include "worker/transport/inbox.h"
+#include "worker/transport/nccl_link.h"
 #include "worker/transport/peer_sender.h"
 
 namespace paci {
@@ -61,6 +62,14 @@ class StageRuntime {
 
   void Cancel() { cancelled_.store(true); }
 
+  // Before Init: exchange tensors with the previous and/or next stage over
+  // NCCL (both GPU stages on one node; StageHost decides). Init then sets the
+  // links up: the lower stage of each pair sends the ids as its first frame.
+  void UseNccl(bool with_previous, bool with_next) {
+    nccl_previous_wanted_ = with_previous;
+    nccl_next_wanted_ = with_next;
+  }
+
   // Counters so far, plus the loss points, checkpoints and timeline spans
   // recorded since the last call.
   v1::StageReport TakeReport();
@@ -91,8 +100,10 @@ class StageRuntime {
   double SecondsSinceStart() const;
   // Inputs and targets [B, T] of the windows, on the stage's device.
   std::pair<torch::Tensor, torch::Tensor> Tokens(const std::vector<int32_t>& windows) const;
-  // The tensor a frame carries, on the stage's device.
-  torch::Tensor Incoming(const v1::TensorFrame& frame) const;
+  // The tensor a frame carries, on the stage's device: from its bytes, or
+  // received over NCCL when the frame says so.
+  absl::StatusOr<torch::Tensor> Incoming(const v1::TensorFrame& frame);
+  absl::Status ConnectNccl();
   static torch::Tensor Loss(const torch::Tensor& logits, const torch::Tensor& targets);
   bool EvalDue(int64_t step) const;
   bool CheckpointDue(int64_t step) const;
@@ -111,6 +122,16 @@ class StageRuntime {
   LrScheduleOptions lr_;
   std::unique_ptr<StageScheduler> scheduler_;
   StagePlacement placement_;
+  bool nccl_previous_wanted_ = false, nccl_next_wanted_ = false;
+  struct NcclSend {  // a tensor NCCL may still be reading
+    NcclLink* link;
+    uint64_t ticket;
+    torch::Tensor tensor;
+  };
+  std::deque<NcclSend> nccl_sends_;
+  // After nccl_sends_: a link's destructor waits for its sends, then the
+  // tensors they read are freed.
+  std::unique_ptr<NcclLink> nccl_previous_, nccl_next_;
   GptStage model_{nullptr};
   std::unique_ptr<AdamW> optimizer_;
   std::deque<Pending> pending_;

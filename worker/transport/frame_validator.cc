@@ -30,6 +30,7 @@ absl::Status ValidateFrame(const v1::TensorFrame& f, const LinkExpectations& e) 
     case v1::TensorFrame::EVAL_ACTIVATION:
     case v1::TensorFrame::CHECKPOINT:
     case v1::TensorFrame::SHUTDOWN:
+    case v1::TensorFrame::NCCL_IDS:
       break;
     default:
       return bad(absl::StrCat("kind ", static_cast<int>(f.kind()), " is not a known frame kind"));
@@ -37,6 +38,12 @@ absl::Status ValidateFrame(const v1::TensorFrame& f, const LinkExpectations& e) 
   const int expected_sender = from_next ? e.stage + 1 : e.stage - 1;
   if (f.from_stage() != expected_sender || expected_sender < 0 || expected_sender >= e.num_stages) {
     return bad(absl::StrCat("from_stage must be ", expected_sender, " for this kind"));
+  }
+  if (f.kind() == v1::TensorFrame::NCCL_IDS) {
+    if (f.shape_size() != 0 || f.data().size() != kNcclIdsBytes) {
+      return bad(absl::StrCat("NCCL ids take ", kNcclIdsBytes, " bytes and no shape"));
+    }
+    return absl::OkStatus();
   }
   if (f.kind() == v1::TensorFrame::CHECKPOINT || f.kind() == v1::TensorFrame::SHUTDOWN) {
     if (f.shape_size() != 0 || !f.data().empty()) return bad("a control frame carries no tensor");
@@ -53,6 +60,10 @@ absl::Status ValidateFrame(const v1::TensorFrame& f, const LinkExpectations& e) 
   }
   int64_t elements = 1;
   for (int64_t d : shape) elements *= d;
+  if (f.payload_on_nccl()) {
+    if (!f.data().empty()) return bad("a frame whose tensor comes over NCCL carries no data");
+    return absl::OkStatus();
+  }
   const int64_t expected_bytes = elements * DTypeSize(f.dtype());
   if (static_cast<int64_t>(f.data().size()) != expected_bytes) {
     return bad(absl::StrCat("data has ", f.data().size(), " bytes, shape and dtype need ",

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -24,6 +25,9 @@ struct LinkExpectations {
 // dtype, the shape and that the byte count matches. InvalidArgument naming
 // the offending field otherwise. Pure function.
 absl::Status ValidateFrame(const v1::TensorFrame& frame, const LinkExpectations& expect);
+
+// Bytes of an NCCL_IDS frame's data (NcclLink::kIdsBytes).
+inline constexpr size_t kNcclIdsBytes = 256;
 
 // Bytes per element of `dtype`, 0 for DTYPE_UNSPECIFIED.
 int64_t DTypeSize(v1::DType dtype);

@@ -32,6 +32,15 @@ void EncodeTensor(const torch::Tensor& tensor, v1::TensorFrame* frame) {
   frame->set_data(host.data_ptr(), host.numel() * host.element_size());
 }
 
+void DescribeTensor(const torch::Tensor& tensor, v1::TensorFrame* frame) {
+  frame->set_dtype(ToWire(tensor.scalar_type()));
+  frame->clear_shape();
+  for (int64_t d : tensor.sizes()) frame->add_shape(d);
+  frame->set_payload_on_nccl(true);
+}
+
+torch::ScalarType WireScalarType(v1::DType dtype) { return FromWire(dtype); }
+
 torch::Tensor DecodeTensor(const v1::TensorFrame& frame) {
   std::vector<int64_t> shape(frame.shape().begin(), frame.shape().end());
   torch::Tensor tensor = torch::empty(shape, torch::dtype(FromWire(frame.dtype())));

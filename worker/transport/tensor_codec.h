@@ -10,8 +10,14 @@ namespace paci {
 // device to the host when needed). Float32, bfloat16 and float16 only.
 void EncodeTensor(const torch::Tensor& tensor, v1::TensorFrame* frame);
 
+// Writes only the dtype and shape (the bytes travel another way: NCCL).
+void DescribeTensor(const torch::Tensor& tensor, v1::TensorFrame* frame);
+
 // The tensor a frame carries, on the CPU, owning its memory. The frame must
 // have passed ValidateFrame.
 torch::Tensor DecodeTensor(const v1::TensorFrame& frame);
+
+// The torch type of a wire dtype (float32 for an unknown one).
+torch::ScalarType WireScalarType(v1::DType dtype);
 
 }  // namespace paci

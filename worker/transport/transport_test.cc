@@ -48,6 +48,27 @@ TEST(FrameValidatorTest, AcceptsAWellFormedActivationAndGradient) {
   EXPECT_TRUE(ValidateFrame(g, Expect()).ok());
 }
 
+TEST(FrameValidatorTest, NcclFramesCarryIdsOrNoData) {
+  v1::TensorFrame ids;
+  ids.set_kind(v1::TensorFrame::NCCL_IDS);
+  ids.set_job_name("job");
+  ids.set_from_stage(0);
+  ids.set_data(std::string(kNcclIdsBytes, 'x'));
+  EXPECT_TRUE(ValidateFrame(ids, Expect()).ok());
+  ids.set_data("short");
+  ExpectRefused(ids, "NCCL ids take 256 bytes");
+
+  v1::TensorFrame header = Activation(0);
+  header.clear_data();
+  header.set_payload_on_nccl(true);
+  EXPECT_TRUE(ValidateFrame(header, Expect()).ok());
+  header.set_data("x");
+  ExpectRefused(header, "comes over NCCL carries no data");
+  header.clear_data();
+  header.set_shape(0, 9);
+  ExpectRefused(header, "shape is [9, 3, 4]");
+}
+
 TEST(FrameValidatorTest, RefusesWrongShapeDtypeSizeSenderJobAndKind) {
   v1::TensorFrame f = Activation(0);
   f.set_shape(2, 5);
