@@ -50,7 +50,7 @@ def build(args, env):
         cmd.append("-DCMAKE_PREFIX_PATH=" + os.path.join(args.deps_prefix, "usr"))
     subprocess.run(cmd, check=True, env=env)
     subprocess.run(["cmake", "--build", args.build_dir, "--target", "paci_worker",
-                    "paci_coordinator", "pacictl", "worker_precision_test",
+                    "paci_coordinator", "pacictl", "worker_model_test",
                     "worker_nccl_link_test"], check=True, env=env)
 
 
@@ -192,7 +192,7 @@ def main():
         env["LD_LIBRARY_PATH"] = ":".join(libs + [env.get("LD_LIBRARY_PATH", "")])
     if not args.no_build:
         build(args, env)
-    for test in ("worker/model/worker_precision_test", "worker/transport/worker_nccl_link_test"):
+    for test in ("worker/model/worker_model_test", "worker/transport/worker_nccl_link_test"):
         subprocess.run([os.path.join(args.build_dir, test)], env=env)
 
     params = gpt_parameters(args.layers, args.d_model, args.vocab, args.seq_len)
