@@ -312,6 +312,67 @@ class OperatorEndToEnd(unittest.TestCase):
         at_coordinator = self.coordinator.GetJob(cpb.GetJobRequest(name=coordinator_job))
         self.assertEqual(at_coordinator.status.phase, cpb.CANCELLED)
 
+    def apply_variant(self, name, steps, checkpoint_interval=20):
+        """kubectl apply of the example, renamed, with more steps and checkpoints."""
+        with open(os.path.join(SOURCE, "examples", "trainingjob.yaml")) as f:
+            manifest = yaml.safe_load(f)
+        manifest["metadata"]["name"] = name
+        manifest["spec"]["training"]["steps"] = steps
+        manifest["spec"]["checkpoint"] = {"directory": os.path.join(self.dir, "ckpt-" + name),
+                                          "interval": checkpoint_interval, "resume": True}
+        self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(manifest))
+
+    def status_of(self, name):
+        return self.get_job(name).get("status", {})
+
+    def test_3_a_crashed_worker_pod_is_replaced_and_the_job_resumes(self):
+        self.apply_variant("kjv-crash", steps=600)
+        wait_until("kjv-crash past its first checkpoint",
+                   lambda: self.status_of("kjv-crash").get("step", 0) > 30, timeout=120)
+        victim = self.pods_of("kjv-crash")[1]
+        subprocess.run(["pkill", "-KILL", "-f", "worker_id=default.kjv-crash-worker-1"],
+                       check=True)
+        wait_until("the crashed pod replaced", lambda: any(
+            p["metadata"]["uid"] != victim["metadata"]["uid"]
+            for p in self.pods_of("kjv-crash") if p["metadata"]["name"] == "kjv-crash-worker-1"),
+            timeout=60)
+        status = wait_until("kjv-crash finished", lambda: (lambda s: s.get("phase") in (
+            "Succeeded", "Failed") and s)(self.status_of("kjv-crash")), timeout=300, interval=0.5)
+        self.assertEqual(status["phase"], "Succeeded", status)
+        self.assertGreaterEqual(status["restarts"], 1)
+        self.assertEqual(status["step"], 600)
+        events = json.loads(self.kubectl("get", "events", "-o", "json").stdout)["items"]
+        reasons = [e["reason"] for e in events if e["involvedObject"]["name"] == "kjv-crash"]
+        self.assertIn("WorkerExited", reasons)
+        self.kubectl("delete", "trainingjob", "kjv-crash")
+
+    def test_4_suspend_stops_the_job_and_resuming_continues_from_its_checkpoint(self):
+        self.apply_variant("kjv-pause", steps=100000)
+        wait_until("kjv-pause past a checkpoint",
+                   lambda: self.status_of("kjv-pause").get("step", 0) > 45, timeout=120)
+        first = self.status_of("kjv-pause")["coordinatorJob"]
+        patch = lambda suspend: self.kubectl(  # noqa: E731
+            "patch", "trainingjob", "kjv-pause", "--type", "merge",
+            "-p", json.dumps({"spec": {"runPolicy": {"suspend": suspend}}}))
+        patch(True)
+        wait_until("kjv-pause Suspended", lambda: self.status_of("kjv-pause").get("phase")
+                   == "Suspended", timeout=60)
+        wait_until("kjv-pause's pods gone", lambda: not self.pods_of("kjv-pause"), timeout=60)
+        cancelled = self.coordinator.GetJob(cpb.GetJobRequest(name=first))
+        self.assertEqual(cancelled.status.phase, cpb.CANCELLED)
+        checkpoint = cancelled.status.checkpoint_step
+        self.assertGreater(checkpoint, 0)
+
+        patch(False)
+        status = wait_until("kjv-pause running again", lambda: (lambda s: s.get("phase") ==
+                            "Running" and s.get("coordinatorJob") != first and s.get("step", 0)
+                            > 0 and s)(self.status_of("kjv-pause")), timeout=120, interval=0.5)
+        # A new submission, which resumed from the checkpoint rather than from step 0.
+        resumed = self.coordinator.GetJob(cpb.GetJobRequest(name=status["coordinatorJob"]))
+        self.assertTrue(resumed.spec.checkpoint.resume)
+        self.assertGreaterEqual(status["step"], checkpoint)
+        self.kubectl("delete", "trainingjob", "kjv-pause", "--timeout=60s")
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
