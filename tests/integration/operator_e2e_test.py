@@ -32,39 +32,13 @@ sys.path.insert(0, os.path.join(SOURCE, "tests", "kube"))
 sys.path.insert(0, os.path.join(SOURCE, "tests", "integration"))
 
 import grpc  # noqa: E402
-from kubeconfig import write_kubeconfig  # noqa: E402
+from local_cluster import LocalCluster, wait_until  # noqa: E402
 import monitoring  # noqa: E402
 from paci.v1 import coordinator_pb2 as cpb  # noqa: E402
 from paci.v1 import coordinator_pb2_grpc as cgrpc  # noqa: E402
 
-COORDINATOR = os.path.join(BUILD, "server", "paci_coordinator")
-OPERATOR = os.path.join(BUILD, "operator", "paci_operator")
 DASHBOARDS = [os.path.join(SOURCE, "deploy", "grafana", "dashboards", name)
               for name in ("paci-training.json", "paci-health.json")]
-
-
-def wait_until(what, predicate, timeout=120, interval=0.2):
-    """Polls predicate() until it returns something truthy; returns that."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = predicate()
-            if last:
-                return last
-        except (subprocess.CalledProcessError, OSError, ValueError, KeyError) as e:
-            last = e
-        time.sleep(interval)  # polling interval
-    raise AssertionError("timed out waiting for %s (last: %r)" % (what, last))
-
-
-def read_port(path, proc, timeout=30):
-    def ready():
-        if proc.poll() is not None:
-            raise AssertionError("%s exited with %s" % (proc.args[0], proc.returncode))
-        with open(path) as f:
-            return int(f.read().strip() or 0)
-    return wait_until("port file " + path, lambda: os.path.exists(path) and ready(), timeout)
 
 
 class OperatorEndToEnd(unittest.TestCase):
@@ -72,58 +46,23 @@ class OperatorEndToEnd(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory(prefix="paci-operator-e2e-")
         cls.dir = cls.tmp.name
-        cls.procs = {}
         cls.prom = None
+        cls.cluster = LocalCluster(cls.dir, BUILD, SOURCE)
         try:
-            cls._start()
+            cls.cluster.start()
+            cls.procs = cls.cluster.procs
+            cls.operator_ports = cls.cluster.operator_ports
+            cls.coordinator = cgrpc.CoordinatorStub(
+                grpc.insecure_channel(cls.cluster.coordinator_address))
+            cls._start_prometheus()
         except BaseException:
-            cls._stop()
+            cls.tearDownClass()
             raise
 
     @classmethod
-    def _spawn(cls, name, args, **kwargs):
-        log = open(os.path.join(cls.dir, name + ".log"), "w")
-        cls.procs[name] = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
-                                           start_new_session=True, **kwargs)
-        return cls.procs[name]
-
-    @classmethod
-    def _start(cls):
-        api = cls._spawn("apiserver", ["/usr/bin/python3",
-                                       os.path.join(SOURCE, "tests", "kube", "apiserver.py"),
-                                       "--port", "0", "--port-file",
-                                       os.path.join(cls.dir, "api.port")])
-        cls.api_url = "http://127.0.0.1:%d" % read_port(os.path.join(cls.dir, "api.port"), api)
-        cls.kubeconfig = os.path.join(cls.dir, "kubeconfig")
-        write_kubeconfig(cls.kubeconfig, cls.api_url)
-        cls.kubectl("apply", "-f", os.path.join(SOURCE, "deploy", "crd",
-                                                "paci.dev_trainingjobs.yaml"))
-
-        coordinator = cls._spawn("coordinator", [
-            COORDINATOR, "--listen=127.0.0.1:0", "--db=" + os.path.join(cls.dir, "jobs.db"),
-            "--port_file=" + os.path.join(cls.dir, "coordinator.port"),
-            "--metrics_address=127.0.0.1:%d" % monitoring.free_port(),
-            "--heartbeat_timeout_seconds=3"])
-        cls.coordinator_port = read_port(os.path.join(cls.dir, "coordinator.port"), coordinator)
-        cls.coordinator = cgrpc.CoordinatorStub(
-            grpc.insecure_channel("127.0.0.1:%d" % cls.coordinator_port))
-
-        cls._spawn("kubelet", ["/usr/bin/python3",
-                               os.path.join(SOURCE, "tests", "kube", "kubelet.py"),
-                               "--server", cls.api_url,
-                               "--bin-dir", os.path.join(BUILD, "worker"),
-                               "--work-dir", os.path.join(cls.dir, "pods"),
-                               "--pod-cwd", SOURCE])
-        cls.operator_ports = {}
-        for replica in ("operator-a", "operator-b"):
-            cls.start_operator(replica)
-
+    def _start_prometheus(cls):
         # Prometheus scrapes the coordinator and both operators from the start,
         # and the worker pods once they exist (file-based discovery).
-        cls.coordinator_metrics = re.search(
-            r"metrics=http://([\d.:]+)/metrics",
-            wait_until("coordinator metrics address", lambda: open(
-                os.path.join(cls.dir, "coordinator.log")).read(), timeout=10)).group(1)
         prom_dir = os.path.join(cls.dir, "prometheus")
         os.makedirs(prom_dir)
         cls.targets_file = os.path.join(prom_dir, "targets.json")
@@ -141,44 +80,19 @@ class OperatorEndToEnd(unittest.TestCase):
 
     @classmethod
     def set_targets(cls, workers):
-        targets = [cls.coordinator_metrics] + ["127.0.0.1:%d" % p for p in cls.operator_ports.values()]
+        targets = [cls.cluster.coordinator_metrics]
+        targets += ["127.0.0.1:%d" % p for p in cls.operator_ports.values()]
         with open(cls.targets_file + ".tmp", "w") as f:
             json.dump([{"targets": targets + list(workers)}], f)
         os.rename(cls.targets_file + ".tmp", cls.targets_file)
         return len(targets) + len(workers)
 
     @classmethod
-    def start_operator(cls, replica):
-        port_file = os.path.join(cls.dir, replica + ".port")
-        proc = cls._spawn(replica, [
-            OPERATOR, "--kubeconfig=" + cls.kubeconfig,
-            "--coordinator=127.0.0.1:%d" % cls.coordinator_port,
-            "--metrics_address=127.0.0.1:0", "--metrics_port_file=" + port_file,
-            "--leader_election=true", "--leader_election_namespace=default",
-            "--pod_name=" + replica, "--lease_duration_seconds=3",
-            "--renew_deadline_seconds=2", "--retry_period_seconds=0.5",
-            "--poll_interval_seconds=1", "--worker_link_port=7000",
-            "--worker_metrics_port=9100"])
-        cls.operator_ports[replica] = read_port(port_file, proc)
-
-    @classmethod
-    def _stop(cls):
+    def tearDownClass(cls):
         if cls.prom:
             cls.prom.stop()
-        for name in ["operator-a", "operator-b", "kubelet", "coordinator", "apiserver"]:
-            proc = cls.procs.get(name)
-            if proc and proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
+        cls.cluster.stop()
         cls.tmp.cleanup()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls._stop()
 
     def run(self, result=None):
         # On failure, show what the components said.
@@ -191,13 +105,11 @@ class OperatorEndToEnd(unittest.TestCase):
                         sys.stderr.write("---- %s (last lines)\n%s" % (name, "".join(f.readlines()[-40:])))
         return outcome
 
-    @classmethod
-    def kubectl(cls, *args, stdin=None, check=True, timeout=120):
-        return subprocess.run(["kubectl", "--kubeconfig", cls.kubeconfig, *args], input=stdin,
-                              capture_output=True, text=True, check=check, timeout=timeout)
+    def kubectl(self, *args, **kwargs):
+        return self.cluster.kubectl(*args, **kwargs)
 
     def get_job(self, name):
-        return json.loads(self.kubectl("get", "trainingjob", name, "-o", "json").stdout)
+        return self.cluster.get("trainingjob", name)
 
     def pods_of(self, name):
         out = self.kubectl("get", "pods", "-l", "paci.dev/job-name=" + name, "-o", "json").stdout

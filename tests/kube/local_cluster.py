@@ -1,0 +1,136 @@
+"""A whole paci cluster on 127.0.0.1 for tests and benchmarks: the test API
+server, the test kubelet (pods as local processes, each on its own loopback
+IP), a real paci_coordinator and paci_operator replicas that elect a leader,
+with the TrainingJob CRD installed through the real kubectl.
+
+    cluster = LocalCluster(workdir, build_dir, source_dir).start()
+    cluster.kubectl("apply", "-f", "examples/trainingjob.yaml")
+    ...
+    cluster.stop()
+
+Every process logs to <workdir>/<name>.log. Uses only the standard library
+(plus kubectl on PATH).
+"""
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+
+from kubeconfig import write_kubeconfig
+
+
+def wait_until(what, predicate, timeout=120, interval=0.2):
+    """Polls predicate() until it returns something truthy; returns that."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = predicate()
+            if last:
+                return last
+        except (subprocess.CalledProcessError, OSError, ValueError, KeyError) as e:
+            last = e
+        time.sleep(interval)  # polling interval
+    raise AssertionError("timed out waiting for %s (last: %r)" % (what, last))
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LocalCluster:
+    def __init__(self, workdir, build_dir, source_dir, replicas=("operator-a", "operator-b")):
+        self.dir = workdir
+        self.build = build_dir
+        self.source = source_dir
+        self.replicas = list(replicas)
+        self.procs = {}
+        self.operator_ports = {}
+
+    def spawn(self, name, args):
+        log = open(os.path.join(self.dir, name + ".log"), "w")
+        self.procs[name] = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
+                                            start_new_session=True)
+        return self.procs[name]
+
+    def read_port(self, name, timeout=30):
+        path = os.path.join(self.dir, name + ".port")
+        proc = self.procs[name]
+
+        def ready():
+            if proc.poll() is not None:
+                raise AssertionError("%s exited with %s; see %s.log" % (name, proc.returncode, name))
+            with open(path) as f:
+                return int(f.read().strip() or 0)
+        return wait_until("port file of " + name, lambda: os.path.exists(path) and ready(), timeout)
+
+    def kubectl(self, *args, stdin=None, check=True, timeout=120):
+        return subprocess.run(["kubectl", "--kubeconfig", self.kubeconfig, *args], input=stdin,
+                              capture_output=True, text=True, check=check, timeout=timeout)
+
+    def start(self):
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self):
+        kube = os.path.join(self.source, "tests", "kube")
+        self.spawn("apiserver", ["/usr/bin/python3", os.path.join(kube, "apiserver.py"), "--port",
+                                 "0", "--port-file", os.path.join(self.dir, "apiserver.port")])
+        self.api_url = "http://127.0.0.1:%d" % self.read_port("apiserver")
+        self.kubeconfig = os.path.join(self.dir, "kubeconfig")
+        write_kubeconfig(self.kubeconfig, self.api_url)
+        self.kubectl("apply", "-f", os.path.join(self.source, "deploy", "crd",
+                                                 "paci.dev_trainingjobs.yaml"))
+        self.spawn("coordinator", [
+            os.path.join(self.build, "server", "paci_coordinator"), "--listen=127.0.0.1:0",
+            "--db=" + os.path.join(self.dir, "jobs.db"),
+            "--port_file=" + os.path.join(self.dir, "coordinator.port"),
+            "--metrics_address=127.0.0.1:%d" % _free_port(), "--heartbeat_timeout_seconds=3"])
+        self.coordinator_port = self.read_port("coordinator")
+        self.coordinator_address = "127.0.0.1:%d" % self.coordinator_port
+        self.coordinator_metrics = re.search(
+            r"metrics=http://([\d.:]+)/metrics",
+            wait_until("coordinator metrics address", lambda: open(
+                os.path.join(self.dir, "coordinator.log")).read(), timeout=10)).group(1)
+        self.spawn("kubelet", ["/usr/bin/python3", os.path.join(kube, "kubelet.py"),
+                               "--server", self.api_url,
+                               "--bin-dir", os.path.join(self.build, "worker"),
+                               "--work-dir", os.path.join(self.dir, "pods"),
+                               "--pod-cwd", self.source])
+        for replica in self.replicas:
+            self.start_operator(replica)
+
+    def start_operator(self, replica):
+        self.spawn(replica, [
+            os.path.join(self.build, "operator", "paci_operator"),
+            "--kubeconfig=" + self.kubeconfig, "--coordinator=" + self.coordinator_address,
+            "--metrics_address=127.0.0.1:0",
+            "--metrics_port_file=" + os.path.join(self.dir, replica + ".port"),
+            "--leader_election=true", "--leader_election_namespace=default",
+            "--pod_name=" + replica, "--lease_duration_seconds=3",
+            "--renew_deadline_seconds=2", "--retry_period_seconds=0.5",
+            "--poll_interval_seconds=1", "--worker_link_port=7000", "--worker_metrics_port=9100"])
+        self.operator_ports[replica] = self.read_port(replica)
+
+    def get(self, kind, name):
+        return json.loads(self.kubectl("get", kind, name, "-o", "json").stdout)
+
+    def stop(self):
+        for name in self.replicas + ["kubelet", "coordinator", "apiserver"]:
+            proc = self.procs.get(name)
+            if proc and proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
