@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -251,6 +252,24 @@ TEST_F(KubeClientTest, KubeconfigGivesServerTokenAndNamespace) {
   EXPECT_TRUE(absl::IsInvalidArgument(bad.status()));
   EXPECT_NE(bad.status().message().find("missing"), std::string::npos) << bad.status();
   std::remove(path);
+}
+
+TEST(InClusterConfigTest, ReadsTheServiceAccountAndNamesWhatIsMissing) {
+  char dir_template[] = "/tmp/paci-sa-XXXXXX";
+  const std::string dir = mkdtemp(dir_template);
+  EXPECT_TRUE(absl::IsFailedPrecondition(InClusterConfig("", "", dir).status()));
+  absl::Status no_token = InClusterConfig("10.0.0.1", "443", dir).status();
+  EXPECT_TRUE(absl::IsFailedPrecondition(no_token));
+  EXPECT_NE(no_token.message().find(dir + "/token"), std::string::npos) << no_token;
+  std::ofstream(dir + "/token") << "sa-token\n";
+  std::ofstream(dir + "/namespace") << "team-b";
+  absl::StatusOr<KubeClientOptions> options = InClusterConfig("10.0.0.1", "443", dir);
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->server, "https://10.0.0.1:443");
+  EXPECT_EQ(options->bearer_token, "sa-token");
+  EXPECT_EQ(options->ca_file, dir + "/ca.crt");
+  EXPECT_EQ(options->default_namespace, "team-b");
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
