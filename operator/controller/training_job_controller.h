@@ -70,13 +70,12 @@ class TrainingJobController {
   std::unique_ptr<Informer> pods_;
   std::unique_ptr<Informer> services_;
   std::vector<std::thread> workers_;
-  // The informer's copy lags behind our own writes. Per key: the
-  // resourceVersion we wrote over, and what we wrote; while the cache still
-  // holds the older version, reconciles start from what we wrote (else a
-  // second reconcile would see the old phase and repeat its Events).
+  // The informer's copy lags behind our own writes. Per key, the object as
+  // we last wrote it; while the cache holds an older version, reconciles
+  // start from what we wrote (else a second reconcile would see the old
+  // phase and repeat its Events).
   absl::Mutex written_mutex_;
-  std::map<std::string, std::pair<std::string, nlohmann::json>> written_
-      ABSL_GUARDED_BY(written_mutex_);
+  std::map<std::string, nlohmann::json> written_ ABSL_GUARDED_BY(written_mutex_);
   std::atomic<bool> synced_{false};
   std::atomic<bool> stopped_{false};
 };
