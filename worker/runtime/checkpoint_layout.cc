@@ -32,7 +32,10 @@ absl::StatusOr<std::optional<int64_t>> LatestCompleteStep(const std::string& dir
     if (!absl::StartsWith(name, "step-") || !absl::SimpleAtoi(name.substr(5), &step)) continue;
     bool complete = true;
     for (int s = 0; s < num_stages && complete; ++s) {
-      complete = fs::is_regular_file(ShardPath(directory, step, s, num_stages), ec);
+      // A shard not (yet) written is an incomplete step, not an error: its
+      // own error code, so it does not fail the listing (libstdc++ sets ENOENT).
+      std::error_code missing;
+      complete = fs::is_regular_file(ShardPath(directory, step, s, num_stages), missing);
     }
     if (complete && (!latest || step > *latest)) latest = step;
   }

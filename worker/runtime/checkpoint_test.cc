@@ -152,5 +152,16 @@ TEST_F(CheckpointTest, LatestCompleteStepIgnoresStepsWithMissingShards) {
   EXPECT_FALSE(fs::exists(ShardPath(dir_, 20, 0, 2) + ".tmp"));
 }
 
+// A stage died between the shards of the first checkpoint: a restart that
+// resumes finds nothing complete and starts afresh, whatever the listing order.
+TEST_F(CheckpointTest, OnlyAnIncompleteStepMeansNothingToResume) {
+  Stage s0(1, 2, 0);
+  const std::string dir = dir_ + "/first";
+  ASSERT_TRUE(SaveShard(ShardPath(dir, 50, 0, 2), s0.Meta(50), s0.model, *s0.optimizer).ok());
+  absl::StatusOr<std::optional<int64_t>> latest = LatestCompleteStep(dir, 2);
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_FALSE(latest->has_value());
+}
+
 }  // namespace
 }  // namespace paci
