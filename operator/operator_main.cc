@@ -23,6 +23,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/crash_handler.h"
 #include "common/grpc_security.h"
 #include "common/metrics_http_server.h"
 #include "common/status_macros.h"
@@ -194,6 +195,7 @@ int main(int argc, char** argv) {
       "the paci TrainingJob operator: --kubeconfig=FILE --coordinator=HOST:PORT");
   absl::ParseCommandLine(argc, argv);
   google::InitGoogleLogging(argv[0]);
+  paci::InstallCrashHandler("paci_operator");
   FLAGS_logtostderr = true;
   absl::Status status = Main();
   if (!status.ok()) {

@@ -19,6 +19,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/crash_handler.h"
 #include "common/grpc_security.h"
 #include "common/metrics_http_server.h"
 #include "common/status_macros.h"
@@ -118,6 +119,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("the paci coordinator: --listen=HOST:PORT --db=FILE");
   absl::ParseCommandLine(argc, argv);
   google::InitGoogleLogging(argv[0]);
+  paci::InstallCrashHandler("paci_coordinator");
   FLAGS_logtostderr = true;
   absl::Status status = Main();
   if (!status.ok()) {

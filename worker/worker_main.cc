@@ -25,6 +25,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/crash_handler.h"
 #include "common/grpc_security.h"
 #include "common/job_spec.h"
 #include "common/metrics_http_server.h"
@@ -176,6 +177,7 @@ int main(int argc, char** argv) {
       "runs pipeline stages: --coordinator=HOST:PORT, or --spec=FILE --stage=S --peers=A,B,...");
   absl::ParseCommandLine(argc, argv);
   google::InitGoogleLogging(argv[0]);
+  paci::InstallCrashHandler("paci_worker");
   FLAGS_logtostderr = true;
   sigset_t set;
   sigemptyset(&set);
