@@ -1,6 +1,7 @@
 #include "operator/controller/work_queue.h"
 
-#include <thread>
+#include <chrono>
+#include <future>
 
 #include <gtest/gtest.h>
 
@@ -65,13 +66,16 @@ TEST(WorkQueueTest, FailuresBackOffExponentiallyUntilForgotten) {
 
 TEST(WorkQueueTest, ShutDownWakesAWaitingWorker) {
   WorkQueue queue;
-  std::thread worker([&] {
+  std::future<bool> got = std::async(std::launch::async, [&] {
     std::string key;
-    EXPECT_FALSE(queue.Get(&key));
+    return queue.Get(&key);
   });
-  absl::SleepFor(absl::Milliseconds(20));
+  // An empty queue keeps the worker waiting...
+  EXPECT_EQ(got.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout);
   queue.ShutDown();
-  worker.join();
+  // ...until it shuts down.
+  ASSERT_EQ(got.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  EXPECT_FALSE(got.get());
 }
 
 }  // namespace
