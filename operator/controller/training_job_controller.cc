@@ -131,10 +131,11 @@ void TrainingJobController::Work() {
 
 void TrainingJobController::UpdatePhaseCounts() {
   std::map<std::string, int> counts;
-  for (const json& job : jobs_->List()) {
-    const json& phase = job.value("status", json::object()).value("phase", json());
-    ++counts[phase.is_string() ? phase.get<std::string>() : "Pending"];
-  }
+  static const json::json_pointer kPhase("/status/phase");
+  jobs_->Visit([&](const json& job) {
+    const bool has_phase = job.contains(kPhase) && job.at(kPhase).is_string();
+    ++counts[has_phase ? job.at(kPhase).get<std::string>() : "Pending"];
+  });
   metrics_.SetJobPhases(counts);
 }
 

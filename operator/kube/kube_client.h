@@ -124,10 +124,6 @@ class KubeClient {
                      WatchCanceller* canceller = nullptr);
 
  private:
-  struct Response {
-    int code = 0;
-    std::string body;
-  };
   absl::StatusOr<nlohmann::json> Call(const std::string& verb, const std::string& path,
                                       const std::string& body, const std::string& content_type);
   void Observe(const std::string& verb, int code);
