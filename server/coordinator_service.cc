@@ -55,7 +55,12 @@ grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* context,
 grpc::Status CoordinatorService::GetJob(grpc::ServerContext* context,
                                         const v1::GetJobRequest* request, v1::Job* response) {
   if (grpc::Status admitted = Admit(*context, &request->name()); !admitted.ok()) return admitted;
-  return Reply(manager_.Get(request->name()), response);
+  grpc::Status status = Reply(manager_.Get(request->name()), response);
+  if (status.ok() && request->omit_loss_history()) {
+    response->mutable_status()->clear_train_loss_history();
+    response->mutable_status()->clear_validation_loss_history();
+  }
+  return status;
 }
 
 grpc::Status CoordinatorService::GetJobTrace(grpc::ServerContext* context,

@@ -33,12 +33,10 @@ absl::StatusOr<v1::Job> GrpcCoordinatorJobs::Submit(const v1::JobSpec& spec) {
 absl::StatusOr<v1::Job> GrpcCoordinatorJobs::Get(const std::string& name) {
   v1::GetJobRequest request;
   request.set_name(name);
+  request.set_omit_loss_history(true);  // it mirrors progress, not the history
   v1::Job job;
   grpc::Status status = stub_->GetJob(Context().get(), request, &job);
   if (!status.ok()) return FromGrpc(status, "GetJob " + name);
-  // The operator mirrors progress, not the history: keep what it reads small.
-  job.mutable_status()->clear_train_loss_history();
-  job.mutable_status()->clear_validation_loss_history();
   return job;
 }
 

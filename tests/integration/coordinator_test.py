@@ -179,6 +179,11 @@ class CoordinatorTest(unittest.TestCase):
         self.assertEqual([s.drift_bound for s in final.stages], [1, 0])
         self.assertTrue(all(s.drift_max <= s.drift_bound for s in final.stages))
         self.assertTrue(any(cond.type == "Succeeded" and cond.status for cond in final.conditions))
+        # Pollers can leave the histories out.
+        brief = c.stub.GetJob(cpb.GetJobRequest(name="py", omit_loss_history=True))
+        self.assertEqual(brief.status.step, 20)
+        self.assertEqual(len(brief.status.train_loss_history), 0)
+        self.assertEqual(len(brief.status.validation_loss_history), 0)
         # Idempotent submission of the same spec returns the same job.
         self.assertEqual(phase(c.submit(spec("py", steps=20))), "SUCCEEDED")
         with self.assertRaises(grpc.RpcError) as err:
