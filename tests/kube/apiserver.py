@@ -18,6 +18,9 @@ the semantics that clients (the real kubectl, the operator's C++ client) rely on
   merge), delete (finalizers, deletionTimestamp, owner-reference cascade,
   propagationPolicy Orphan), `dryRun=All`; the status subresource; metadata.generation
   bumped only by spec changes; Table output for `kubectl get` (and `get -w`);
+* Pod Security admission (tests/kube/pod_security.py): pods in a namespace labelled
+  `pod-security.kubernetes.io/enforce: baseline|restricted` that break the level are
+  refused (403 Forbidden, the real wording); `.../warn` answers with a Warning header;
 * watch (`?watch=true`): chunked newline-delimited JSON events
   `{"type": "ADDED|MODIFIED|DELETED|BOOKMARK|ERROR", "object": {...}}`, replayed from
   `resourceVersion` out of a bounded history, or starting with ADDED for every
@@ -69,6 +72,8 @@ import traceback
 import urllib.parse
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pod_security  # tests/kube/pod_security.py: Pod Security admission
 
 try:
     import yaml
@@ -933,6 +938,30 @@ class Store:
         elif rt.key == ("apiextensions.k8s.io", "customresourcedefinitions"):
             self._check_crd(rt, obj)
 
+    def _admit(self, rt, obj, old, warnings):
+        """Pod Security admission (tests/kube/pod_security.py) of a pod or namespace
+        being created (old None) or updated; raises the refusal, appends warnings."""
+        if rt.key == ("", "pods"):
+            m = obj["metadata"]
+            namespace = self.objects[("", "namespaces")].get((None, m.get("namespace")))
+            labels = (namespace or {}).get("metadata", {}).get("labels")
+            refusal, found = pod_security.admit_pod(labels, obj, old)
+            if refusal:
+                raise ApiError(403, "Forbidden", 'pods "%s" is forbidden: %s' % (m["name"], refusal),
+                               {"name": m["name"], "kind": "pods"})
+            warnings.extend(found)
+        elif rt.key == ("", "namespaces"):
+            m = obj["metadata"]
+            old_labels = old["metadata"].get("labels") if old is not None else None
+            errors = pod_security.label_errors(m.get("labels"), old_labels)
+            if errors:
+                raise invalid(rt, m["name"], [FieldError("Invalid value", field, value, detail)
+                                              for field, value, detail in errors])
+            if old is not None:
+                pods = [p for (ns, _), p in sorted(self.objects[("", "pods")].items()) if ns == m["name"]]
+                warnings.extend(pod_security.namespace_update_warnings(m["name"], m.get("labels"),
+                                                                       old_labels, pods))
+
     def create(self, rt, namespace, body, query, dry_run=False, warnings=None):
         warnings = [] if warnings is None else warnings
         self._check_body(rt, body)
@@ -973,6 +1002,7 @@ class Store:
             m["creationTimestamp"] = now_rfc3339()
             m["generation"] = 1
             self._shape(rt, obj, query.get("fieldValidation", "Warn"), warnings)
+            self._admit(rt, obj, None, warnings)
             if rt.key == ("", "pods"):
                 obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
             elif rt.key == ("", "namespaces"):
@@ -1054,6 +1084,8 @@ class Store:
                                    "finalizers []string{%s}" % ", ".join(json.dumps(f) for f in sorted(added)))])
             meta(obj)["resourceVersion"] = cm["resourceVersion"]
             self._shape(rt, obj, query.get("fieldValidation", "Warn"), warnings)
+            if subresource is None:
+                self._admit(rt, obj, current, warnings)
             if rt.key == ("apiextensions.k8s.io", "customresourcedefinitions"):
                 obj["status"] = self._crd_status(obj)
 
@@ -1455,7 +1487,8 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         for key, value in (headers or {}).items():
-            self.send_header(key, value)
+            for one in value if isinstance(value, list) else [value]:
+                self.send_header(key, one)
         # Headers and body in one write.
         self._headers_buffer.append(b"\r\n")
         if self.command != "HEAD":
@@ -1562,8 +1595,8 @@ class Handler(BaseHTTPRequestHandler):
         def done(code, obj):
             headers = {}
             if warnings:
-                # One Warning header is enough for the tests; kubectl prints each.
-                headers["Warning"] = '299 - "%s"' % warnings[0].replace('"', '\\"')
+                # One Warning header each, as the real server sends them; kubectl prints each.
+                headers["Warning"] = ['299 - "%s"' % w.replace('"', '\\"') for w in warnings]
             return code, obj, headers
 
         if method == "GET" and watch:
