@@ -32,17 +32,33 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     auto ca = ReadFile(tls.ca_file, "TLS CA");
     if (!ca.ok()) return ca.status();
     options.pem_root_certs = *ca;
+    // A CA on a server means mutual TLS: every client presents a certificate it signed.
+    options.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
   }
   return grpc::SslServerCredentials(options);
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
     const TlsFiles& tls) {
-  if (tls.ca_file.empty()) return grpc::InsecureChannelCredentials();
+  if (tls.ca_file.empty()) {
+    if (!tls.cert_file.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("client certificate ", tls.cert_file, " given without the server's CA"));
+    }
+    return grpc::InsecureChannelCredentials();
+  }
   auto ca = ReadFile(tls.ca_file, "TLS CA");
   if (!ca.ok()) return ca.status();
   grpc::SslCredentialsOptions options;
   options.pem_root_certs = *ca;
+  if (!tls.cert_file.empty() || !tls.key_file.empty()) {
+    auto cert = ReadFile(tls.cert_file, "TLS client certificate");
+    if (!cert.ok()) return cert.status();
+    auto key = ReadFile(tls.key_file, "TLS client private key");
+    if (!key.ok()) return key.status();
+    options.pem_cert_chain = *cert;
+    options.pem_private_key = *key;
+  }
   return grpc::SslCredentials(options);
 }
 

@@ -12,18 +12,22 @@ namespace paci {
 // TLS material for a gRPC endpoint. All empty: plaintext (the local default,
 // on loopback). Files are PEM.
 struct TlsFiles {
-  std::string cert_file;  // this endpoint's certificate (servers)
-  std::string key_file;   // its private key (servers)
-  std::string ca_file;    // the CA that signed the peer (clients: the server's)
+  std::string cert_file;  // this endpoint's certificate (servers; clients under mutual TLS)
+  std::string key_file;   // its private key
+  // The CA that signed the peer: for clients the server's; for servers the
+  // clients' (mutual TLS: a client without a certificate it signed is refused).
+  std::string ca_file;
   bool enabled() const { return !cert_file.empty() || !ca_file.empty(); }
 };
 
-// Server credentials: TLS when cert_file and key_file are given, else
-// insecure. InvalidArgument naming the file that cannot be read.
+// Server credentials: TLS when cert_file and key_file are given, requiring
+// client certificates signed by ca_file when that is given; else insecure.
+// InvalidArgument naming the file that cannot be read.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const TlsFiles& tls);
 
-// Channel credentials: TLS trusting ca_file when given, else insecure.
+// Channel credentials: TLS trusting ca_file when given, presenting
+// cert_file/key_file as the client certificate when given; else insecure.
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
     const TlsFiles& tls);
 

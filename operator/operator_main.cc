@@ -38,6 +38,14 @@ ABSL_FLAG(std::string, watch_namespace, "", "watch TrainingJobs in this namespac
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "host:port of the coordinator");
 ABSL_FLAG(std::string, coordinator_auth_token_file, "", "bearer token for the coordinator");
 ABSL_FLAG(std::string, coordinator_tls_ca, "", "PEM CA of the coordinator's certificate (TLS)");
+ABSL_FLAG(std::string, coordinator_tls_cert, "",
+          "PEM client certificate to present to the coordinator (mutual TLS)");
+ABSL_FLAG(std::string, coordinator_tls_key, "", "PEM private key for --coordinator_tls_cert");
+ABSL_FLAG(std::string, worker_secret, "",
+          "Secret (in each job's namespace) mounted into worker pods for their credentials");
+ABSL_FLAG(std::string, worker_secret_flags,
+          "ca.crt=tls_ca,tls.crt=tls_cert,tls.key=tls_key,token=auth_token_file",
+          "KEY=FLAG,...: each key of --worker_secret passed to the worker as --FLAG=<file>");
 ABSL_FLAG(std::string, worker_coordinator_address, "",
           "the coordinator as worker pods reach it; default: --coordinator");
 ABSL_FLAG(std::string, worker_image, "paci-worker:latest", "image of worker pods");
@@ -90,7 +98,9 @@ absl::Status Main() {
     ASSIGN_OR_RETURN(token, ReadTokenFile(absl::GetFlag(FLAGS_coordinator_auth_token_file)));
   }
   ASSIGN_OR_RETURN(auto credentials,
-                   MakeChannelCredentials(TlsFiles{"", "", absl::GetFlag(FLAGS_coordinator_tls_ca)}));
+                   MakeChannelCredentials(TlsFiles{absl::GetFlag(FLAGS_coordinator_tls_cert),
+                                                   absl::GetFlag(FLAGS_coordinator_tls_key),
+                                                   absl::GetFlag(FLAGS_coordinator_tls_ca)}));
   GrpcCoordinatorJobs coordinator(
       grpc::CreateChannel(absl::GetFlag(FLAGS_coordinator), credentials), token);
 
@@ -110,6 +120,16 @@ absl::Status Main() {
   for (absl::string_view arg :
        absl::StrSplit(absl::GetFlag(FLAGS_worker_args), ',', absl::SkipEmpty())) {
     reconciler.extra_worker_args.emplace_back(arg);
+  }
+  reconciler.worker_secret = absl::GetFlag(FLAGS_worker_secret);
+  for (absl::string_view item :
+       absl::StrSplit(absl::GetFlag(FLAGS_worker_secret_flags), ',', absl::SkipEmpty())) {
+    std::pair<std::string, std::string> key_flag = absl::StrSplit(item, absl::MaxSplits('=', 1));
+    if (key_flag.first.empty() || key_flag.second.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--worker_secret_flags: \"", std::string(item), "\" is not KEY=FLAG"));
+    }
+    reconciler.worker_secret_flags.push_back(std::move(key_flag));
   }
 
   // The controller runs only while this replica leads.

@@ -4,6 +4,7 @@
 //   pacictl train SPEC.yaml [--summary=PATH] [--trace=PATH]
 //   pacictl submit SPEC.yaml | get NAME | list [--phase=P] | watch NAME | cancel NAME
 //           [--coordinator=HOST:PORT] [--auth_token_file=F] [--tls_ca=F]
+//           [--tls_cert=F --tls_key=F]
 
 #include <signal.h>
 #include <unistd.h>
@@ -48,6 +49,8 @@ ABSL_FLAG(std::string, coordinator_binary, "",
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "the coordinator to talk to");
 ABSL_FLAG(std::string, auth_token_file, "", "bearer token to present to the coordinator");
 ABSL_FLAG(std::string, tls_ca, "", "PEM CA that signed the coordinator's certificate (TLS)");
+ABSL_FLAG(std::string, tls_cert, "", "PEM client certificate, when the coordinator asks for one");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key for --tls_cert");
 ABSL_FLAG(std::string, phase, "", "list: only jobs in this phase (QUEUED, RUNNING, ...)");
 
 namespace {
@@ -67,7 +70,7 @@ constexpr char kUsage[] =
     "watch   live progress of a job until it ends; exits 0 when it succeeded.\n"
     "cancel  stops a job's stages; it ends Cancelled.\n"
     "The client commands talk to --coordinator (default 127.0.0.1:7070) with\n"
-    "--auth_token_file and --tls_ca when it asks for them.\n"
+    "--auth_token_file, --tls_ca and (mutual TLS) --tls_cert/--tls_key when it asks for them.\n"
     "Exit codes: 0 success, 1 failed, 2 usage or spec error, 130 interrupted.\n";
 
 std::atomic<bool> stop_requested{false};
@@ -249,7 +252,8 @@ int main(int argc, char** argv) {
   const std::string argument = needs_argument ? args[2] : "";
   if (command == "train") return Train(argument);
 
-  auto credentials = paci::MakeChannelCredentials({"", "", absl::GetFlag(FLAGS_tls_ca)});
+  auto credentials = paci::MakeChannelCredentials(
+      {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key), absl::GetFlag(FLAGS_tls_ca)});
   std::string token;
   if (!absl::GetFlag(FLAGS_auth_token_file).empty()) {
     absl::StatusOr<std::string> read = paci::ReadTokenFile(absl::GetFlag(FLAGS_auth_token_file));
@@ -260,7 +264,7 @@ int main(int argc, char** argv) {
     token = *read;
   }
   if (!credentials.ok()) {
-    std::cerr << "pacictl: --tls_ca: " << credentials.status().message() << "\n";
+    std::cerr << "pacictl: TLS: " << credentials.status().message() << "\n";
     return paci::kExitUsage;
   }
   Client client(paci::v1::Coordinator::NewStub(

@@ -42,7 +42,9 @@ ABSL_FLAG(std::string, device, "cpu", "the device stages run on");
 ABSL_FLAG(std::string, auth_token_file, "", "bearer token to present to the coordinator");
 ABSL_FLAG(std::string, tls_ca, "",
           "PEM CA that signed the coordinator's and the other workers' certificates (TLS)");
-ABSL_FLAG(std::string, tls_cert, "", "PEM certificate: serve the stage links over TLS");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate: serve the stage links over TLS, and present it to the coordinator "
+          "(mutual TLS)");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key for --tls_cert");
 ABSL_FLAG(std::string, spec, "", "job spec (YAML) when started by hand");
 ABSL_FLAG(int, stage, -1, "the stage to run, when started by hand");
@@ -121,7 +123,9 @@ absl::Status Main() {
   StageHostOptions host_options;
   host_options.report_interval = absl::Seconds(absl::GetFlag(FLAGS_report_interval_seconds));
   ASSIGN_OR_RETURN(host_options.link_credentials,
-                   MakeChannelCredentials(TlsFiles{"", "", absl::GetFlag(FLAGS_tls_ca)}));
+                   MakeChannelCredentials(TlsFiles{absl::GetFlag(FLAGS_tls_cert),
+                                                   absl::GetFlag(FLAGS_tls_key),
+                                                   absl::GetFlag(FLAGS_tls_ca)}));
   absl::Status status;
   if (!coordinated) {
     // Nobody to report to: the stage logs its validation losses itself.

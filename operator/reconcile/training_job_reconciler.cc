@@ -9,6 +9,8 @@
 #include "absl/strings/str_format.h"
 #include "common/job_phase.h"
 #include "common/job_spec.h"
+#include "operator/reconcile/job_objects.h"
+#include "operator/reconcile/json_fields.h"
 
 namespace paci::op {
 namespace {
@@ -33,18 +35,6 @@ absl::Time FromTimestamp(const google::protobuf::Timestamp& ts) {
 
 bool IsFinished(const std::string& phase) {
   return phase == kPhaseSucceeded || phase == kPhaseFailed || phase == kPhaseCancelled;
-}
-
-const json& Field(const json& object, const char* key) {
-  static const json kEmpty = json::object();
-  if (!object.is_object()) return kEmpty;
-  auto it = object.find(key);
-  return it == object.end() || it->is_null() ? kEmpty : *it;
-}
-
-std::string StringField(const json& object, const char* key) {
-  const json& value = Field(object, key);
-  return value.is_string() ? value.get<std::string>() : "";
 }
 
 bool HasFinalizer(const json& meta) {
@@ -94,110 +84,6 @@ void ClearCondition(json& status, const std::string& type, const std::string& re
       return;
     }
   }
-}
-
-json OwnerReference(const json& job) {
-  const json& meta = Field(job, "metadata");
-  return json::array({{{"apiVersion", "paci.dev/v1alpha1"},
-                       {"kind", "TrainingJob"},
-                       {"name", StringField(meta, "name")},
-                       {"uid", StringField(meta, "uid")},
-                       {"controller", true},
-                       {"blockOwnerDeletion", true}}});
-}
-
-std::string ServiceName(const std::string& job_name) { return job_name + "-workers"; }
-
-json ServiceFor(const json& job, const ReconcilerOptions& options) {
-  const json& meta = Field(job, "metadata");
-  const std::string name = StringField(meta, "name");
-  return {{"apiVersion", "v1"},
-          {"kind", "Service"},
-          {"metadata",
-           {{"name", ServiceName(name)},
-            {"namespace", StringField(meta, "namespace")},
-            {"labels", {{kJobNameLabel, name}, {kRoleLabel, "worker"}}},
-            {"ownerReferences", OwnerReference(job)}}},
-          {"spec",
-           {{"clusterIP", "None"},
-            {"selector", {{kJobNameLabel, name}}},
-            {"publishNotReadyAddresses", true},
-            {"ports",
-             json::array({{{"name", "link"}, {"port", options.link_port}},
-                          {{"name", "metrics"}, {"port", options.metrics_port}}})}}}};
-}
-
-json PodFor(const json& job, int index, const ReconcilerOptions& options) {
-  const json& meta = Field(job, "metadata");
-  const json& worker = Field(Field(job, "spec"), "worker");
-  const std::string name = StringField(meta, "name");
-  const std::string image = StringField(worker, "image");
-
-  json args = json::array({
-      "--coordinator=" + options.worker_coordinator_address,
-      std::string("--worker_id=$(POD_NAMESPACE).$(POD_NAME)"),
-      absl::StrCat("--labels=", kWorkerSelectorKey, "=", WorkerSelectorValue(job)),
-      absl::StrCat("--listen=$(POD_IP):", options.link_port),
-      std::string("--advertise_host=$(POD_IP)"),
-      absl::StrCat("--metrics_address=$(POD_IP):", options.metrics_port),
-  });
-  for (const std::string& arg : options.extra_worker_args) args.push_back(arg);
-
-  json env = json::array({
-      {{"name", "POD_NAME"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "metadata.name"}}}}}},
-      {{"name", "POD_NAMESPACE"},
-       {"valueFrom", {{"fieldRef", {{"fieldPath", "metadata.namespace"}}}}}},
-      {{"name", "POD_IP"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "status.podIP"}}}}}},
-  });
-  const json& user_env = Field(worker, "env");
-  if (user_env.is_array()) {
-    for (const json& variable : user_env) env.push_back(variable);
-  }
-
-  json container = {
-      {"name", "worker"},
-      {"image", image.empty() ? options.default_worker_image : image},
-      {"command", json::array({options.worker_command})},
-      {"args", args},
-      {"env", env},
-      {"ports", json::array({{{"name", "link"}, {"containerPort", options.link_port}},
-                             {{"name", "metrics"}, {"containerPort", options.metrics_port}}})},
-      {"securityContext",
-       {{"allowPrivilegeEscalation", false},
-        {"runAsNonRoot", true},
-        {"capabilities", {{"drop", json::array({"ALL"})}}}}},
-  };
-  if (worker.contains("imagePullPolicy")) container["imagePullPolicy"] = worker["imagePullPolicy"];
-  if (worker.contains("resources")) container["resources"] = worker["resources"];
-
-  json pod_spec = {
-      {"restartPolicy", "Never"},
-      {"hostname", absl::StrCat(name, "-worker-", index)},
-      {"subdomain", ServiceName(name)},
-      {"automountServiceAccountToken", false},
-      {"terminationGracePeriodSeconds", 10},
-      {"containers", json::array({container})},
-  };
-  for (const char* key : {"nodeSelector", "tolerations", "serviceAccountName"}) {
-    if (worker.contains(key)) pod_spec[key] = worker[key];
-  }
-
-  return {{"apiVersion", "v1"},
-          {"kind", "Pod"},
-          {"metadata",
-           {{"name", absl::StrCat(name, "-worker-", index)},
-            {"namespace", StringField(meta, "namespace")},
-            {"labels",
-             {{kJobNameLabel, name},
-              {kRoleLabel, "worker"},
-              {kWorkerIndexLabel, std::to_string(index)},
-              {"app.kubernetes.io/name", "paci-worker"},
-              {"paci.dev/trainingjob", name}}},
-            {"annotations",
-             {{"prometheus.io/scrape", "true"},
-              {"prometheus.io/port", std::to_string(options.metrics_port)}}},
-            {"ownerReferences", OwnerReference(job)}}},
-          {"spec", pod_spec}};
 }
 
 // Deletes every pod of the job not already on its way out.
@@ -380,6 +266,11 @@ ReconcileActions ReconcileTrainingJob(const ObservedWorld& world,
   const std::string submit_name =
       coordinator_name.empty() ? CoordinatorJobName(job) : coordinator_name;
   absl::StatusOr<v1::JobSpec> job_spec = JobSpecFromTrainingJob(job, submit_name);
+  if (job_spec.ok()) {
+    if (absl::Status worker = ValidateWorkerTemplate(Field(spec, "worker")); !worker.ok()) {
+      job_spec = worker;
+    }
+  }
   if (!job_spec.ok()) {
     const std::string message(job_spec.status().message());
     desired["phase"] = kPhaseFailed;
@@ -409,7 +300,7 @@ ReconcileActions ReconcileTrainingJob(const ObservedWorld& world,
   ClearCondition(desired, "Suspended", "Resumed", generation, world.now);
 
   // The worker pods and their Service.
-  if (!world.service_exists) actions.create_service = ServiceFor(job, options);
+  if (!world.service_exists) actions.create_service = WorkerService(job, options);
   const int stages = job_spec->pipeline().num_stages();
   std::map<int, const json*> by_index;
   for (const json& pod : world.pods) {
@@ -434,7 +325,7 @@ ReconcileActions ReconcileTrainingJob(const ObservedWorld& world,
     }
   }
   for (int index = 0; index < stages; ++index) {
-    if (by_index.count(index) == 0) actions.create_pods.push_back(PodFor(job, index, options));
+    if (by_index.count(index) == 0) actions.create_pods.push_back(WorkerPod(job, index, options));
   }
 
   // The job at the coordinator.

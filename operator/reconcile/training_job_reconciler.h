@@ -9,6 +9,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -29,6 +30,8 @@ inline constexpr char kRoleLabel[] = "paci.dev/role";
 inline constexpr char kWorkerIndexLabel[] = "paci.dev/worker-index";
 // The worker label the coordinator places a job's stages by.
 inline constexpr char kWorkerSelectorKey[] = "paci.dev/job";
+// The user and group worker pods run as by default (the images' "paci").
+inline constexpr int kWorkerUid = 65532;
 
 struct ReconcilerOptions {
   // host:port of the coordinator, as the worker pods reach it.
@@ -38,8 +41,13 @@ struct ReconcilerOptions {
   std::string worker_command = "paci_worker";
   int link_port = 7000;     // the stage link each worker pod serves
   int metrics_port = 9100;  // its /metrics
-  // Extra arguments for every worker (e.g. --auth_token_file, TLS flags).
+  // Extra arguments for every worker.
   std::vector<std::string> extra_worker_args;
+  // A Secret in the job's namespace mounted into every worker pod (at
+  // kWorkerSecretPath), and for each of its keys the worker flag given that
+  // file: e.g. {"ca.crt", "tls_ca"} passes --tls_ca=<path>/ca.crt.
+  std::string worker_secret;
+  std::vector<std::pair<std::string, std::string>> worker_secret_flags;
   // How often a running job's progress is read from the coordinator.
   absl::Duration poll_interval = absl::Seconds(2);
 };

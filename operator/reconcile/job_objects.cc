@@ -1,0 +1,280 @@
+#include "operator/reconcile/job_objects.h"
+
+#include <set>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "operator/reconcile/json_fields.h"
+#include "operator/reconcile/training_job_reconciler.h"
+
+namespace paci::op {
+namespace {
+
+using nlohmann::json;
+
+constexpr char kWorkerField[] = "spec.worker";
+// The operator's own volumes; spec.worker may not use the prefix.
+constexpr char kReservedVolumePrefix[] = "paci-";
+constexpr char kTmpVolume[] = "paci-tmp";
+constexpr char kSecretVolume[] = "paci-coordinator";
+// The env variables the operator sets from the downward API.
+constexpr const char* kOwnEnv[] = {"POD_NAME", "POD_NAMESPACE", "POD_IP"};
+
+absl::Status Invalid(const std::string& field, const std::string& message) {
+  return absl::InvalidArgumentError(absl::StrCat(kWorkerField, ".", field, ": ", message));
+}
+
+std::string Indexed(const char* list, size_t index) {
+  return absl::StrCat(list, "[", index, "]");
+}
+
+std::set<std::string> OwnLabels() {
+  return {kJobNameLabel, kRoleLabel, kWorkerIndexLabel, "paci.dev/trainingjob",
+          "app.kubernetes.io/name"};
+}
+
+// A DNS-1123 label, what Kubernetes requires of a volume's name.
+bool IsDnsLabel(const std::string& name) {
+  if (name.empty() || name.size() > 63) return false;
+  for (char c : name) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) return false;
+  }
+  return name.front() != '-' && name.back() != '-';
+}
+
+// `defaults` with each key of `overrides` in its place (one level deep, as
+// a pod template's securityContext fields are independent settings).
+json Merged(json defaults, const json& overrides) {
+  if (overrides.is_object()) {
+    for (auto it = overrides.begin(); it != overrides.end(); ++it) defaults[it.key()] = it.value();
+  }
+  return defaults;
+}
+
+json OwnerReference(const json& job) {
+  const json& meta = Field(job, "metadata");
+  return json::array({{{"apiVersion", "paci.dev/v1alpha1"},
+                       {"kind", "TrainingJob"},
+                       {"name", StringField(meta, "name")},
+                       {"uid", StringField(meta, "uid")},
+                       {"controller", true},
+                       {"blockOwnerDeletion", true}}});
+}
+
+json WorkerArgs(const json& job, const ReconcilerOptions& options) {
+  json args = json::array({
+      "--coordinator=" + options.worker_coordinator_address,
+      std::string("--worker_id=$(POD_NAMESPACE).$(POD_NAME)"),
+      absl::StrCat("--labels=", kWorkerSelectorKey, "=", WorkerSelectorValue(job)),
+      absl::StrCat("--listen=$(POD_IP):", options.link_port),
+      std::string("--advertise_host=$(POD_IP)"),
+      absl::StrCat("--metrics_address=$(POD_IP):", options.metrics_port),
+  });
+  if (!options.worker_secret.empty()) {
+    for (const auto& [key, flag] : options.worker_secret_flags) {
+      args.push_back(absl::StrCat("--", flag, "=", kWorkerSecretPath, "/", key));
+    }
+  }
+  for (const std::string& arg : options.extra_worker_args) args.push_back(arg);
+  return args;
+}
+
+json WorkerEnv(const json& worker) {
+  json env = json::array({
+      {{"name", "POD_NAME"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "metadata.name"}}}}}},
+      {{"name", "POD_NAMESPACE"},
+       {"valueFrom", {{"fieldRef", {{"fieldPath", "metadata.namespace"}}}}}},
+      {{"name", "POD_IP"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "status.podIP"}}}}}},
+  });
+  const json& user_env = Field(worker, "env");
+  if (user_env.is_array()) {
+    for (const json& variable : user_env) env.push_back(variable);
+  }
+  return env;
+}
+
+bool MountsAt(const json& mounts, const std::string& path) {
+  if (!mounts.is_array()) return false;
+  for (const json& mount : mounts) {
+    if (StringField(mount, "mountPath") == path) return true;
+  }
+  return false;
+}
+
+// Volumes and mounts: the user's, /tmp as an emptyDir unless the user mounts
+// something there (the root file system is read-only), the worker Secret.
+void AddVolumes(const json& worker, const ReconcilerOptions& options, json& pod_spec,
+                json& container) {
+  json volumes = Field(worker, "volumes").is_array() ? Field(worker, "volumes") : json::array();
+  json mounts =
+      Field(worker, "volumeMounts").is_array() ? Field(worker, "volumeMounts") : json::array();
+  if (!MountsAt(mounts, "/tmp")) {
+    volumes.push_back({{"name", kTmpVolume}, {"emptyDir", json::object()}});
+    mounts.push_back({{"name", kTmpVolume}, {"mountPath", "/tmp"}});
+  }
+  if (!options.worker_secret.empty()) {
+    volumes.push_back({{"name", kSecretVolume},
+                       {"secret", {{"secretName", options.worker_secret}, {"defaultMode", 0440}}}});
+    mounts.push_back(
+        {{"name", kSecretVolume}, {"mountPath", kWorkerSecretPath}, {"readOnly", true}});
+  }
+  pod_spec["volumes"] = volumes;
+  container["volumeMounts"] = mounts;
+}
+
+}  // namespace
+
+std::string WorkerServiceName(const std::string& job_name) { return job_name + "-workers"; }
+
+absl::Status ValidateWorkerTemplate(const json& worker) {
+  std::set<std::string> volume_names;
+  const json& volumes = Field(worker, "volumes");
+  if (volumes.is_array()) {
+    for (size_t i = 0; i < volumes.size(); ++i) {
+      const std::string name = StringField(volumes[i], "name");
+      const std::string field = Indexed("volumes", i) + ".name";
+      if (!IsDnsLabel(name)) {
+        return Invalid(field, absl::StrCat("\"", name,
+                                           "\" is not a DNS-1123 label (lower-case letters, "
+                                           "digits and '-', at most 63)"));
+      }
+      if (name.rfind(kReservedVolumePrefix, 0) == 0) {
+        return Invalid(field, absl::StrCat("\"", name, "\": names starting with \"",
+                                           kReservedVolumePrefix, "\" are the operator's"));
+      }
+      if (!volume_names.insert(name).second) {
+        return Invalid(field, absl::StrCat("duplicate volume name \"", name, "\""));
+      }
+    }
+  }
+  std::set<std::string> mount_paths;
+  const json& mounts = Field(worker, "volumeMounts");
+  if (mounts.is_array()) {
+    for (size_t i = 0; i < mounts.size(); ++i) {
+      const std::string name = StringField(mounts[i], "name");
+      const std::string path = StringField(mounts[i], "mountPath");
+      if (volume_names.count(name) == 0) {
+        return Invalid(Indexed("volumeMounts", i) + ".name",
+                       absl::StrCat("no volume named \"", name, "\" in ", kWorkerField,
+                                    ".volumes"));
+      }
+      const std::string path_field = Indexed("volumeMounts", i) + ".mountPath";
+      if (path.empty() || path.front() != '/') {
+        return Invalid(path_field, absl::StrCat("\"", path, "\" is not an absolute path"));
+      }
+      if (!mount_paths.insert(path).second) {
+        return Invalid(path_field, absl::StrCat("\"", path, "\" is mounted twice"));
+      }
+    }
+  }
+  for (const char* map : {"labels", "annotations"}) {
+    const json& entries = Field(worker, map);
+    if (!entries.is_object()) continue;
+    for (const std::string& own : OwnLabels()) {
+      if (entries.contains(own)) {
+        return Invalid(absl::StrCat(map, "[", own, "]"), "set by the operator; choose another key");
+      }
+    }
+  }
+  const json& env = Field(worker, "env");
+  if (env.is_array()) {
+    for (size_t i = 0; i < env.size(); ++i) {
+      const std::string name = StringField(env[i], "name");
+      for (const char* own : kOwnEnv) {
+        if (name == own) {
+          return Invalid(Indexed("env", i) + ".name",
+                         absl::StrCat(name, " is set by the operator (downward API)"));
+        }
+      }
+      if (env[i].contains("value") && env[i].contains("valueFrom")) {
+        return Invalid(Indexed("env", i), "give value or valueFrom, not both");
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+json WorkerService(const json& job, const ReconcilerOptions& options) {
+  const json& meta = Field(job, "metadata");
+  const std::string name = StringField(meta, "name");
+  return {{"apiVersion", "v1"},
+          {"kind", "Service"},
+          {"metadata",
+           {{"name", WorkerServiceName(name)},
+            {"namespace", StringField(meta, "namespace")},
+            {"labels", {{kJobNameLabel, name}, {kRoleLabel, "worker"}}},
+            {"ownerReferences", OwnerReference(job)}}},
+          {"spec",
+           {{"clusterIP", "None"},
+            {"selector", {{kJobNameLabel, name}}},
+            {"publishNotReadyAddresses", true},
+            {"ports",
+             json::array({{{"name", "link"}, {"port", options.link_port}},
+                          {{"name", "metrics"}, {"port", options.metrics_port}}})}}}};
+}
+
+json WorkerPod(const json& job, int index, const ReconcilerOptions& options) {
+  const json& meta = Field(job, "metadata");
+  const json& worker = Field(Field(job, "spec"), "worker");
+  const std::string name = StringField(meta, "name");
+  const std::string image = StringField(worker, "image");
+  const std::string pod_name = absl::StrCat(name, "-worker-", index);
+
+  json container = {
+      {"name", "worker"},
+      {"image", image.empty() ? options.default_worker_image : image},
+      {"command", json::array({options.worker_command})},
+      {"args", WorkerArgs(job, options)},
+      {"env", WorkerEnv(worker)},
+      {"ports", json::array({{{"name", "link"}, {"containerPort", options.link_port}},
+                             {{"name", "metrics"}, {"containerPort", options.metrics_port}}})},
+      {"securityContext", Merged({{"allowPrivilegeEscalation", false},
+                                  {"readOnlyRootFilesystem", true},
+                                  {"capabilities", {{"drop", json::array({"ALL"})}}}},
+                                 Field(worker, "securityContext"))},
+  };
+  for (const char* key : {"imagePullPolicy", "resources", "envFrom"}) {
+    if (worker.contains(key)) container[key] = worker[key];
+  }
+
+  json pod_spec = {
+      {"restartPolicy", "Never"},
+      {"hostname", pod_name},
+      {"subdomain", WorkerServiceName(name)},
+      {"automountServiceAccountToken", false},
+      {"terminationGracePeriodSeconds", 10},
+      {"securityContext", Merged({{"runAsNonRoot", true},
+                                  {"runAsUser", kWorkerUid},
+                                  {"runAsGroup", kWorkerUid},
+                                  {"fsGroup", kWorkerUid},
+                                  {"seccompProfile", {{"type", "RuntimeDefault"}}}},
+                                 Field(worker, "podSecurityContext"))},
+  };
+  AddVolumes(worker, options, pod_spec, container);
+  pod_spec["containers"] = json::array({container});
+  for (const char* key : {"nodeSelector", "tolerations", "serviceAccountName", "affinity",
+                          "priorityClassName", "schedulerName", "imagePullSecrets"}) {
+    if (worker.contains(key)) pod_spec[key] = worker[key];
+  }
+
+  json labels = Field(worker, "labels");  // an empty object when absent
+  labels[kJobNameLabel] = name;
+  labels[kRoleLabel] = "worker";
+  labels[kWorkerIndexLabel] = std::to_string(index);
+  labels["app.kubernetes.io/name"] = "paci-worker";
+  labels["paci.dev/trainingjob"] = name;
+  json annotations = Field(worker, "annotations");
+  annotations["prometheus.io/scrape"] = "true";
+  annotations["prometheus.io/port"] = std::to_string(options.metrics_port);
+  return {{"apiVersion", "v1"},
+          {"kind", "Pod"},
+          {"metadata",
+           {{"name", pod_name},
+            {"namespace", StringField(meta, "namespace")},
+            {"labels", labels},
+            {"annotations", annotations},
+            {"ownerReferences", OwnerReference(job)}}},
+          {"spec", pod_spec}};
+}
+
+}  // namespace paci::op

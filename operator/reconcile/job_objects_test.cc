@@ -1,0 +1,184 @@
+#include "operator/reconcile/job_objects.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "operator/reconcile/training_job_reconciler.h"
+
+namespace paci::op {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+json Job(json worker) {
+  json job = json::parse(R"({
+    "apiVersion": "paci.dev/v1alpha1", "kind": "TrainingJob",
+    "metadata": {"name": "kjv", "namespace": "team-a", "uid": "0123456789abcdef", "generation": 1},
+    "spec": {
+      "model": {"vocabSize": 80, "numLayers": 4, "dModel": 32, "numHeads": 4, "seqLen": 32},
+      "pipeline": {"numStages": 2, "schedule": "paci", "accumulation": 2, "microBatchSize": 4},
+      "optimizer": {"lr": 0.003},
+      "training": {"steps": 60},
+      "data": {"corpusPath": "/data/corpus.txt"}
+    }})");
+  job["spec"]["worker"] = std::move(worker);
+  return job;
+}
+
+const json* Find(const json& list, const std::string& name) {
+  for (const json& item : list) {
+    if (item["name"] == name) return &item;
+  }
+  return nullptr;
+}
+
+TEST(WorkerPodTest, DefaultsMeetTheRestrictedPodSecurityLevel) {
+  const json pod = WorkerPod(Job(json::object()), 0, ReconcilerOptions{});
+  const json& pod_security = pod["spec"]["securityContext"];
+  EXPECT_EQ(pod_security["runAsNonRoot"], true);
+  EXPECT_EQ(pod_security["runAsUser"], kWorkerUid);
+  EXPECT_EQ(pod_security["fsGroup"], kWorkerUid);
+  EXPECT_EQ(pod_security["seccompProfile"]["type"], "RuntimeDefault");
+  const json& container = pod["spec"]["containers"][0];
+  EXPECT_EQ(container["securityContext"]["allowPrivilegeEscalation"], false);
+  EXPECT_EQ(container["securityContext"]["capabilities"]["drop"], json::array({"ALL"}));
+  EXPECT_EQ(container["securityContext"]["readOnlyRootFilesystem"], true);
+  // The root file system is read-only, so /tmp is an emptyDir.
+  const json* tmp = Find(pod["spec"]["volumes"], "paci-tmp");
+  ASSERT_NE(tmp, nullptr);
+  EXPECT_TRUE((*tmp)["emptyDir"].is_object());
+  EXPECT_EQ((*Find(container["volumeMounts"], "paci-tmp"))["mountPath"], "/tmp");
+}
+
+TEST(WorkerPodTest, CarriesThePodTemplateFieldsOfTheSpec) {
+  const json worker = json::parse(R"({
+    "volumes": [{"name": "shared", "persistentVolumeClaim": {"claimName": "paci-shared"}}],
+    "volumeMounts": [{"name": "shared", "mountPath": "/shared", "subPath": "kjv"}],
+    "labels": {"team": "nlp"}, "annotations": {"owner": "ada"},
+    "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {}}},
+    "priorityClassName": "training", "schedulerName": "volcano",
+    "imagePullSecrets": [{"name": "registry"}],
+    "envFrom": [{"configMapRef": {"name": "tuning"}, "prefix": "T_"}],
+    "env": [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}],
+    "podSecurityContext": {"runAsUser": 1000},
+    "securityContext": {"readOnlyRootFilesystem": false}
+  })");
+  const json pod = WorkerPod(Job(worker), 1, ReconcilerOptions{});
+  const json& spec = pod["spec"];
+  const json& container = spec["containers"][0];
+  EXPECT_EQ((*Find(spec["volumes"], "shared"))["persistentVolumeClaim"]["claimName"],
+            "paci-shared");
+  EXPECT_EQ((*Find(container["volumeMounts"], "shared"))["subPath"], "kjv");
+  EXPECT_EQ(pod["metadata"]["labels"]["team"], "nlp");
+  EXPECT_EQ(pod["metadata"]["labels"][kWorkerIndexLabel], "1");
+  EXPECT_EQ(pod["metadata"]["annotations"]["owner"], "ada");
+  EXPECT_EQ(pod["metadata"]["annotations"]["prometheus.io/scrape"], "true");
+  EXPECT_TRUE(spec["affinity"]["nodeAffinity"].is_object());
+  EXPECT_EQ(spec["priorityClassName"], "training");
+  EXPECT_EQ(spec["schedulerName"], "volcano");
+  EXPECT_EQ(spec["imagePullSecrets"][0]["name"], "registry");
+  EXPECT_EQ(container["envFrom"][0]["prefix"], "T_");
+  EXPECT_EQ((*Find(container["env"], "HF_TOKEN"))["valueFrom"]["secretKeyRef"]["key"], "token");
+  EXPECT_NE(Find(container["env"], "POD_IP"), nullptr);
+  // Overrides replace one setting each; the other defaults stay.
+  EXPECT_EQ(spec["securityContext"]["runAsUser"], 1000);
+  EXPECT_EQ(spec["securityContext"]["fsGroup"], kWorkerUid);
+  EXPECT_EQ(spec["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
+  EXPECT_EQ(container["securityContext"]["readOnlyRootFilesystem"], false);
+  EXPECT_EQ(container["securityContext"]["allowPrivilegeEscalation"], false);
+}
+
+TEST(WorkerPodTest, AUserMountAtTmpReplacesTheOperatorsOwn) {
+  const json worker = json::parse(R"({
+    "volumes": [{"name": "scratch", "emptyDir": {"medium": "Memory"}}],
+    "volumeMounts": [{"name": "scratch", "mountPath": "/tmp"}]})");
+  const json pod = WorkerPod(Job(worker), 0, ReconcilerOptions{});
+  EXPECT_EQ(Find(pod["spec"]["volumes"], "paci-tmp"), nullptr);
+  EXPECT_EQ(pod["spec"]["containers"][0]["volumeMounts"].size(), 1u);
+}
+
+TEST(WorkerPodTest, TheWorkerSecretIsMountedAndEachKeyPassedAsAFlag) {
+  ReconcilerOptions options;
+  options.worker_secret = "paci-worker-credentials";
+  options.worker_secret_flags = {{"ca.crt", "tls_ca"}, {"token", "auth_token_file"}};
+  const json pod = WorkerPod(Job(json::object()), 0, options);
+  const json* volume = Find(pod["spec"]["volumes"], "paci-coordinator");
+  ASSERT_NE(volume, nullptr);
+  EXPECT_EQ((*volume)["secret"]["secretName"], "paci-worker-credentials");
+  const json& container = pod["spec"]["containers"][0];
+  const json* mount = Find(container["volumeMounts"], "paci-coordinator");
+  ASSERT_NE(mount, nullptr);
+  EXPECT_EQ((*mount)["mountPath"], kWorkerSecretPath);
+  EXPECT_EQ((*mount)["readOnly"], true);
+  const std::string args = container["args"].dump();
+  EXPECT_THAT(args, HasSubstr(std::string("--tls_ca=") + kWorkerSecretPath + "/ca.crt"));
+  EXPECT_THAT(args, HasSubstr(std::string("--auth_token_file=") + kWorkerSecretPath + "/token"));
+}
+
+struct BadTemplate {
+  const char* worker;
+  const char* message;
+};
+
+class ValidateWorkerTemplateTest : public ::testing::TestWithParam<BadTemplate> {};
+
+TEST_P(ValidateWorkerTemplateTest, NamesTheField) {
+  const absl::Status status = ValidateWorkerTemplate(json::parse(GetParam().worker));
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), HasSubstr(GetParam().message));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Refused, ValidateWorkerTemplateTest,
+    ::testing::Values(
+        BadTemplate{R"({"volumes": [{"name": "data", "emptyDir": {}}],
+                        "volumeMounts": [{"name": "data", "mountPath": "/data"},
+                                         {"name": "ckpt", "mountPath": "/ckpt"}]})",
+                    "spec.worker.volumeMounts[1].name: no volume named \"ckpt\" in "
+                    "spec.worker.volumes"},
+        BadTemplate{R"({"volumes": [{"name": "data"}, {"name": "data"}]})",
+                    "spec.worker.volumes[1].name: duplicate volume name \"data\""},
+        BadTemplate{R"({"volumes": [{"name": "Data"}]})",
+                    "spec.worker.volumes[0].name: \"Data\" is not a DNS-1123 label"},
+        BadTemplate{R"({"volumes": [{"name": "paci-tmp"}]})",
+                    "spec.worker.volumes[0].name: \"paci-tmp\": names starting with \"paci-\""},
+        BadTemplate{R"({"volumes": [{"name": "data"}],
+                        "volumeMounts": [{"name": "data", "mountPath": "data"}]})",
+                    "spec.worker.volumeMounts[0].mountPath: \"data\" is not an absolute path"},
+        BadTemplate{R"({"volumes": [{"name": "a"}, {"name": "b"}],
+                        "volumeMounts": [{"name": "a", "mountPath": "/x"},
+                                         {"name": "b", "mountPath": "/x"}]})",
+                    "spec.worker.volumeMounts[1].mountPath: \"/x\" is mounted twice"},
+        BadTemplate{R"({"labels": {"paci.dev/job-name": "other"}})",
+                    "spec.worker.labels[paci.dev/job-name]: set by the operator"},
+        BadTemplate{R"({"env": [{"name": "POD_IP", "value": "1.2.3.4"}]})",
+                    "spec.worker.env[0].name: POD_IP is set by the operator"},
+        BadTemplate{R"({"env": [{"name": "A", "value": "1",
+                                 "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]})",
+                    "spec.worker.env[0]: give value or valueFrom, not both"}));
+
+TEST(ValidateWorkerTemplateTest, AcceptsAWellFormedTemplate) {
+  EXPECT_TRUE(ValidateWorkerTemplate(json::parse(R"({
+    "volumes": [{"name": "shared", "persistentVolumeClaim": {"claimName": "c"}}],
+    "volumeMounts": [{"name": "shared", "mountPath": "/shared"}],
+    "labels": {"team": "nlp"},
+    "env": [{"name": "A", "value": "1"}]})"))
+                  .ok());
+}
+
+TEST(ReconcileWithWorkerTemplateTest, ABadTemplateFailsTheJobNamingTheField) {
+  ObservedWorld world;
+  world.job = Job(json::parse(R"({"volumeMounts": [{"name": "nowhere", "mountPath": "/x"}]})"));
+  world.now = absl::FromUnixSeconds(1'800'000'000);
+  const ReconcileActions actions = ReconcileTrainingJob(world, ReconcilerOptions{});
+  ASSERT_TRUE(actions.status.has_value());
+  EXPECT_EQ((*actions.status)["phase"], "Failed");
+  EXPECT_THAT((*actions.status)["message"].get<std::string>(),
+              HasSubstr("spec.worker.volumeMounts[0].name: no volume named \"nowhere\""));
+  EXPECT_TRUE(actions.create_pods.empty());
+  EXPECT_FALSE(actions.submit.has_value());
+}
+
+}  // namespace
+}  // namespace paci::op
