@@ -251,5 +251,58 @@ TEST(PlacementTest, CudaStageMatchesCpu) {
   EXPECT_TRUE(torch::allclose(cpu_logits, gpu_logits, 1e-3, 1e-4));
 }
 
+TEST(PlacementTest, CudaBf16PrecisionsTrainOnTheGpu) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA here (a CPU LibTorch or no GPU)";
+  torch::manual_seed(1);
+  GptConfig config = TinyConfig();
+  GptStage model(config, PartitionStage(config.num_layers, 1, 0));
+  model->to(torch::Device("cuda:0"));
+  const torch::Tensor tokens =
+      torch::randint(config.vocab_size, {4, config.seq_len}).to(torch::kCUDA);
+  const torch::Tensor targets =
+      torch::randint(config.vocab_size, {4, config.seq_len}).to(torch::kCUDA);
+  const double fp32 = LanguageModelLoss(model(tokens), targets).item<double>();
+
+  // bf16 autocast on the GPU: matmuls in bf16, the loss close, float32 after the scope.
+  StagePlacement autocast_placement = *ResolvePlacement("cuda:0", "bf16-autocast");
+  torch::Tensor logits;
+  {
+    AutocastScope autocast(autocast_placement);
+    logits = model(tokens);
+  }
+  EXPECT_EQ(logits.scalar_type(), torch::kBFloat16);
+  const double bf16 = LanguageModelLoss(logits.to(torch::kFloat), targets).item<double>();
+  EXPECT_NEAR(bf16, fp32, 0.02 * fp32);
+  EXPECT_EQ(model(tokens).scalar_type(), torch::kFloat);
+
+  // bf16 weights (as the stage runtime converts them) with float32 master
+  // weights and moments on the GPU: a few steps on one batch lower the loss.
+  {
+    torch::NoGradGuard no_grad;
+    for (torch::Tensor& p : model->parameters()) p.set_data(p.data().to(torch::kBFloat16));
+  }
+  std::vector<std::pair<std::string, torch::Tensor>> named;
+  for (const auto& item : model->named_parameters()) named.emplace_back(item.key(), item.value());
+  AdamW optimizer(named, AdamWOptions{});
+  double first = 0, last = 0;
+  for (int step = 0; step < 5; ++step) {
+    torch::Tensor loss = LanguageModelLoss(model(tokens).to(torch::kFloat), targets);
+    last = loss.item<double>();
+    if (step == 0) first = last;
+    loss.backward();
+    optimizer.Step(3e-3);
+    optimizer.ZeroGrad();
+  }
+  EXPECT_LT(last, first);
+  for (const auto& p : model->parameters()) {
+    EXPECT_TRUE(p.is_cuda());
+    EXPECT_EQ(p.scalar_type(), torch::kBFloat16);
+  }
+  for (const auto& [name, t] : optimizer.State()) {
+    EXPECT_TRUE(t.is_cuda()) << name;
+    EXPECT_EQ(t.scalar_type(), torch::kFloat) << name;
+  }
+}
+
 }  // namespace
 }  // namespace paci

@@ -1,6 +1,7 @@
 #include "worker/model/precision.h"
 
 #include <ATen/autocast_mode.h>
+#include <torch/version.h>
 
 #include "absl/strings/str_cat.h"
 
@@ -45,19 +46,50 @@ absl::StatusOr<StagePlacement> ResolvePlacement(const std::string& device,
   return placement;
 }
 
+namespace {
+
+// LibTorch 2.4 made autocast's state per device type (is_autocast_enabled(type),
+// set_autocast_enabled(type, on), set_autocast_dtype(type, dtype)) and
+// deprecated the per-device functions of 1.x, which now warn on every call.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+bool AutocastEnabled(bool cuda) {
+  return at::autocast::is_autocast_enabled(cuda ? at::kCUDA : at::kCPU);
+}
+void SetAutocast(bool cuda, bool enabled) {
+  at::autocast::set_autocast_enabled(cuda ? at::kCUDA : at::kCPU, enabled);
+}
+void SetAutocastBf16(bool cuda) {
+  at::autocast::set_autocast_dtype(cuda ? at::kCUDA : at::kCPU, at::kBFloat16);
+}
+#else
+bool AutocastEnabled(bool cuda) {
+  return cuda ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
+}
+void SetAutocast(bool cuda, bool enabled) {
+  if (cuda) {
+    at::autocast::set_enabled(enabled);
+  } else {
+    at::autocast::set_cpu_enabled(enabled);
+  }
+}
+void SetAutocastBf16(bool cuda) {
+  if (cuda) {
+    at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
+  } else {
+    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+  }
+}
+#endif
+
+}  // namespace
+
 AutocastScope::AutocastScope(const StagePlacement& placement) {
   if (placement.precision != Precision::kBf16Autocast) return;
   active_ = true;
   cuda_ = placement.device.is_cuda();
-  if (cuda_) {
-    was_enabled_ = at::autocast::is_enabled();
-    at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
-    at::autocast::set_enabled(true);
-  } else {
-    was_enabled_ = at::autocast::is_cpu_enabled();
-    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
-    at::autocast::set_cpu_enabled(true);
-  }
+  was_enabled_ = AutocastEnabled(cuda_);
+  SetAutocastBf16(cuda_);
+  SetAutocast(cuda_, true);
   at::autocast::increment_nesting();
 }
 
@@ -65,11 +97,7 @@ AutocastScope::~AutocastScope() {
   if (!active_) return;
   // Casts of the weights are cached for the scope; the optimizer changes them.
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-  if (cuda_) {
-    at::autocast::set_enabled(was_enabled_);
-  } else {
-    at::autocast::set_cpu_enabled(was_enabled_);
-  }
+  SetAutocast(cuda_, was_enabled_);
 }
 
 }  // namespace paci

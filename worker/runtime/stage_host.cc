@@ -3,8 +3,10 @@
 #include <optional>
 #include <thread>
 
-#include <glog/logging.h>
+// Torch before glog: a LibTorch built without glog (PyTorch's own) defines
+// LOG and CHECK itself, and glog's must be the ones that stay.
 #include <torch/torch.h>
+#include <glog/logging.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"

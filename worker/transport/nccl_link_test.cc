@@ -1,8 +1,11 @@
 // The NCCL stage link. Without a GPU only its refusals run; the exchange
-// needs two GPUs (NCCL refuses two ranks on one GPU) and skips otherwise.
+// needs two GPUs (NCCL refuses two ranks on one GPU) and skips otherwise; with
+// one GPU, NCCL's answer to two ranks on it is recorded.
 
 #include "worker/transport/nccl_link.h"
 
+#include <atomic>
+#include <iostream>
 #include <thread>
 #include <vector>
 
@@ -76,6 +79,51 @@ TEST(NcclLinkTest, TwoGpusExchangeActivationsAndGradientsAtOnce) {
   EXPECT_EQ(received_by_upper[kCount - 1], 1.5f);
   EXPECT_EQ(received_by_lower[0], -2.5f);
   EXPECT_EQ(received_by_lower[kCount - 1], -2.5f);
+}
+
+// Both ranks on GPU 0 (stage_host never asks for this: such stages use gRPC).
+// NCCL refuses it ("Duplicate GPU detected"); the test records NCCL's answer
+// and checks that both sides return: with an error, or with the right data.
+TEST(NcclLinkTest, TwoRanksOnOneGpuAnswerWithoutHanging) {
+  if (GpuCount() < 1) GTEST_SKIP() << "needs a GPU";
+  absl::StatusOr<std::string> ids = NcclLink::NewIds();
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  constexpr size_t kCount = 1024;
+  absl::Status connected[2];
+  std::atomic<int> joined{0};
+  float received[2] = {0, 0};
+  auto side = [&](int index) {
+    absl::StatusOr<std::unique_ptr<NcclLink>> link = NcclLink::Connect(*ids, index == 0, 0);
+    connected[index] = link.status();
+    // Exchange only when both joined (a lone side would wait for its peer forever).
+    joined.fetch_add(1);
+    while (joined.load() < 2) std::this_thread::yield();
+    if (!connected[0].ok() || !connected[1].ok()) return;
+    float *out = nullptr, *in = nullptr;
+    cudaMalloc(&out, kCount * sizeof(float));
+    cudaMalloc(&in, kCount * sizeof(float));
+    std::vector<float> values(kCount, index == 0 ? 1.5f : -2.5f);
+    cudaMemcpy(out, values.data(), kCount * sizeof(float), cudaMemcpyHostToDevice);
+    absl::StatusOr<uint64_t> ticket = (*link)->Send(out, kCount, NcclDType::kFloat32);
+    if (ticket.ok() && (*link)->Receive(in, kCount, NcclDType::kFloat32).ok()) {
+      while (!(*link)->Done(*ticket)) std::this_thread::yield();
+      cudaMemcpy(&received[index], in, sizeof(float), cudaMemcpyDeviceToHost);
+    }
+    cudaFree(out);
+    cudaFree(in);
+  };
+  std::thread lower([&] { side(0); });
+  std::thread upper([&] { side(1); });
+  lower.join();
+  upper.join();
+  std::cout << "NCCL, two ranks on GPU 0: lower " << connected[0] << "; upper " << connected[1]
+            << std::endl;
+  RecordProperty("lower", connected[0].ToString());
+  RecordProperty("upper", connected[1].ToString());
+  if (connected[0].ok() && connected[1].ok()) {
+    EXPECT_EQ(received[0], -2.5f);
+    EXPECT_EQ(received[1], 1.5f);
+  }
 }
 #endif
 
