@@ -5,23 +5,37 @@ Needs a machine with an NVIDIA GPU, the CUDA toolkit, NCCL, and PyTorch with
 its LibTorch (run it with the python3 that has torch). In one run it
 
   1. builds paci with -DPACI_CUDA=ON against PyTorch's LibTorch (unless
-     --build-dir points at such a build already), into build-cuda/;
+     --no-build: then --build-dir must hold such a build), into build-cuda/;
   2. trains a GPT of a few hundred million parameters in PyTorch eager (the
-     baseline: the same architecture, batch and precision, torch.optim.AdamW);
-  3. trains the same model with `pacictl train`, one stage on the GPU (P = 1);
+     baseline: the same architecture, batch and precision, torch.optim.AdamW),
+     once per precision: bf16-autocast (float32 weights, bfloat16 matmuls) and
+     bf16-weights (bfloat16 weights and activations);
+  3. trains the same model with `pacictl train`, one stage on the GPU (P = 1),
   4. and as a P = 2 pipeline with both stages on the one GPU (PACI, a = 2; the
      two stages exchange tensors through the host, as NCCL refuses two ranks
-     on one GPU);
+     on one GPU), in both precisions;
 
-and prints per-stage step time and tokens/s of each, as ratios against the
-eager baseline, and writes them to bench/results/gpu.json.
+and prints, against the eager baseline of the same precision:
+  - tokens/s in the steady state (after --warmup steps; paci's from the loss
+    points of its last stage, which carry their time) and the ratio to eager;
+  - per-stage step time (busy seconds per optimizer step) and the stage's
+    compute against eager's for the same share of the model and tokens
+    ("stage vs eager", >= 1 means at least as fast);
+  - achieved TFLOP/s of the model's matmuls and the fraction of --peak-tflops
+    (790: the bf16 dense matmul rate measured on an H200): FLOPs per token =
+    6 * (matmul parameters) + 12 * layers * seq_len * d_model (attention's two
+    batched matmuls, computed in full as both implementations do).
 
-    python3 bench/gpu_benchmark.py [--deps-prefix DIR] [--steps 40] [--layers 24 --d-model 1024]
+Results go to bench/results/gpu.json, rewritten after every run, so a run cut
+short by a time limit keeps what it measured.
 
---deps-prefix: a folder with the libraries the build needs that the machine
-lacks (gRPC, protobuf, Abseil, prometheus-cpp, glog, yaml-cpp, cpp-httplib,
-SQLite, GoogleTest; Debian's packages unpacked with `dpkg -x`), added to
-CMAKE_PREFIX_PATH and LD_LIBRARY_PATH.
+    python3 bench/gpu_benchmark.py [--no-build --build-dir DIR] [--deps-prefix DIR]
+        [--steps 30 --warmup 10] [--layers 24 --d-model 1024] [--micro-batch 8]
+
+--deps-prefix: a folder where Debian's packages of the libraries the build
+needs were unpacked with `dpkg -x`; added to LD_LIBRARY_PATH of the paci
+processes. On a machine that lacks them, scripts/gpu-check.sh unpacks them,
+builds and runs this script.
 """
 import argparse
 import json
@@ -41,6 +55,13 @@ def gpt_parameters(layers, d, vocab, seq):
     return layers * per_block + vocab * d + seq * d + 2 * d + d * vocab + vocab
 
 
+def matmul_flops_per_token(layers, d, vocab, seq):
+    """Training FLOPs of the model's matmuls per token (forward + backward = 3x forward)."""
+    matmul_params = layers * 12 * d * d + d * vocab  # qkv, attention proj, fc, proj; the head
+    attention = 12 * layers * seq * d  # q @ k^T and att @ v over all seq positions, x3
+    return 6 * matmul_params + attention
+
+
 def build(args, env):
     import torch
     torch_dir = os.path.join(torch.utils.cmake_prefix_path, "Torch")
@@ -54,8 +75,8 @@ def build(args, env):
                     "worker_nccl_link_test"], check=True, env=env)
 
 
-def eager_baseline(args):
-    """Trains the same GPT in PyTorch eager; returns step seconds and tokens/s."""
+def eager_baseline(args, precision):
+    """Trains the same GPT in PyTorch eager; returns steady-state step seconds and tokens/s."""
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
@@ -98,7 +119,11 @@ def eager_baseline(args):
 
     torch.manual_seed(1)
     device = torch.device("cuda:0")
+    torch.cuda.reset_peak_memory_stats(device)
     model = GPT().to(device)
+    autocast = precision == "bf16-autocast"
+    if precision == "bf16-weights":
+        model = model.to(torch.bfloat16)  # AdamW then keeps bfloat16 state (no master weights)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95),
                                   weight_decay=0.1)
     with open(CORPUS, encoding="utf-8") as f:
@@ -110,7 +135,7 @@ def eager_baseline(args):
     def step():
         starts = torch.randint(len(ids) - T - 1, (B,))
         batch = torch.stack([ids[s:s + T + 1] for s in starts]).to(device)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
             logits = model(batch[:, :-1])
             loss = F.cross_entropy(logits.float().reshape(-1, args.vocab), batch[:, 1:].reshape(-1))
         loss.backward()
@@ -126,15 +151,34 @@ def eager_baseline(args):
         loss = step()
     torch.cuda.synchronize()
     seconds = time.perf_counter() - start
-    return {"step_seconds": seconds / args.steps, "tokens_per_second": args.steps * B * T / seconds,
-            "final_loss": float(loss), "peak_memory_bytes": torch.cuda.max_memory_allocated()}
+    result = {"precision": precision, "tokens_per_step": B * T,
+              "step_seconds": seconds / args.steps,
+              "tokens_per_second": args.steps * B * T / seconds,
+              "final_loss": float(loss), "peak_memory_bytes": torch.cuda.max_memory_allocated()}
+    del model, optimizer
+    torch.cuda.empty_cache()
+    return result
 
 
-def paci_run(args, env, stages, workdir):
-    """Trains the same model with pacictl; returns its step seconds, tokens/s and stages."""
-    name = "gpu-p%d" % stages
+def steady_state(points, warmup, tokens_per_step):
+    """Tokens/s and step seconds between the loss point at step `warmup` and the last one."""
+    points = sorted(points, key=lambda p: p["step"])
+    after = [p for p in points if p["step"] >= warmup] or points
+    if len(after) < 2:
+        return None, None
+    first, last = after[0], after[-1]
+    steps, seconds = last["step"] - first["step"], last["seconds"] - first["seconds"]
+    if steps <= 0 or seconds <= 0:
+        return None, None
+    return steps * tokens_per_step / seconds, seconds / steps
+
+
+def paci_run(args, env, stages, precision, workdir):
+    """Trains the same model with pacictl; returns its throughput and per-stage times."""
+    name = "gpu-p%d-%s" % (stages, precision)
     spec = os.path.join(workdir, name + ".yaml")
     accumulation = args.accumulation if stages == 1 else max(2, args.accumulation)
+    steps = args.steps + args.warmup
     with open(spec, "w") as f:
         f.write("\n".join([
             "name: %s" % name,
@@ -143,27 +187,36 @@ def paci_run(args, env, stages, workdir):
             "pipeline: {num_stages: %d, schedule: paci, accumulation: %d, micro_batch_size: %d}" % (
                 stages, accumulation, args.micro_batch),
             "optimizer: {lr: %g}" % args.lr,
-            "training: {steps: %d, eval_interval: %d}" % (args.steps + args.warmup,
-                                                          args.steps + args.warmup),
+            "training: {steps: %d, eval_interval: %d}" % (steps, steps),
             "data: {corpus_path: %s}" % CORPUS,
-            "runtime: {device: cuda:0, precision: bf16-autocast}",
+            "runtime: {device: cuda:0, precision: %s, threads_per_stage: %d}" % (
+                precision, args.threads),
         ]) + "\n")
     summary = os.path.join(workdir, name + ".summary.json")
     pacictl = os.path.join(args.build_dir, "tools", "pacictl")
-    subprocess.run([pacictl, "train", spec, "--summary=" + summary], check=True, env=env)
+    started = time.perf_counter()
+    subprocess.run([pacictl, "train", spec, "--summary=" + summary], check=True, env=env,
+                   timeout=args.run_timeout)
     with open(summary) as f:
         s = json.load(f)
-    steps = args.steps + args.warmup
-    tokens = steps * accumulation * args.micro_batch * args.seq_len
+    tokens_per_step = accumulation * args.micro_batch * args.seq_len
+    steady_tps, steady_step = steady_state(s.get("train_loss", []), args.warmup, tokens_per_step)
+    per_stage = []
+    for i, st in enumerate(s.get("stages", [])):
+        optimizer_steps = st.get("optimizer_steps") or steps
+        busy, idle = st.get("busy_seconds", 0.0), st.get("idle_seconds", 0.0)
+        per_stage.append({"stage": st.get("stage", i), "busy_seconds": busy, "idle_seconds": idle,
+                          "optimizer_steps": optimizer_steps,
+                          "busy_seconds_per_step": busy / optimizer_steps,
+                          "step_seconds": (busy + idle) / optimizer_steps})
     return {
-        "stages": stages, "accumulation": accumulation,
-        "step_seconds": s["wall_seconds"] / steps,
-        "tokens_per_second": s.get("tokens_per_second", tokens / s["wall_seconds"]),
-        "final_loss": s.get("final_train_loss"),
-        "per_stage": [{"stage": st.get("stage", i), "busy_seconds": st.get("busy_seconds"),
-                       "idle_seconds": st.get("idle_seconds", 0.0),
-                       "step_seconds": (st.get("busy_seconds", 0.0) + st.get("idle_seconds", 0.0))
-                       / steps} for i, st in enumerate(s["stages"])],
+        "stages": stages, "precision": precision, "accumulation": accumulation,
+        "succeeded": s.get("succeeded"), "error": s.get("error", ""),
+        "tokens_per_step": tokens_per_step,
+        "steady_tokens_per_second": steady_tps, "steady_step_seconds": steady_step,
+        "run_tokens_per_second": s.get("tokens_per_second"),
+        "wall_seconds": s.get("wall_seconds"), "process_seconds": time.perf_counter() - started,
+        "final_loss": s.get("final_train_loss"), "per_stage": per_stage,
     }
 
 
@@ -171,6 +224,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--build-dir", default=os.path.join(ROOT, "build-cuda"))
     parser.add_argument("--no-build", action="store_true")
+    parser.add_argument("--skip-tests", action="store_true",
+                        help="do not run worker_model_test and worker_nccl_link_test first")
     parser.add_argument("--deps-prefix", default="")
     parser.add_argument("--layers", type=int, default=24)
     parser.add_argument("--d-model", type=int, default=1024)
@@ -179,12 +234,19 @@ def main():
     parser.add_argument("--vocab", type=int, default=96)
     parser.add_argument("--micro-batch", type=int, default=8)
     parser.add_argument("--accumulation", type=int, default=1)
-    parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=30, help="timed steps, after the warm-up")
+    parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--lr", type=float, default=3e-4)
+    parser.add_argument("--threads", type=int, default=4, help="runtime.threads_per_stage")
+    parser.add_argument("--stages", default="1,2")
+    parser.add_argument("--precisions", default="bf16-autocast,bf16-weights")
+    parser.add_argument("--peak-tflops", type=float, default=790.0,
+                        help="the GPU's bf16 dense matmul rate (H200: 790 measured)")
+    parser.add_argument("--run-timeout", type=float, default=150.0, help="seconds per paci run")
     parser.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "gpu.json"))
     args = parser.parse_args()
 
+    import torch
     env = dict(os.environ)
     if args.deps_prefix:
         libs = [os.path.join(args.deps_prefix, "usr", "lib", "x86_64-linux-gnu"),
@@ -192,31 +254,93 @@ def main():
         env["LD_LIBRARY_PATH"] = ":".join(libs + [env.get("LD_LIBRARY_PATH", "")])
     if not args.no_build:
         build(args, env)
-    for test in ("worker/model/worker_model_test", "worker/transport/worker_nccl_link_test"):
-        subprocess.run([os.path.join(args.build_dir, test)], env=env)
+    if not args.skip_tests:
+        for test in ("worker/model/worker_model_test", "worker/transport/worker_nccl_link_test"):
+            subprocess.run([os.path.join(args.build_dir, test)], env=env)
 
     params = gpt_parameters(args.layers, args.d_model, args.vocab, args.seq_len)
-    print("GPT: %d layers, d_model %d, %.0f M parameters, micro-batch %d x %d tokens, bf16 autocast"
-          % (args.layers, args.d_model, params / 1e6, args.micro_batch, args.seq_len))
-    eager = eager_baseline(args)
+    flops = matmul_flops_per_token(args.layers, args.d_model, args.vocab, args.seq_len)
+    precisions = [p for p in args.precisions.split(",") if p]
+    stage_counts = [int(p) for p in args.stages.split(",") if p]
+    print("GPT: %d layers, d_model %d, %.0f M parameters, micro-batch %d x %d tokens; "
+          "%.2f GFLOP per token in matmuls" % (args.layers, args.d_model, params / 1e6,
+                                               args.micro_batch, args.seq_len, flops / 1e9))
+    results = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
+               "cuda": torch.version.cuda, "parameters": params, "flops_per_token": flops,
+               "peak_tflops": args.peak_tflops, "config": vars(args), "eager": {}, "paci": [],
+               "errors": []}
+
+    def mfu(tokens_per_second):
+        if not tokens_per_second:
+            return None, None
+        tflops = tokens_per_second * flops / 1e12
+        return tflops, tflops / args.peak_tflops
+
+    def save():
+        os.makedirs(os.path.dirname(args.out), exist_ok=True)
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=2)
+
+    for precision in precisions:
+        try:
+            eager = eager_baseline(args, precision)
+            eager["tflops"], eager["peak_fraction"] = mfu(eager["tokens_per_second"])
+            results["eager"][precision] = eager
+            print("eager %s: %.4f s per step, %.0f tokens/s, %.0f TFLOP/s (%.0f%% of peak)" % (
+                precision, eager["step_seconds"], eager["tokens_per_second"], eager["tflops"],
+                100 * eager["peak_fraction"]), flush=True)
+        except Exception as e:  # e.g. out of memory: the paci runs still go
+            results["errors"].append("eager %s: %r" % (precision, e))
+            print("eager %s failed: %r" % (precision, e), flush=True)
+        save()
+
     with tempfile.TemporaryDirectory(prefix="paci-gpu-") as workdir:
-        runs = [paci_run(args, env, 1, workdir), paci_run(args, env, 2, workdir)]
-    print("\n%-28s %12s %12s %10s" % ("run", "step s", "tokens/s", "vs eager"))
-    print("%-28s %12.4f %12.0f %10s" % ("PyTorch eager (baseline)", eager["step_seconds"],
-                                        eager["tokens_per_second"], "1.00x"))
-    for run in runs:
-        label = "paci P=%d a=%d (one GPU)" % (run["stages"], run["accumulation"])
-        print("%-28s %12.4f %12.0f %9.2fx" % (label, run["step_seconds"], run["tokens_per_second"],
-                                              run["tokens_per_second"] / eager["tokens_per_second"]))
+        for stages in stage_counts:
+            for precision in precisions:
+                try:
+                    run = paci_run(args, env, stages, precision, workdir)
+                except Exception as e:
+                    results["errors"].append("paci P=%d %s: %r" % (stages, precision, e))
+                    print("paci P=%d %s failed: %r" % (stages, precision, e), flush=True)
+                    save()
+                    continue
+                run["tflops"], run["peak_fraction"] = mfu(run["steady_tokens_per_second"])
+                eager = results["eager"].get(precision)
+                if eager and run["steady_tokens_per_second"]:
+                    run["vs_eager"] = run["steady_tokens_per_second"] / eager["tokens_per_second"]
+                    # Eager's time for this stage's share: its seconds per token, times the
+                    # tokens of a paci step, over the P stages.
+                    share = eager["step_seconds"] / eager["tokens_per_step"] * run["tokens_per_step"] / stages
+                    for stage in run["per_stage"]:
+                        stage["eager_share_seconds"] = share
+                        stage["vs_eager"] = share / stage["busy_seconds_per_step"] \
+                            if stage["busy_seconds_per_step"] else None
+                results["paci"].append(run)
+                save()
+
+    print("\n%-30s %10s %12s %9s %9s %8s" % ("run", "step s", "tokens/s", "vs eager",
+                                            "TFLOP/s", "of peak"))
+    for precision, eager in results["eager"].items():
+        print("%-30s %10.4f %12.0f %9s %9.0f %7.0f%%" % (
+            "PyTorch eager " + precision, eager["step_seconds"], eager["tokens_per_second"],
+            "1.00x", eager["tflops"], 100 * eager["peak_fraction"]))
+    for run in results["paci"]:
+        label = "paci P=%d a=%d %s" % (run["stages"], run["accumulation"], run["precision"])
+        tps = run["steady_tokens_per_second"]
+        print("%-30s %10s %12s %9s %9s %8s" % (
+            label, "%.4f" % run["steady_step_seconds"] if run["steady_step_seconds"] else "-",
+            "%.0f" % tps if tps else "-",
+            "%.2fx" % run["vs_eager"] if run.get("vs_eager") else "-",
+            "%.0f" % run["tflops"] if run["tflops"] else "-",
+            "%.0f%%" % (100 * run["peak_fraction"]) if run["peak_fraction"] else "-"))
         for stage in run["per_stage"]:
-            print("    stage %d: %.4f s per step (busy %.1f s, idle %.1f s)" % (
-                stage["stage"], stage["step_seconds"], stage["busy_seconds"] or 0,
-                stage["idle_seconds"] or 0))
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump({"parameters": params, "config": vars(args), "eager": eager, "paci": runs}, f,
-                  indent=2)
+            print("    stage %d: busy %.4f s per step, idle %.1f s in all%s" % (
+                stage["stage"], stage["busy_seconds_per_step"], stage["idle_seconds"],
+                ", %.2fx eager's share" % stage["vs_eager"] if stage.get("vs_eager") else ""))
+    for error in results["errors"]:
+        print("error:", error)
     print("\nwrote", args.out)
+    return 1 if results["errors"] else 0
 
 
 if __name__ == "__main__":
