@@ -192,7 +192,9 @@ configure_phase() {
     -DPKG_CONFIG_EXECUTABLE="$pkgconfig"
     # Multiarch headers (openssl/opensslconf.h, curl/): a compiler default
     # under /usr, named here; after the system's, as Debian orders them.
-    -DCMAKE_CXX_FLAGS="-idirafter $prefix/usr/include/$ARCH"
+    # <cstdint> in every file: GCC 13's library headers stopped bringing it,
+    # and headers written for GCC 12 (Debian's) may lean on them for it.
+    -DCMAKE_CXX_FLAGS="-idirafter $prefix/usr/include/$ARCH -include cstdint"
     # RPATH, not RUNPATH: the prefix's folder then serves the libraries that
     # its libraries load in turn (glog's gflags, gRPC's c-ares), also where the
     # linker drops unused direct ones (Ubuntu's --as-needed), and the binaries
