@@ -23,8 +23,9 @@
 #
 # Environment: PYTHON (the python3 with torch; python3), BUILD_DIR (build-cuda),
 # JOBS (all cores), BUDGET (seconds for the whole script, 480), BENCH_ARGS
-# (more arguments for the benchmark), TARGETS (what to build), KEEP_PREFIX=1
-# (leave the unpacked packages in place), and
+# (more arguments for the benchmark), TARGETS (what to build), SKIP (phases
+# to leave out, e.g. "nccl tests" when rerunning the benchmark on a kept
+# build), KEEP_PREFIX=1 (leave the unpacked packages in place), and
 # PACI_CPU_CHECK=1 to try the script on a machine without a GPU (configures
 # for the CPU against the default LibTorch; no NCCL and no benchmark).
 set -uo pipefail
@@ -41,6 +42,7 @@ BUDGET=${BUDGET:-480}
 CPU_ONLY=${PACI_CPU_CHECK:-0}
 TARGETS=${TARGETS:-paci_worker paci_coordinator pacictl worker_model_test worker_nccl_link_test}
 BENCH_ARGS=${BENCH_ARGS:-}
+SKIP=${SKIP:-}
 ARCH=x86_64-linux-gnu
 
 start=$(date +%s)
@@ -55,10 +57,15 @@ record() {
   [ "$2" -ne 0 ] && { status="FAILED($2)"; failed=$((failed + 1)); }
   printf '%-10s %-12s %5ss   at %ss\n' "$1" "$status" "$3" "$(now)" | tee -a "$summary"
 }
+skipped() { [[ " $SKIP " == *" $1 "* || ( " $SKIP " == *" tests "* && $1 == *-test ) ]]; }
 # phase NAME LOG FUNCTION: runs FUNCTION (in this shell) with its output
 # appended to LOG, and records its exit status and time.
 phase() {
   local name=$1 log=$2 fn=$3 t0 rc
+  if skipped "$name"; then
+    printf '%-10s %-12s\n' "$name" skipped | tee -a "$summary"
+    return 0
+  fi
   t0=$(date +%s)
   echo "===== $name ($(date -u +%H:%M:%S) UTC, ${t0}s epoch)" >> "$log"
   "$fn" >> "$log" 2>&1
@@ -110,10 +117,14 @@ EOF
   echo "--- NCCL beside PyTorch"
   find "$torch_root/.." -maxdepth 4 \( -name 'libnccl.so*' -o -name nccl.h \) 2> /dev/null
 }
-if torch_cmake=$("$PYTHON" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null); then
-  torch_dir=$torch_cmake/Torch
-  torch_root=$("$PYTHON" -c 'import os, torch; print(os.path.dirname(torch.__file__))')
-  capability=$("$PYTHON" -c 'import torch; c = torch.cuda.get_device_capability(0); print("%d%d" % c)' 2>/dev/null)
+# One import of torch (seconds): its CMake folder, its folder, the GPU's capability.
+if torch_info=$("$PYTHON" -c 'import os, torch
+print(torch.utils.cmake_prefix_path)
+print(os.path.dirname(torch.__file__))
+print("%d%d" % torch.cuda.get_device_capability(0) if torch.cuda.is_available() else "")' 2>/dev/null); then
+  torch_dir=$(sed -n 1p <<< "$torch_info")/Torch
+  torch_root=$(sed -n 2p <<< "$torch_info")
+  capability=$(sed -n 3p <<< "$torch_info")
 fi
 phase env "$out/env.log" env_phase
 
@@ -236,7 +247,7 @@ phase configure "$out/build.log" configure_phase
 
 # ---- 5. (started before the build) NCCL with two ranks on one GPU ------------
 nccl_pid=
-if [ "$CPU_ONLY" != 1 ]; then
+if [ "$CPU_ONLY" != 1 ] && ! skipped nccl; then
   ( echo "===== nccl ($(date -u +%H:%M:%S) UTC)"
     NCCL_DEBUG=WARN timeout -k 5 150 "$PYTHON" "$root/scripts/nccl_one_gpu.py"
     echo "===== nccl: exit $?" ) > "$out/nccl.log" 2>&1 &
@@ -252,7 +263,7 @@ build_phase() {
   cmake --build "$BUILD_DIR" -j "$JOBS" --target $TARGETS "${keep[@]}"
 }
 phase build "$out/build.log" build_phase
-grep -E "error:|FAILED:|undefined reference" "$out/build.log" | head -20
+grep -E "error:|FAILED:|undefined reference" "$out/build.log" 2> /dev/null | head -20
 
 if [ -n "$nccl_pid" ]; then
   wait "$nccl_pid"
@@ -275,7 +286,7 @@ nccl_tests_phase() {
 phase cuda-test "$out/tests.log" cuda_tests_phase
 phase model-test "$out/tests.log" model_tests_phase
 phase nccl-test "$out/tests.log" nccl_tests_phase
-grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|^\[  SKIPPED \]" "$out/tests.log" | head -20
+grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|^\[  SKIPPED \]" "$out/tests.log" 2> /dev/null | head -20
 
 # ---- 7. bench -----------------------------------------------------------------
 bench_phase() {
