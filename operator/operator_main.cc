@@ -44,7 +44,7 @@ ABSL_FLAG(std::string, coordinator_tls_key, "", "PEM private key for --coordinat
 ABSL_FLAG(std::string, worker_secret, "",
           "Secret (in each job's namespace) mounted into worker pods for their credentials");
 ABSL_FLAG(std::string, worker_secret_flags,
-          "ca.crt=tls_ca,tls.crt=tls_cert,tls.key=tls_key,token=auth_token_file",
+          "ca.crt=tls_ca,tls.crt=coordinator_tls_cert,tls.key=coordinator_tls_key,token=auth_token_file",
           "KEY=FLAG,...: each key of --worker_secret passed to the worker as --FLAG=<file>");
 ABSL_FLAG(std::string, worker_coordinator_address, "",
           "the coordinator as worker pods reach it; default: --coordinator");

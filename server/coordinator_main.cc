@@ -89,7 +89,7 @@ absl::Status Main() {
   ASSIGN_OR_RETURN(int metrics_port, metrics_server.Start(absl::GetFlag(FLAGS_metrics_address)));
   const std::string host = listen.substr(0, listen.rfind(':'));
   LOG(INFO) << "coordinator serving on " << host << ":" << port << " ("
-            << (tls.enabled() ? "TLS" : "plaintext") << ", "
+            << (tls.ca_file.empty() ? (tls.enabled() ? "TLS" : "plaintext") : "mutual TLS") << ", "
             << (token.empty() ? "no client token" : "bearer token required") << ")"
             << " metrics=http://" << host << ":" << metrics_port << "/metrics"
             << " db=" << absl::GetFlag(FLAGS_db);

@@ -42,10 +42,11 @@ ABSL_FLAG(std::string, device, "cpu", "the device stages run on");
 ABSL_FLAG(std::string, auth_token_file, "", "bearer token to present to the coordinator");
 ABSL_FLAG(std::string, tls_ca, "",
           "PEM CA that signed the coordinator's and the other workers' certificates (TLS)");
-ABSL_FLAG(std::string, tls_cert, "",
-          "PEM certificate: serve the stage links over TLS, and present it to the coordinator "
-          "(mutual TLS)");
+ABSL_FLAG(std::string, tls_cert, "", "PEM certificate: serve the stage links over TLS");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key for --tls_cert");
+ABSL_FLAG(std::string, coordinator_tls_cert, "",
+          "PEM client certificate to present to the coordinator (mutual TLS)");
+ABSL_FLAG(std::string, coordinator_tls_key, "", "PEM private key for --coordinator_tls_cert");
 ABSL_FLAG(std::string, spec, "", "job spec (YAML) when started by hand");
 ABSL_FLAG(int, stage, -1, "the stage to run, when started by hand");
 ABSL_FLAG(std::string, peers, "", "comma-separated link addresses of all stages, by hand");
@@ -122,9 +123,15 @@ absl::Status Main() {
 
   StageHostOptions host_options;
   host_options.report_interval = absl::Seconds(absl::GetFlag(FLAGS_report_interval_seconds));
-  ASSIGN_OR_RETURN(host_options.link_credentials,
-                   MakeChannelCredentials(TlsFiles{absl::GetFlag(FLAGS_tls_cert),
-                                                   absl::GetFlag(FLAGS_tls_key),
+  // The stage links speak TLS when this worker serves them over TLS (every
+  // stage is given the same flags); the coordinator whenever a CA is given.
+  const bool tls_links = !absl::GetFlag(FLAGS_tls_cert).empty();
+  ASSIGN_OR_RETURN(
+      host_options.link_credentials,
+      MakeChannelCredentials(TlsFiles{"", "", tls_links ? absl::GetFlag(FLAGS_tls_ca) : ""}));
+  ASSIGN_OR_RETURN(auto coordinator_credentials,
+                   MakeChannelCredentials(TlsFiles{absl::GetFlag(FLAGS_coordinator_tls_cert),
+                                                   absl::GetFlag(FLAGS_coordinator_tls_key),
                                                    absl::GetFlag(FLAGS_tls_ca)}));
   absl::Status status;
   if (!coordinated) {
@@ -135,7 +142,7 @@ absl::Status Main() {
   } else {
     WorkerAgentOptions options;
     options.coordinator = absl::GetFlag(FLAGS_coordinator);
-    options.credentials = host_options.link_credentials;
+    options.credentials = coordinator_credentials;
     if (!absl::GetFlag(FLAGS_auth_token_file).empty()) {
       ASSIGN_OR_RETURN(options.token, ReadTokenFile(absl::GetFlag(FLAGS_auth_token_file)));
     }

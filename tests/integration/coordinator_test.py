@@ -26,6 +26,7 @@ from paci.v1 import job_pb2  # noqa: E402
 
 COORDINATOR = os.path.join(BUILD, "server", "paci_coordinator")
 WORKER = os.path.join(BUILD, "worker", "paci_worker")
+PACICTL = os.path.join(BUILD, "tools", "pacictl")
 CORPUS = os.path.abspath(os.path.join(SOURCE, "tests", "data", "kjv-genesis.txt"))
 
 
@@ -377,6 +378,71 @@ class CoordinatorTest(unittest.TestCase):
         with self.assertRaises(grpc.FutureTimeoutError):
             grpc.channel_ready_future(plain).result(timeout=2)
         plain.close()
+
+    def ca_and_certificates(self):
+        """A CA and two certificates it signs: the coordinator's (localhost, 127.0.0.1) and a
+        client's. Returns {"ca", "server.crt", "server.key", "client.crt", "client.key"} paths."""
+        d = os.path.join(self.tmp.name, "pki")
+        os.makedirs(d, exist_ok=True)
+        path = {name: os.path.join(d, name) for name in
+                ("ca", "ca.key", "server.crt", "server.key", "client.crt", "client.key", "ext")}
+
+        def openssl(*args):
+            subprocess.run(["openssl", *args], check=True, capture_output=True)
+        openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=paci test CA",
+                "-keyout", path["ca.key"], "-out", path["ca"])
+        for who, cn, san in (("server", "localhost", "DNS:localhost,IP:127.0.0.1"),
+                             ("client", "paci-operator", "DNS:paci-operator")):
+            csr = os.path.join(d, who + ".csr")
+            openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=" + cn,
+                    "-keyout", path[who + ".key"], "-out", csr)
+            with open(path["ext"], "w") as f:
+                f.write("subjectAltName=%s\nextendedKeyUsage=%s\n"
+                        % (san, "serverAuth" if who == "server" else "clientAuth"))
+            openssl("x509", "-req", "-in", csr, "-CA", path["ca"], "-CAkey", path["ca.key"],
+                    "-CAcreateserial", "-days", "1", "-extfile", path["ext"], "-out", path[who + ".crt"])
+        return path
+
+    def test_with_a_ca_the_coordinator_requires_client_certificates(self):
+        pki = self.ca_and_certificates()
+        read = lambda name: open(pki[name], "rb").read()  # noqa: E731
+        with_cert = grpc.ssl_channel_credentials(root_certificates=read("ca"), private_key=read("client.key"),
+                                                 certificate_chain=read("client.crt"))
+        # Workers present the client certificate too (--coordinator_tls_cert/_key with --tls_ca); their
+        # stage links stay plaintext (no --tls_cert).
+        c = self.start(workers=2, credentials=with_cert,
+                       extra=["--tls_cert=" + pki["server.crt"], "--tls_key=" + pki["server.key"],
+                              "--tls_ca=" + pki["ca"]],
+                       worker_extra=["--tls_ca=" + pki["ca"], "--coordinator_tls_cert=" + pki["client.crt"],
+                                     "--coordinator_tls_key=" + pki["client.key"]])
+        c.submit(spec("mutual", steps=8))
+        done = c.wait("mutual", lambda j: phase(j) in ("SUCCEEDED", "FAILED"))
+        self.assertEqual(phase(done), "SUCCEEDED", done.status.message)
+        # A client that trusts the server but has no certificate is refused in the handshake.
+        anonymous = grpc.secure_channel(c.address, grpc.ssl_channel_credentials(root_certificates=read("ca")))
+        with self.assertRaises(grpc.RpcError) as err:
+            cgrpc.CoordinatorStub(anonymous).ListJobs(cpb.ListJobsRequest(), timeout=10)
+        self.assertEqual(err.exception.code(), grpc.StatusCode.UNAVAILABLE)
+        anonymous.close()
+        # pacictl presents one with --tls_cert/--tls_key, and is refused without.
+        base = [PACICTL, "--coordinator=" + c.address, "--tls_ca=" + pki["ca"]]
+        ok = subprocess.run(base + ["--tls_cert=" + pki["client.crt"], "--tls_key=" + pki["client.key"],
+                                    "get", "mutual"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(ok.returncode, 0, ok.stderr)
+        self.assertIn("SUCCEEDED", ok.stdout)
+        refused = subprocess.run(base + ["get", "mutual"], capture_output=True, text=True, timeout=60)
+        self.assertNotEqual(refused.returncode, 0)
+        # A worker without a client certificate never gets past the handshake.
+        lone = subprocess.Popen([WORKER, "--coordinator=" + c.address, "--worker_id=lone",
+                                 "--tls_ca=" + pki["ca"]], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 30
+            while "peer did not return a certificate" not in "".join(c.logs):
+                self.assertLess(time.monotonic(), deadline, "the coordinator never refused the worker")
+                time.sleep(0.2)  # polling interval
+        finally:
+            lone.kill()
+            lone.wait()
 
     def test_tls_and_a_token_protect_the_coordinator(self):
         cert, key = self.certificate()
