@@ -154,7 +154,8 @@ def eager_baseline(args, precision):
     result = {"precision": precision, "tokens_per_step": B * T,
               "step_seconds": seconds / args.steps,
               "tokens_per_second": args.steps * B * T / seconds,
-              "final_loss": float(loss), "peak_memory_bytes": torch.cuda.max_memory_allocated()}
+              "final_loss": float(loss.detach()),
+              "peak_memory_bytes": torch.cuda.max_memory_allocated()}
     del model, optimizer
     torch.cuda.empty_cache()
     return result
@@ -265,9 +266,12 @@ def main():
     print("GPT: %d layers, d_model %d, %.0f M parameters, micro-batch %d x %d tokens; "
           "%.2f GFLOP per token in matmuls" % (args.layers, args.d_model, params / 1e6,
                                                args.micro_batch, args.seq_len, flops / 1e9))
+    # Paths inside the checkout are recorded relative to it (the file is committed).
+    config = {k: os.path.relpath(v, ROOT) if k in ("build_dir", "out") and
+              os.path.abspath(v).startswith(ROOT + os.sep) else v for k, v in vars(args).items()}
     results = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
                "cuda": torch.version.cuda, "parameters": params, "flops_per_token": flops,
-               "peak_tflops": args.peak_tflops, "config": vars(args), "eager": {}, "paci": [],
+               "peak_tflops": args.peak_tflops, "config": config, "eager": {}, "paci": [],
                "errors": []}
 
     def mfu(tokens_per_second):
