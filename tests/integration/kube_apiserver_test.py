@@ -23,6 +23,7 @@ import urllib.error
 import urllib.request
 
 SOURCE = os.path.abspath(os.environ.get("PACI_SOURCE_DIR", "."))
+BUILD = os.path.abspath(os.environ.get("PACI_BUILD_DIR", "build"))
 KUBE = os.path.join(SOURCE, "tests", "kube")
 CRD = os.path.join(SOURCE, "deploy", "crd", "paci.dev_trainingjobs.yaml")
 EXAMPLE = os.path.join(SOURCE, "examples", "trainingjob.yaml")
@@ -32,6 +33,7 @@ sys.path.insert(0, KUBE)
 
 import yaml  # noqa: E402
 from kubeconfig import write_kubeconfig  # noqa: E402
+from local_cluster import container_env, images  # noqa: E402
 
 TJ_PATH = "/apis/paci.dev/v1alpha1/namespaces/default/trainingjobs"
 POD_PATH = "/api/v1/namespaces/default/pods"
@@ -483,7 +485,10 @@ class KubeApiServerTest(unittest.TestCase):
             f.write(SAY)
         os.chmod(os.path.join(bin_dir, "say"), 0o755)
         kubelet_log = open(os.path.join(self.dir, "kubelet.log"), "w+")
+        # The process runtime: what this checks (command lookup in --bin-dir, the process group
+        # killed on delete, PR_SET_PDEATHSIG) is that runtime's own; containers are checked below.
         kubelet = subprocess.Popen([PYTHON, os.path.join(KUBE, "kubelet.py"), "--server", self.url,
+                                    "--runtime", "process",
                                     "--bin-dir", "/nonexistent:" + bin_dir, "--work-dir", work_dir,
                                     "--pod-cwd", SOURCE, "--max-grace", "5"],
                                    stdout=kubelet_log, stderr=subprocess.STDOUT)
@@ -499,6 +504,163 @@ class KubeApiServerTest(unittest.TestCase):
         # Nothing it started outlives it.
         pid = int(_read(os.path.join(self.dir, "left.pid")))
         wait_until(lambda: not _alive(pid), timeout=5, what="the pod left running to be killed")
+
+    def test_kubelet_runs_pods_as_containers_with_volumes_and_security(self):
+        image = images(BUILD)["worker"]
+        work_dir = os.path.join(self.dir, "container-pods")
+        kubelet_log = open(os.path.join(self.dir, "container-kubelet.log"), "w+")
+        kubelet = subprocess.Popen([PYTHON, os.path.join(KUBE, "kubelet.py"), "--server", self.url,
+                                    "--work-dir", work_dir, "--max-grace", "3", "--node-name", "box"],
+                                   stdout=kubelet_log, stderr=subprocess.STDOUT, env=container_env())
+        try:
+            self.check_container_kubelet(image, work_dir)
+        except AssertionError as error:
+            kubelet_log.seek(0)
+            raise AssertionError("%s\n--- kubelet:\n%s" % (error, kubelet_log.read()[-6000:])) from None
+        finally:
+            kubelet.send_signal(signal.SIGTERM)
+            kubelet.wait(timeout=60)
+            kubelet_log.seek(0)
+            log = kubelet_log.read()
+            kubelet_log.close()
+        self.assertNotIn("Traceback", log)
+        # Nothing it started outlives it.
+        left = subprocess.run(["podman", "ps", "--filter", "label=io.paci.test-kubelet=%d" % kubelet.pid,
+                               "--format", "{{.Names}}"], capture_output=True, text=True, env=container_env())
+        self.assertEqual(left.stdout.strip(), "", "containers left running")
+
+    def check_container_kubelet(self, image, work_dir):
+        ns = "box"
+        self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all([
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
+            {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "creds", "namespace": ns},
+             "stringData": {"token": "s3cret"}},
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "tuning", "namespace": ns},
+             "data": {"LR": "0.003", "note.txt": "from a configMap"}},
+            {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "shared", "namespace": ns},
+             "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}}]))
+
+        def pod(name, script, claim="shared", fs_group=65532, run_as=65532, extra_spec=None, **container):
+            spec = {"restartPolicy": "Never", "terminationGracePeriodSeconds": 30,
+                    "securityContext": {"runAsNonRoot": True, "runAsUser": run_as, "runAsGroup": run_as,
+                                        "seccompProfile": {"type": "RuntimeDefault"}},
+                    "volumes": [{"name": "scratch", "emptyDir": {}},
+                                {"name": "shared", "persistentVolumeClaim": {"claimName": claim}},
+                                {"name": "creds", "secret": {"secretName": "creds"}},
+                                {"name": "tuning", "configMap": {"name": "tuning",
+                                                                 "items": [{"key": "note.txt", "path": "n/note"}]}}],
+                    "containers": [dict({
+                        "name": "main", "image": image, "command": ["/bin/sh", "-c"], "args": [script],
+                        "env": [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "token"}}},
+                                {"name": "ME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                        "envFrom": [{"configMapRef": {"name": "tuning"}, "prefix": "T_"}],
+                        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                            "capabilities": {"drop": ["ALL"]}},
+                        "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"},
+                                         {"name": "shared", "mountPath": "/shared"},
+                                         {"name": "creds", "mountPath": "/etc/creds"},
+                                         {"name": "tuning", "mountPath": "/etc/tuning"}]}, **container)]}
+            if fs_group is not None:
+                spec["securityContext"]["fsGroup"] = fs_group
+            spec.update(extra_spec or {})
+            return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns}, "spec": spec}
+
+        def get(name):
+            code, obj = self.http("GET", "/api/v1/namespaces/%s/pods/%s" % (ns, name))
+            return obj if code == 200 else None
+
+        def ended(name):
+            p = get(name)
+            return p if p and p.get("status", {}).get("phase") in ("Succeeded", "Failed") else None
+
+        def log(name):
+            return _read(os.path.join(work_dir, "%s_%s.log" % (ns, name)))
+
+        host_secret = os.path.join(self.dir, "host-only")
+        with open(host_secret, "w") as f:
+            f.write("the host's\n")
+        # The writer: non-root with fsGroup, a read-only root file system, every volume kind.
+        writer = ("set -e; echo uid=$(id -u) gid=$(id -g) groups=$(id -G); "
+                  "echo \"$ME:$TOKEN:$T_LR\" > /shared/from-writer; echo scratch > /scratch/x; "
+                  "cat /etc/creds/token; echo; cat /etc/tuning/n/note; echo; "
+                  "if touch /root-file 2>/dev/null; then echo rootfs-writable; else echo rootfs-read-only; fi; "
+                  "if [ -e %s ]; then echo host-visible; else echo host-hidden; fi; "
+                  "test -r /usr/share/paci/kjv.txt && echo corpus-in-image" % host_secret)
+        self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(pod("writer", writer)))
+        p = wait_until(lambda: ended("writer"), timeout=60, what="the writer pod to end")
+        self.assertEqual(p["status"]["phase"], "Succeeded", log("writer"))
+        out = log("writer")
+        self.assertIn("uid=65532 gid=65532", out)
+        self.assertRegex(out, r"groups=.*\b65532\b")
+        self.assertIn("s3cret", out)
+        self.assertIn("from a configMap", out)
+        self.assertIn("rootfs-read-only", out)
+        self.assertIn("host-hidden", out, "a container must not see the host's files")
+        self.assertIn("corpus-in-image", out)
+        self.assertTrue(p["status"]["containerStatuses"][0]["containerID"].startswith("podman://"))
+        code, claim = self.http("GET", "/api/v1/namespaces/%s/persistentvolumeclaims/shared" % ns)
+        self.assertEqual(claim["status"]["phase"], "Bound")
+
+        # Another pod on the same claim sees the file (ReadWriteMany); its container file system is fresh.
+        self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(pod(
+            "reader", "cat /shared/from-writer; ls /scratch; test ! -e /root-file && echo fresh")))
+        p = wait_until(lambda: ended("reader"), timeout=60, what="the reader pod to end")
+        self.assertEqual(p["status"]["phase"], "Succeeded", log("reader"))
+        self.assertIn("writer:s3cret:0.003", log("reader"))
+        self.assertNotIn("x", log("reader").split("\n")[1:2], "emptyDir is per pod")
+        self.assertIn("fresh", log("reader"))
+
+        # Without fsGroup a fresh claim is root's: a non-root pod cannot write there, as on a cluster.
+        self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all([
+            {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "bare", "namespace": ns},
+             "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}},
+            pod("no-fsgroup", "touch /shared/f", claim="bare", fs_group=None)]))
+        p = wait_until(lambda: ended("no-fsgroup"), timeout=60, what="the pod without fsGroup to end")
+        self.assertEqual(p["status"]["phase"], "Failed")
+        self.assertIn("Permission denied", log("no-fsgroup"))
+
+        # A claim that does not exist keeps the pod Pending with the scheduler's message, until it does.
+        self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(pod("late", "echo ran", claim="later")))
+        p = wait_until(lambda: (get("late") or {}).get("status", {}).get("conditions"), timeout=30,
+                       what="the pod waiting for its claim")
+        self.assertEqual(get("late")["status"]["phase"], "Pending")
+        scheduled = {c["type"]: c for c in get("late")["status"]["conditions"]}["PodScheduled"]
+        self.assertEqual((scheduled["status"], scheduled["reason"]), ("False", "Unschedulable"))
+        self.assertEqual(scheduled["message"], 'persistentvolumeclaim "later" not found')
+        self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(
+            {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "later", "namespace": ns},
+             "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}}))
+        p = wait_until(lambda: ended("late"), timeout=60, what="the pod to run once its claim exists")
+        self.assertEqual(p["status"]["phase"], "Succeeded")
+
+        # runAsNonRoot with uid 0, and an image that is not there: the kubelet's refusals.
+        self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all([
+            pod("as-root", "true", run_as=0), pod("no-image", "true", image="example.invalid/none:1",
+                                                   imagePullPolicy="Never")]))
+
+        def waiting(name):
+            statuses = (get(name) or {}).get("status", {}).get("containerStatuses") or [{}]
+            return statuses[0].get("state", {}).get("waiting")
+        state = wait_until(lambda: waiting("as-root"), timeout=30, what="as-root to be refused")
+        self.assertEqual(state["reason"], "CreateContainerConfigError")
+        self.assertIn("container's runAsUser breaks non-root policy", state["message"])
+        state = wait_until(lambda: waiting("no-image"), timeout=30, what="no-image to wait")
+        self.assertEqual(state["reason"], "ErrImageNeverPull")
+        self.assertIn('"example.invalid/none:1" is not present', state["message"])
+
+        # Deleting a running pod stops its container within the grace period (capped at 3 s here).
+        self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(pod("sleeper", "sleep 600")))
+        wait_until(lambda: (get("sleeper") or {}).get("status", {}).get("phase") == "Running", timeout=60,
+                   what="the sleeper to run")
+        started = time.monotonic()
+        self.kubectl("delete", "pod", "sleeper", "-n", ns, "--timeout=30s")
+
+        def container_gone():
+            out = subprocess.run(["podman", "ps", "-a", "--filter", "label=io.kubernetes.pod.name=sleeper",
+                                  "--format", "{{.Names}}"], capture_output=True, text=True, env=container_env())
+            return out.returncode == 0 and out.stdout.strip() == ""
+        wait_until(container_gone, timeout=30, what="the deleted pod's container to go")
+        self.assertLess(time.monotonic() - started, 30)
 
     def check_kubelet(self, work_dir):
         def say_pod(name):

@@ -53,6 +53,7 @@ In-process: server = ApiServer(port=0).start(); server.url; ...; server.stop()
 """
 
 import argparse
+import base64
 import collections
 import copy
 import datetime
@@ -690,6 +691,8 @@ BUILTIN_TYPES = [
     ResourceType("", "v1", "configmaps", "ConfigMap", True, short_names=["cm"]),
     ResourceType("", "v1", "secrets", "Secret", True),
     ResourceType("", "v1", "serviceaccounts", "ServiceAccount", True, short_names=["sa"]),
+    ResourceType("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", True, short_names=["pvc"],
+                 status_subresource=True),
     ResourceType("", "v1", "nodes", "Node", False, short_names=["no"], status_subresource=True),
     ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True),
     ResourceType("apiextensions.k8s.io", "v1", "customresourcedefinitions",
@@ -935,6 +938,19 @@ class Store:
         elif rt.key == ("", "services"):
             spec = obj.setdefault("spec", {})
             spec.setdefault("type", "ClusterIP")
+        elif rt.key == ("", "secrets"):
+            # stringData is write-only: merged into data (base64), then dropped.
+            data = obj.setdefault("data", {}) or {}
+            for key, value in (obj.pop("stringData", None) or {}).items():
+                data[key] = base64.b64encode(str(value).encode()).decode()
+            obj["data"] = data
+            obj.setdefault("type", "Opaque")
+        elif rt.key == ("", "persistentvolumeclaims"):
+            spec = obj.setdefault("spec", {})
+            if not spec.get("accessModes"):
+                raise invalid(rt, name, [FieldError("Required value", "spec.accessModes", show_value=False)])
+            spec.setdefault("volumeMode", "Filesystem")
+            obj.setdefault("status", {}).setdefault("phase", "Pending")
         elif rt.key == ("apiextensions.k8s.io", "customresourcedefinitions"):
             self._check_crd(rt, obj)
 

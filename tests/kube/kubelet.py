@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""A test kubelet: runs the pods of a (test) Kubernetes API server as local processes.
+"""A test kubelet: runs the pods of a (test) Kubernetes API server as containers.
 
 It lists and watches pods in every namespace (re-listing after 410 Expired or a
 dropped stream). Each pod whose spec.nodeName is empty or this node's name, still
@@ -7,29 +7,54 @@ Pending and not being deleted, is started once:
 
 * it gets a pod IP of its own on loopback: a random 127.A.B.0/24 chosen at start,
   handing out .2, .3, ... (Linux routes all of 127/8 to lo), so pods may listen
-  on the same fixed ports;
-* the first container's command + args run as a real process in its own process
-  group. command[0] without a slash is looked up in --bin-dir (then PATH); with no
-  command, an --image PREFIX=COMMAND mapping whose prefix starts the image name
-  supplies one. $(VAR) in command and args expands from the container's env
-  (value, valueFrom.fieldRef for metadata.name/namespace/uid, status.podIP,
-  status.hostIP, spec.nodeName, spec.serviceAccountName, metadata.labels['k'],
-  metadata.annotations['k']; configMapKeyRef and secretKeyRef are read from the
-  server); $$ escapes. Those variables, plus this process's environment, are the
-  process' environment. stdout+stderr go to WORK_DIR/NAMESPACE_POD.log; the
-  working directory is --pod-cwd (default: this process's);
+  on the same fixed ports; containers share the host's network (podman
+  --network host), as hostNetwork pods would, and bind their pod IP;
+* --runtime container (the default): the first container runs as a real
+  container of its image (podman with runc), with a fresh root filesystem from
+  the image; command replaces the image's ENTRYPOINT and args its CMD, as on a
+  cluster; workingDir, env (value; valueFrom fieldRef for metadata.name/
+  namespace/uid, status.podIP, status.hostIP, spec.nodeName,
+  spec.serviceAccountName, metadata.labels['k'], metadata.annotations['k'];
+  configMapKeyRef and secretKeyRef read from the server; envFrom configMapRef and
+  secretRef with prefix) and securityContext (pod level, overridden per key by the
+  container's: runAsUser, runAsGroup, runAsNonRoot checked against the image's
+  USER with the kubelet's own wording, supplementalGroups, fsGroup,
+  readOnlyRootFilesystem, allowPrivilegeEscalation, privileged, capabilities,
+  seccompProfile Unconfined). The image must already be in local storage (no
+  registry is reachable): else the pod waits with ErrImageNeverPull.
+  Volumes are bind mounts (volumeMounts with readOnly and subPath): emptyDir (a
+  fresh 0777 folder per pod), hostPath (with its type), secret and configMap
+  (files written per pod, items and defaultMode honoured, mounted read-only) and
+  persistentVolumeClaim: the claim must exist (else the pod stays Pending with
+  the scheduler's message, and is tried again); it is bound to one host folder
+  per claim under --claims-dir that every pod using it sees (ReadWriteMany).
+  fsGroup makes emptyDir and claim folders group-owned and group-writable, as
+  the kubelet's volume ownership management does. No pod sees the host's
+  filesystem except through a volume;
+* --runtime process: command + args run as a plain process in its own process
+  group (command[0] without a slash is looked up in --bin-dir, then PATH; with no
+  command, an --image PREFIX=COMMAND mapping supplies one), in --pod-cwd, with
+  this process's environment plus the container's. No volumes or security
+  context: kept for tests of the kubelet's pod lifecycle that run no image.
+* $(VAR) in command and args expands from the container's env; $$ escapes.
+  stdout+stderr go to WORK_DIR/NAMESPACE_POD.log;
 * status goes through the pods/status subresource: Running (podIP, podIPs, hostIP,
   startTime, conditions, containerStatuses running), then Succeeded (exit 0) or
   Failed with the container terminated (exitCode, reason Completed or Error).
   Pods are never restarted, whatever their restartPolicy.
 
-A pod that is deleted (or gets a deletionTimestamp) gets SIGTERM on its process
-group, then SIGKILL after min(terminationGracePeriodSeconds, --max-grace) seconds.
-On SIGTERM or SIGINT the kubelet kills every process it started and exits. Its
-children also get SIGKILL should the kubelet itself die (PR_SET_PDEATHSIG).
+A pod that is deleted (or gets a deletionTimestamp) gets SIGTERM, then SIGKILL
+after min(terminationGracePeriodSeconds, --max-grace) seconds. On SIGTERM or
+SIGINT the kubelet kills every pod it started and exits. Process pods also get
+SIGKILL should the kubelet itself die (PR_SET_PDEATHSIG); containers left by a
+kubelet that died are removed by the next one to start.
+
+What it does not model: image pulls, resource limits (cgroups), probes,
+restarts, init and sidecar containers, pod DNS and Services' virtual IPs.
 
 Run: /usr/bin/python3 tests/kube/kubelet.py --server http://127.0.0.1:PORT \\
-         --bin-dir DIR[:DIR...] --work-dir DIR [--node-name test-node] [--pod-cwd DIR]
+         --work-dir DIR [--runtime container|process] [--claims-dir DIR] \\
+         [--bin-dir DIR[:DIR...]] [--node-name test-node] [--pod-cwd DIR]
 """
 
 import argparse
@@ -38,6 +63,7 @@ import ctypes
 import datetime
 import http.client
 import json
+import math
 import os
 import random
 import shutil
@@ -88,6 +114,15 @@ class Expired(Exception):
     """The watch's resourceVersion is older than the server's history: re-list."""
 
 
+class Waiting(Exception):
+    """The pod cannot start yet; it stays Pending with this reason and message.
+    retry: the kubelet tries it again (a claim or image may appear)."""
+
+    def __init__(self, reason, message, retry=True, scheduling=False):
+        super().__init__(message)
+        self.reason, self.message, self.retry, self.scheduling = reason, message, retry, scheduling
+
+
 class PodRun:
     """One started pod: its process and what its status reports."""
 
@@ -97,6 +132,10 @@ class PodRun:
         self.container = pod["spec"]["containers"][0]
         self.ip, self.log_path = ip, log_path
         self.grace = float(pod["spec"].get("terminationGracePeriodSeconds", 30))
+        # k8s_<container>_<pod>_<namespace>_<uid>_<attempt>, as the kubelet names them.
+        self.container_name = "k8s_%s_%s_%s_%s_0" % (self.container.get("name", "main"), self.name,
+                                                     self.namespace, self.uid)
+        self.container_id = ""
         self.proc = None
         self.started_at = None
         self.killing = False
@@ -108,7 +147,7 @@ class Kubelet:
     run() blocks until stop(); stop() may be called from any thread or a signal handler."""
 
     def __init__(self, server, bin_dirs, work_dir, node_name="test-node", pod_cwd=None, max_grace=5.0,
-                 images=None, log=sys.stderr):
+                 images=None, log=sys.stderr, runtime="container", claims_dir=None, podman="podman"):
         self.server = server.rstrip("/")
         self.bin_dirs = [d for d in bin_dirs if d]
         self.work_dir = work_dir
@@ -116,7 +155,11 @@ class Kubelet:
         self.pod_cwd = pod_cwd or os.getcwd()
         self.max_grace = max_grace
         self.images = images or {}
+        self.runtime = runtime
+        self.claims_dir = claims_dir or os.path.join(work_dir, "claims")
+        self.podman = podman
         self._log = log
+        self.waiting = {}  # uid -> the last pod object of a pod that could not start yet
         self.net = "127.%d.%d" % (random.randint(1, 254), random.randint(0, 255))
         self.next_host = 2
         self.host_ip = "127.0.0.1"
@@ -156,6 +199,10 @@ class Kubelet:
     # -- the loop ------------------------------------------------------------
 
     def run(self):
+        if self.runtime == "container":
+            self.remove_orphans()
+        retry = threading.Thread(target=self.retry_waiting, daemon=True, name="retry")
+        retry.start()
         rv = None
         while not self.stopping.is_set():
             try:
@@ -222,11 +269,23 @@ class Kubelet:
         with self.lock:
             run = self.pods.get(m.get("uid"))
         if etype == "DELETED" or m.get("deletionTimestamp"):
+            with self.lock:
+                self.waiting.pop(m.get("uid"), None)
             if run is not None:
                 self.kill(run)
             return
         if run is None and (pod.get("status") or {}).get("phase", "Pending") == "Pending":
             self.start(pod)
+
+    def retry_waiting(self):
+        """Tries the pods that could not start yet again, every second."""
+        while not self.stopping.wait(1.0):
+            with self.lock:
+                pods = [w["pod"] for w in self.waiting.values() if w["retry"]]
+            for pod in pods:
+                if self.stopping.is_set():
+                    return
+                self.start(pod)
 
     # -- pods ----------------------------------------------------------------
 
@@ -276,6 +335,22 @@ class Kubelet:
                 variables[name] = self.key_ref(pod["metadata"]["namespace"], "secrets", source["secretKeyRef"])
             else:
                 raise ValueError("unsupported valueFrom for %s" % name)
+        for source in container.get("envFrom") or []:
+            kind, ref = ("configmaps", source["configMapRef"]) if "configMapRef" in source else \
+                ("secrets", source["secretRef"])
+            try:
+                obj = self.request("GET", "/api/v1/namespaces/%s/%s/%s" % (pod["metadata"]["namespace"], kind,
+                                                                            ref["name"]))
+            except urllib.error.HTTPError as error:
+                if error.code == 404 and ref.get("optional"):
+                    continue
+                if error.code == 404:
+                    raise ValueError('%s "%s" not found' % (kind[:-1], ref["name"]))
+                raise
+            for key, value in (obj.get("data") or {}).items():
+                name = source.get("prefix", "") + key
+                if name not in variables:  # env wins over envFrom
+                    variables[name] = base64.b64decode(value).decode() if kind == "secrets" else value
         return variables
 
     def resolve(self, program):
@@ -292,34 +367,41 @@ class Kubelet:
 
     def start(self, pod):
         m = pod["metadata"]
-        containers = pod["spec"].get("containers") or [{}]
-        run = PodRun(pod, self.allocate_ip(), os.path.join(self.work_dir, "%s_%s.log" % (m["namespace"],
-                                                                                          m["name"])))
+        uid = m["uid"]
         with self.lock:
-            if m["uid"] in self.pods:
+            if uid in self.pods:
                 return
-            self.pods[m["uid"]] = run
-        container = containers[0]
-        run.started_at = now_rfc3339()
+            waiting = self.waiting.get(uid)
+            ip = waiting["ip"] if waiting else None
+        ip = ip or self.allocate_ip()
+        container = (pod["spec"].get("containers") or [{}])[0]
+        run = PodRun(pod, ip, os.path.join(self.work_dir, "%s_%s.log" % (m["namespace"], m["name"])))
         try:
             variables = self.environment(pod, container, run.ip)
-            command = list(container.get("command") or [])
-            if not command:
-                image = container.get("image", "")
-                prefix = next((p for p in self.images if image.startswith(p)), None)
-                if prefix is None:
-                    raise ValueError("container %s has no command and no --image mapping matches %s"
-                                     % (container.get("name"), image))
-                command = [self.images[prefix]]
-            argv = [expand(a, variables) for a in command + list(container.get("args") or [])]
-            argv[0] = self.resolve(argv[0])
-            env = dict(os.environ)
-            env.update(variables)
+            if self.runtime == "container":
+                argv, env, cwd = self.container_command(pod, container, run, variables)
+            else:
+                argv, env, cwd = self.process_command(pod, container, variables)
+        except Waiting as error:
+            self.wait(pod, run, error)
+            return
+        except (OSError, ValueError, urllib.error.HTTPError) as error:
+            # A reference that cannot be resolved (a missing Secret key, say): the real
+            # kubelet reports CreateContainerConfigError and tries again.
+            self.wait(pod, run, Waiting("CreateContainerConfigError", str(error)))
+            return
+        with self.lock:
+            if uid in self.pods or self.stopping.is_set():
+                return
+            self.waiting.pop(uid, None)
+            self.pods[uid] = run
+        run.started_at = now_rfc3339()
+        try:
             with open(run.log_path, "ab") as out:
-                run.proc = subprocess.Popen(argv, env=env, cwd=self.pod_cwd, stdin=subprocess.DEVNULL,
+                run.proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
                                             stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
                                             preexec_fn=_die_with_parent)
-        except (OSError, ValueError, urllib.error.HTTPError) as error:
+        except OSError as error:
             self.log("pod %s/%s cannot start: %s" % (run.namespace, run.name, error))
             with open(run.log_path, "a") as out:
                 out.write("kubelet: cannot start: %s\n" % error)
@@ -339,6 +421,254 @@ class Kubelet:
             self.threads.append(run.monitor)
         run.monitor.start()
 
+    def wait(self, pod, run, waiting):
+        """Keeps a pod that cannot start Pending, saying why once (status and log)."""
+        uid = pod["metadata"]["uid"]
+        with self.lock:
+            before = self.waiting.get(uid)
+            self.waiting[uid] = {"pod": pod, "ip": run.ip, "retry": waiting.retry,
+                                 "said": (waiting.reason, waiting.message)}
+        if before and before["said"] == (waiting.reason, waiting.message):
+            return
+        self.log("pod %s/%s waits: %s: %s" % (run.namespace, run.name, waiting.reason, waiting.message))
+        when = now_rfc3339()
+        if waiting.scheduling:
+            status = {"phase": "Pending", "conditions": [{
+                "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                "message": waiting.message, "lastProbeTime": None, "lastTransitionTime": when}]}
+        else:
+            status = {"phase": "Pending", "hostIP": self.host_ip, "hostIPs": [{"ip": self.host_ip}],
+                      "conditions": self.conditions(False, when),
+                      "containerStatuses": [self.container_status(run, False, {"waiting": {
+                          "reason": waiting.reason, "message": waiting.message}})]}
+        self.patch_status(run, status)
+
+    def process_command(self, pod, container, variables):
+        if pod["spec"].get("volumes"):
+            raise Waiting("CreateContainerConfigError", "volumes need --runtime container", retry=False)
+        command = list(container.get("command") or [])
+        if not command:
+            image = container.get("image", "")
+            prefix = next((p for p in self.images if image.startswith(p)), None)
+            if prefix is None:
+                raise Waiting("CreateContainerConfigError",
+                              "container %s has no command and no --image mapping matches %s"
+                              % (container.get("name"), image), retry=False)
+            command = [self.images[prefix]]
+        argv = [expand(a, variables) for a in command + list(container.get("args") or [])]
+        argv[0] = self.resolve(argv[0])
+        env = dict(os.environ)
+        env.update(variables)
+        return argv, env, self.pod_cwd
+
+    # -- containers ----------------------------------------------------------
+
+    def podman_run(self, *args, timeout=60):
+        return subprocess.run([self.podman, *args], capture_output=True, text=True, timeout=timeout)
+
+    def image_user(self, image, pull_policy):
+        """The image's USER, or Waiting when the image is not in local storage."""
+        out = self.podman_run("image", "inspect", "--format", "{{.Config.User}}", image)
+        if out.returncode != 0:
+            if pull_policy == "Never":
+                raise Waiting("ErrImageNeverPull", 'Container image "%s" is not present with pull policy '
+                              'of Never' % image)
+            raise Waiting("ErrImagePull", 'failed to pull image "%s": no image registry is reachable from '
+                          'this test cluster; build it locally (scripts/build-images.sh)' % image)
+        return out.stdout.strip()
+
+    def volume_dir(self, pod, name):
+        path = os.path.join(self.work_dir, "volumes", pod["metadata"]["uid"], name)
+        os.makedirs(path, exist_ok=True)
+        return path
+
+    def claim_dir(self, pod, claim_name):
+        """The host folder bound to a PersistentVolumeClaim; Waiting while the claim does not exist."""
+        namespace = pod["metadata"]["namespace"]
+        try:
+            claim = self.request("GET", "/api/v1/namespaces/%s/persistentvolumeclaims/%s" % (namespace,
+                                                                                            claim_name))
+        except urllib.error.HTTPError as error:
+            if error.code == 404:
+                raise Waiting("Unschedulable", 'persistentvolumeclaim "%s" not found' % claim_name,
+                              scheduling=True)
+            raise
+        path = os.path.join(self.claims_dir, namespace, claim_name)
+        if not os.path.isdir(path):
+            os.makedirs(path)
+            os.chmod(path, 0o755)  # root-owned, as a fresh file system is: fsGroup opens it up
+        if (claim.get("status") or {}).get("phase") != "Bound":
+            spec = claim.get("spec") or {}
+            storage = ((spec.get("resources") or {}).get("requests") or {}).get("storage", "1Gi")
+            body = {"status": {"phase": "Bound", "accessModes": spec.get("accessModes", ["ReadWriteOnce"]),
+                               "capacity": {"storage": storage}}}
+            try:
+                self.request("PATCH", "/api/v1/namespaces/%s/persistentvolumeclaims/%s/status"
+                             % (namespace, claim_name), body, "application/merge-patch+json")
+            except urllib.error.HTTPError as error:
+                self.log("binding claim %s/%s: HTTP %d" % (namespace, claim_name, error.code))
+        return path
+
+    def key_files(self, pod, kind, source, name):
+        """The files of a secret or configMap volume: {relative path: (bytes, mode)}."""
+        ref = source.get("secretName") if kind == "secrets" else source.get("name")
+        try:
+            obj = self.request("GET", "/api/v1/namespaces/%s/%s/%s" % (pod["metadata"]["namespace"], kind, ref))
+        except urllib.error.HTTPError as error:
+            if error.code == 404 and not source.get("optional"):
+                raise Waiting("ContainerCreating", 'MountVolume.SetUp failed for volume "%s" : %s "%s" not '
+                              "found" % (name, kind[:-1], ref))
+            if error.code != 404:
+                raise
+            obj = {}
+        data = dict(obj.get("data") or {})
+        decode = (lambda v: base64.b64decode(v)) if kind == "secrets" else (lambda v: v.encode())
+        mode = source.get("defaultMode", 0o644)
+        items = source.get("items")
+        if not items:
+            return {key: (decode(value), mode) for key, value in data.items()}
+        files = {}
+        for item in items:
+            if item["key"] not in data:
+                if source.get("optional"):
+                    continue
+                raise Waiting("ContainerCreating", 'MountVolume.SetUp failed for volume "%s" : configmap '
+                              'references non-existent config key: %s' % (name, item["key"]))
+            files[item["path"]] = (decode(data[item["key"]]), item.get("mode", mode))
+        return files
+
+    def volumes(self, pod, fs_group):
+        """Makes each volume of the pod on the host: {name: (host path, read-only)}."""
+        made = {}
+        for volume in pod["spec"].get("volumes") or []:
+            name = volume["name"]
+            if "emptyDir" in volume:
+                path = self.volume_dir(pod, name)
+                os.chmod(path, 0o777)
+                owned = True
+                read_only = False
+            elif "hostPath" in volume:
+                path, kind = volume["hostPath"]["path"], volume["hostPath"].get("type", "")
+                if kind == "DirectoryOrCreate":
+                    os.makedirs(path, mode=0o755, exist_ok=True)
+                elif kind == "FileOrCreate" and not os.path.exists(path):
+                    open(path, "a").close()
+                if kind in ("Directory", "DirectoryOrCreate") and not os.path.isdir(path) or \
+                        kind in ("File", "FileOrCreate") and not os.path.isfile(path) or \
+                        kind and not os.path.exists(path):
+                    raise Waiting("ContainerCreating", 'MountVolume.SetUp failed for volume "%s" : hostPath '
+                                  'type check failed: %s is not a %s' % (name, path, kind or "path"))
+                owned, read_only = False, False
+            elif "persistentVolumeClaim" in volume:
+                source = volume["persistentVolumeClaim"]
+                path = self.claim_dir(pod, source["claimName"])
+                owned, read_only = True, bool(source.get("readOnly"))
+            elif "secret" in volume or "configMap" in volume:
+                kind = "secrets" if "secret" in volume else "configmaps"
+                files = self.key_files(pod, kind, volume.get("secret") or volume.get("configMap"), name)
+                path = self.volume_dir(pod, name)
+                for relative, (content, mode) in files.items():
+                    target = os.path.join(path, relative)
+                    os.makedirs(os.path.dirname(target), exist_ok=True)
+                    with open(target, "wb") as f:
+                        f.write(content)
+                    os.chmod(target, mode)
+                    if fs_group is not None:
+                        os.chown(target, -1, fs_group)
+                owned, read_only = False, True
+            else:
+                raise Waiting("ContainerCreating", 'volume "%s": only emptyDir, hostPath, secret, configMap '
+                              "and persistentVolumeClaim volumes are modelled" % name, retry=False)
+            if owned and fs_group is not None:
+                _own_by_group(path, fs_group)
+            made[name] = (path, read_only)
+        return made
+
+    def container_command(self, pod, container, run, variables):
+        spec = pod["spec"]
+        pod_sc = spec.get("securityContext") or {}
+        sc = dict(pod_sc)
+        sc.update(container.get("securityContext") or {})
+        pod_ref = "%s_%s(%s)" % (run.name, run.namespace, run.uid)
+        image = container.get("image", "")
+        image_user = self.image_user(image, container.get("imagePullPolicy", "IfNotPresent"))
+        user, group = sc.get("runAsUser"), sc.get("runAsGroup")
+        if sc.get("runAsNonRoot"):
+            if user is not None:
+                if user == 0:
+                    raise Waiting("CreateContainerConfigError", "container's runAsUser breaks non-root policy "
+                                  '(pod: "%s", container: %s)' % (pod_ref, container.get("name")))
+            else:
+                name = image_user.split(":")[0]
+                if name in ("", "root", "0"):
+                    raise Waiting("CreateContainerConfigError", 'container has runAsNonRoot and image will run '
+                                  'as root (pod: "%s", container: %s)' % (pod_ref, container.get("name")))
+                if not name.isdigit():
+                    raise Waiting("CreateContainerConfigError", "container has runAsNonRoot and image has "
+                                  "non-numeric user (%s), cannot verify user is non-root (pod: \"%s\", "
+                                  "container: %s)" % (name, pod_ref, container.get("name")))
+        fs_group = pod_sc.get("fsGroup")
+        volumes = self.volumes(pod, fs_group)
+        argv = [self.podman, "run", "--rm", "--name", run.container_name, "--pull", "never",
+                "--network", "host", "--label", "io.paci.test-kubelet=%d" % os.getpid(),
+                "--label", "io.kubernetes.pod.name=%s" % run.name,
+                "--label", "io.kubernetes.pod.namespace=%s" % run.namespace,
+                "--cidfile", os.path.join(self.volume_dir(pod, ".cid"), "cid")]
+        try:
+            os.unlink(os.path.join(self.volume_dir(pod, ".cid"), "cid"))
+        except FileNotFoundError:
+            pass
+        for name, value in variables.items():
+            argv += ["--env", "%s=%s" % (name, value)]
+        if container.get("workingDir"):
+            argv += ["--workdir", container["workingDir"]]
+        if user is not None:
+            argv += ["--user", "%d:%d" % (user, group) if group is not None else str(user)]
+        elif group is not None:
+            base = image_user.split(":")[0] or "0"
+            argv += ["--user", "%s:%d" % (base, group)]
+        for extra in ([fs_group] if fs_group is not None else []) + list(pod_sc.get("supplementalGroups") or []):
+            argv += ["--group-add", str(extra)]
+        if sc.get("readOnlyRootFilesystem"):
+            argv += ["--read-only", "--read-only-tmpfs=false"]
+        if sc.get("privileged"):
+            argv += ["--privileged"]
+        if sc.get("allowPrivilegeEscalation") is False:
+            argv += ["--security-opt", "no-new-privileges"]
+        capabilities = sc.get("capabilities") or {}
+        for cap in capabilities.get("drop") or []:
+            argv += ["--cap-drop", cap]
+        for cap in capabilities.get("add") or []:
+            argv += ["--cap-add", cap]
+        if (sc.get("seccompProfile") or {}).get("type") == "Unconfined":
+            argv += ["--security-opt", "seccomp=unconfined"]
+        for mount in container.get("volumeMounts") or []:
+            if mount["name"] not in volumes:
+                raise Waiting("CreateContainerConfigError", 'cannot find volume "%s" to mount into container '
+                              '"%s"' % (mount["name"], container.get("name")), retry=False)
+            source, read_only = volumes[mount["name"]]
+            if mount.get("subPath"):
+                source = os.path.join(source, mount["subPath"])
+                os.makedirs(source, exist_ok=True)
+            flags = "ro" if read_only or mount.get("readOnly") else "rw"
+            argv += ["--volume", "%s:%s:%s" % (source, mount["mountPath"], flags)]
+        command = [expand(a, variables) for a in container.get("command") or []]
+        if command:
+            argv += ["--entrypoint", json.dumps(command)]
+        argv.append(image)
+        argv += [expand(a, variables) for a in container.get("args") or []]
+        return argv, dict(os.environ), self.work_dir
+
+    def remove_orphans(self):
+        """Removes the containers of test kubelets that are no longer running."""
+        out = self.podman_run("ps", "-a", "--filter", "label=io.paci.test-kubelet", "--format",
+                              '{{.Names}} {{index .Labels "io.paci.test-kubelet"}}')
+        stale = [line.split()[0] for line in out.stdout.splitlines()
+                 if len(line.split()) == 2 and not _pid_alive(int(line.split()[1]))]
+        if stale:
+            self.log("removing %d containers of a kubelet that died: %s" % (len(stale), " ".join(stale)))
+            self.podman_run("rm", "--force", "--time", "0", *stale, timeout=120)
+
     def conditions(self, ready, when):
         value = "True" if ready else "False"
         return [{"type": t, "status": s, "lastProbeTime": None, "lastTransitionTime": when}
@@ -346,8 +676,18 @@ class Kubelet:
                              ("Ready", value), ("ContainersReady", value), ("PodScheduled", "True"))]
 
     def container_status(self, run, ready, state):
+        if self.runtime == "container":
+            if not run.container_id and run.proc is not None:
+                try:
+                    with open(os.path.join(self.work_dir, "volumes", run.uid, ".cid", "cid")) as f:
+                        run.container_id = f.read().strip()
+                except OSError:
+                    pass
+            container_id = "podman://%s" % run.container_id if run.container_id else ""
+        else:
+            container_id = "paci-test://%s" % (run.proc.pid if run.proc else "none")
         return {"name": run.container.get("name", "main"), "image": run.container.get("image", ""),
-                "imageID": "", "containerID": "paci-test://%s" % (run.proc.pid if run.proc else "none"),
+                "imageID": "", "containerID": container_id,
                 "ready": ready, "started": ready, "restartCount": 0, "state": state}
 
     def final_status(self, run, code, reason, message=None):
@@ -361,6 +701,9 @@ class Kubelet:
                 "containerStatuses": [self.container_status(run, False, {"terminated": terminated})]}
 
     def wait_for_exit(self, run):
+        if self.runtime == "container":
+            time.sleep(0.5)
+            self.container_status(run, True, {})  # reads the container id while it runs
         code = run.proc.wait()
         _kill_group(run.proc.pid, signal.SIGKILL)  # what the container left behind
         exit_code = code if code >= 0 else 128 - code
@@ -382,6 +725,16 @@ class Kubelet:
         thread.start()
 
     def terminate(self, run, grace):
+        if self.runtime == "container":
+            # podman stop: the image's stop signal (SIGTERM), SIGKILL after the grace period.
+            self.podman_run("stop", "--time", str(int(math.ceil(grace))), run.container_name,
+                            timeout=grace + 60)
+            try:
+                run.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                _kill_group(run.proc.pid, signal.SIGKILL)
+            run.proc.wait()
+            return
         _kill_group(run.proc.pid, signal.SIGTERM)
         try:
             run.proc.wait(timeout=grace)
@@ -405,10 +758,14 @@ class Kubelet:
         """Kills every process this kubelet started and joins its threads."""
         with self.lock:
             runs = list(self.pods.values())
-        for run in runs:
-            if run.proc is not None and run.proc.poll() is None:
-                run.killing = True
-                _kill_group(run.proc.pid, signal.SIGTERM)
+        live = [run for run in runs if run.proc is not None and run.proc.poll() is None]
+        for run in live:
+            run.killing = True
+        if self.runtime == "container" and live:
+            self.podman_run("rm", "--force", "--time", str(int(min(2.0, self.max_grace))),
+                            *[run.container_name for run in live], timeout=120)
+        for run in live:
+            _kill_group(run.proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + min(2.0, self.max_grace)
         for run in runs:
             if run.proc is not None:
@@ -423,6 +780,29 @@ class Kubelet:
         for thread in threads:
             thread.join(timeout=5)
         self.log("stopped; %d pods were started" % len(runs))
+
+
+def _own_by_group(path, gid):
+    """fsGroup ownership management: group gid, group read-write, setgid folders."""
+    for root, dirs, files in os.walk(path):
+        for name in [root] + [os.path.join(root, f) for f in files]:
+            try:
+                os.chown(name, -1, gid)
+                mode = os.lstat(name).st_mode
+                extra = 0o2070 if name == root else 0o060
+                os.chmod(name, (mode & 0o7777) | extra)
+            except OSError:
+                pass
+
+
+def _pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
 
 
 def _kill_group(pid, sig):
@@ -452,14 +832,22 @@ def main():
     parser.add_argument("--max-grace", type=float, default=5.0,
                         help="cap on terminationGracePeriodSeconds, in seconds")
     parser.add_argument("--image", action="append", default=[], metavar="PREFIX=COMMAND",
-                        help="command for containers without one whose image starts with PREFIX")
+                        help="process runtime: command for containers without one whose image starts with "
+                             "PREFIX")
+    parser.add_argument("--runtime", choices=("container", "process"), default="container",
+                        help="run pods as containers of their images (podman), or as plain processes")
+    parser.add_argument("--claims-dir", help="host folders bound to PersistentVolumeClaims "
+                                             "(default WORK_DIR/claims)")
+    parser.add_argument("--podman", default="podman", help="the podman command")
     args = parser.parse_args()
     images = dict(item.split("=", 1) for item in args.image)
     kubelet = Kubelet(args.server, args.bin_dir.split(":"), args.work_dir, args.node_name, args.pod_cwd,
-                      args.max_grace, images)
+                      args.max_grace, images, runtime=args.runtime, claims_dir=args.claims_dir,
+                      podman=args.podman)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: kubelet.stop())
-    kubelet.log("node %s, pod IPs %s.0/24, api %s" % (args.node_name, kubelet.net, args.server))
+    kubelet.log("node %s, %s runtime, pod IPs %s.0/24, api %s" % (args.node_name, args.runtime, kubelet.net,
+                                                                   args.server))
     loop = threading.Thread(target=kubelet.run, name="kubelet")
     loop.start()
     while loop.is_alive():
