@@ -1,14 +1,18 @@
 #!/usr/bin/python3
 """The operator end to end on one machine, driven with the real kubectl.
 
-Starts the test API server (tests/kube/apiserver.py), the test kubelet (which
-runs the pods it is given as real local processes, each on its own loopback
-IP), a real paci_coordinator, two paci_operator replicas that elect a leader
-with a Lease, and a real Prometheus scraping all of them. Then:
+Starts the test API server (tests/kube/apiserver.py) enforcing the restricted
+Pod Security level on the jobs' namespace, the test kubelet (which runs the
+pods it is given as containers of the worker image that scripts/build-images.sh
+built, each on its own loopback IP, checkpoints on a ReadWriteMany claim), a
+real paci_coordinator, two paci_operator replicas that elect a leader with a
+Lease, and a real Prometheus scraping all of them. Then:
 `kubectl apply -f examples/trainingjob.yaml` trains to Succeeded with its loss
 in `kubectl get trainingjobs`; a longer job is watched on the dashboards, the
 leading operator is killed and the other takes over, and `kubectl delete`
-removes its pods and cancels it at the coordinator.
+removes its pods and cancels it at the coordinator; examples/trainingjob-kjv.yaml
+runs as written, a worker container is killed and the replacement pod resumes
+from the checkpoint on the claim; suspend and resume.
 
 Run by ctest with PACI_BUILD_DIR and PACI_SOURCE_DIR set.
 """
@@ -32,10 +36,16 @@ sys.path.insert(0, os.path.join(SOURCE, "tests", "kube"))
 sys.path.insert(0, os.path.join(SOURCE, "tests", "integration"))
 
 import grpc  # noqa: E402
-from local_cluster import LocalCluster, wait_until  # noqa: E402
+from local_cluster import LocalCluster, container_env, wait_until  # noqa: E402
 import monitoring  # noqa: E402
 from paci.v1 import coordinator_pb2 as cpb  # noqa: E402
 from paci.v1 import coordinator_pb2_grpc as cgrpc  # noqa: E402
+
+# The claim every worker pod of the longer jobs mounts for its checkpoints.
+SHARED_VOLUME = {
+    "volumes": [{"name": "shared", "persistentVolumeClaim": {"claimName": "paci-shared"}}],
+    "volumeMounts": [{"name": "shared", "mountPath": "/shared"}],
+}
 
 DASHBOARDS = [os.path.join(SOURCE, "deploy", "grafana", "dashboards", name)
               for name in ("paci-training.json", "paci-health.json")]
@@ -50,6 +60,14 @@ class OperatorEndToEnd(unittest.TestCase):
         cls.cluster = LocalCluster(cls.dir, BUILD, SOURCE)
         try:
             cls.cluster.start()
+            # The jobs' namespace enforces the restricted Pod Security level, as
+            # deploy/namespace.yaml does on a cluster; the claim holds checkpoints.
+            cls.cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all([
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default", "labels": {
+                    "pod-security.kubernetes.io/enforce": "restricted"}}},
+                {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                 "metadata": {"name": "paci-shared", "namespace": "default"},
+                 "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}}]))
             cls.procs = cls.cluster.procs
             cls.operator_ports = cls.cluster.operator_ports
             cls.coordinator = cgrpc.CoordinatorStub(
@@ -181,8 +199,8 @@ class OperatorEndToEnd(unittest.TestCase):
             manifest = yaml.safe_load(f)
         manifest["metadata"]["name"] = "kjv-long"
         manifest["spec"]["training"]["steps"] = 100000
-        manifest["spec"]["checkpoint"] = {"directory": os.path.join(self.dir, "ckpt"),
-                                          "interval": 20}
+        manifest["spec"]["checkpoint"] = {"directory": "/shared/ckpt-long", "interval": 20}
+        manifest["spec"]["worker"].update(SHARED_VOLUME)
         self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(manifest))
         wait_until("kjv-long training", lambda: self.get_job("kjv-long").get("status", {})
                    .get("step", 0) > 0, timeout=120, interval=0.5)
@@ -230,33 +248,67 @@ class OperatorEndToEnd(unittest.TestCase):
             manifest = yaml.safe_load(f)
         manifest["metadata"]["name"] = name
         manifest["spec"]["training"]["steps"] = steps
-        manifest["spec"]["checkpoint"] = {"directory": os.path.join(self.dir, "ckpt-" + name),
+        manifest["spec"]["checkpoint"] = {"directory": "/shared/ckpt-" + name,
                                           "interval": checkpoint_interval, "resume": True}
+        manifest["spec"]["worker"].update(SHARED_VOLUME)
         self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(manifest))
 
     def status_of(self, name):
         return self.get_job(name).get("status", {})
 
-    def test_3_a_crashed_worker_pod_is_replaced_and_the_job_resumes(self):
-        self.apply_variant("kjv-crash", steps=600)
-        wait_until("kjv-crash past its first checkpoint",
-                   lambda: self.status_of("kjv-crash").get("step", 0) > 30, timeout=120)
-        victim = self.pods_of("kjv-crash")[1]
-        subprocess.run(["pkill", "-KILL", "-f", "worker_id=default.kjv-crash-worker-1"],
-                       check=True)
-        wait_until("the crashed pod replaced", lambda: any(
-            p["metadata"]["uid"] != victim["metadata"]["uid"]
-            for p in self.pods_of("kjv-crash") if p["metadata"]["name"] == "kjv-crash-worker-1"),
-            timeout=60)
-        status = wait_until("kjv-crash finished", lambda: (lambda s: s.get("phase") in (
-            "Succeeded", "Failed") and s)(self.status_of("kjv-crash")), timeout=300, interval=0.5)
+    def coordinator_job(self, name):
+        return self.coordinator.GetJob(cpb.GetJobRequest(name=self.status_of(name)["coordinatorJob"]))
+
+    def test_3_the_kjv_example_resumes_on_its_claim_after_a_worker_container_is_killed(self):
+        """examples/trainingjob-kjv.yaml as written; SIGKILL of a worker's container mid-run."""
+        applied = self.kubectl("apply", "-f", os.path.join(SOURCE, "examples", "trainingjob-kjv.yaml"))
+        self.assertIn("persistentvolumeclaim/paci-checkpoints created", applied.stdout)
+        self.assertIn("trainingjob.paci.dev/kjv-small created", applied.stdout)
+        interval = 100
+        wait_until("kjv-small past its first checkpoint",
+                   lambda: self.coordinator_job("kjv-small").status.checkpoint_step >= interval,
+                   timeout=300, interval=0.5)
+        victim = next(p for p in self.pods_of("kjv-small") if p["metadata"]["name"] == "kjv-small-worker-1")
+        victim_container = victim["status"]["containerStatuses"][0]["containerID"]
+        self.assertTrue(victim_container.startswith("podman://"), victim_container)
+        # The pods met the restricted level (the namespace enforces it) and run as the image's user.
+        self.assertEqual(victim["spec"]["securityContext"]["seccompProfile"]["type"], "RuntimeDefault")
+        killed = subprocess.run(["podman", "kill", "--signal", "KILL", victim_container[len("podman://"):]],
+                                capture_output=True, text=True, env=container_env())
+        self.assertEqual(killed.returncode, 0, killed.stderr)
+        # The last step reported before the restart, and the checkpoint it resumes from.
+        last_step = 0
+        deadline = time.monotonic() + 60
+        while True:
+            job = self.coordinator_job("kjv-small")
+            if job.status.restarts >= 1:
+                break
+            last_step = max(last_step, job.status.step)
+            self.assertLess(time.monotonic(), deadline, "the coordinator never restarted kjv-small")
+            time.sleep(0.1)  # polling interval
+        resumed_from = job.status.checkpoint_step
+        self.assertGreaterEqual(resumed_from, interval)
+        self.assertLessEqual(last_step - resumed_from, interval,
+                             "retrained more than one checkpoint interval (%d -> %d)" % (last_step, resumed_from))
+        replacement = wait_until("a new kjv-small-worker-1", lambda: next(
+            (p for p in self.pods_of("kjv-small") if p["metadata"]["name"] == "kjv-small-worker-1"
+             and p["metadata"]["uid"] != victim["metadata"]["uid"]
+             and p.get("status", {}).get("containerStatuses", [{}])[0].get("containerID")), None), timeout=60)
+        self.assertNotEqual(replacement["status"]["containerStatuses"][0]["containerID"], victim_container)
+        status = wait_until("kjv-small finished", lambda: (lambda s: s.get("phase") in (
+            "Succeeded", "Failed") and s)(self.status_of("kjv-small")), timeout=600, interval=0.5)
         self.assertEqual(status["phase"], "Succeeded", status)
         self.assertGreaterEqual(status["restarts"], 1)
-        self.assertEqual(status["step"], 600)
+        self.assertEqual(status["step"], 1000)
+        # Both stages' shards are on the claim's folder, written by the pods' user.
+        claim = self.cluster.claim_path("default", "paci-checkpoints")
+        steps = sorted(os.listdir(os.path.join(claim, "kjv-small")))
+        self.assertTrue(steps, "no checkpoints on the claim")
+        self.assertEqual(os.stat(os.path.join(claim, "kjv-small")).st_uid, 65532)
         events = json.loads(self.kubectl("get", "events", "-o", "json").stdout)["items"]
-        reasons = [e["reason"] for e in events if e["involvedObject"]["name"] == "kjv-crash"]
+        reasons = [e["reason"] for e in events if e["involvedObject"]["name"] == "kjv-small"]
         self.assertIn("WorkerExited", reasons)
-        self.kubectl("delete", "trainingjob", "kjv-crash")
+        self.kubectl("delete", "trainingjob", "kjv-small")
 
     def test_4_suspend_stops_the_job_and_resuming_continues_from_its_checkpoint(self):
         self.apply_variant("kjv-pause", steps=100000)

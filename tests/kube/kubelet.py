@@ -702,8 +702,14 @@ class Kubelet:
 
     def wait_for_exit(self, run):
         if self.runtime == "container":
-            time.sleep(0.5)
-            self.container_status(run, True, {})  # reads the container id while it runs
+            # podman writes the container's id once it has created it: report it.
+            deadline = time.monotonic() + 30
+            while not run.container_id and run.proc.poll() is None and time.monotonic() < deadline:
+                self.container_status(run, True, {})
+                time.sleep(0.1)
+            if run.container_id and run.proc.poll() is None and not run.killing:
+                self.patch_status(run, {"containerStatuses": [self.container_status(
+                    run, True, {"running": {"startedAt": run.started_at}})]})
         code = run.proc.wait()
         _kill_group(run.proc.pid, signal.SIGKILL)  # what the container left behind
         exit_code = code if code >= 0 else 128 - code

@@ -1,7 +1,10 @@
 """A whole paci cluster on 127.0.0.1 for tests and benchmarks: the test API
-server, the test kubelet (pods as local processes, each on its own loopback
-IP), a real paci_coordinator and paci_operator replicas that elect a leader,
-with the TrainingJob CRD installed through the real kubectl.
+server, the test kubelet (pods as containers of the images that
+scripts/build-images.sh built, each on its own loopback IP; or as plain
+processes with runtime="process"), a real paci_coordinator and paci_operator
+replicas that elect a leader, with the TrainingJob CRD installed through the
+real kubectl. The coordinator and the operators run as processes of the host
+(they are not pods here); the worker pods reach the coordinator on 127.0.0.1.
 
     cluster = LocalCluster(workdir, build_dir, source_dir).start()
     cluster.kubectl("apply", "-f", "examples/trainingjob.yaml")
@@ -37,6 +40,28 @@ def wait_until(what, predicate, timeout=120, interval=0.2):
     raise AssertionError("timed out waiting for %s (last: %r)" % (what, last))
 
 
+def images(build_dir):
+    """The images scripts/build-images.sh built: {"worker": ref, "coordinator": ..., "operator": ...}
+    from BUILD_DIR/images.env. AssertionError naming the script when they are not there."""
+    path = os.path.join(build_dir, "images.env")
+    if not os.path.exists(path):
+        raise AssertionError("%s is missing: build the images first (scripts/build-images.sh)" % path)
+    refs = {}
+    with open(path) as f:
+        for line in f:
+            m = re.match(r"^PACI_([A-Z]+)_IMAGE=(\S+)$", line.strip())
+            if m:
+                refs[m.group(1).lower()] = m.group(2)
+    return refs
+
+
+def container_env():
+    """The environment podman needs on these hosts (the repository's containers.conf)."""
+    source = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return dict(os.environ, CONTAINERS_CONF=os.environ.get(
+        "CONTAINERS_CONF", os.path.join(source, "deploy", "docker", "containers.conf")))
+
+
 def _free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -44,18 +69,23 @@ def _free_port():
 
 
 class LocalCluster:
-    def __init__(self, workdir, build_dir, source_dir, replicas=("operator-a", "operator-b")):
+    def __init__(self, workdir, build_dir, source_dir, replicas=("operator-a", "operator-b"),
+                 runtime="container", operator_args=()):
         self.dir = workdir
+        self.runtime = runtime
+        self.operator_args = list(operator_args)
+        self.worker_image = images(build_dir)["worker"] if runtime == "container" else "paci-worker:latest"
+        self.claims_dir = os.path.join(workdir, "claims")
         self.build = build_dir
         self.source = source_dir
         self.replicas = list(replicas)
         self.procs = {}
         self.operator_ports = {}
 
-    def spawn(self, name, args):
+    def spawn(self, name, args, env=None):
         log = open(os.path.join(self.dir, name + ".log"), "w")
         self.procs[name] = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
-                                            start_new_session=True)
+                                            start_new_session=True, env=env)
         return self.procs[name]
 
     def read_port(self, name, timeout=30):
@@ -101,11 +131,13 @@ class LocalCluster:
             r"metrics=http://([\d.:]+)/metrics",
             wait_until("coordinator metrics address", lambda: open(
                 os.path.join(self.dir, "coordinator.log")).read(), timeout=10)).group(1)
-        self.spawn("kubelet", ["/usr/bin/python3", os.path.join(kube, "kubelet.py"),
-                               "--server", self.api_url,
-                               "--bin-dir", os.path.join(self.build, "worker"),
-                               "--work-dir", os.path.join(self.dir, "pods"),
-                               "--pod-cwd", self.source])
+        kubelet = ["/usr/bin/python3", os.path.join(kube, "kubelet.py"), "--server", self.api_url,
+                   "--work-dir", os.path.join(self.dir, "pods"), "--runtime", self.runtime]
+        if self.runtime == "container":
+            kubelet += ["--claims-dir", self.claims_dir]
+        else:
+            kubelet += ["--bin-dir", os.path.join(self.build, "worker"), "--pod-cwd", self.source]
+        self.spawn("kubelet", kubelet, env=container_env())
         for replica in self.replicas:
             self.start_operator(replica)
 
@@ -118,8 +150,13 @@ class LocalCluster:
             "--leader_election=true", "--leader_election_namespace=default",
             "--pod_name=" + replica, "--lease_duration_seconds=3",
             "--renew_deadline_seconds=2", "--retry_period_seconds=0.5",
-            "--poll_interval_seconds=1", "--worker_link_port=7000", "--worker_metrics_port=9100"])
+            "--poll_interval_seconds=1", "--worker_link_port=7000", "--worker_metrics_port=9100",
+            "--worker_image=" + self.worker_image] + self.operator_args)
         self.operator_ports[replica] = self.read_port(replica)
+
+    def claim_path(self, namespace, claim):
+        """The host folder the kubelet binds a PersistentVolumeClaim to."""
+        return os.path.join(self.claims_dir, namespace, claim)
 
     def get(self, kind, name):
         return json.loads(self.kubectl("get", kind, name, "-o", "json").stdout)
