@@ -74,46 +74,6 @@ def restricted_container(name="app", image="busybox"):
                                 "capabilities": {"drop": ["ALL"]}}}
 
 
-def operator_worker_pod(job_name, ns, index=0, image="paci-worker:latest", link_port=7000, metrics_port=9100,
-                        coordinator="paci-coordinator.paci-system.svc:7070", command="paci_worker"):
-    """The worker pod the operator creates for a TrainingJob today: a copy of
-    PodFor() in operator/reconcile/training_job_reconciler.cc with the default
-    ReconcilerOptions, for a job whose worker section sets only an image.
-    (To be replaced by the operator's own output once it makes restricted pods.)"""
-    name = "%s-worker-%d" % (job_name, index)
-    container = {
-        "name": "worker",
-        "image": image,
-        "command": [command],
-        "args": ["--coordinator=" + coordinator,
-                 "--worker_id=$(POD_NAMESPACE).$(POD_NAME)",
-                 "--labels=paci.dev/job=%s.%s" % (ns, job_name),
-                 "--listen=$(POD_IP):%d" % link_port,
-                 "--advertise_host=$(POD_IP)",
-                 "--metrics_address=$(POD_IP):%d" % metrics_port],
-        "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-                {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-                {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
-        "ports": [{"name": "link", "containerPort": link_port},
-                  {"name": "metrics", "containerPort": metrics_port}],
-        "securityContext": {"allowPrivilegeEscalation": False, "runAsNonRoot": True,
-                            "capabilities": {"drop": ["ALL"]}},
-    }
-    return {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {
-            "name": name, "namespace": ns,
-            "labels": {"paci.dev/job-name": job_name, "paci.dev/role": "worker",
-                       "paci.dev/worker-index": str(index), "app.kubernetes.io/name": "paci-worker",
-                       "paci.dev/trainingjob": job_name},
-            "annotations": {"prometheus.io/scrape": "true", "prometheus.io/port": str(metrics_port)},
-        },
-        "spec": {"restartPolicy": "Never", "hostname": name, "subdomain": job_name + "-workers",
-                 "automountServiceAccountToken": False, "terminationGracePeriodSeconds": 10,
-                 "containers": [container]},
-    }
-
-
 class PodSecurityTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -404,20 +364,23 @@ class PodSecurityTest(unittest.TestCase):
 
     # -- the repository's own deployment -------------------------------------
 
-    def test_deploy_namespace_enforces_restricted_and_refuses_the_operators_worker_pod(self):
+    def test_deploy_namespace_enforces_restricted(self):
+        # The operator's own worker pods are admitted there: operator_e2e_test.py runs every job
+        # in a namespace that enforces restricted.
         out = self.kubectl_run("apply", "-f", NAMESPACE_YAML)
         self.assertEqual(out.returncode, 0, out.stderr)
         self.assertIn("namespace/paci-system created", out.stdout)
         _, ns, _ = self.http("GET", "/api/v1/namespaces/paci-system")
         self.assertEqual(ns["metadata"]["labels"][ENFORCE], "restricted")
-
-        # The gap: the operator's worker pod sets no seccompProfile, so a cluster refuses it.
-        worker = operator_worker_pod("kjv", "paci-system")
-        self.expect_refusal(worker, 'seccompProfile (pod or container "worker" must set '
-                                    'securityContext.seccompProfile.type to "RuntimeDefault" or "Localhost")')
-        # It is the only thing missing: with a RuntimeDefault seccomp profile the same pod is admitted.
-        worker["spec"]["securityContext"] = {"seccompProfile": {"type": "RuntimeDefault"}}
-        self.assertIn("pod/kjv-worker-0 created", self.apply(worker)[0])
+        plain = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "plain", "namespace": "paci-system"},
+                 "spec": {"containers": [{"name": "worker", "image": "paci-worker:latest"}]}}
+        self.expect_refusal(plain, 'allowPrivilegeEscalation != false (container "worker" must set '
+                                   'securityContext.allowPrivilegeEscalation=false), unrestricted capabilities '
+                                   '(container "worker" must set securityContext.capabilities.drop=["ALL"]), '
+                                   'runAsNonRoot != true (pod or container "worker" must set '
+                                   'securityContext.runAsNonRoot=true), seccompProfile (pod or container "worker" '
+                                   'must set securityContext.seccompProfile.type to "RuntimeDefault" or '
+                                   '"Localhost")')
 
 
 class ChecksTest(unittest.TestCase):
