@@ -1,21 +1,36 @@
 #!/usr/bin/env bash
 # Installs what paci builds and runs with, all from Debian's packages.
 # Idempotent: quick when everything is already there.
+#   scripts/install-deps.sh           everything: build, tests, tools, images
+#   scripts/install-deps.sh --build   only what building the binaries and the
+#                                     corpus needs (the images' build stage)
 set -euo pipefail
 
-PACKAGES=(
+# Building: compilers, libraries, and the corpus (bible-kjv).
+BUILD_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config
   libtorch-dev libopenblas0-openmp
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libcpp-httplib-dev libgoogle-glog-dev libyaml-cpp-dev zlib1g-dev
   libgtest-dev libgmock-dev googletest
   libsqlite3-dev
+  nlohmann-json3-dev libssl-dev
   bible-kjv
+)
+# Tests, tools and images: plots, the Python test servers, certificates,
+# Prometheus, and podman with runc and debootstrap for scripts/build-images.sh.
+HOST_PACKAGES=(
   gnuplot-nox
   python3-grpcio python3-protobuf python3-yaml openssl
-  nlohmann-json3-dev libssl-dev
   prometheus
+  podman runc debootstrap
 )
+
+case "${1:-}" in
+  "") PACKAGES=("${BUILD_PACKAGES[@]}" "${HOST_PACKAGES[@]}") ;;
+  --build) PACKAGES=("${BUILD_PACKAGES[@]}") ;;
+  *) echo "usage: $0 [--build]" >&2; exit 2 ;;
+esac
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do
