@@ -6,12 +6,16 @@ its LibTorch (run it with the python3 that has torch). In one run it
 
   1. builds paci with -DPACI_CUDA=ON against PyTorch's LibTorch (unless
      --no-build: then --build-dir must hold such a build), into build-cuda/;
-  2. trains a GPT of a few hundred million parameters in PyTorch eager (the
-     baseline: the same architecture, batch and precision, torch.optim.AdamW),
-     once per precision: bf16-autocast (float32 weights, bfloat16 matmuls) and
-     bf16-weights (bfloat16 weights and activations);
-  3. trains the same model with `pacictl train`, one stage on the GPU (P = 1),
-  4. and as a P = 2 pipeline with both stages on the one GPU (PACI, a = 2; the
+  2. measures the GPU's bf16 matmul rate (8192^3, recorded beside --peak-tflops);
+  3. trains a GPT of a few hundred million parameters in PyTorch eager (the
+     baseline: the same architecture, batch and precision; attention with
+     scaled_dot_product_attention as paci's on LibTorch 2.x; torch.optim.AdamW,
+     multi-tensor, weight decay on matrices only as paci's), once per
+     precision: bf16-autocast (float32 weights, bfloat16 matmuls) and
+     bf16-weights (bfloat16 weights and activations, float32 master weights
+     and moments as paci keeps them);
+  4. trains the same model with `pacictl train`, one stage on the GPU (P = 1),
+  5. and as a P = 2 pipeline with both stages on the one GPU (PACI, a = 2; the
      two stages exchange tensors through the host, as NCCL refuses two ranks
      on one GPU), in both precisions;
 
@@ -23,14 +27,15 @@ and prints, against the eager baseline of the same precision:
     ("stage vs eager", >= 1 means at least as fast);
   - achieved TFLOP/s of the model's matmuls and the fraction of --peak-tflops
     (790: the bf16 dense matmul rate measured on an H200): FLOPs per token =
-    6 * (matmul parameters) + 12 * layers * seq_len * d_model (attention's two
-    batched matmuls, computed in full as both implementations do).
+    6 * (matmul parameters) + 6 * layers * seq_len * d_model (attention's two
+    batched matmuls over the causal half, which is all a causal kernel needs).
 
 Results go to bench/results/gpu.json, rewritten after every run, so a run cut
 short by a time limit keeps what it measured.
 
     python3 bench/gpu_benchmark.py [--no-build --build-dir DIR] [--deps-prefix DIR]
-        [--steps 30 --warmup 10] [--layers 24 --d-model 1024] [--micro-batch 8]
+        [--steps 30 --warmup 10] [--layers 8 --d-model 2048 --heads 16]
+        [--seq-len 1024 --micro-batch 8]
 
 --deps-prefix: a folder where Debian's packages of the libraries the build
 needs were unpacked with `dpkg -x`; added to LD_LIBRARY_PATH of the paci
@@ -39,7 +44,6 @@ builds and runs this script.
 """
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
@@ -58,8 +62,27 @@ def gpt_parameters(layers, d, vocab, seq):
 def matmul_flops_per_token(layers, d, vocab, seq):
     """Training FLOPs of the model's matmuls per token (forward + backward = 3x forward)."""
     matmul_params = layers * 12 * d * d + d * vocab  # qkv, attention proj, fc, proj; the head
-    attention = 12 * layers * seq * d  # q @ k^T and att @ v over all seq positions, x3
+    attention = 6 * layers * seq * d  # q @ k^T and att @ v over the causal half, x3
     return 6 * matmul_params + attention
+
+
+def matmul_rate(n=8192, iterations=30):
+    """The GPU's bf16 matmul rate on random n x n x n products, in TFLOP/s."""
+    import torch
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    for _ in range(5):
+        a @ b
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iterations):
+        a @ b
+    end.record()
+    end.synchronize()
+    seconds = start.elapsed_time(end) / 1e3
+    del a, b
+    torch.cuda.empty_cache()
+    return 2 * n ** 3 * iterations / seconds / 1e12
 
 
 def build(args, env):
@@ -88,15 +111,12 @@ def eager_baseline(args, precision):
             self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
             self.qkv, self.attn_proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
             self.fc, self.proj = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
-            self.register_buffer("mask", torch.ones(seq, seq, dtype=torch.bool).triu(1))
 
-        def attention(self, x):
+        def attention(self, x):  # as paci's: qkv viewed [B, T, 3, H, D/H]
             B, T, C = x.shape
-            q, k, v = self.qkv(x).split(C, dim=2)
-            q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
-            att = (q @ k.transpose(-2, -1)) / math.sqrt(C // self.heads)
-            att = att.masked_fill(self.mask[:T, :T], float("-inf")).softmax(-1)
-            return self.attn_proj((att @ v).transpose(1, 2).reshape(B, T, C))
+            qkv = self.qkv(x).view(B, T, 3, self.heads, C // self.heads).permute(2, 0, 3, 1, 4)
+            y = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], is_causal=True)
+            return self.attn_proj(y.transpose(1, 2).reshape(B, T, C))
 
         def forward(self, x):
             x = x + self.attention(self.ln1(x))
@@ -123,40 +143,73 @@ def eager_baseline(args, precision):
     model = GPT().to(device)
     autocast = precision == "bf16-autocast"
     if precision == "bf16-weights":
-        model = model.to(torch.bfloat16)  # AdamW then keeps bfloat16 state (no master weights)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95),
-                                  weight_decay=0.1)
+        model = model.to(torch.bfloat16)
+    params = list(model.parameters())
+    masters = params
+    if precision == "bf16-weights":
+        # As paci: AdamW on float32 master weights and moments, the bfloat16
+        # weights then take the rounded master values.
+        masters = [p.detach().float().requires_grad_() for p in params]
+        for m in masters:
+            m.grad = torch.zeros_like(m)
+    # As paci: weight decay on matrices only; multi-tensor (foreach) kernels.
+    groups = [{"params": [m for m in masters if m.dim() >= 2], "weight_decay": 0.1},
+              {"params": [m for m in masters if m.dim() < 2], "weight_decay": 0.0}]
+    optimizer = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95), eps=1e-8,
+                                  foreach=True)
+
+    def copy_all(dst, src):
+        if hasattr(torch, "_foreach_copy_"):
+            torch._foreach_copy_(dst, src)
+        else:
+            for d, s in zip(dst, src):
+                d.copy_(s)
+
     with open(CORPUS, encoding="utf-8") as f:
         text = f.read()
     chars = sorted(set(text))
     ids = torch.tensor([chars.index(c) for c in text], dtype=torch.long)
     B, T = args.micro_batch * args.accumulation, args.seq_len
 
-    def step():
+    events = []  # (before the optimizer, after it) per timed step
+
+    def step(timed):
         starts = torch.randint(len(ids) - T - 1, (B,))
         batch = torch.stack([ids[s:s + T + 1] for s in starts]).to(device)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
             logits = model(batch[:, :-1])
             loss = F.cross_entropy(logits.float().reshape(-1, args.vocab), batch[:, 1:].reshape(-1))
         loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        if timed:
+            events.append((torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)))
+            events[-1][0].record()
+        with torch.no_grad():
+            if masters is not params:
+                copy_all([m.grad for m in masters], [p.grad for p in params])
+            optimizer.step()
+            if masters is not params:
+                copy_all(params, masters)
+        model.zero_grad(set_to_none=True)
+        if timed:
+            events[-1][1].record()
         return loss
 
     for _ in range(args.warmup):
-        step()
+        step(False)
     torch.cuda.synchronize()
     start = time.perf_counter()
     for _ in range(args.steps):
-        loss = step()
+        loss = step(True)
     torch.cuda.synchronize()
     seconds = time.perf_counter() - start
+    optimizer_seconds = sum(a.elapsed_time(b) for a, b in events) / 1e3 / args.steps
     result = {"precision": precision, "tokens_per_step": B * T,
               "step_seconds": seconds / args.steps,
+              "optimizer_seconds": optimizer_seconds,
               "tokens_per_second": args.steps * B * T / seconds,
               "final_loss": float(loss.detach()),
               "peak_memory_bytes": torch.cuda.max_memory_allocated()}
-    del model, optimizer
+    del model, optimizer, params, masters
     torch.cuda.empty_cache()
     return result
 
@@ -228,10 +281,10 @@ def main():
     parser.add_argument("--skip-tests", action="store_true",
                         help="do not run worker_model_test and worker_nccl_link_test first")
     parser.add_argument("--deps-prefix", default="")
-    parser.add_argument("--layers", type=int, default=24)
-    parser.add_argument("--d-model", type=int, default=1024)
+    parser.add_argument("--layers", type=int, default=8)
+    parser.add_argument("--d-model", type=int, default=2048)
     parser.add_argument("--heads", type=int, default=16)
-    parser.add_argument("--seq-len", type=int, default=512)
+    parser.add_argument("--seq-len", type=int, default=1024)
     parser.add_argument("--vocab", type=int, default=96)
     parser.add_argument("--micro-batch", type=int, default=8)
     parser.add_argument("--accumulation", type=int, default=1)
@@ -271,8 +324,15 @@ def main():
               os.path.abspath(v).startswith(ROOT + os.sep) else v for k, v in vars(args).items()}
     results = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
                "cuda": torch.version.cuda, "parameters": params, "flops_per_token": flops,
+               "flops_note": "6 x matmul parameters + 6 x layers x seq x d_model (causal attention)",
                "peak_tflops": args.peak_tflops, "config": config, "eager": {}, "paci": [],
                "errors": []}
+    try:
+        results["measured_matmul_tflops"] = matmul_rate()
+        print("bf16 matmul 8192^3: %.0f TFLOP/s (--peak-tflops %.0f)" % (
+            results["measured_matmul_tflops"], args.peak_tflops), flush=True)
+    except Exception as e:
+        results["errors"].append("matmul rate: %r" % e)
 
     def mfu(tokens_per_second):
         if not tokens_per_second:
@@ -290,9 +350,11 @@ def main():
             eager = eager_baseline(args, precision)
             eager["tflops"], eager["peak_fraction"] = mfu(eager["tokens_per_second"])
             results["eager"][precision] = eager
-            print("eager %s: %.4f s per step, %.0f tokens/s, %.0f TFLOP/s (%.0f%% of peak)" % (
-                precision, eager["step_seconds"], eager["tokens_per_second"], eager["tflops"],
-                100 * eager["peak_fraction"]), flush=True)
+            print("eager %s: %.4f s per step (optimizer %.4f s), %.0f tokens/s, %.0f TFLOP/s "
+                  "(%.0f%% of peak), %.1f GiB" % (
+                      precision, eager["step_seconds"], eager["optimizer_seconds"],
+                      eager["tokens_per_second"], eager["tflops"], 100 * eager["peak_fraction"],
+                      eager["peak_memory_bytes"] / 2**30), flush=True)
         except Exception as e:  # e.g. out of memory: the paci runs still go
             results["errors"].append("eager %s: %r" % (precision, e))
             print("eager %s failed: %r" % (precision, e), flush=True)

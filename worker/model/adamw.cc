@@ -3,7 +3,23 @@
 #include <cmath>
 #include <map>
 
+#include <torch/version.h>
+
 namespace paci {
+namespace {
+
+// dst[i].copy_(src[i]) for every i: one multi-tensor kernel where LibTorch
+// has _foreach_copy_ (2.2 on; it converts the dtype too), a loop on 1.13.
+void CopyAll(const std::vector<torch::Tensor>& dst, const std::vector<torch::Tensor>& src) {
+  if (dst.empty()) return;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2)
+  at::_foreach_copy_(dst, src);
+#else
+  for (size_t i = 0; i < dst.size(); ++i) dst[i].copy_(src[i]);
+#endif
+}
+
+}  // namespace
 
 AdamW::AdamW(std::vector<std::pair<std::string, torch::Tensor>> named_parameters,
              const AdamWOptions& options)
@@ -12,6 +28,7 @@ AdamW::AdamW(std::vector<std::pair<std::string, torch::Tensor>> named_parameters
     torch::Tensor master;
     if (p.scalar_type() != torch::kFloat) master = p.detach().to(torch::kFloat).clone();
     master_.push_back(master);
+    master_grad_.push_back(master.defined() ? torch::empty_like(master) : torch::Tensor());
     const torch::Tensor& like = master.defined() ? master : p.data();
     exp_avg_.push_back(torch::zeros_like(like));
     exp_avg_sq_.push_back(torch::zeros_like(like));
@@ -23,25 +40,49 @@ void AdamW::Step(double lr) {
   ++steps_;
   const double bias1 = 1.0 - std::pow(options_.beta1, steps_);
   const double bias2 = 1.0 - std::pow(options_.beta2, steps_);
+  // The parameters with a gradient, as lists for the multi-tensor ops. `w` is
+  // the float32 value updated: the master weight, or the parameter through
+  // p.data() (same storage, fresh version counter: see the class comment).
+  std::vector<torch::Tensor> w, decayed, g, exp_avg, exp_avg_sq;
+  std::vector<torch::Tensor> low, low_grad, master, master_grad;  // parameters with master weights
   for (size_t i = 0; i < params_.size(); ++i) {
-    torch::Tensor& p = params_[i].second;
+    const torch::Tensor& p = params_[i].second;
     if (!p.grad().defined()) continue;
-    // Same storage, fresh version counter: see the class comment.
-    torch::Tensor w = master_[i].defined() ? master_[i] : p.data();
-    const torch::Tensor g = p.grad().data().to(torch::kFloat);
-    if (p.dim() >= 2 && options_.weight_decay != 0) w.mul_(1.0 - lr * options_.weight_decay);
-    exp_avg_[i].mul_(options_.beta1).add_(g, 1.0 - options_.beta1);
-    exp_avg_sq_[i].mul_(options_.beta2).addcmul_(g, g, 1.0 - options_.beta2);
-    const torch::Tensor denom = (exp_avg_sq_[i].sqrt() / std::sqrt(bias2)).add_(options_.eps);
-    w.addcdiv_(exp_avg_[i], denom, -lr / bias1);
-    if (master_[i].defined()) p.data().copy_(master_[i]);
+    if (master_[i].defined()) {
+      low.push_back(p.data());
+      low_grad.push_back(p.grad().data());
+      master.push_back(master_[i]);
+      master_grad.push_back(master_grad_[i]);
+      w.push_back(master_[i]);
+      g.push_back(master_grad_[i]);
+    } else {
+      w.push_back(p.data());
+      g.push_back(p.grad().data());
+    }
+    if (p.dim() >= 2) decayed.push_back(w.back());
+    exp_avg.push_back(exp_avg_[i]);
+    exp_avg_sq.push_back(exp_avg_sq_[i]);
   }
+  if (w.empty()) return;
+  CopyAll(master_grad, low_grad);  // bf16 gradients in float32
+  if (!decayed.empty() && options_.weight_decay != 0) {
+    at::_foreach_mul_(decayed, 1.0 - lr * options_.weight_decay);
+  }
+  at::_foreach_mul_(exp_avg, options_.beta1);
+  at::_foreach_add_(exp_avg, g, 1.0 - options_.beta1);
+  at::_foreach_mul_(exp_avg_sq, options_.beta2);
+  at::_foreach_addcmul_(exp_avg_sq, g, g, 1.0 - options_.beta2);
+  std::vector<torch::Tensor> denom = at::_foreach_sqrt(exp_avg_sq);
+  at::_foreach_div_(denom, std::sqrt(bias2));
+  at::_foreach_add_(denom, options_.eps);
+  at::_foreach_addcdiv_(w, exp_avg, denom, -lr / bias1);
+  CopyAll(low, master);  // the parameters take the rounded master values
 }
 
 void AdamW::ZeroGrad() {
-  for (auto& [name, p] : params_) {
-    if (p.grad().defined()) p.mutable_grad().data().zero_();
-  }
+  // Dropped, as torch's zero_grad(set_to_none) does: the next backward then
+  // takes its gradient as it comes instead of adding it to zeros.
+  for (auto& [name, p] : params_) p.mutable_grad() = torch::Tensor();
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> AdamW::State() const {

@@ -30,6 +30,10 @@ struct AdamWOptions {
 // float32 (bf16 weights) get float32 master weights: moments and update in
 // float32, then the parameter takes the rounded master value (still through
 // p.data()). Works on any device: its state lives beside each parameter.
+// Each step updates all parameters at once with LibTorch's multi-tensor ops
+// (at::_foreach_*): on a GPU a handful of kernel launches per step, not ten
+// per parameter; on the CPU they loop over the tensors doing what the
+// per-tensor ops do.
 // Not thread-safe: owned by the stage's compute thread.
 class AdamW {
  public:
@@ -39,6 +43,7 @@ class AdamW {
   // One update with learning rate `lr` from the accumulated gradients.
   // Parameters without a gradient are skipped.
   void Step(double lr);
+  // Drops the gradients (undefined until the next backward).
   void ZeroGrad();
 
   int64_t steps() const { return steps_; }
@@ -55,6 +60,7 @@ class AdamW {
   std::vector<std::pair<std::string, torch::Tensor>> params_;
   std::vector<torch::Tensor> exp_avg_, exp_avg_sq_;
   std::vector<torch::Tensor> master_;  // undefined for float32 parameters
+  std::vector<torch::Tensor> master_grad_;  // float32 copies of their gradients (scratch)
   int64_t steps_ = 0;
 };
 

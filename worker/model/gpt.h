@@ -22,8 +22,10 @@ struct GptConfig {
   uint64_t init_seed = 1234;
 };
 
-// Causal multi-head self-attention (written out, so that it builds against
-// LibTorch 1.13 and 2.x alike).
+// Causal multi-head self-attention: LibTorch 2.x's fused
+// scaled_dot_product_attention (flash or memory-efficient kernels on GPUs),
+// written out on LibTorch 1.13, which lacks it (the same function up to
+// rounding).
 class CausalSelfAttentionImpl : public torch::nn::Module {
  public:
   CausalSelfAttentionImpl(const GptConfig& config);
@@ -33,7 +35,7 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   int num_heads_;
   double dropout_;
   torch::nn::Linear qkv_{nullptr}, proj_{nullptr};
-  torch::Tensor mask_;
+  torch::Tensor mask_;  // LibTorch 1.13 only: the causal mask of the written-out path
 };
 TORCH_MODULE(CausalSelfAttention);
 

@@ -1,5 +1,6 @@
 #include <map>
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
 #include "gtest/gtest.h"
@@ -39,6 +40,35 @@ TEST(PartitionTest, BlocksAreBalancedAndCoverTheModelOnce) {
       EXPECT_EQ(next, layers);
     }
   }
+}
+
+// The attention is softmax(q k^T / sqrt(d_head), causal) v, whichever path
+// computes it (LibTorch 2.x's fused function, or the written-out one on 1.13).
+TEST(GptStageTest, AttentionIsCausalSoftmaxAttention) {
+  const GptConfig c = TinyConfig();
+  torch::manual_seed(5);
+  CausalSelfAttention attention(c);
+  const int64_t B = 2, T = c.seq_len, D = c.d_model, H = c.num_heads;
+  const torch::Tensor x = torch::randn({B, T, D});
+  std::map<std::string, torch::Tensor> w;
+  for (const auto& item : attention->named_parameters()) w[item.key()] = item.value().detach();
+  auto qkv = torch::linear(x, w["qkv.weight"], w["qkv.bias"]).view({B, T, 3, H, D / H});
+  auto q = qkv.select(2, 0).transpose(1, 2), k = qkv.select(2, 1).transpose(1, 2),
+       v = qkv.select(2, 2).transpose(1, 2);
+  auto scores = q.matmul(k.transpose(-2, -1)) / std::sqrt(static_cast<double>(D / H));
+  scores = scores.masked_fill(torch::ones({T, T}, torch::kBool).triu(1), -1e30);
+  auto y = scores.softmax(-1).matmul(v).transpose(1, 2).reshape({B, T, D});
+  const torch::Tensor expected = torch::linear(y, w["proj.weight"], w["proj.bias"]);
+  const torch::Tensor out = attention(x);
+  EXPECT_TRUE(torch::allclose(out, expected, 1e-5, 1e-6));
+  // Causal: a change at the last position leaves the others as they were.
+  torch::Tensor changed = x.clone();
+  changed.select(1, T - 1).add_(1.0);
+  const torch::Tensor out2 = attention(changed);
+  using torch::indexing::Slice;
+  EXPECT_TRUE(torch::allclose(out.index({Slice(), Slice(0, T - 1)}),
+                              out2.index({Slice(), Slice(0, T - 1)}), 1e-5, 1e-6));
+  EXPECT_FALSE(torch::allclose(out.index({Slice(), T - 1}), out2.index({Slice(), T - 1})));
 }
 
 TEST(GptStageTest, SplitModelMatchesUnsplitForwardAndGradients) {
@@ -151,6 +181,75 @@ TEST(AdamWTest, MatchesTorchOptimAdamWStepForStep) {
     ASSERT_TRUE(torch::allclose(ours->bias, theirs->bias, 1e-6, 1e-7)) << step;
   }
   EXPECT_EQ(adamw.steps(), 5);
+}
+
+// Parameters with given gradients, the same on every device: the optimizer alone.
+std::vector<std::pair<std::string, torch::Tensor>> ParametersWithGradients(
+    torch::Device device, torch::ScalarType dtype, int step) {
+  std::vector<std::pair<std::string, torch::Tensor>> params;
+  const std::vector<std::vector<int64_t>> shapes = {{48, 32}, {32}, {7, 5, 3}, {1}};
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(100 * step + i);
+    torch::Tensor p = at::normal(0.0, 0.1, shapes[i], gen).to(dtype).to(device);
+    params.emplace_back("p" + std::to_string(i), p.requires_grad_(true));
+  }
+  return params;
+}
+
+void SetGradients(std::vector<std::pair<std::string, torch::Tensor>>& params, int step) {
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (i == 3) continue;  // no gradient: left alone
+    torch::Tensor& p = params[i].second;
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(1000 * (step + 1) + i);
+    p.mutable_grad() = at::normal(0.0, 1.0, p.sizes(), gen).to(p.scalar_type()).to(p.device());
+  }
+}
+
+TEST(AdamWTest, ParametersWithoutAGradientAreLeftAlone) {
+  auto params = ParametersWithGradients(torch::kCPU, torch::kFloat, 0);
+  const torch::Tensor before = params[3].second.detach().clone();
+  AdamW adamw(params, AdamWOptions{});
+  for (int step = 0; step < 3; ++step) {
+    SetGradients(params, step);
+    adamw.Step(0.01);
+    adamw.ZeroGrad();
+  }
+  EXPECT_TRUE(torch::equal(params[3].second, before));
+  EXPECT_FALSE(params[3].second.grad().defined());
+  EXPECT_FALSE(params[1].second.grad().defined());  // dropped by ZeroGrad
+  for (const auto& [name, t] : adamw.State()) {
+    if (name == "exp_avg/p3" || name == "exp_avg_sq/p3") EXPECT_EQ(t.abs().sum().item<double>(), 0);
+  }
+}
+
+TEST(AdamWTest, CudaMatchesCpuForFloat32AndBf16Weights) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA here (a CPU LibTorch or no GPU)";
+  for (torch::ScalarType dtype : {torch::kFloat, torch::kBFloat16}) {
+    auto cpu = ParametersWithGradients(torch::kCPU, dtype, 0);
+    auto gpu = ParametersWithGradients(torch::Device("cuda:0"), dtype, 0);
+    AdamW on_cpu(cpu, AdamWOptions{}), on_gpu(gpu, AdamWOptions{});
+    for (int step = 0; step < 5; ++step) {
+      SetGradients(cpu, step);
+      SetGradients(gpu, step);
+      on_cpu.Step(0.01);
+      on_gpu.Step(0.01);
+      on_cpu.ZeroGrad();
+      on_gpu.ZeroGrad();
+    }
+    const double tolerance = dtype == torch::kFloat ? 1e-5 : 1e-2;  // a bf16 rounding apart
+    for (size_t i = 0; i < cpu.size(); ++i) {
+      EXPECT_EQ(gpu[i].second.scalar_type(), dtype);
+      EXPECT_TRUE(torch::allclose(cpu[i].second, gpu[i].second.cpu(), tolerance, 1e-6))
+          << cpu[i].first << " " << dtype;
+    }
+    const auto cpu_state = on_cpu.State(), gpu_state = on_gpu.State();
+    ASSERT_EQ(cpu_state.size(), gpu_state.size());
+    for (size_t i = 0; i < cpu_state.size(); ++i) {
+      EXPECT_TRUE(gpu_state[i].second.is_cuda());
+      EXPECT_TRUE(torch::allclose(cpu_state[i].second, gpu_state[i].second.cpu(), 1e-5, 1e-7))
+          << cpu_state[i].first << " " << dtype;
+    }
+  }
 }
 
 TEST(LrScheduleTest, WarmsUpLinearlyThenDecaysToTheFloor) {

@@ -242,7 +242,7 @@ NcclDType NcclTypeOf(torch::ScalarType type) {
 }  // namespace
 
 absl::StatusOr<torch::Tensor> StageRuntime::Incoming(const v1::TensorFrame& frame) {
-  if (!frame.payload_on_nccl()) return DecodeTensor(frame).to(placement_.device);
+  if (!frame.payload_on_nccl()) return ToDevice(DecodeTensor(frame, placement_.device.is_cuda()));
   NcclLink* link =
       frame.kind() == v1::TensorFrame::GRADIENT ? nccl_next_.get() : nccl_previous_.get();
   if (link == nullptr) {
@@ -264,10 +264,18 @@ torch::Tensor StageRuntime::Loss(const torch::Tensor& logits, const torch::Tenso
 std::pair<torch::Tensor, torch::Tensor> StageRuntime::Tokens(
     const std::vector<int32_t>& windows) const {
   const int64_t B = spec_.pipeline().micro_batch_size(), T = spec_.model().seq_len();
-  auto all = torch::from_blob(const_cast<int32_t*>(windows.data()), {B, T + 1}, torch::kInt32)
-                 .to(placement_.device, torch::kLong);
+  auto all = ToDevice(
+      torch::from_blob(const_cast<int32_t*>(windows.data()), {B, T + 1}, torch::kInt32)
+          .to(torch::kLong));
   using torch::indexing::Slice;
   return {all.index({Slice(), Slice(0, T)}), all.index({Slice(), Slice(1, T + 1)})};
+}
+
+torch::Tensor StageRuntime::ToDevice(const torch::Tensor& host) const {
+  if (!placement_.device.is_cuda()) return host.to(placement_.device);
+  // pin_memory() returns a tensor that is pinned already as it is; the
+  // pinned block is not reused before the copy has read it.
+  return host.pin_memory().to(placement_.device, /*non_blocking=*/true);
 }
 
 void StageRuntime::Send(PeerSender* to, v1::TensorFrame::Kind kind, uint64_t micro_batch_id,
@@ -352,7 +360,8 @@ absl::Status StageRuntime::Backward() {
   Pending p = std::move(pending_.front());
   pending_.pop_front();
   if (last_) {
-    step_loss_sum_ += p.output.item<double>();
+    const torch::Tensor loss = p.output.detach().to(torch::kDouble);
+    step_loss_sum_ = step_loss_sum_.defined() ? step_loss_sum_ + loss : loss;
     (p.output / scheduler_->accumulation()).backward();
   } else {
     p.output.backward(grad);
@@ -371,13 +380,13 @@ absl::Status StageRuntime::Backward() {
     const int64_t step = scheduler_->version();  // already advanced
     optimizer_->Step(LearningRateAt(lr_, step - 1));
     optimizer_->ZeroGrad();
-    Mark(v1::Span::OPTIMIZER_STEP, std::nullopt, step);
-    metrics_.AddOptimizerStep();
-    if (last_) {
-      step_loss = step_loss_sum_ / scheduler_->accumulation();
-      step_loss_sum_ = 0;
+    if (last_) {  // the one read of the step, after all of its work is queued
+      step_loss = step_loss_sum_.item<double>() / scheduler_->accumulation();
+      step_loss_sum_ = torch::Tensor();
       metrics_.SetTrainLoss(*step_loss);
     }
+    Mark(v1::Span::OPTIMIZER_STEP, std::nullopt, step);
+    metrics_.AddOptimizerStep();
   }
   absl::MutexLock lock(&mu_);
   report_.set_backward_micro_batches(scheduler_->backwards());

@@ -100,6 +100,10 @@ class StageRuntime {
   double SecondsSinceStart() const;
   // Inputs and targets [B, T] of the windows, on the stage's device.
   std::pair<torch::Tensor, torch::Tensor> Tokens(const std::vector<int32_t>& windows) const;
+  // A host tensor on the stage's device. To a GPU from page-locked memory,
+  // without waiting (non_blocking): a copy would otherwise first wait for
+  // every kernel queued before it.
+  torch::Tensor ToDevice(const torch::Tensor& host) const;
   // The tensor a frame carries, on the stage's device: from its bytes, or
   // received over NCCL when the frame says so.
   absl::StatusOr<torch::Tensor> Incoming(const v1::TensorFrame& frame);
@@ -136,7 +140,9 @@ class StageRuntime {
   std::unique_ptr<AdamW> optimizer_;
   std::deque<Pending> pending_;
   int64_t start_step_ = 0;
-  double step_loss_sum_ = 0;  // last stage: losses of the current step's micro-batches
+  // Last stage: the sum of the current step's micro-batch losses, on the
+  // device (float64), read once per optimizer step: each read waits for the GPU.
+  torch::Tensor step_loss_sum_;
   double eval_loss_sum_ = 0;
   int eval_seen_ = 0;
   absl::Time started_;

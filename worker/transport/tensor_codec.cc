@@ -41,9 +41,10 @@ void DescribeTensor(const torch::Tensor& tensor, v1::TensorFrame* frame) {
 
 torch::ScalarType WireScalarType(v1::DType dtype) { return FromWire(dtype); }
 
-torch::Tensor DecodeTensor(const v1::TensorFrame& frame) {
+torch::Tensor DecodeTensor(const v1::TensorFrame& frame, bool pinned) {
   std::vector<int64_t> shape(frame.shape().begin(), frame.shape().end());
-  torch::Tensor tensor = torch::empty(shape, torch::dtype(FromWire(frame.dtype())));
+  torch::Tensor tensor =
+      torch::empty(shape, torch::dtype(FromWire(frame.dtype())).pinned_memory(pinned));
   std::memcpy(tensor.data_ptr(), frame.data().data(), frame.data().size());
   return tensor;
 }

@@ -13,9 +13,10 @@ void EncodeTensor(const torch::Tensor& tensor, v1::TensorFrame* frame);
 // Writes only the dtype and shape (the bytes travel another way: NCCL).
 void DescribeTensor(const torch::Tensor& tensor, v1::TensorFrame* frame);
 
-// The tensor a frame carries, on the CPU, owning its memory. The frame must
-// have passed ValidateFrame.
-torch::Tensor DecodeTensor(const v1::TensorFrame& frame);
+// The tensor a frame carries, on the CPU, owning its memory; in page-locked
+// memory when `pinned` (a CUDA LibTorch only), so that its copy to a GPU need
+// not wait. The frame must have passed ValidateFrame.
+torch::Tensor DecodeTensor(const v1::TensorFrame& frame, bool pinned = false);
 
 // The torch type of a wire dtype (float32 for an unknown one).
 torch::ScalarType WireScalarType(v1::DType dtype);
