@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# The whole test suite: install, build, run every test with ctest.
+# The whole test suite: install, build, build the container images (the test
+# kubelet runs worker pods as containers of them; cached by content), run
+# every test with ctest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 scripts/build.sh
+scripts/build-images.sh --check
 cd build
 ctest --output-on-failure -j "$(nproc)" --timeout 900

@@ -70,10 +70,11 @@ def _free_port():
 
 class LocalCluster:
     def __init__(self, workdir, build_dir, source_dir, replicas=("operator-a", "operator-b"),
-                 runtime="container", operator_args=()):
+                 runtime="container", operator_args=(), coordinator_args=()):
         self.dir = workdir
         self.runtime = runtime
         self.operator_args = list(operator_args)
+        self.coordinator_args = list(coordinator_args)
         self.worker_image = images(build_dir)["worker"] if runtime == "container" else "paci-worker:latest"
         self.claims_dir = os.path.join(workdir, "claims")
         self.build = build_dir
@@ -124,7 +125,8 @@ class LocalCluster:
             os.path.join(self.build, "server", "paci_coordinator"), "--listen=127.0.0.1:0",
             "--db=" + os.path.join(self.dir, "jobs.db"),
             "--port_file=" + os.path.join(self.dir, "coordinator.port"),
-            "--metrics_address=127.0.0.1:%d" % _free_port(), "--heartbeat_timeout_seconds=3"])
+            "--metrics_address=127.0.0.1:%d" % _free_port(), "--heartbeat_timeout_seconds=3"]
+            + self.coordinator_args)
         self.coordinator_port = self.read_port("coordinator")
         self.coordinator_address = "127.0.0.1:%d" % self.coordinator_port
         self.coordinator_metrics = re.search(
@@ -153,6 +155,18 @@ class LocalCluster:
             "--poll_interval_seconds=1", "--worker_link_port=7000", "--worker_metrics_port=9100",
             "--worker_image=" + self.worker_image] + self.operator_args)
         self.operator_ports[replica] = self.read_port(replica)
+
+    def logs(self, lines=30):
+        """The last lines of every process' and pod's log, for a failing test's message."""
+        out = []
+        for folder in (self.dir, os.path.join(self.dir, "pods")):
+            if not os.path.isdir(folder):
+                continue
+            for name in sorted(os.listdir(folder)):
+                if name.endswith(".log"):
+                    with open(os.path.join(folder, name), errors="replace") as f:
+                        out.append("---- %s\n%s" % (name, "".join(f.readlines()[-lines:])))
+        return "\n".join(out)
 
     def claim_path(self, namespace, claim):
         """The host folder the kubelet binds a PersistentVolumeClaim to."""
