@@ -232,6 +232,20 @@ class KubeApiServerTest(unittest.TestCase):
              "spec.data.corpusPath in body should be at least 1 chars long"),
             ("unknown-field", lambda s: s["pipeline"].update(zigzag=True),
              'strict decoding error: unknown field "spec.pipeline.zigzag"'),
+            # The worker's pod template.
+            ("mount-without-path", lambda s: s["worker"].update(
+                volumes=[{"name": "data", "emptyDir": {}}], volumeMounts=[{"name": "data"}]),
+             "spec.worker.volumeMounts[0].mountPath: Required value"),
+            ("nameless-volume", lambda s: s["worker"].update(volumes=[{"emptyDir": {}}]),
+             "spec.worker.volumes[0].name: Required value"),
+            ("seccomp-sometimes", lambda s: s["worker"].update(
+                podSecurityContext={"seccompProfile": {"type": "Sometimes"}}),
+             'spec.worker.podSecurityContext.seccompProfile.type: Unsupported value: "Sometimes"'),
+            ("negative-uid", lambda s: s["worker"].update(securityContext={"runAsUser": -1}),
+             "spec.worker.securityContext.runAsUser in body should be greater than or equal to 0"),
+            ("two-sources", lambda s: s["worker"].update(env=[{"name": "A", "valueFrom": {
+                "fieldRef": {"fieldPath": "metadata.name"}, "secretKeyRef": {"name": "s", "key": "k"}}}]),
+             "spec.worker.env[0].valueFrom: Too many: 2: must have at most 1 items"),
         ]
         for name, change, message in cases:
             with self.subTest(name):
