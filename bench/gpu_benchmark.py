@@ -319,9 +319,17 @@ def main():
     print("GPT: %d layers, d_model %d, %.0f M parameters, micro-batch %d x %d tokens; "
           "%.2f GFLOP per token in matmuls" % (args.layers, args.d_model, params / 1e6,
                                                args.micro_batch, args.seq_len, flops / 1e9))
-    # Paths inside the checkout are recorded relative to it (the file is committed).
-    config = {k: os.path.relpath(v, ROOT) if k in ("build_dir", "out") and
-              os.path.abspath(v).startswith(ROOT + os.sep) else v for k, v in vars(args).items()}
+    # The file is committed: paths inside the checkout are recorded relative to
+    # it, others by their last name only.
+    def recorded(path):
+        if not path:
+            return path
+        if os.path.abspath(path).startswith(ROOT + os.sep):
+            return os.path.relpath(path, ROOT)
+        return "<outside the checkout>/" + os.path.basename(os.path.normpath(path))
+
+    config = {k: recorded(v) if k in ("build_dir", "out", "deps_prefix") else v
+              for k, v in vars(args).items()}
     results = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
                "cuda": torch.version.cuda, "parameters": params, "flops_per_token": flops,
                "flops_note": "6 x matmul parameters + 6 x layers x seq x d_model (causal attention)",
