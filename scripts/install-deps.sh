@@ -18,12 +18,16 @@ BUILD_PACKAGES=(
   bible-kjv
 )
 # Tests, tools and images: plots, the Python test servers, certificates,
-# Prometheus, and podman with runc and debootstrap for scripts/build-images.sh.
+# Prometheus, podman with runc and debootstrap for scripts/build-images.sh, and
+# Go with the libraries Helm's engine is built from, for the chart renderer of
+# tests/helm (no helm binary is packaged).
 HOST_PACKAGES=(
   gnuplot-nox
   python3-grpcio python3-protobuf python3-yaml openssl
   prometheus
   podman runc debootstrap
+  golang-go golang-github-masterminds-sprig-dev golang-k8s-sigs-yaml-dev
+  golang-github-xeipuuv-gojsonschema-dev
 )
 
 case "${1:-}" in

@@ -34,7 +34,6 @@ PROMETHEUS_DIR = os.path.join(DEPLOY, "prometheus")
 DASHBOARDS = sorted(glob.glob(os.path.join(DEPLOY, "grafana", "dashboards", "*.json")))
 TRAINING_DASHBOARD = os.path.join(DEPLOY, "grafana", "dashboards", "paci-training.json")
 HEALTH_DASHBOARD = os.path.join(DEPLOY, "grafana", "dashboards", "paci-health.json")
-CHART = os.path.join(SOURCE, "helm", "paci")
 
 # Every metric the binaries export (worker/runtime/stage_metrics.cc,
 # server/coordinator_metrics.cc, operator/), without histogram suffixes.
@@ -208,54 +207,6 @@ class DeployConfigTest(unittest.TestCase):
                                   for n in metric_names(t["expr"]))]
         self.assertTrue(operator_panels)
         self.assertTrue(all(t.startswith("Operator") for t in operator_panels), operator_panels)
-
-
-def template_value_references(text):
-    """`.Values.a.b` paths used in a Helm template (not `$.Values` root, which is the same)."""
-    return set(re.findall(r"\.Values((?:\.[A-Za-z_][A-Za-z0-9_]*)+)", text))
-
-
-class HelmChartTest(unittest.TestCase):
-    """No helm binary here: checks what can be checked without rendering."""
-
-    def test_chart_files_parse_and_every_value_a_template_uses_exists(self):
-        with open(os.path.join(CHART, "Chart.yaml")) as f:
-            chart = yaml.safe_load(f)
-        self.assertEqual(chart["apiVersion"], "v2")
-        self.assertEqual(chart["name"], "paci")
-        with open(os.path.join(CHART, "values.yaml")) as f:
-            values = yaml.safe_load(f)
-        crd = os.path.join(CHART, "crds", "paci.dev_trainingjobs.yaml")
-        self.assertTrue(os.path.islink(crd), "the chart's CRD is a link to deploy/crd")
-        self.assertEqual(os.path.realpath(crd),
-                         os.path.realpath(os.path.join(DEPLOY, "crd", "paci.dev_trainingjobs.yaml")))
-        with open(crd) as f:
-            self.assertEqual(yaml.safe_load(f)["kind"], "CustomResourceDefinition")
-
-        templates = sorted(glob.glob(os.path.join(CHART, "templates", "*")))
-        self.assertTrue(templates)
-        used = set()
-        for path in templates:
-            with open(path) as f:
-                text = f.read()
-            used |= template_value_references(text)
-            actions = re.findall(r"\{\{-?\s*(\w+)", text)
-            opened = sum(1 for a in actions if a in ("if", "range", "with", "define"))
-            self.assertEqual(opened, actions.count("end"), "unbalanced blocks in " + path)
-            self.assertEqual(text.count("{{"), text.count("}}"), path)
-        missing = []
-        for ref in sorted(used):
-            node = values
-            for key in ref.strip(".").split("."):
-                if not isinstance(node, dict) or key not in node:
-                    missing.append(".Values" + ref)
-                    break
-                node = node[key]
-        self.assertEqual(missing, [], "templates use values that values.yaml does not define")
-        # The dashboards in the chart are the same files as in deploy/.
-        for path in DASHBOARDS:
-            chart_copy = os.path.join(CHART, "dashboards", os.path.basename(path))
-            self.assertEqual(os.path.realpath(chart_copy), os.path.realpath(path))
 
 
 class MonitoredCluster(ct.Cluster):

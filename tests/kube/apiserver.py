@@ -9,7 +9,11 @@ the semantics that clients (the real kubectl, the operator's C++ client) rely on
   kubectl accepts when it asks for aggregated discovery) and an OpenAPI v3 index
   that tells kubectl the server validates fields (so it sends fieldValidation);
 * core/v1 namespaces, pods, services, events, configmaps, secrets, serviceaccounts,
-  nodes; coordination.k8s.io/v1 leases; apiextensions.k8s.io/v1
+  nodes; coordination.k8s.io/v1 leases; apps/v1 deployments, policy/v1
+  poddisruptionbudgets and rbac.authorization.k8s.io/v1 roles, rolebindings,
+  clusterroles, clusterrolebindings (stored and validated: selectors that match
+  their pod template, role references, immutable fields; no controller acts on
+  them); apiextensions.k8s.io/v1
   customresourcedefinitions: creating a CRD serves its resource at once, with
   schema validation (types, ranges, enums, patterns, required), defaults, pruning
   and `fieldValidation=Strict`, printer columns and the status subresource;
@@ -90,6 +94,7 @@ SERVER_VERSION = {
 
 DNS1123_SUBDOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
 DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+RBAC_NAME = r"[^/%]+"  # RBAC names are path segments ("system:controller:x" is one)
 GENERATE_CHARS = "bcdfghjklmnpqrstvwxz2456789"
 ALL_VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 
@@ -605,6 +610,24 @@ def parse_label_selector(text):
     return lambda labels: all(r(labels or {}) for r in requirements)
 
 
+def label_selector_matches(selector, labels):
+    """Whether a metav1.LabelSelector (matchLabels, matchExpressions) selects `labels`."""
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+        if op == "In" and labels.get(key) not in values:
+            return False
+        if op == "NotIn" and key in labels and labels[key] in values:
+            return False
+        if op == "Exists" and key not in labels:
+            return False
+        if op == "DoesNotExist" and key in labels:
+            return False
+    return True
+
+
 def field_value(obj, path):
     node = obj
     for part in path.split("."):
@@ -695,6 +718,19 @@ BUILTIN_TYPES = [
                  status_subresource=True),
     ResourceType("", "v1", "nodes", "Node", False, short_names=["no"], status_subresource=True),
     ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True),
+    # What a Helm chart or kustomize installs: stored and validated (selectors,
+    # role references, immutable fields), but no controller acts on them.
+    ResourceType("apps", "v1", "deployments", "Deployment", True, short_names=["deploy"],
+                 categories=["all"], status_subresource=True),
+    ResourceType("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True,
+                 short_names=["pdb"], status_subresource=True),
+    ResourceType("rbac.authorization.k8s.io", "v1", "roles", "Role", True, name_pattern=RBAC_NAME),
+    ResourceType("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True,
+                 name_pattern=RBAC_NAME),
+    ResourceType("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False,
+                 name_pattern=RBAC_NAME),
+    ResourceType("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False,
+                 name_pattern=RBAC_NAME),
     ResourceType("apiextensions.k8s.io", "v1", "customresourcedefinitions",
                  "CustomResourceDefinition", False, short_names=["crd", "crds"],
                  status_subresource=True),
@@ -954,6 +990,54 @@ class Store:
         elif rt.key == ("apiextensions.k8s.io", "customresourcedefinitions"):
             self._check_crd(rt, obj)
 
+    def _validate_builtin(self, rt, obj, old):
+        """The real server's validation of the workload and RBAC types, as far as a
+        chart's objects need it: a Deployment's or PodDisruptionBudget's selector
+        (required, matching the pod template, immutable), RBAC role references
+        (kind, name; immutable); the real wording."""
+        name = obj["metadata"].get("name", "")
+        spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+        errors = []
+        if rt.key == ("apps", "deployments"):
+            selector = spec.get("selector")
+            labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
+            if not isinstance(selector, dict) or not (selector.get("matchLabels") or
+                                                      selector.get("matchExpressions")):
+                errors.append(FieldError("Required value", "spec.selector", show_value=False))
+            elif not label_selector_matches(selector, labels):
+                errors.append(FieldError(
+                    "Invalid value", "spec.template.metadata.labels", labels,
+                    "`selector` does not match template `labels`"))
+            containers = ((spec.get("template") or {}).get("spec") or {}).get("containers")
+            if not isinstance(containers, list) or not containers:
+                errors.append(FieldError("Required value", "spec.template.spec.containers", show_value=False))
+            if old is not None and selector != (old.get("spec") or {}).get("selector"):
+                errors.append(FieldError("Invalid value", "spec.selector", selector,
+                                         "field is immutable"))
+            spec.setdefault("replicas", 1)
+            spec.setdefault("strategy", {"type": "RollingUpdate",
+                                         "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}})
+        elif rt.key == ("policy", "poddisruptionbudgets"):
+            if "minAvailable" in spec and "maxUnavailable" in spec:
+                errors.append(FieldError("Invalid value", "spec", spec,
+                                         "minAvailable and maxUnavailable cannot be both set"))
+        elif rt.key in (("rbac.authorization.k8s.io", "rolebindings"),
+                        ("rbac.authorization.k8s.io", "clusterrolebindings")):
+            ref = obj.get("roleRef") if isinstance(obj.get("roleRef"), dict) else {}
+            kinds = ["Role", "ClusterRole"] if rt.kind == "RoleBinding" else ["ClusterRole"]
+            if ref.get("kind") not in kinds:
+                errors.append(FieldError("Unsupported value", "roleRef.kind", ref.get("kind", ""),
+                                         "supported values: %s" % ", ".join('"%s"' % k for k in kinds)))
+            if not ref.get("name"):
+                errors.append(FieldError("Required value", "roleRef.name", show_value=False))
+            if old is not None and ref != old.get("roleRef"):
+                errors.append(FieldError("Invalid value", "roleRef", ref, "cannot change roleRef"))
+            for i, subject in enumerate(obj.get("subjects") or []):
+                if subject.get("kind") == "ServiceAccount" and not subject.get("namespace"):
+                    errors.append(FieldError("Required value", "subjects[%d].namespace" % i, show_value=False))
+        if errors:
+            raise invalid(rt, name, errors)
+
     def _admit(self, rt, obj, old, warnings):
         """Pod Security admission (tests/kube/pod_security.py) of a pod or namespace
         being created (old None) or updated; raises the refusal, appends warnings."""
@@ -1018,6 +1102,7 @@ class Store:
             m["creationTimestamp"] = now_rfc3339()
             m["generation"] = 1
             self._shape(rt, obj, query.get("fieldValidation", "Warn"), warnings)
+            self._validate_builtin(rt, obj, None)
             self._admit(rt, obj, None, warnings)
             if rt.key == ("", "pods"):
                 obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
@@ -1101,6 +1186,7 @@ class Store:
             meta(obj)["resourceVersion"] = cm["resourceVersion"]
             self._shape(rt, obj, query.get("fieldValidation", "Warn"), warnings)
             if subresource is None:
+                self._validate_builtin(rt, obj, current)
                 self._admit(rt, obj, current, warnings)
             if rt.key == ("apiextensions.k8s.io", "customresourcedefinitions"):
                 obj["status"] = self._crd_status(obj)
