@@ -9,15 +9,20 @@ its LibTorch (run it with the python3 that has torch). In one run it
   2. measures the GPU's bf16 matmul rate (8192^3, recorded beside --peak-tflops);
   3. trains a GPT of a few hundred million parameters in PyTorch eager (the
      baseline: the same architecture, batch and precision; attention with
-     scaled_dot_product_attention as paci's on LibTorch 2.x; torch.optim.AdamW,
-     multi-tensor, weight decay on matrices only as paci's), once per
-     precision: bf16-autocast (float32 weights, bfloat16 matmuls) and
+     scaled_dot_product_attention as paci's on LibTorch 2.x; torch.optim.AdamW
+     with weight decay on matrices only as paci's, fused (fused=True) where
+     paci's is, i.e. on PyTorch 2.x, else multi-tensor: --eager-optimizer),
+     once per precision: bf16-autocast (float32 weights, bfloat16 matmuls) and
      bf16-weights (bfloat16 weights and activations, float32 master weights
-     and moments as paci keeps them);
+     and moments as paci keeps them), and once per accumulation (a
+     micro-batches, each its own forward and backward, then one optimizer
+     step, as paci);
   4. trains the same model with `pacictl train`, one stage on the GPU (P = 1),
-  5. and as a P = 2 pipeline with both stages on the one GPU (PACI, a = 2; the
-     two stages exchange tensors through the host, as NCCL refuses two ranks
-     on one GPU), in both precisions;
+     at each accumulation of --accumulation,
+  5. and as a P = 2 pipeline with both stages on the one GPU (PACI, a = 2 or
+     the first of --accumulation if larger; the two stages exchange tensors
+     through the host, as NCCL refuses two ranks on one GPU), in both
+     precisions;
 
 and prints, against the eager baseline of the same precision:
   - tokens/s in the steady state (after --warmup steps; paci's from the loss
@@ -35,7 +40,8 @@ short by a time limit keeps what it measured.
 
     python3 bench/gpu_benchmark.py [--no-build --build-dir DIR] [--deps-prefix DIR]
         [--steps 30 --warmup 10] [--layers 8 --d-model 2048 --heads 16]
-        [--seq-len 1024 --micro-batch 8]
+        [--seq-len 1024 --micro-batch 8] [--accumulation 1[,4...]]
+        [--eager-optimizer auto|fused|foreach]
 
 --deps-prefix: a folder where Debian's packages of the libraries the build
 needs were unpacked with `dpkg -x`; added to LD_LIBRARY_PATH of the paci
@@ -98,7 +104,15 @@ def build(args, env):
                     "worker_nccl_link_test"], check=True, env=env)
 
 
-def eager_baseline(args, precision):
+def eager_optimizer_kind(args):
+    """fused or foreach: `auto` is fused where paci's AdamW is (PyTorch 2.x on CUDA)."""
+    import torch
+    if args.eager_optimizer != "auto":
+        return args.eager_optimizer
+    return "fused" if int(torch.__version__.split(".")[0]) >= 2 else "foreach"
+
+
+def eager_baseline(args, precision, accumulation):
     """Trains the same GPT in PyTorch eager; returns steady-state step seconds and tokens/s."""
     import torch
     import torch.nn as nn
@@ -152,11 +166,13 @@ def eager_baseline(args, precision):
         masters = [p.detach().float().requires_grad_() for p in params]
         for m in masters:
             m.grad = torch.zeros_like(m)
-    # As paci: weight decay on matrices only; multi-tensor (foreach) kernels.
+    # As paci: weight decay on matrices only; the fused kernel where paci runs
+    # at::_fused_adamw_ (PyTorch 2.x), else multi-tensor (foreach) kernels.
     groups = [{"params": [m for m in masters if m.dim() >= 2], "weight_decay": 0.1},
               {"params": [m for m in masters if m.dim() < 2], "weight_decay": 0.0}]
+    kind = eager_optimizer_kind(args)
     optimizer = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95), eps=1e-8,
-                                  foreach=True)
+                                  **({"fused": True} if kind == "fused" else {"foreach": True}))
 
     def copy_all(dst, src):
         if hasattr(torch, "_foreach_copy_"):
@@ -169,17 +185,23 @@ def eager_baseline(args, precision):
         text = f.read()
     chars = sorted(set(text))
     ids = torch.tensor([chars.index(c) for c in text], dtype=torch.long)
-    B, T = args.micro_batch * args.accumulation, args.seq_len
+    B, T = args.micro_batch, args.seq_len
 
     events = []  # (before the optimizer, after it) per timed step
 
     def step(timed):
-        starts = torch.randint(len(ids) - T - 1, (B,))
-        batch = torch.stack([ids[s:s + T + 1] for s in starts]).to(device)
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
-            logits = model(batch[:, :-1])
-            loss = F.cross_entropy(logits.float().reshape(-1, args.vocab), batch[:, 1:].reshape(-1))
-        loss.backward()
+        # `accumulation` micro-batches of B sequences, gradients summed, then
+        # one optimizer step: as paci with accumulation a.
+        total = 0.0
+        for _ in range(accumulation):
+            starts = torch.randint(len(ids) - T - 1, (B,))
+            batch = torch.stack([ids[s:s + T + 1] for s in starts]).to(device)
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+                logits = model(batch[:, :-1])
+                loss = F.cross_entropy(logits.float().reshape(-1, args.vocab),
+                                       batch[:, 1:].reshape(-1))
+            (loss / accumulation).backward()
+            total = total + loss.detach() / accumulation
         if timed:
             events.append((torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)))
             events[-1][0].record()
@@ -192,7 +214,7 @@ def eager_baseline(args, precision):
         model.zero_grad(set_to_none=True)
         if timed:
             events[-1][1].record()
-        return loss
+        return total
 
     for _ in range(args.warmup):
         step(False)
@@ -203,10 +225,11 @@ def eager_baseline(args, precision):
     torch.cuda.synchronize()
     seconds = time.perf_counter() - start
     optimizer_seconds = sum(a.elapsed_time(b) for a, b in events) / 1e3 / args.steps
-    result = {"precision": precision, "tokens_per_step": B * T,
+    result = {"precision": precision, "accumulation": accumulation, "optimizer": kind,
+              "tokens_per_step": accumulation * B * T,
               "step_seconds": seconds / args.steps,
               "optimizer_seconds": optimizer_seconds,
-              "tokens_per_second": args.steps * B * T / seconds,
+              "tokens_per_second": args.steps * accumulation * B * T / seconds,
               "final_loss": float(loss.detach()),
               "peak_memory_bytes": torch.cuda.max_memory_allocated()}
     del model, optimizer, params, masters
@@ -227,11 +250,10 @@ def steady_state(points, warmup, tokens_per_step):
     return steps * tokens_per_step / seconds, seconds / steps
 
 
-def paci_run(args, env, stages, precision, workdir):
+def paci_run(args, env, stages, precision, accumulation, workdir):
     """Trains the same model with pacictl; returns its throughput and per-stage times."""
-    name = "gpu-p%d-%s" % (stages, precision)
+    name = "gpu-p%d-a%d-%s" % (stages, accumulation, precision)
     spec = os.path.join(workdir, name + ".yaml")
-    accumulation = args.accumulation if stages == 1 else max(2, args.accumulation)
     steps = args.steps + args.warmup
     with open(spec, "w") as f:
         f.write("\n".join([
@@ -287,7 +309,12 @@ def main():
     parser.add_argument("--seq-len", type=int, default=1024)
     parser.add_argument("--vocab", type=int, default=96)
     parser.add_argument("--micro-batch", type=int, default=8)
-    parser.add_argument("--accumulation", type=int, default=1)
+    parser.add_argument("--accumulation", default="1",
+                        help="micro-batches per optimizer step, a list: P = 1 and eager run at "
+                             "each, P > 1 at the first (at least 2)")
+    parser.add_argument("--eager-optimizer", choices=("auto", "fused", "foreach"), default="auto",
+                        help="eager's torch.optim.AdamW: auto is fused (fused=True) on PyTorch "
+                             "2.x, where paci runs at::_fused_adamw_, else foreach")
     parser.add_argument("--steps", type=int, default=30, help="timed steps, after the warm-up")
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--lr", type=float, default=3e-4)
@@ -316,6 +343,15 @@ def main():
     flops = matmul_flops_per_token(args.layers, args.d_model, args.vocab, args.seq_len)
     precisions = [p for p in args.precisions.split(",") if p]
     stage_counts = [int(p) for p in args.stages.split(",") if p]
+    accumulations = [int(a) for a in str(args.accumulation).split(",") if a] or [1]
+    # (stages, accumulation) of the paci runs; eager at every accumulation of P = 1.
+    paci_runs = [(stages, a) for stages in stage_counts
+                 for a in (accumulations if stages == 1 else [max(2, accumulations[0])])]
+    eager_accumulations = sorted({a for stages, a in paci_runs if stages == 1}
+                                 or {accumulations[0]})
+
+    def eager_key(precision, accumulation):
+        return precision if accumulation == 1 else "%s a=%d" % (precision, accumulation)
     print("GPT: %d layers, d_model %d, %.0f M parameters, micro-batch %d x %d tokens; "
           "%.2f GFLOP per token in matmuls" % (args.layers, args.d_model, params / 1e6,
                                                args.micro_batch, args.seq_len, flops / 1e9))
@@ -333,8 +369,14 @@ def main():
     results = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
                "cuda": torch.version.cuda, "parameters": params, "flops_per_token": flops,
                "flops_note": "6 x matmul parameters + 6 x layers x seq x d_model (causal attention)",
-               "peak_tflops": args.peak_tflops, "config": config, "eager": {}, "paci": [],
-               "errors": []}
+               "peak_tflops": args.peak_tflops, "config": config,
+               "eager_optimizer": "torch.optim.AdamW(%s)" % (
+                   "fused=True" if eager_optimizer_kind(args) == "fused" else "foreach=True"),
+               "eager": {}, "paci": [], "errors": []}
+    print("eager optimizer: %s (paci on this PyTorch: %s)" % (
+        results["eager_optimizer"],
+        "at::_fused_adamw_" if int(torch.__version__.split(".")[0]) >= 2 else "at::_foreach_*"),
+        flush=True)
     try:
         results["measured_matmul_tflops"] = matmul_rate()
         print("bf16 matmul 8192^3: %.0f TFLOP/s (--peak-tflops %.0f)" % (
@@ -353,33 +395,42 @@ def main():
         with open(args.out, "w") as f:
             json.dump(results, f, indent=2)
 
-    for precision in precisions:
-        try:
-            eager = eager_baseline(args, precision)
-            eager["tflops"], eager["peak_fraction"] = mfu(eager["tokens_per_second"])
-            results["eager"][precision] = eager
-            print("eager %s: %.4f s per step (optimizer %.4f s), %.0f tokens/s, %.0f TFLOP/s "
-                  "(%.0f%% of peak), %.1f GiB" % (
-                      precision, eager["step_seconds"], eager["optimizer_seconds"],
-                      eager["tokens_per_second"], eager["tflops"], 100 * eager["peak_fraction"],
-                      eager["peak_memory_bytes"] / 2**30), flush=True)
-        except Exception as e:  # e.g. out of memory: the paci runs still go
-            results["errors"].append("eager %s: %r" % (precision, e))
-            print("eager %s failed: %r" % (precision, e), flush=True)
-        save()
+    for accumulation in eager_accumulations:
+        for precision in precisions:
+            key = eager_key(precision, accumulation)
+            try:
+                eager = eager_baseline(args, precision, accumulation)
+                eager["tflops"], eager["peak_fraction"] = mfu(eager["tokens_per_second"])
+                results["eager"][key] = eager
+                print("eager a=%d %s: %.4f s per step (optimizer %.4f s), %.0f tokens/s, "
+                      "%.0f TFLOP/s (%.0f%% of peak), %.1f GiB" % (
+                          accumulation, precision, eager["step_seconds"],
+                          eager["optimizer_seconds"], eager["tokens_per_second"],
+                          eager["tflops"], 100 * eager["peak_fraction"],
+                          eager["peak_memory_bytes"] / 2**30), flush=True)
+            except Exception as e:  # e.g. out of memory: the paci runs still go
+                results["errors"].append("eager a=%d %s: %r" % (accumulation, precision, e))
+                print("eager a=%d %s failed: %r" % (accumulation, precision, e), flush=True)
+            save()
 
     with tempfile.TemporaryDirectory(prefix="paci-gpu-") as workdir:
-        for stages in stage_counts:
+        for stages, accumulation in paci_runs:
             for precision in precisions:
                 try:
-                    run = paci_run(args, env, stages, precision, workdir)
+                    run = paci_run(args, env, stages, precision, accumulation, workdir)
                 except Exception as e:
-                    results["errors"].append("paci P=%d %s: %r" % (stages, precision, e))
-                    print("paci P=%d %s failed: %r" % (stages, precision, e), flush=True)
+                    results["errors"].append("paci P=%d a=%d %s: %r" % (
+                        stages, accumulation, precision, e))
+                    print("paci P=%d a=%d %s failed: %r" % (stages, accumulation, precision, e),
+                          flush=True)
                     save()
                     continue
                 run["tflops"], run["peak_fraction"] = mfu(run["steady_tokens_per_second"])
-                eager = results["eager"].get(precision)
+                # Against eager at the same accumulation (P = 1), else eager's first.
+                eager = results["eager"].get(eager_key(precision, accumulation)) or \
+                    results["eager"].get(eager_key(precision, eager_accumulations[0]))
+                if eager:
+                    run["eager_baseline"] = eager_key(precision, eager["accumulation"])
                 if eager and run["steady_tokens_per_second"]:
                     run["vs_eager"] = run["steady_tokens_per_second"] / eager["tokens_per_second"]
                     # Eager's time for this stage's share: its seconds per token, times the
@@ -394,9 +445,10 @@ def main():
 
     print("\n%-30s %10s %12s %9s %9s %8s" % ("run", "step s", "tokens/s", "vs eager",
                                             "TFLOP/s", "of peak"))
-    for precision, eager in results["eager"].items():
+    for key, eager in results["eager"].items():
         print("%-30s %10.4f %12.0f %9s %9.0f %7.0f%%" % (
-            "PyTorch eager " + precision, eager["step_seconds"], eager["tokens_per_second"],
+            "PyTorch eager a=%d %s" % (eager["accumulation"], eager["precision"]),
+            eager["step_seconds"], eager["tokens_per_second"],
             "1.00x", eager["tflops"], 100 * eager["peak_fraction"]))
     for run in results["paci"]:
         label = "paci P=%d a=%d %s" % (run["stages"], run["accumulation"], run["precision"])

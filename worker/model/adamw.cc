@@ -38,12 +38,11 @@ AdamW::AdamW(std::vector<std::pair<std::string, torch::Tensor>> named_parameters
 void AdamW::Step(double lr) {
   torch::NoGradGuard no_grad;
   ++steps_;
-  const double bias1 = 1.0 - std::pow(options_.beta1, steps_);
-  const double bias2 = 1.0 - std::pow(options_.beta2, steps_);
   // The parameters with a gradient, as lists for the multi-tensor ops. `w` is
   // the float32 value updated: the master weight, or the parameter through
   // p.data() (same storage, fresh version counter: see the class comment).
-  std::vector<torch::Tensor> w, decayed, g, exp_avg, exp_avg_sq;
+  std::vector<torch::Tensor> w, g, exp_avg, exp_avg_sq;
+  std::vector<bool> decay;  // weight decay on w[i]: matrices only
   std::vector<torch::Tensor> low, low_grad, master, master_grad;  // parameters with master weights
   for (size_t i = 0; i < params_.size(); ++i) {
     const torch::Tensor& p = params_[i].second;
@@ -59,15 +58,28 @@ void AdamW::Step(double lr) {
       w.push_back(p.data());
       g.push_back(p.grad().data());
     }
-    if (p.dim() >= 2) decayed.push_back(w.back());
+    decay.push_back(p.dim() >= 2 && options_.weight_decay != 0);
     exp_avg.push_back(exp_avg_[i]);
     exp_avg_sq.push_back(exp_avg_sq_[i]);
   }
+  last_step_fused_ = false;
   if (w.empty()) return;
   CopyAll(master_grad, low_grad);  // bf16 gradients in float32
-  if (!decayed.empty() && options_.weight_decay != 0) {
-    at::_foreach_mul_(decayed, 1.0 - lr * options_.weight_decay);
+#if PACI_HAS_FUSED_ADAMW
+  if (FusedApplies(w, g, exp_avg, exp_avg_sq)) {
+    FusedStep(lr, w, g, exp_avg, exp_avg_sq, decay);
+    CopyAll(low, master);  // the parameters take the rounded master values
+    last_step_fused_ = true;
+    return;
   }
+#endif
+  const double bias1 = 1.0 - std::pow(options_.beta1, steps_);
+  const double bias2 = 1.0 - std::pow(options_.beta2, steps_);
+  std::vector<torch::Tensor> decayed;
+  for (size_t i = 0; i < w.size(); ++i) {
+    if (decay[i]) decayed.push_back(w[i]);
+  }
+  if (!decayed.empty()) at::_foreach_mul_(decayed, 1.0 - lr * options_.weight_decay);
   at::_foreach_mul_(exp_avg, options_.beta1);
   at::_foreach_add_(exp_avg, g, 1.0 - options_.beta1);
   at::_foreach_mul_(exp_avg_sq, options_.beta2);
@@ -78,6 +90,57 @@ void AdamW::Step(double lr) {
   at::_foreach_addcdiv_(w, exp_avg, denom, -lr / bias1);
   CopyAll(low, master);  // the parameters take the rounded master values
 }
+
+#if PACI_HAS_FUSED_ADAMW
+bool AdamW::FusedApplies(const std::vector<torch::Tensor>& w, const std::vector<torch::Tensor>& g,
+                         const std::vector<torch::Tensor>& exp_avg,
+                         const std::vector<torch::Tensor>& exp_avg_sq) {
+  // What the fused kernel asks of its lists: CUDA, one device, one dtype, and
+  // for each parameter the same sizes and strides in all four, dense.
+  const torch::Device device = w[0].device();
+  if (!device.is_cuda()) return false;
+  for (size_t i = 0; i < w.size(); ++i) {
+    for (const torch::Tensor* t : {&w[i], &g[i], &exp_avg[i], &exp_avg_sq[i]}) {
+      if (t->device() != device || t->scalar_type() != torch::kFloat ||
+          t->layout() != torch::kStrided || !t->is_non_overlapping_and_dense() ||
+          !t->sizes().equals(w[i].sizes()) || !t->strides().equals(w[i].strides())) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+void AdamW::FusedStep(double lr, const std::vector<torch::Tensor>& w,
+                      const std::vector<torch::Tensor>& g,
+                      const std::vector<torch::Tensor>& exp_avg,
+                      const std::vector<torch::Tensor>& exp_avg_sq,
+                      const std::vector<bool>& decay) {
+  // The kernel reads the step (for the bias corrections) from a float32
+  // tensor on the device, one entry per parameter: one tensor serves all.
+  if (!step_count_.defined() || step_count_.device() != w[0].device()) {
+    step_count_ =
+        torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat).device(w[0].device()));
+  }
+  step_count_.fill_(static_cast<double>(steps_));
+  // One weight decay per call: the matrices, then the rest without.
+  for (bool decayed : {true, false}) {
+    std::vector<torch::Tensor> gw, gg, gm, gv, steps;
+    for (size_t i = 0; i < w.size(); ++i) {
+      if (decay[i] != decayed) continue;
+      gw.push_back(w[i]);
+      gg.push_back(g[i]);
+      gm.push_back(exp_avg[i]);
+      gv.push_back(exp_avg_sq[i]);
+      steps.push_back(step_count_);
+    }
+    if (gw.empty()) continue;
+    at::_fused_adamw_(gw, gg, gm, gv, /*max_exp_avg_sqs=*/at::TensorList(), steps, lr,
+                      options_.beta1, options_.beta2, decayed ? options_.weight_decay : 0.0,
+                      options_.eps, /*amsgrad=*/false, /*maximize=*/false);
+  }
+}
+#endif
 
 void AdamW::ZeroGrad() {
   // Dropped, as torch's zero_grad(set_to_none) does: the next backward then

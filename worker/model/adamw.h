@@ -4,6 +4,15 @@
 #include <vector>
 
 #include <torch/torch.h>
+#include <torch/version.h>
+
+// at::_fused_adamw_, one CUDA kernel for the whole AdamW update of a list of
+// tensors, came with LibTorch 2.0 (for CUDA; paci calls it on CUDA tensors only).
+#if TORCH_VERSION_MAJOR >= 2
+#define PACI_HAS_FUSED_ADAMW 1
+#else
+#define PACI_HAS_FUSED_ADAMW 0
+#endif
 
 namespace paci {
 
@@ -30,10 +39,15 @@ struct AdamWOptions {
 // float32 (bf16 weights) get float32 master weights: moments and update in
 // float32, then the parameter takes the rounded master value (still through
 // p.data()). Works on any device: its state lives beside each parameter.
-// Each step updates all parameters at once with LibTorch's multi-tensor ops
-// (at::_foreach_*): on a GPU a handful of kernel launches per step, not ten
+// Each step updates all parameters at once. On a GPU with LibTorch 2.x:
+// at::_fused_adamw_, one pass over weights, gradients and moments per group
+// (two calls a step: the matrices with weight decay, the rest without), the
+// step count for the bias corrections read from a float32 tensor on the GPU.
+// Elsewhere (the CPU, LibTorch 1.13): LibTorch's multi-tensor ops
+// (at::_foreach_*), a handful of kernel launches per step on a GPU, not ten
 // per parameter; on the CPU they loop over the tensors doing what the
-// per-tensor ops do.
+// per-tensor ops do. Both are the same update (decoupled weight decay, then
+// the bias-corrected step), up to float32 rounding.
 // Not thread-safe: owned by the stage's compute thread.
 class AdamW {
  public:
@@ -47,6 +61,8 @@ class AdamW {
   void ZeroGrad();
 
   int64_t steps() const { return steps_; }
+  // Whether the last Step() ran the fused kernel (at::_fused_adamw_).
+  bool last_step_fused() const { return last_step_fused_; }
   const std::vector<std::pair<std::string, torch::Tensor>>& parameters() const { return params_; }
   // Moment estimates, keyed "exp_avg/<name>" and "exp_avg_sq/<name>", and
   // master weights "master/<name>" of parameters that are not float32.
@@ -62,6 +78,19 @@ class AdamW {
   std::vector<torch::Tensor> master_;  // undefined for float32 parameters
   std::vector<torch::Tensor> master_grad_;  // float32 copies of their gradients (scratch)
   int64_t steps_ = 0;
+  bool last_step_fused_ = false;
+#if PACI_HAS_FUSED_ADAMW
+  // The fused kernel's conditions: CUDA, one device, float32, each
+  // parameter's four tensors of the same sizes and strides, dense.
+  static bool FusedApplies(const std::vector<torch::Tensor>& w,
+                           const std::vector<torch::Tensor>& g,
+                           const std::vector<torch::Tensor>& exp_avg,
+                           const std::vector<torch::Tensor>& exp_avg_sq);
+  void FusedStep(double lr, const std::vector<torch::Tensor>& w,
+                 const std::vector<torch::Tensor>& g, const std::vector<torch::Tensor>& exp_avg,
+                 const std::vector<torch::Tensor>& exp_avg_sq, const std::vector<bool>& decay);
+  torch::Tensor step_count_;  // float32 on the parameters' device: steps_, for the kernel
+#endif
 };
 
 }  // namespace paci

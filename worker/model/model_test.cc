@@ -233,6 +233,9 @@ TEST(AdamWTest, CudaMatchesCpuForFloat32AndBf16Weights) {
       SetGradients(gpu, step);
       on_cpu.Step(0.01);
       on_gpu.Step(0.01);
+      // LibTorch 2.x: the GPU runs the fused kernel, the CPU the multi-tensor ops.
+      EXPECT_EQ(on_gpu.last_step_fused(), PACI_HAS_FUSED_ADAMW == 1) << dtype;
+      EXPECT_FALSE(on_cpu.last_step_fused());
       on_cpu.ZeroGrad();
       on_gpu.ZeroGrad();
     }
