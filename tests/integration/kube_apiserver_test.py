@@ -615,6 +615,19 @@ class KubeApiServerTest(unittest.TestCase):
         code, claim = self.http("GET", "/api/v1/namespaces/%s/persistentvolumeclaims/shared" % ns)
         self.assertEqual(claim["status"]["phase"], "Bound")
 
+        # A hostPath volume shows that host folder, and only it.
+        host_dir = os.path.join(self.dir, "host-dir")
+        os.makedirs(host_dir, exist_ok=True)
+        with open(os.path.join(host_dir, "greeting"), "w") as f:
+            f.write("from the host\n")
+        self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(pod(
+            "host-path", "cat /host/greeting", extra_spec={
+                "volumes": [{"name": "host", "hostPath": {"path": host_dir, "type": "Directory"}}]},
+            volumeMounts=[{"name": "host", "mountPath": "/host", "readOnly": True}])))
+        p = wait_until(lambda: ended("host-path"), timeout=60, what="the hostPath pod to end")
+        self.assertEqual(p["status"]["phase"], "Succeeded", log("host-path"))
+        self.assertIn("from the host", log("host-path"))
+
         # Another pod on the same claim sees the file (ReadWriteMany); its container file system is fresh.
         self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(pod(
             "reader", "cat /shared/from-writer; ls /scratch; test ! -e /root-file && echo fresh")))
