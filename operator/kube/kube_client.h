@@ -7,6 +7,8 @@
 //   resourceVersion), 410 OutOfRange (resourceVersion expired), 400/422
 //   InvalidArgument, 401 Unauthenticated, 403 PermissionDenied, 429/5xx and
 //   connection failures Unavailable. The message carries the server's.
+// A credential that cannot be had (an exec plugin that fails, an unreadable
+// certificate file) fails the call that needed it with Unauthenticated.
 //
 // Thread-safe: every call opens its own connection, so calls may run
 // concurrently from several threads. Calls block.
@@ -22,26 +24,50 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "operator/kube/exec_credential.h"
 
 namespace paci::op {
 
 struct KubeClientOptions {
-  std::string server;  // "https://host:port" or "http://host:port"
+  // "https://host:port" or "http://host:port", perhaps with a path prefix
+  // that every request path is put under (a proxy's "/k8s/clusters/c-1").
+  std::string server;
   std::string bearer_token;
+  // Read again every `credential_reload` (client-go: a minute), so a rotated
+  // token (a projected service-account token) is picked up; bearer_token
+  // serves until the file has been read. Wins over bearer_token.
+  std::string token_file;
   std::string ca_file;  // PEM bundle that signed the server (https)
   std::string ca_data;  // or the PEM itself (kubeconfig certificate-authority-data)
+  // A client certificate (PEM, the certificate then its chain) and its
+  // private key, each as a file (read again every `credential_reload`, for
+  // rotation) or as the PEM itself; the data wins over the file.
+  std::string client_cert_file;
+  std::string client_key_file;
+  std::string client_cert_data;
+  std::string client_key_data;
+  // A credential plugin (kubeconfig users[].user.exec), asked when neither a
+  // token nor a client certificate is given; shared by copies of the options.
+  std::shared_ptr<ExecCredentialPlugin> exec_plugin;
   bool insecure_skip_tls_verify = false;
   std::string default_namespace = "default";
   absl::Duration request_timeout = absl::Seconds(30);
+  absl::Duration credential_reload = absl::Minutes(1);
 };
 
-// The current context of a kubeconfig file: server, CA, token (or tokenFile).
-// InvalidArgument naming the missing key; Unimplemented for client
-// certificates and exec plugins, which this client does not speak.
+// The current context of a kubeconfig file, read as kubectl reads it:
+// server and CA (file or data), and the user's token or tokenFile, client
+// certificate and key (files or data) or exec credential plugin. Relative
+// file paths (and an exec command with a '/') are relative to the
+// kubeconfig's folder. InvalidArgument naming the key ("users[0].user.
+// client-key-data: not valid base64") for a missing, malformed or unreadable
+// value; Unimplemented for what this client does not speak (auth-provider,
+// basic auth, impersonation, tls-server-name, proxy-url).
 absl::StatusOr<KubeClientOptions> LoadKubeconfig(const std::string& path);
 
-// In a pod: https://<host>:<port> with the service account's token and CA
-// (the caller passes KUBERNETES_SERVICE_HOST/PORT; files are read here).
+// In a pod: https://<host>:<port> with the service account's token (read
+// again every minute: kubelet rotates it) and CA (the caller passes
+// KUBERNETES_SERVICE_HOST/PORT; files are read here).
 absl::StatusOr<KubeClientOptions> InClusterConfig(
     const std::string& host, const std::string& port,
     const std::string& account_dir = "/var/run/secrets/kubernetes.io/serviceaccount");
@@ -128,8 +154,10 @@ class KubeClient {
                                       const std::string& body, const std::string& content_type);
   void Observe(const std::string& verb, int code);
 
+  class Credentials;
   KubeClientOptions options_;
   KubeRequestObserver* observer_;
+  std::shared_ptr<Credentials> credentials_;
 };
 
 // The Status for an HTTP error response (see the mapping above).

@@ -276,6 +276,7 @@ TEST(InClusterConfigTest, ReadsTheServiceAccountAndNamesWhatIsMissing) {
   ASSERT_TRUE(options.ok()) << options.status();
   EXPECT_EQ(options->server, "https://10.0.0.1:443");
   EXPECT_EQ(options->bearer_token, "sa-token");
+  EXPECT_EQ(options->token_file, dir + "/token");  // read again: kubelet rotates it
   EXPECT_EQ(options->ca_file, dir + "/ca.crt");
   EXPECT_EQ(options->default_namespace, "team-b");
   std::filesystem::remove_all(dir);
