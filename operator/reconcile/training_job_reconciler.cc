@@ -1,6 +1,7 @@
 #include "operator/reconcile/training_job_reconciler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include <google/protobuf/util/json_util.h>
@@ -113,6 +114,20 @@ void ApplyTtl(const json& spec, const json& status, absl::Time now, ReconcileAct
   }
 }
 
+// Figures in .status are read by people (kubectl's printer columns print a
+// number as it is): losses and fractions to 4 decimals, throughput in whole
+// tokens per second. Still numbers, as the schema says. A figure that is not
+// finite (a diverged loss) is left out: JSON has no NaN, and null is no number.
+void SetRounded(json& object, const char* key, double value, double scale) {
+  if (!std::isfinite(value)) {
+    object.erase(key);
+  } else if (scale == 1) {
+    object[key] = static_cast<int64_t>(std::llround(value));
+  } else {
+    object[key] = std::round(value * scale) / scale;
+  }
+}
+
 // Copies the coordinator's view of the job into .status.
 void MirrorCoordinator(const v1::Job& job, json& status) {
   const v1::JobStatus& s = job.status();
@@ -120,9 +135,9 @@ void MirrorCoordinator(const v1::Job& job, json& status) {
   status["attempt"] = s.attempt();
   status["step"] = s.step();
   status["totalSteps"] = s.total_steps();
-  status["trainLoss"] = s.train_loss();
-  status["validationLoss"] = s.validation_loss();
-  status["tokensPerSecond"] = s.tokens_per_second();
+  SetRounded(status, "trainLoss", s.train_loss(), 1e4);
+  SetRounded(status, "validationLoss", s.validation_loss(), 1e4);
+  SetRounded(status, "tokensPerSecond", s.tokens_per_second(), 1);
   status["restarts"] = s.restarts();
   if (!s.message().empty()) {
     status["message"] = s.message();
@@ -133,10 +148,11 @@ void MirrorCoordinator(const v1::Job& job, json& status) {
   json stages = json::array();
   for (const v1::StageStatus& stage : s.stages()) {
     const double active = stage.busy_seconds() + stage.idle_seconds();
-    stages.push_back({{"stage", stage.stage()},
-                      {"maxDrift", stage.drift_max()},
-                      {"driftBound", stage.drift_bound()},
-                      {"idleFraction", active > 0 ? stage.idle_seconds() / active : 0.0}});
+    json entry = {{"stage", stage.stage()},
+                  {"maxDrift", stage.drift_max()},
+                  {"driftBound", stage.drift_bound()}};
+    SetRounded(entry, "idleFraction", active > 0 ? stage.idle_seconds() / active : 0.0, 1e4);
+    stages.push_back(std::move(entry));
     max_drift = std::max(max_drift, stage.drift_max());
   }
   status["stages"] = stages;

@@ -1,5 +1,8 @@
 #include "operator/reconcile/training_job_reconciler.h"
 
+#include <cmath>
+#include <limits>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -148,6 +151,33 @@ TEST(TrainingJobReconcilerTest, MissingPodIsCreatedAndNothingElse) {
   EXPECT_EQ((*actions.status)["step"], 30);
   EXPECT_EQ((*actions.status)["maxDrift"], 1);
   EXPECT_DOUBLE_EQ((*actions.status)["stages"][0]["idleFraction"].get<double>(), 0.1);
+}
+
+TEST(TrainingJobReconcilerTest, StatusFiguresAreRoundedForKubectlsColumns) {
+  ObservedWorld world = Observed("Running", v1::RUNNING);
+  v1::JobStatus& s = *world.coordinator_job->mutable_status();
+  s.set_train_loss(2.825814366340637);
+  s.set_validation_loss(2.91237);
+  s.set_tokens_per_second(71891.53909675782);
+  s.mutable_stages(0)->set_idle_seconds(2);  // 2 of 11 seconds
+  ReconcileActions actions = ReconcileTrainingJob(world, ReconcilerOptions{});
+  ASSERT_TRUE(actions.status.has_value());
+  const json& status = *actions.status;
+  EXPECT_EQ(status["trainLoss"].dump(), "2.8258");
+  EXPECT_EQ(status["validationLoss"].dump(), "2.9124");
+  EXPECT_TRUE(status["tokensPerSecond"].is_number_integer());
+  EXPECT_EQ(status["tokensPerSecond"].dump(), "71892");
+  EXPECT_EQ(status["stages"][0]["idleFraction"].dump(), "0.1818");
+
+  // A diverged loss is no number JSON can hold: left out, not null.
+  s.set_train_loss(std::nan(""));
+  s.set_tokens_per_second(std::numeric_limits<double>::infinity());
+  world.job["status"] = status;
+  actions = ReconcileTrainingJob(world, ReconcilerOptions{});
+  ASSERT_TRUE(actions.status.has_value());
+  EXPECT_FALSE(actions.status->contains("trainLoss"));
+  EXPECT_FALSE(actions.status->contains("tokensPerSecond"));
+  EXPECT_EQ((*actions.status)["validationLoss"].dump(), "2.9124");
 }
 
 TEST(TrainingJobReconcilerTest, FailedPodIsDeletedWithAWarning) {

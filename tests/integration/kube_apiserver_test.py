@@ -170,17 +170,23 @@ class KubeApiServerTest(unittest.TestCase):
         self.assertIn("trainingjob.paci.dev/kjv-small created", self.kubectl("apply", "-f", EXAMPLE_KJV))
         self.assertIn("unchanged", self.kubectl("apply", "-f", EXAMPLE))
 
-        # Printer columns, with what the operator would write into .status.
+        # Printer columns, with what the operator would write into .status (rounded:
+        # loss to 4 decimals, whole tokens/s). The secondary columns have priority 1:
+        # kubectl shows them with -o wide only.
         current = self.ok("GET", TJ_PATH + "/kjv-tiny")
-        current["status"] = {"phase": "Running", "step": 42, "trainLoss": 2.5, "maxDrift": 1,
-                             "tokensPerSecond": 1234.5}
+        current["status"] = {"phase": "Running", "step": 42, "trainLoss": 2.8258, "maxDrift": 1,
+                             "tokensPerSecond": 71891}
         self.ok("PUT", TJ_PATH + "/kjv-tiny/status", current)
         table = self.kubectl("get", "trainingjobs")
         lines = table.splitlines()
-        self.assertEqual(lines[0].split(), ["NAME", "PHASE", "STEP", "LOSS", "MAX-DRIFT", "TOKENS/S", "AGE"])
+        self.assertEqual(lines[0].split(), ["NAME", "PHASE", "STEP", "LOSS", "AGE"])
         row = next(line for line in lines if line.startswith("kjv-tiny"))
-        self.assertRegex(row, r"^kjv-tiny\s+Running\s+42\s+2.5\s+1\s+1234.5\s+\d+s$")
+        self.assertRegex(row, r"^kjv-tiny\s+Running\s+42\s+2\.8258\s+\d+s$")
         self.assertIn("kjv-small", table)
+        wide = self.kubectl("get", "trainingjobs", "-o", "wide").splitlines()
+        self.assertEqual(wide[0].split(), ["NAME", "PHASE", "STEP", "LOSS", "MAX-DRIFT", "TOKENS/S", "AGE"])
+        row = next(line for line in wide if line.startswith("kjv-tiny"))
+        self.assertRegex(row, r"^kjv-tiny\s+Running\s+42\s+2\.8258\s+1\s+71891\s+\d+s$")
         self.assertIn("kjv-tiny", self.kubectl("get", "ptj", "-A"))
 
         tiny = json.loads(self.kubectl("get", "trainingjob", "kjv-tiny", "-o", "json"))
@@ -476,8 +482,9 @@ class KubeApiServerTest(unittest.TestCase):
     def test_table_output_and_discovery(self):
         code, table = self.http("GET", TJ_PATH, accept="application/json;as=Table;v=v1;g=meta.k8s.io")
         self.assertEqual((code, table["kind"]), (200, "Table"))
-        self.assertEqual([c["name"] for c in table["columnDefinitions"]],
-                         ["Name", "Phase", "Step", "Loss", "Max-Drift", "Tokens/s", "Age"])
+        self.assertEqual([(c["name"], c["priority"]) for c in table["columnDefinitions"]],
+                         [("Name", 0), ("Phase", 0), ("Step", 0), ("Loss", 0), ("Max-Drift", 1),
+                          ("Tokens/s", 1), ("Age", 0)])
         groups = self.ok("GET", "/apis")["groups"]
         self.assertIn("paci.dev", [g["name"] for g in groups])
         resources = self.ok("GET", "/apis/paci.dev/v1alpha1")["resources"]

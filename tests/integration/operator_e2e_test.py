@@ -177,11 +177,18 @@ class OperatorEndToEnd(unittest.TestCase):
         table = self.kubectl("get", "trainingjobs").stdout
         header, row = table.splitlines()[0], next(line for line in table.splitlines()
                                                   if line.startswith("kjv-tiny"))
-        for column in ("PHASE", "STEP", "LOSS", "MAX-DRIFT", "TOKENS/S", "AGE"):
-            self.assertIn(column, header)
+        self.assertEqual(header.split(), ["NAME", "PHASE", "STEP", "LOSS", "AGE"])
         self.assertIn("Succeeded", row)
         self.assertIn("60", row.split())
+        self.assertRegex(row.split()[3], r"^\d+(\.\d{1,4})?$")  # the loss, rounded
         print("\n$ kubectl get trainingjobs\n" + table)
+        # The secondary columns (priority 1) with -o wide; tokens/s is whole.
+        wide = self.kubectl("get", "trainingjobs", "-o", "wide").stdout
+        header, row = wide.splitlines()[0], next(line for line in wide.splitlines()
+                                                 if line.startswith("kjv-tiny"))
+        self.assertEqual(header.split(), ["NAME", "PHASE", "STEP", "LOSS", "MAX-DRIFT", "TOKENS/S", "AGE"])
+        self.assertRegex(row.split()[5], r"^\d+$")
+        print("$ kubectl get trainingjobs -o wide\n" + wide)
 
         events = json.loads(self.kubectl("get", "events", "-o", "json").stdout)["items"]
         reasons = [e["reason"] for e in events if e["involvedObject"]["name"] == "kjv-tiny"]
