@@ -59,9 +59,10 @@ std::string TempDir(const char* what) {
 class Pki {
  public:
   static const Pki& Get() {
-    static const Pki* pki = new Pki();
-    return *pki;
+    static const Pki pki;  // made once; removed at exit
+    return pki;
   }
+  ~Pki() { fs::remove_all(dir); }
   std::string dir;
   std::string Path(const std::string& name) const { return dir + "/" + name; }
   std::string Text(const std::string& name) const { return ReadText(Path(name)); }
