@@ -2,14 +2,23 @@
 
 namespace paci::op {
 
-using nlohmann::json;
-
 namespace {
-prometheus::Family<prometheus::Gauge>& JobGauge(prometheus::Registry& registry, const char* name,
-                                                const char* help) {
-  return prometheus::BuildGauge().Name(name).Help(help).Register(registry);
+
+prometheus::Labels InfoLabels(const OperatorMetrics::TrainingJob& job) {
+  return {{"namespace", job.ns}, {"trainingjob", job.name}, {"training_job", job.coordinator_job}};
 }
+
+prometheus::Labels PhaseLabels(const OperatorMetrics::TrainingJob& job, const std::string& phase) {
+  return {{"namespace", job.ns}, {"trainingjob", job.name}, {"phase", phase}};
+}
+
 }  // namespace
+
+const std::vector<std::string>& OperatorMetrics::Phases() {
+  static const auto* phases = new std::vector<std::string>{
+      "Pending", "Suspended", "Running", "Restarting", "Succeeded", "Failed", "Cancelled"};
+  return *phases;
+}
 
 OperatorMetrics::OperatorMetrics()
     : registry_(std::make_shared<prometheus::Registry>()),
@@ -24,10 +33,6 @@ OperatorMetrics::OperatorMetrics()
                               .Add({}, prometheus::Histogram::BucketBoundaries{
                                            0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
                                            0.5, 1, 2.5, 5, 10})),
-      jobs_(prometheus::BuildGauge()
-                .Name("paci_operator_trainingjobs")
-                .Help("TrainingJobs by phase")
-                .Register(*registry_)),
       leader_(prometheus::BuildGauge()
                   .Name("paci_operator_is_leader")
                   .Help("1 while this replica holds the leader lease")
@@ -46,16 +51,16 @@ OperatorMetrics::OperatorMetrics()
                        .Help("TrainingJobs waiting to be reconciled")
                        .Register(*registry_)
                        .Add({})),
-      job_step_(JobGauge(*registry_, "paci_operator_trainingjob_step",
-                         "Optimizer steps of the slowest stage, per TrainingJob")),
-      job_train_loss_(JobGauge(*registry_, "paci_operator_trainingjob_train_loss",
-                               "Latest training loss, per TrainingJob")),
-      job_validation_loss_(JobGauge(*registry_, "paci_operator_trainingjob_validation_loss",
-                                    "Latest validation loss, per TrainingJob")),
-      job_drift_(JobGauge(*registry_, "paci_operator_trainingjob_weight_drift_max_steps",
-                          "Largest weight drift seen on any stage, per TrainingJob")),
-      job_tokens_per_second_(JobGauge(*registry_, "paci_operator_trainingjob_tokens_per_second",
-                                      "Training throughput, per TrainingJob")) {
+      job_info_(prometheus::BuildGauge()
+                    .Name("paci_operator_trainingjob_info")
+                    .Help("1 per TrainingJob: its namespace and name, and training_job, the "
+                          "coordinator job it runs as (the label of the coordinator's and "
+                          "workers' series)")
+                    .Register(*registry_)),
+      job_phase_(prometheus::BuildGauge()
+                     .Name("paci_operator_trainingjob_status_phase")
+                     .Help("1 for the phase of a TrainingJob's status, 0 for the others")
+                     .Register(*registry_)) {
   // Every series exists from the start, so dashboards show 0 rather than nothing.
   for (const char* result : {"success", "error", "requeue"}) reconciles_.Add({{"result", result}});
   for (const char* resource : {"trainingjobs", "pods", "services"}) {
@@ -82,33 +87,28 @@ void OperatorMetrics::SetLeader(bool leader) { leader_.Set(leader ? 1 : 0); }
 
 void OperatorMetrics::SetQueueDepth(size_t depth) { queue_depth_.Set(static_cast<double>(depth)); }
 
-void OperatorMetrics::SetJobPhases(const std::map<std::string, int>& counts) {
-  for (const char* phase :
-       {"Pending", "Suspended", "Running", "Restarting", "Succeeded", "Failed", "Cancelled"}) {
-    auto it = counts.find(phase);
-    jobs_.Add({{"phase", phase}}).Set(it == counts.end() ? 0 : it->second);
+void OperatorMetrics::SetTrainingJobs(const std::vector<TrainingJob>& jobs) {
+  std::map<std::string, TrainingJob> next;
+  for (const TrainingJob& job : jobs) next[job.ns + "/" + job.name] = job;
+  absl::MutexLock lock(&jobs_mutex_);
+  for (const auto& [key, old] : jobs_) {
+    auto it = next.find(key);
+    if (it == next.end() || it->second.coordinator_job != old.coordinator_job) {
+      job_info_.Remove(&job_info_.Add(InfoLabels(old)));
+    }
+    if (it == next.end()) {
+      for (const std::string& phase : Phases()) {
+        job_phase_.Remove(&job_phase_.Add(PhaseLabels(old, phase)));
+      }
+    }
   }
-}
-
-void OperatorMetrics::SetJob(const std::string& ns, const std::string& name, const json& status) {
-  const prometheus::Labels labels = {{"namespace", ns}, {"name", name}};
-  auto number = [&](const char* key) {
-    const json& value = status.value(key, json());
-    return value.is_number() ? value.get<double>() : 0.0;
-  };
-  job_step_.Add(labels).Set(number("step"));
-  job_train_loss_.Add(labels).Set(number("trainLoss"));
-  job_validation_loss_.Add(labels).Set(number("validationLoss"));
-  job_drift_.Add(labels).Set(number("maxDrift"));
-  job_tokens_per_second_.Add(labels).Set(number("tokensPerSecond"));
-}
-
-void OperatorMetrics::RemoveJob(const std::string& ns, const std::string& name) {
-  const prometheus::Labels labels = {{"namespace", ns}, {"name", name}};
-  for (auto* family : {&job_step_, &job_train_loss_, &job_validation_loss_, &job_drift_,
-                       &job_tokens_per_second_}) {
-    family->Remove(&family->Add(labels));
+  for (const auto& [key, job] : next) {
+    job_info_.Add(InfoLabels(job)).Set(1);
+    for (const std::string& phase : Phases()) {
+      job_phase_.Add(PhaseLabels(job, phase)).Set(phase == job.phase ? 1 : 0);
+    }
   }
+  jobs_ = std::move(next);
 }
 
 }  // namespace paci::op

@@ -1,13 +1,17 @@
 #pragma once
 
 // The operator's Prometheus metrics: reconciles by result and their latency,
-// TrainingJobs by phase, leadership, Kubernetes requests by verb and code,
-// watch restarts, queue depth, and the progress it mirrors per TrainingJob.
-// Thread-safe (prometheus-cpp metrics are).
+// leadership, Kubernetes requests by verb and code, watch restarts, queue
+// depth, and per TrainingJob its phase and the coordinator job it runs as
+// (an info series, so dashboards join the coordinator's and workers' series,
+// labelled training_job, to the TrainingJob's namespace and name). The
+// progress of a job (step, loss, throughput) is the coordinator's and the
+// workers' to export, not repeated here. Thread-safe.
 
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 #include <prometheus/counter.h>
@@ -34,26 +38,36 @@ class OperatorMetrics : public KubeRequestObserver {
   void RecordReconcile(const std::string& result, absl::Duration took);
   void SetLeader(bool leader);
   void SetQueueDepth(size_t depth);
-  // Every TrainingJob phase gets a value (0 when no job is in it).
-  void SetJobPhases(const std::map<std::string, int>& counts);
-  // Mirrors step, losses, drift and tokens/s from a TrainingJob's .status.
-  void SetJob(const std::string& ns, const std::string& name, const nlohmann::json& status);
-  void RemoveJob(const std::string& ns, const std::string& name);
+  // One TrainingJob as its series show it.
+  struct TrainingJob {
+    std::string ns;
+    std::string name;
+    std::string phase;            // "Pending" before the first status
+    std::string coordinator_job;  // .status.coordinatorJob; empty before the submission
+  };
+  // Replaces the per-TrainingJob series with those of jobs (every TrainingJob
+  // the operator sees): paci_operator_trainingjob_info{namespace,trainingjob,
+  // training_job} 1 and paci_operator_trainingjob_status_phase{namespace,
+  // trainingjob,phase}, 1 for its phase and 0 for the others. Series of jobs
+  // no longer listed are removed.
+  void SetTrainingJobs(const std::vector<TrainingJob>& jobs);
+
+  // The phases of a TrainingJob's status.
+  static const std::vector<std::string>& Phases();
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Counter>& reconciles_;
   prometheus::Histogram& reconcile_duration_;
-  prometheus::Family<prometheus::Gauge>& jobs_;
   prometheus::Gauge& leader_;
   prometheus::Family<prometheus::Counter>& kube_requests_;
   prometheus::Family<prometheus::Counter>& watch_restarts_;
   prometheus::Gauge& queue_depth_;
-  prometheus::Family<prometheus::Gauge>& job_step_;
-  prometheus::Family<prometheus::Gauge>& job_train_loss_;
-  prometheus::Family<prometheus::Gauge>& job_validation_loss_;
-  prometheus::Family<prometheus::Gauge>& job_drift_;
-  prometheus::Family<prometheus::Gauge>& job_tokens_per_second_;
+  prometheus::Family<prometheus::Gauge>& job_info_;
+  prometheus::Family<prometheus::Gauge>& job_phase_;
+  absl::Mutex jobs_mutex_;
+  // namespace/name -> what its series show now.
+  std::map<std::string, TrainingJob> jobs_ ABSL_GUARDED_BY(jobs_mutex_);
 };
 
 }  // namespace paci::op

@@ -10,31 +10,38 @@
 
 namespace paci {
 
-// The coordinator's Prometheus series (DESIGN.md section 3). Thread-safe.
+// The coordinator's Prometheus series: its own (jobs by phase, workers by
+// state, submissions, scheduling latency) and, per job, the job's progress,
+// labelled training_job (the job's name; not `job`, which is the scrape
+// target's label). Rates (tokens per second) are Prometheus's to derive from
+// the workers' counters. Thread-safe.
 class CoordinatorMetrics {
  public:
   explicit CoordinatorMetrics(prometheus::Registry& registry);
 
+  // phase: the job phase as the TrainingJob's status spells it ("Queued",
+  // "Running", "Restarting", "Succeeded", "Failed", "Cancelled").
   void SetJobsInPhase(const std::string& phase, double count);
   void SetWorkers(const std::string& state, double count);
   void AddSubmission() { submissions_.Increment(); }
-  void AddRestart() { restarts_.Increment(); }
   void ObserveSchedulingLatency(double seconds) { scheduling_latency_.Observe(seconds); }
+  // Creates a job's series (its restart counter at 0), so the first restart
+  // is an increase Prometheus sees.
+  void TrackJob(const std::string& training_job);
+  void AddRestart(const std::string& training_job);
   // The latest progress of one job.
-  void SetJobProgress(const std::string& job, double step, double train_loss,
-                      double validation_loss, double tokens_per_second, double max_drift);
+  void SetJobProgress(const std::string& training_job, double step, double train_loss,
+                      double validation_loss);
 
  private:
   prometheus::Family<prometheus::Gauge>& jobs_;
   prometheus::Family<prometheus::Gauge>& workers_;
   prometheus::Counter& submissions_;
-  prometheus::Counter& restarts_;
   prometheus::Histogram& scheduling_latency_;
+  prometheus::Family<prometheus::Counter>& job_restarts_;
   prometheus::Family<prometheus::Gauge>& job_step_;
   prometheus::Family<prometheus::Gauge>& job_train_loss_;
   prometheus::Family<prometheus::Gauge>& job_validation_loss_;
-  prometheus::Family<prometheus::Gauge>& job_tokens_per_second_;
-  prometheus::Family<prometheus::Gauge>& job_drift_max_;
 };
 
 }  // namespace paci

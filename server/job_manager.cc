@@ -19,7 +19,9 @@ google::protobuf::Timestamp ToProto(absl::Time t) {
   return TimeUtil::MicrosecondsToTimestamp(absl::ToUnixMicros(t));
 }
 
-const char* ConditionType(v1::JobPhase phase) {
+// A phase as the job's conditions, the TrainingJob's status and the
+// paci_coordinator_jobs{phase} label spell it.
+const char* PhaseName(v1::JobPhase phase) {
   switch (phase) {
     case v1::QUEUED: return "Queued";
     case v1::RUNNING: return "Running";
@@ -92,6 +94,7 @@ absl::Status JobManager::Recover() {
       for (int s = 0; s < P; ++s) state.shards[state.job.status().checkpoint_step()].insert(s);
     }
     const std::string name = state.job.name();
+    if (!IsTerminal(state.job.status().phase())) metrics_.TrackJob(name);
     jobs_.emplace(name, std::move(state));
   }
   LOG(INFO) << "recovered " << jobs_.size() << " jobs from the store";
@@ -130,6 +133,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec) {
       } else {
         JobState& job = jobs_.emplace(spec.name(), std::move(state)).first->second;
         metrics_.AddSubmission();
+        metrics_.TrackJob(spec.name());
         SetPhaseLocked(job, v1::QUEUED, "Submitted", "waiting for workers");
         ChangedLocked(job, /*persist_now=*/true);
         ScheduleLocked();
@@ -507,7 +511,7 @@ void JobManager::FailAttemptLocked(JobState& job, const std::string& reason,
   }
   StopWorkersLocked(job, message);
   status.set_restarts(status.restarts() + 1);
-  metrics_.AddRestart();
+  metrics_.AddRestart(job.job.name());
   job.queued_since = clock_();
   job.workers.clear();
   SetPhaseLocked(job, v1::RESTARTING, reason,
@@ -535,11 +539,11 @@ void JobManager::SetPhaseLocked(JobState& job, v1::JobPhase phase, const std::st
   for (v1::JobPhase p : {v1::QUEUED, v1::RUNNING, v1::RESTARTING, v1::SUCCEEDED, v1::FAILED,
                          v1::CANCELLED}) {
     if (p == phase) {
-      SetConditionLocked(job, ConditionType(p), true, reason, message);
+      SetConditionLocked(job, PhaseName(p), true, reason, message);
     } else {
       for (const auto& c : status.conditions()) {
-        if (c.type() == ConditionType(p) && c.status()) {
-          SetConditionLocked(job, ConditionType(p), false, reason, "");
+        if (c.type() == PhaseName(p) && c.status()) {
+          SetConditionLocked(job, PhaseName(p), false, reason, "");
         }
       }
     }
@@ -616,18 +620,13 @@ void JobManager::ApplyReportLocked(JobState& job, const v1::StageReport& report)
     }
   }
   int64_t step = std::numeric_limits<int64_t>::max();
-  int64_t max_drift = 0;
-  for (const auto& st : status.stages()) {
-    step = std::min(step, st.optimizer_steps());
-    max_drift = std::max(max_drift, st.drift_max());
-  }
+  for (const auto& st : status.stages()) step = std::min(step, st.optimizer_steps());
   status.set_step(step);
   if (s == P - 1) {
     const double seconds = absl::ToDoubleSeconds(now - job.attempt_started);
     if (seconds > 0) status.set_tokens_per_second(report.tokens() / seconds);
   }
-  metrics_.SetJobProgress(job.job.name(), step, status.train_loss(), status.validation_loss(),
-                          status.tokens_per_second(), max_drift);
+  metrics_.SetJobProgress(job.job.name(), step, status.train_loss(), status.validation_loss());
   ChangedLocked(job, /*persist_now=*/!report.checkpoint_steps().empty());
 }
 
@@ -645,7 +644,7 @@ void JobManager::UpdateGaugesLocked() {
   for (const auto& [name, job] : jobs_) ++phases[job.job.status().phase()];
   for (v1::JobPhase p : {v1::QUEUED, v1::RUNNING, v1::RESTARTING, v1::SUCCEEDED, v1::FAILED,
                          v1::CANCELLED}) {
-    metrics_.SetJobsInPhase(v1::JobPhase_Name(p), phases[p]);
+    metrics_.SetJobsInPhase(PhaseName(p), phases[p]);
   }
   int idle = 0, busy = 0, stopping = 0;
   for (const auto& [id, worker] : workers_) {

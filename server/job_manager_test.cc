@@ -5,6 +5,7 @@
 #include <vector>
 
 #include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
 
 #include "common/job_spec.h"
 #include "gtest/gtest.h"
@@ -67,6 +68,11 @@ class JobManagerTest : public ::testing::Test {
   }
 
   v1::JobPhase Phase(const std::string& job) { return manager_->Get(job)->status().phase(); }
+
+  // The registry in the text exposition format, as Prometheus scrapes it.
+  std::string Exposition() {
+    return prometheus::TextSerializer().Serialize(registry_.Collect());
+  }
 
   std::vector<v1::CoordinatorMessage> Take(const std::string& worker) {
     return std::exchange(inbox_[worker], {});
@@ -178,6 +184,32 @@ TEST_F(JobManagerTest, ALostWorkerRestartsTheJobFromItsCheckpointOnFreeWorkers) 
   // A late report of the dead attempt changes nothing.
   manager_->OnReport("w1", Report("a", 1, 0, 9));
   EXPECT_EQ(manager_->Get("a")->status().attempt(), 2);
+}
+
+TEST_F(JobManagerTest, MetricsLabelJobsTrainingJobAndSpellPhasesAsTheStatus) {
+  ASSERT_TRUE(manager_->Submit(Spec("a")).ok());
+  // The restart counter exists at 0 from the submission, so Prometheus sees
+  // the first restart as an increase.
+  EXPECT_NE(Exposition().find("paci_job_restarts_total{training_job=\"a\"} 0"), std::string::npos)
+      << Exposition();
+  ConnectWorker("w1");
+  ConnectWorker("w2");
+  v1::StageReport r0 = Report("a", 1, 0, 6), r1 = Report("a", 1, 1, 4);
+  r1.add_train_loss()->set_loss(2.5);
+  manager_->OnReport("w1", r0);
+  manager_->OnReport("w2", r1);
+  std::string text = Exposition();
+  EXPECT_NE(text.find("paci_job_step{training_job=\"a\"} 4"), std::string::npos) << text;
+  EXPECT_NE(text.find("paci_job_train_loss{training_job=\"a\"} 2.5"), std::string::npos) << text;
+  EXPECT_NE(text.find("paci_coordinator_jobs{phase=\"Running\"} 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("paci_coordinator_jobs{phase=\"Failed\"} 0"), std::string::npos) << text;
+  for (const char* label : {"{job=", ",job="}) {
+    EXPECT_EQ(text.find(label), std::string::npos) << "no label named job: " << text;
+  }
+  manager_->Disconnect("w2");
+  text = Exposition();
+  EXPECT_NE(text.find("paci_job_restarts_total{training_job=\"a\"} 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("paci_coordinator_jobs{phase=\"Restarting\"} 1"), std::string::npos) << text;
 }
 
 TEST_F(JobManagerTest, RestartsBeyondTheBackoffLimitFailTheJob) {

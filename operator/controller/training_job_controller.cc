@@ -50,10 +50,7 @@ TrainingJobController::TrainingJobController(KubeClient& kube, CoordinatorJobs& 
       Informer::Options{CollectionPath("paci.dev", "v1alpha1", ns, "trainingjobs"), "",
                         "trainingjobs", absl::Milliseconds(200), absl::Seconds(10),
                         options_.watch_timeout_seconds},
-      [this](const std::string& type, const json& object) {
-        if (type == "DELETED") metrics_.RemoveJob(MetaString(object, "namespace"), MetaString(object, "name"));
-        Enqueue(object, false);
-      },
+      [this](const std::string&, const json& object) { Enqueue(object, false); },
       restarts);
   pods_ = std::make_unique<Informer>(
       kube_,
@@ -125,18 +122,25 @@ void TrainingJobController::Work() {
     }
     queue_.Done(key);
     metrics_.SetQueueDepth(queue_.Depth());
-    UpdatePhaseCounts();
+    UpdateJobSeries();
   }
 }
 
-void TrainingJobController::UpdatePhaseCounts() {
-  std::map<std::string, int> counts;
+void TrainingJobController::UpdateJobSeries() {
+  absl::MutexLock lock(&series_mutex_);
+  std::vector<OperatorMetrics::TrainingJob> jobs;
   static const json::json_pointer kPhase("/status/phase");
+  static const json::json_pointer kCoordinatorJob("/status/coordinatorJob");
   jobs_->Visit([&](const json& job) {
-    const bool has_phase = job.contains(kPhase) && job.at(kPhase).is_string();
-    ++counts[has_phase ? job.at(kPhase).get<std::string>() : "Pending"];
+    auto string_at = [&](const json::json_pointer& at) {
+      return job.contains(at) && job.at(at).is_string() ? job.at(at).get<std::string>()
+                                                        : std::string();
+    };
+    const std::string phase = string_at(kPhase);
+    jobs.push_back({MetaString(job, "namespace"), MetaString(job, "name"),
+                    phase.empty() ? "Pending" : phase, string_at(kCoordinatorJob)});
   });
-  metrics_.SetJobPhases(counts);
+  metrics_.SetTrainingJobs(jobs);
 }
 
 absl::Status TrainingJobController::ReconcileKey(const std::string& key,
@@ -249,7 +253,6 @@ absl::Status TrainingJobController::Execute(const json& job, ReconcileActions ac
     const json desired = *actions.status;
     ASSIGN_OR_RETURN(current, kube_.UpdateStatus(path, current,
                                                  [&](json& object) { object["status"] = desired; }));
-    metrics_.SetJob(ns, name, desired);
   }
   RETURN_IF_ERROR(submit_error);
   if (actions.remove_finalizer) {

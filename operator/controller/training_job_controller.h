@@ -57,7 +57,8 @@ class TrainingJobController {
   // Carries out `actions`; *written is the object as this wrote it last.
   absl::Status Execute(const nlohmann::json& job, ReconcileActions actions, nlohmann::json* written);
   void RecordEvent(const nlohmann::json& job, const KubeEvent& event);
-  void UpdatePhaseCounts();
+  // The per-TrainingJob series (phase, coordinator job) from the informer's cache.
+  void UpdateJobSeries();
   std::string JobPath(const std::string& ns, const std::string& name) const;
 
   KubeClient& kube_;
@@ -76,6 +77,9 @@ class TrainingJobController {
   // phase and repeat its Events).
   absl::Mutex written_mutex_;
   std::map<std::string, nlohmann::json> written_ ABSL_GUARDED_BY(written_mutex_);
+  // Held from reading the cache to setting the series, so an older view of
+  // the cache never replaces a newer one (workers reconcile in parallel).
+  absl::Mutex series_mutex_;
   std::atomic<bool> synced_{false};
   std::atomic<bool> stopped_{false};
 };

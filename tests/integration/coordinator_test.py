@@ -346,10 +346,10 @@ class CoordinatorTest(unittest.TestCase):
         url = re.search(r"metrics=(http://\S+)", "".join(c.logs)).group(1)
         import urllib.request
         text = urllib.request.urlopen(url, timeout=5).read().decode()
-        self.assertRegex(text, r'paci_coordinator_jobs\{phase="SUCCEEDED"\} 1')
-        self.assertRegex(text, r'paci_coordinator_jobs\{phase="CANCELLED"\} 1')
+        self.assertRegex(text, r'paci_coordinator_jobs\{phase="Succeeded"\} 1')
+        self.assertRegex(text, r'paci_coordinator_jobs\{phase="Cancelled"\} 1')
         self.assertRegex(text, r"paci_coordinator_submissions_total 2")
-        self.assertRegex(text, r'paci_job_step\{job="cli"\} 15')
+        self.assertRegex(text, r'paci_job_step\{training_job="cli"\} 15')
         self.assertIn("paci_coordinator_scheduling_latency_seconds_count 2", text)
 
     def certificate(self):

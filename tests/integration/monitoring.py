@@ -9,7 +9,8 @@ library, so any test run by /usr/bin/python3 can import it:
     try:
         prom.wait_for_targets_up(2, timeout=30)
         ...  # run something
-        missing = monitoring.panels_without_data(prom, [dashboard], {"job": "my-job"})
+        variables = monitoring.resolve_variables(prom, dashboard, {"trainingjob": "kjv"})
+        missing = monitoring.panels_without_data(prom, [dashboard], variables)
     finally:
         prom.stop()
 """
@@ -135,8 +136,8 @@ class Prometheus:
 
 
 def write_config(path, targets, scrape_interval="1s", job_name="paci", rule_files=()):
-    """Writes a prometheus.yml scraping the host:port targets with honor_labels
-    (paci's series carry their own `job` label, the training job)."""
+    """Writes a prometheus.yml scraping the host:port targets (no honor_labels:
+    paci's series carry no target label)."""
     lines = [
         "global:",
         "  scrape_interval: %s" % scrape_interval,
@@ -148,7 +149,6 @@ def write_config(path, targets, scrape_interval="1s", job_name="paci", rule_file
     lines += [
         "scrape_configs:",
         "  - job_name: %s" % json.dumps(job_name),
-        "    honor_labels: true",
         "    scrape_timeout: %s" % scrape_interval,
         "    static_configs:",
         "      - targets: %s" % json.dumps(list(targets)),
@@ -224,14 +224,75 @@ def kubernetes_config_on_file_sd(config_path, workdir, discovered, scrape_interv
         job["scrape_timeout"] = scrape_interval
         if job.pop("kubernetes_sd_configs", None) is None:
             continue
-        sd_file = os.path.join(workdir, "sd-%s.json" % job["job_name"])
-        with open(sd_file, "w") as f:
-            json.dump(discovered.get(job["job_name"], []), f)
+        sd_file = _sd_file(workdir, job["job_name"])
         job["file_sd_configs"] = [{"files": [sd_file], "refresh_interval": "1s"}]
+    write_discovered(workdir, discovered)
+    for job in config.get("scrape_configs", []):  # jobs with nothing discovered yet
+        if "file_sd_configs" in job and not os.path.exists(_sd_file(workdir, job["job_name"])):
+            write_discovered(workdir, {job["job_name"]: []})
     out = os.path.join(workdir, "prometheus.yml")
     with open(out, "w") as f:
         yaml.safe_dump(config, f, sort_keys=False)
     return out
+
+
+def _sd_file(workdir, job_name):
+    return os.path.join(workdir, "sd-%s.json" % job_name)
+
+
+def write_discovered(workdir, discovered):
+    """Replaces what the file discovery of kubernetes_config_on_file_sd(workdir, ...)
+    finds for each scrape job named in discovered (job name -> target groups);
+    Prometheus picks it up within a second. Each file is replaced atomically."""
+    for job_name, groups in discovered.items():
+        path = _sd_file(workdir, job_name)
+        with open(path + ".tmp", "w") as f:
+            json.dump(groups, f)
+        os.rename(path + ".tmp", path)
+
+
+def _meta_name(key):
+    """A Kubernetes label or annotation key as discovery spells it in a meta label."""
+    return re.sub(r"[^a-zA-Z0-9_]", "_", key)
+
+
+def endpoint_target_group(address, namespace, service, port_name, pod, service_labels=None):
+    """A target group as Kubernetes discovery (role endpoints) reports one
+    address of a Service's endpoints: its namespace, Service, port name, pod and
+    the Service's labels as __meta_kubernetes_service_label_* ."""
+    labels = {"__meta_kubernetes_namespace": namespace,
+              "__meta_kubernetes_service_name": service,
+              "__meta_kubernetes_endpoint_port_name": port_name,
+              "__meta_kubernetes_pod_name": pod}
+    for key, value in (service_labels or {}).items():
+        labels["__meta_kubernetes_service_label_" + _meta_name(key)] = value
+    return {"targets": [address], "labels": labels}
+
+
+def pod_target_groups(pod):
+    """The target groups Kubernetes discovery (role pod) reports for a pod
+    object (as the API returns it): one target per declared container port
+    (the pod's IP alone when none is declared), with its namespace, name,
+    phase, labels and annotations as __meta_kubernetes_pod_* labels."""
+    meta, status = pod["metadata"], pod.get("status", {})
+    labels = {"__meta_kubernetes_namespace": meta.get("namespace", "default"),
+              "__meta_kubernetes_pod_name": meta["name"],
+              "__meta_kubernetes_pod_phase": status.get("phase", "Pending"),
+              "__meta_kubernetes_pod_ip": status.get("podIP", "")}
+    for key, value in meta.get("labels", {}).items():
+        labels["__meta_kubernetes_pod_label_" + _meta_name(key)] = value
+    for key, value in meta.get("annotations", {}).items():
+        labels["__meta_kubernetes_pod_annotation_" + _meta_name(key)] = value
+    ip = status.get("podIP")
+    if not ip:
+        return []
+    groups = []
+    for container in pod["spec"].get("containers", []):
+        for port in container.get("ports", []):
+            groups.append({"targets": ["%s:%d" % (ip, port["containerPort"])], "labels": dict(
+                labels, __meta_kubernetes_pod_container_name=container["name"],
+                __meta_kubernetes_pod_container_port_name=port.get("name", ""))})
+    return groups or [{"targets": [ip], "labels": labels}]
 
 
 # ------------------------------------------------------------------ dashboards
@@ -263,6 +324,78 @@ def substitute(expr, variables=None):
     expr = re.sub(r"\$\{(\w+)(?::\w+)?\}", lambda m: value(m.group(1)), expr)
     expr = re.sub(r"\[\[(\w+)\]\]", lambda m: value(m.group(1)), expr)
     return re.sub(r"\$(\w+)", lambda m: value(m.group(1)), expr)
+
+
+def _regex_escape(value):
+    """A value inside a PromQL =~ string, escaped as Grafana's Prometheus data
+    source escapes a multi-value variable's values."""
+    return re.sub(r"([\\^$*+?.()|{}\[\]])", r"\\\\\1", value)
+
+
+def _format_values(values):
+    escaped = [_regex_escape(v) for v in values]
+    return escaped[0] if len(escaped) == 1 else "(" + "|".join(escaped) + ")"
+
+
+def _variable_options(prom, query, start, end):
+    """The texts a Grafana Prometheus query variable lists for query."""
+    m = re.fullmatch(r"\s*label_values\((.*),\s*(\w+)\s*\)\s*", query, re.S)
+    if m:
+        found = prom._get("/api/v1/series", {"match[]": m.group(1), "start": "%.3f" % start,
+                                              "end": "%.3f" % end})
+        return [s[m.group(2)] for s in found if s.get(m.group(2))]
+    m = re.fullmatch(r"\s*label_values\(\s*(\w+)\s*\)\s*", query)
+    if m:
+        return prom._get("/api/v1/label/%s/values" % m.group(1),
+                         {"start": "%.3f" % start, "end": "%.3f" % end})
+    m = re.fullmatch(r"\s*query_result\((.*)\)\s*", query, re.S)
+    if m:
+        texts = []
+        for r in prom.query(m.group(1), at=end):
+            metric = dict(r["metric"])
+            name = metric.pop("__name__", "")
+            texts.append("%s{%s} %s %d" % (name, ",".join('%s="%s"' % kv for kv in metric.items()),
+                                            r["value"][1], int(float(r["value"][0]) * 1000)))
+        return texts
+    raise ValueError("variable query not understood: %s" % query)
+
+
+def resolve_variables(prom, path, chosen=None, start=None, end=None):
+    """The values Grafana would put for the query variables of the dashboard at
+    path, in their order: each variable's query (earlier variables and
+    DEFAULT_VARIABLES substituted) runs against prom over [start, end]
+    (default: since Prometheus started, until now), its regex picks the
+    options, and chosen (name -> a value or a list of values; default "All")
+    selects among them. "All" is the variable's allValue if it has one, else
+    its options as a regex alternation. Raises AssertionError when a chosen
+    value is not among the options. Returns {name: value}, for substitute()."""
+    end = time.time() if end is None else end
+    start = prom.started if start is None else start
+    chosen = chosen or {}
+    with open(path) as f:
+        dashboard = json.load(f)
+    values = {}
+    for var in dashboard.get("templating", {}).get("list", []):
+        if var.get("type") != "query":
+            continue
+        query = var.get("query")
+        query = substitute(query.get("query", "") if isinstance(query, dict) else query, values)
+        options = _variable_options(prom, query, start, end)
+        if var.get("regex"):
+            pattern = re.compile(var["regex"].strip("/"))
+            options = [m.group(1) if m.groups() else m.group(0)
+                       for m in map(pattern.search, options) if m]
+        options = sorted(set(options))
+        pick = chosen.get(var["name"], "All")
+        if pick == "All":
+            values[var["name"]] = var["allValue"] if var.get("allValue") else _format_values(options)
+            continue
+        picks = [pick] if isinstance(pick, str) else list(pick)
+        missing = [p for p in picks if p not in options]
+        if missing:
+            raise AssertionError("$%s: %s not among its options %s" % (var["name"], missing, options))
+        values[var["name"]] = _format_values(picks)
+    return values
 
 
 def dashboard_queries(path, variables=None, select=None):

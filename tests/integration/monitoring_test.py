@@ -36,27 +36,45 @@ TRAINING_DASHBOARD = os.path.join(DEPLOY, "grafana", "dashboards", "paci-trainin
 HEALTH_DASHBOARD = os.path.join(DEPLOY, "grafana", "dashboards", "paci-health.json")
 
 # Every metric the binaries export (worker/runtime/stage_metrics.cc,
-# server/coordinator_metrics.cc, operator/), without histogram suffixes.
+# server/coordinator_metrics.cc, operator/operator_metrics.cc), without
+# histogram suffixes, and the labels of each besides the target's: each
+# figure once, by its owner, and no label named like a target label but the
+# operator's namespace (the TrainingJob's, as kube-state-metrics has it).
 WORKER_METRICS = {
-    "paci_train_loss", "paci_validation_loss", "paci_weight_drift_steps",
-    "paci_weight_drift_bound_steps", "paci_optimizer_steps_total", "paci_microbatches_total",
-    "paci_stage_busy_seconds_total", "paci_stage_idle_seconds_total",
-    "paci_activation_bytes_sent_total", "paci_tokens_total", "paci_tokens_per_second",
-    "paci_checkpoints_written_total"}
+    "paci_weight_drift_steps": {"training_job", "stage"},
+    "paci_weight_drift_bound_steps": {"training_job", "stage"},
+    "paci_optimizer_steps_total": {"training_job", "stage"},
+    "paci_microbatches_total": {"training_job", "stage", "pass"},
+    "paci_stage_busy_seconds_total": {"training_job", "stage"},
+    "paci_stage_idle_seconds_total": {"training_job", "stage"},
+    "paci_activation_bytes_sent_total": {"training_job", "stage", "direction"},
+    "paci_tokens_total": {"training_job", "stage"},
+    "paci_checkpoints_written_total": {"training_job", "stage"}}
 COORDINATOR_METRICS = {
-    "paci_coordinator_jobs", "paci_coordinator_workers", "paci_coordinator_submissions_total",
-    "paci_coordinator_scheduling_latency_seconds", "paci_coordinator_restarts_total",
-    "paci_job_step", "paci_job_train_loss", "paci_job_validation_loss",
-    "paci_job_tokens_per_second", "paci_job_weight_drift_max_steps"}
+    "paci_coordinator_jobs": {"phase"},
+    "paci_coordinator_workers": {"state"},
+    "paci_coordinator_submissions_total": set(),
+    "paci_coordinator_scheduling_latency_seconds": set(),
+    "paci_job_restarts_total": {"training_job"},
+    "paci_job_step": {"training_job"},
+    "paci_job_train_loss": {"training_job"},
+    "paci_job_validation_loss": {"training_job"}}
 OPERATOR_METRICS = {
-    "paci_operator_reconciles_total", "paci_operator_reconcile_duration_seconds",
-    "paci_operator_trainingjobs", "paci_operator_is_leader", "paci_operator_kube_requests_total",
-    "paci_operator_watch_restarts_total", "paci_operator_workqueue_depth",
-    "paci_operator_trainingjob_step", "paci_operator_trainingjob_train_loss",
-    "paci_operator_trainingjob_validation_loss",
-    "paci_operator_trainingjob_weight_drift_max_steps",
-    "paci_operator_trainingjob_tokens_per_second"}
-KNOWN_METRICS = WORKER_METRICS | COORDINATOR_METRICS | OPERATOR_METRICS | {"up"}
+    "paci_operator_reconciles_total": {"result"},
+    "paci_operator_reconcile_duration_seconds": set(),
+    "paci_operator_is_leader": set(),
+    "paci_operator_kube_requests_total": {"verb", "code"},
+    "paci_operator_watch_restarts_total": {"resource", "reason"},
+    "paci_operator_workqueue_depth": set(),
+    "paci_operator_trainingjob_info": {"namespace", "trainingjob", "training_job"},
+    "paci_operator_trainingjob_status_phase": {"namespace", "trainingjob", "phase"}}
+KNOWN_METRICS = set(WORKER_METRICS) | set(COORDINATOR_METRICS) | set(OPERATOR_METRICS) | {"up"}
+# The labels the shipped scrape configuration gives every target.
+TARGET_LABELS = {"job", "instance", "namespace", "pod", "app_kubernetes_io_component",
+                 "trainingjob"}
+# What the training dashboard selects by: every target uses one of these.
+SELECTION = ("$training_job", "$trainingjob")
+RUNBOOKS = os.path.join(SOURCE, "docs", "runbooks.md")
 
 
 def metric_names(expr):
@@ -66,6 +84,18 @@ def metric_names(expr):
     for name in re.findall(r"\b(paci_\w+|up)\b", expr):
         names.add(re.sub(r"_(bucket|sum|count)$", "", name))
     return names
+
+
+def uses_operator_metrics(panel):
+    """Whether a panel's queries read the operator's series (which need a running operator)."""
+    return any(n in OPERATOR_METRICS for t in panel["targets"] for n in metric_names(t["expr"]))
+
+
+def markdown_anchors(path):
+    """The anchors of a Markdown file's headings, as GitHub makes them."""
+    with open(path) as f:
+        headings = re.findall(r"^#+\s+(.*?)\s*$", f.read(), re.M)
+    return {re.sub(r"[^\w\- ]", "", h).strip().lower().replace(" ", "-") for h in headings}
 
 
 def render_kustomize():
@@ -163,6 +193,28 @@ class DeployConfigTest(unittest.TestCase):
         self.assertEqual(fired, alerts, "every alert needs a unit test where it fires")
         self.assertEqual(quiet, alerts, "every alert needs a unit test where it does not fire")
 
+    def test_docs_list_every_metric_once_with_its_labels(self):
+        with open(os.path.join(SOURCE, "docs", "kubernetes.md")) as f:
+            rows = re.findall(r"^\| `(paci_\w+)` \|[^|]*\|([^|]*)\|", f.read(), re.M)
+        names = [name for name, _ in rows]
+        self.assertEqual(sorted(names), sorted(set(names)), "a metric listed twice")
+        documented = {name: set(re.findall(r"`(\w+)`", labels)) for name, labels in rows}
+        exported = dict(WORKER_METRICS, **COORDINATOR_METRICS, **OPERATOR_METRICS)
+        self.assertEqual(documented, exported)
+
+    def test_alerts_have_runbooks_and_select_no_scrape_job(self):
+        anchors = markdown_anchors(RUNBOOKS)
+        with open(os.path.join(PROMETHEUS_DIR, "alerts.yml")) as f:
+            rules = [r for g in yaml.safe_load(f)["groups"] for r in g["rules"]]
+        for rule in rules:
+            url = rule["annotations"].get("runbook_url", "")
+            self.assertEqual(url, "docs/runbooks.md#" + rule["alert"].lower(), rule["alert"])
+            self.assertIn(rule["alert"].lower(), anchors, "docs/runbooks.md has no section " + rule["alert"])
+            # The scrape job's name differs between the shipped configuration and a
+            # ServiceMonitor; the training job is training_job; phases as in the status.
+            self.assertNotRegex(rule["expr"], r"\bjob\s*[=!~]|\(job\b|[ ,(]job\s*[,)]", rule["alert"])
+            self.assertNotRegex(rule["expr"], r'phase\s*=~?\s*"[A-Z]+"', rule["alert"])
+
     def test_cluster_prometheus_config_passes_promtool(self):
         # Debian's prometheus is built without kubernetes_sd: check the same
         # config with file discovery in its place (relabelling, rule files,
@@ -173,7 +225,8 @@ class DeployConfigTest(unittest.TestCase):
             self.assertIn("SUCCESS", monitoring.config_check(config))
         with open(os.path.join(PROMETHEUS_DIR, "prometheus.yml")) as f:
             jobs = yaml.safe_load(f)["scrape_configs"]
-        self.assertTrue(all(j.get("honor_labels") for j in jobs), "paci's `job` label must be kept")
+        self.assertFalse(any(j.get("honor_labels") for j in jobs),
+                         "no honor_labels: it lets a target overwrite job and instance")
 
     def test_dashboards_are_grafana_json_over_known_metrics(self):
         self.assertEqual([os.path.basename(p) for p in DASHBOARDS],
@@ -198,15 +251,28 @@ class DeployConfigTest(unittest.TestCase):
                     for var in re.findall(r"\$(\w+)", target["expr"]):
                         self.assertTrue(var.startswith("__") or var in variables,
                                         "%s: unknown variable $%s" % (panel["title"], var))
+                    if path == TRAINING_DASHBOARD:  # every panel honours the selection
+                        self.assertTrue(any(v in target["expr"] for v in SELECTION),
+                                        "%s ignores the selection" % panel["title"])
+                        self.assertNotIn("{{job}}", target.get("legendFormat", ""))
         with open(os.path.join(PROMETHEUS_DIR, "alerts.yml")) as f:
             for group in yaml.safe_load(f)["groups"]:
                 for rule in group["rules"]:
                     self.assertLessEqual(metric_names(rule["expr"]), KNOWN_METRICS, rule["alert"])
         operator_panels = [p["title"] for p in monitoring.dashboard_panels(HEALTH_DASHBOARD)
-                           if any(n in OPERATOR_METRICS for t in p["targets"]
-                                  for n in metric_names(t["expr"]))]
+                           if uses_operator_metrics(p)]
         self.assertTrue(operator_panels)
         self.assertTrue(all(t.startswith("Operator") for t in operator_panels), operator_panels)
+        # The training board selects by namespace and TrainingJob, which the
+        # operator's info series maps to the coordinator jobs the series carry.
+        with open(TRAINING_DASHBOARD) as f:
+            variables = {v["name"]: v for v in json.load(f)["templating"]["list"]}
+        self.assertEqual(list(variables), ["datasource", "namespace", "trainingjob", "training_job"])
+        self.assertIn("paci_operator_trainingjob_info", variables["namespace"]["query"]["query"])
+        self.assertIn('namespace=~"$namespace"', variables["trainingjob"]["query"]["query"])
+        self.assertIn('trainingjob=~"$trainingjob"', variables["training_job"]["query"]["query"])
+        self.assertNotIn("allValue", variables["training_job"],
+                         "All must mean the selected TrainingJobs' coordinator jobs, not every job")
 
 
 class MonitoredCluster(ct.Cluster):
@@ -234,7 +300,8 @@ def discovered(cluster):
     coordinator_host, coordinator_port = cluster.metrics["coordinator"].rsplit(":", 1)
     endpoint = {"__meta_kubernetes_namespace": "paci-system",
                 "__meta_kubernetes_pod_name": "paci-coordinator-0",
-                "__meta_kubernetes_service_name": "paci-coordinator"}
+                "__meta_kubernetes_service_name": "paci-coordinator",
+                "__meta_kubernetes_service_label_app_kubernetes_io_component": "coordinator"}
     pods = []
     for i, worker in enumerate(w for w in cluster.metrics if w != "coordinator"):
         host, port = cluster.metrics[worker].rsplit(":", 1)
@@ -243,6 +310,7 @@ def discovered(cluster):
             "__meta_kubernetes_pod_name": "mon-worker-%d" % i,
             "__meta_kubernetes_pod_phase": "Running",
             "__meta_kubernetes_pod_label_paci_dev_trainingjob": "mon",
+            "__meta_kubernetes_pod_label_app_kubernetes_io_name": "paci-worker",
             "__meta_kubernetes_pod_annotation_prometheus_io_scrape": "true",
             "__meta_kubernetes_pod_annotation_prometheus_io_port": port}})
     # Not to be scraped: a pod that did not opt in, and the coordinator's gRPC port.
@@ -300,38 +368,56 @@ class RealRunTest(unittest.TestCase):
         c.wait("mon", lambda j: ct.phase(j) == "SUCCEEDED", timeout=240)
         trained = time.monotonic()
         # The final values have been scraped.
-        prom.wait_for('paci_job_step{job="mon"} == %d' % self.STEPS, timeout=30)
-        prom.wait_for('paci_optimizer_steps_total{job="mon",stage="1"} == %d' % self.STEPS,
+        prom.wait_for('paci_job_step{training_job="mon"} == %d' % self.STEPS, timeout=30)
+        prom.wait_for('paci_optimizer_steps_total{training_job="mon",stage="1"} == %d' % self.STEPS,
                       timeout=30)
-        prom.wait_for('paci_coordinator_jobs{phase="SUCCEEDED"} == 1', timeout=30)
+        prom.wait_for('paci_coordinator_jobs{phase="Succeeded"} == 1', timeout=30)
 
-        # honor_labels: the workers' `job` is the training job, the
-        # coordinator's own series get the scrape job's name.
-        self.assertEqual(prom.query("count(paci_optimizer_steps_total{job=\"mon\"})")[0]
-                         ["value"][1], "2")
-        self.assertEqual(prom.query("count({exported_job!=\"\"})"), [])
+        # No honor_labels, and nothing to rename: job and instance are the
+        # targets', the training job is training_job.
+        for label in ("exported_job", "exported_instance", "exported_namespace"):
+            self.assertEqual(prom.query('count({%s!=""})' % label), [], label)
+        self.assertEqual(prom.query('count(paci_optimizer_steps_total{job="paci-pods",'
+                                    'training_job="mon"})')[0]["value"][1], "2")
         self.assertEqual(prom.query("paci_coordinator_submissions_total")[0]["metric"]["job"],
                          "paci-coordinator")
+        self.assertEqual(prom.query('up{app_kubernetes_io_component="coordinator"}')[0]["value"][1],
+                         "1")
         self.assertEqual({r["metric"]["trainingjob"] for r in
                           prom.query("paci_tokens_total{namespace=\"research\"}")}, {"mon"})
-        scrapes = float(prom.query('count_over_time(paci_tokens_total{job="mon",stage="0"}'
+        # Each series has the labels docs/kubernetes.md lists, and the target's.
+        for name, labels in list(WORKER_METRICS.items()) + list(COORDINATOR_METRICS.items()):
+            found = prom.query('{__name__=~"%s(_bucket|_count|_sum)?"}' % name)
+            self.assertTrue(found, name)
+            for series in found:
+                own = set(series["metric"]) - TARGET_LABELS - {"__name__", "le"}
+                self.assertEqual(own, labels, "%s: %s" % (name, series["metric"]))
+        scrapes = float(prom.query('count_over_time(paci_tokens_total{training_job="mon",stage="0"}'
                                    '[10m])')[0]["value"][1])
         self.assertGreaterEqual(scrapes, 8)
 
-        not_operator = monitoring.title_not_prefix("Operator")
+        # The training board as Grafana resolves it: without an operator its
+        # Coordinator job variable lists the coordinator's jobs.
+        selected = monitoring.resolve_variables(prom, TRAINING_DASHBOARD)
+        self.assertEqual(selected["training_job"], "mon")
+        not_operator = lambda panel: not uses_operator_metrics(panel)  # noqa: E731
         missing = monitoring.panels_without_data(prom, [TRAINING_DASHBOARD, HEALTH_DASHBOARD],
-                                                 {"job": "mon"}, select=not_operator)
+                                                 selected, select=not_operator)
         self.assertEqual(missing, [], "panels without data")
-        # Same with the "All" value of $job.
-        self.assertEqual(monitoring.panels_without_data(prom, [TRAINING_DASHBOARD]), [])
-        checked = [t for t, _ in monitoring.dashboard_queries(HEALTH_DASHBOARD,
-                                                              select=not_operator)]
+        checked = [t for t, _ in monitoring.dashboard_queries(HEALTH_DASHBOARD, select=not_operator)]
         self.assertGreaterEqual(len(checked), 4)
+        # Every panel of the training board honours the selection: another job selected, none has data.
+        everything = list(monitoring.dashboard_queries(TRAINING_DASHBOARD))
+        other = {"namespace": "elsewhere", "trainingjob": "other", "training_job": "other"}
+        self.assertEqual(len(monitoring.panels_without_data(prom, [TRAINING_DASHBOARD], other)),
+                         len(everything))
         # The check is not vacuous: with no operator running, its panels have no data.
-        operator = monitoring.panels_without_data(prom, [HEALTH_DASHBOARD],
-                                                  select=monitoring.title_prefix("Operator"))
-        self.assertEqual(len(operator), len(list(monitoring.dashboard_queries(
-            HEALTH_DASHBOARD, select=monitoring.title_prefix("Operator")))))
+        operator = monitoring.panels_without_data(prom, [TRAINING_DASHBOARD, HEALTH_DASHBOARD],
+                                                  selected, select=uses_operator_metrics)
+        self.assertEqual(len(operator), sum(
+            len(list(monitoring.dashboard_queries(p, select=uses_operator_metrics)))
+            for p in (TRAINING_DASHBOARD, HEALTH_DASHBOARD)))
+        self.assertGreaterEqual(len(operator), 2)
 
         # A healthy run fires none of the training or coordinator alerts.
         rules = prom._get("/api/v1/rules", {})["groups"]

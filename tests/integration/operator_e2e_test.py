@@ -79,31 +79,37 @@ class OperatorEndToEnd(unittest.TestCase):
 
     @classmethod
     def _start_prometheus(cls):
-        # Prometheus scrapes the coordinator and both operators from the start,
-        # and the worker pods once they exist (file-based discovery).
-        prom_dir = os.path.join(cls.dir, "prometheus")
-        os.makedirs(prom_dir)
-        cls.targets_file = os.path.join(prom_dir, "targets.json")
-        cls.set_targets([])
-        config = os.path.join(prom_dir, "prometheus.yml")
-        with open(config, "w") as f:
-            yaml.safe_dump({
-                "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-                "scrape_configs": [{
-                    "job_name": "paci", "honor_labels": True, "scrape_timeout": "1s",
-                    "file_sd_configs": [{"files": [cls.targets_file], "refresh_interval": "1s"}],
-                }]}, f)
-        cls.prom = monitoring.start_prometheus_with_config(prom_dir, config)
+        # Prometheus runs the shipped scrape configuration and alert rules, with
+        # Kubernetes discovery replaced by file discovery carrying what it would
+        # find: the coordinator's and both operators' Service endpoints from the
+        # start, the worker pods (as the API server has them) once they exist.
+        cls.prom_dir = os.path.join(cls.dir, "prometheus")
+        config = monitoring.kubernetes_config_on_file_sd(
+            os.path.join(SOURCE, "deploy", "prometheus", "prometheus.yml"), cls.prom_dir,
+            cls.discovered([]))
+        cls.prom = monitoring.start_prometheus_with_config(cls.prom_dir, config)
         cls.prom.wait_for_targets_up(3, timeout=60)  # before any job, so it sees them all
 
     @classmethod
-    def set_targets(cls, workers):
-        targets = [cls.cluster.coordinator_metrics]
-        targets += ["127.0.0.1:%d" % p for p in cls.operator_ports.values()]
-        with open(cls.targets_file + ".tmp", "w") as f:
-            json.dump([{"targets": targets + list(workers)}], f)
-        os.rename(cls.targets_file + ".tmp", cls.targets_file)
-        return len(targets) + len(workers)
+    def discovered(cls, pods):
+        def service(address, name, pod, component):
+            return monitoring.endpoint_target_group(
+                address, "paci-system", name, "metrics", pod,
+                {"app.kubernetes.io/name": name, "app.kubernetes.io/component": component})
+        return {
+            "paci-coordinator": [service(cls.cluster.coordinator_metrics, "paci-coordinator",
+                                         "paci-coordinator-0", "coordinator")],
+            "paci-operator": [service("127.0.0.1:%d" % port, "paci-operator-metrics", replica,
+                                      "operator") for replica, port in cls.operator_ports.items()],
+            "paci-pods": [g for pod in pods for g in monitoring.pod_target_groups(pod)],
+        }
+
+    @classmethod
+    def set_targets(cls, pods):
+        """Discovery finds the coordinator, the operators and these pods; returns
+        how many targets that makes."""
+        monitoring.write_discovered(cls.prom_dir, cls.discovered(pods))
+        return 1 + len(cls.operator_ports) + len(pods)
 
     @classmethod
     def tearDownClass(cls):
@@ -214,15 +220,24 @@ class OperatorEndToEnd(unittest.TestCase):
 
         # Add the worker pods to what Prometheus scrapes.
         pods = self.pods_of("kjv-long")
-        expected = self.set_targets(["%s:9100" % pod["status"]["podIP"] for pod in pods])
+        expected = self.set_targets(pods)
         self.prom.wait_for_targets_up(expected, timeout=60)
-        # Let rate() windows fill, then every panel must have data.
+        # Let rate() windows fill, then every panel must have data, the training
+        # board's with kjv-long selected by namespace and name as a user would.
         deadline = time.monotonic() + 90
         while True:
-            missing = monitoring.panels_without_data(self.prom, DASHBOARDS)
+            try:
+                selected = monitoring.resolve_variables(self.prom, DASHBOARDS[0], {
+                    "namespace": "default", "trainingjob": "kjv-long"})
+                missing = monitoring.panels_without_data(self.prom, DASHBOARDS[:1], selected)
+            except AssertionError as e:  # the operator's info series not scraped yet
+                selected, missing = {}, [str(e)]
+            missing += monitoring.panels_without_data(self.prom, DASHBOARDS[1:])
             if not missing or time.monotonic() > deadline:
                 break
             time.sleep(2)  # the next scrapes
+        self.assertEqual(selected.get("training_job"),
+                         self.get_job("kjv-long")["status"]["coordinatorJob"])
         self.assertEqual(missing, [], "panels without data; scheduling count: %s" % self.prom.query_range(
             "paci_coordinator_scheduling_latency_seconds_count", self.prom.started, time.time(), 1))
 

@@ -34,10 +34,10 @@ constexpr char kBytesSent[] = "Tensor bytes sent to the neighbouring stages";
 
 }  // namespace
 
-StageMetrics::StageMetrics(prometheus::Registry& r, const std::string& job, int stage,
+StageMetrics::StageMetrics(prometheus::Registry& r, const std::string& training_job, int stage,
                            int num_stages, int64_t drift_bound)
-    : StageMetrics(r, Labels{{"job", job}, {"stage", std::to_string(stage)}}, num_stages,
-                   drift_bound) {}
+    : StageMetrics(r, Labels{{"training_job", training_job}, {"stage", std::to_string(stage)}},
+                   num_stages, drift_bound) {}
 
 StageMetrics::StageMetrics(prometheus::Registry& r, const Labels& l, int num_stages,
                            int64_t drift_bound)
@@ -61,12 +61,6 @@ StageMetrics::StageMetrics(prometheus::Registry& r, const Labels& l, int num_sta
                                 With(l, "direction", "forward"))),
       bytes_backward_(AddCounter(r, "paci_activation_bytes_sent_total", kBytesSent,
                                  With(l, "direction", "backward"))),
-      train_loss_(AddGauge(r, "paci_train_loss",
-                           "Mean training loss of the last optimizer step (last stage)", l)),
-      validation_loss_(AddGauge(r, "paci_validation_loss",
-                                "Validation loss at the last drained evaluation (last stage)", l)),
-      tokens_per_second_(AddGauge(r, "paci_tokens_per_second",
-                                  "Training tokens per second through this stage", l)),
       checkpoints_(AddCounter(r, "paci_checkpoints_written_total",
                               "Checkpoint shards written by this stage", l)) {
   drift_bound_.Set(static_cast<double>(drift_bound));

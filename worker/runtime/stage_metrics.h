@@ -11,11 +11,14 @@
 
 namespace paci {
 
-// The Prometheus series of one stage (DESIGN.md section 3), labelled with
-// job and stage. Thread-safe (prometheus-cpp metrics are).
+// The Prometheus series of one stage, labelled training_job (the coordinator's
+// job name; not `job`, which is the scrape target's label) and stage: counters
+// and the drift histogram, from which Prometheus derives rates. The job's loss
+// and step are the coordinator's series (paci_job_*), not repeated here.
+// Thread-safe (prometheus-cpp metrics are).
 class StageMetrics {
  public:
-  StageMetrics(prometheus::Registry& registry, const std::string& job, int stage,
+  StageMetrics(prometheus::Registry& registry, const std::string& training_job, int stage,
                int num_stages, int64_t drift_bound);
 
   void ObserveDrift(int64_t drift) { drift_.Observe(static_cast<double>(drift)); }
@@ -30,9 +33,6 @@ class StageMetrics {
   void AddBytesSent(bool forward, int64_t bytes) {
     (forward ? bytes_forward_ : bytes_backward_).Increment(static_cast<double>(bytes));
   }
-  void SetTrainLoss(double loss) { train_loss_.Set(loss); }
-  void SetValidationLoss(double loss) { validation_loss_.Set(loss); }
-  void SetTokensPerSecond(double rate) { tokens_per_second_.Set(rate); }
   void AddCheckpoint() { checkpoints_.Increment(); }
 
  private:
@@ -49,9 +49,6 @@ class StageMetrics {
   prometheus::Counter& idle_;
   prometheus::Counter& bytes_forward_;
   prometheus::Counter& bytes_backward_;
-  prometheus::Gauge& train_loss_;
-  prometheus::Gauge& validation_loss_;
-  prometheus::Gauge& tokens_per_second_;
   prometheus::Counter& checkpoints_;
 };
 

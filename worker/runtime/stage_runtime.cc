@@ -383,7 +383,6 @@ absl::Status StageRuntime::Backward() {
     if (last_) {  // the one read of the step, after all of its work is queued
       step_loss = step_loss_sum_.item<double>() / scheduler_->accumulation();
       step_loss_sum_ = torch::Tensor();
-      metrics_.SetTrainLoss(*step_loss);
     }
     Mark(v1::Span::OPTIMIZER_STEP, std::nullopt, step);
     metrics_.AddOptimizerStep();
@@ -448,7 +447,6 @@ absl::Status StageRuntime::HandleDrained() {
 }
 
 void StageRuntime::RecordValidation(int64_t step, double loss) {
-  metrics_.SetValidationLoss(loss);
   LOG(INFO) << "job=" << spec_.name() << " step=" << step << " validation_loss=" << loss;
   absl::MutexLock lock(&mu_);
   auto* point = report_.add_validation_loss();
@@ -550,8 +548,6 @@ v1::StageReport StageRuntime::TakeReport() {
     for (v1::Span& span : spans_->Take()) *report.add_spans() = std::move(span);
     report.set_spans_dropped(spans_->dropped());
   }
-  const double elapsed = absl::ToDoubleSeconds(absl::Now() - started_);
-  if (elapsed > 0 && started_ != absl::Time()) metrics_.SetTokensPerSecond(report.tokens() / elapsed);
   report.set_peak_rss_bytes(PeakRssBytes());
   return report;
 }
