@@ -26,7 +26,8 @@
 # Images are named by content: localhost/paci-TARGET:HASH, HASH covering the
 # build context (git's files less .dockerignore, uncommitted changes
 # included), the Dockerfile and the base images; a build is skipped when that
-# tag exists. Each is also tagged :latest. The host's ccache (ccache -k
+# tag exists. Each is also tagged :latest and with the chart's appVersion (the
+# tag the Helm chart's defaults name). The host's ccache (ccache -k
 # cache_dir, or PACI_CCACHE_DIR) is mounted into the build, so after a host
 # build the images cost little compiling.
 #
@@ -366,7 +367,7 @@ for target in "${TARGETS[@]}"; do
   IMAGE[$target]=$ref
   if ((!FORCE)) && podman image exists "$ref"; then
     phase "image $target: have $ref"
-    podman tag "$ref" "$PREFIX$target:latest"
+    podman tag "$ref" "$PREFIX$target:latest" "$PREFIX$target:$VERSION"
     continue
   fi
   phase "image $target: build $ref"
@@ -388,8 +389,8 @@ for target in "${TARGETS[@]}"; do
          END { printf "%d steps from the layer cache\n", cached }' "$log" |
       sed 's/^/    /' | cut -c1-130
   fi
-  stamp "$target" "$(cat "$STAMP_DIR/$target.iid")" "$ref" "$PREFIX$target:latest" ||
-    die "could not label $ref"
+  stamp "$target" "$(cat "$STAMP_DIR/$target.iid")" "$ref" "$PREFIX$target:latest" \
+    "$PREFIX$target:$VERSION" || die "could not label $ref"
 done
 
 phase "write $ENV_FILE"
@@ -410,7 +411,7 @@ if ((PRUNE)); then
   phase "prune older images"
   for target in "${TARGETS[@]}"; do
     podman images --format '{{.Repository}}:{{.Tag}}' "$PREFIX$target" |
-      grep -v -E ":($CONTENT_HASH|latest)$" | xargs -r podman rmi > /dev/null || true
+      grep -v -E ":($CONTENT_HASH|latest|$VERSION)$" | xargs -r podman rmi > /dev/null || true
   done
 fi
 

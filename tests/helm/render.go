@@ -3,7 +3,7 @@
 // engine is built from are (text/template, Masterminds/sprig, sigs.k8s.io/yaml,
 // xeipuuv/gojsonschema, which Helm 3 validates values.schema.json with).
 //
-// What it mirrors of Helm 3 (pkg/engine, pkg/chartutil, pkg/releaseutil):
+// What it mirrors of Helm 3 (its template engine, chart utilities and manifest ordering):
 //   - the chart: Chart.yaml (apiVersion v2, name and version required), values.yaml,
 //     values.schema.json, templates/ (partials start with "_", NOTES.txt apart),
 //     crds/, every other file as .Files (Get, GetBytes, Glob, AsConfig, AsSecrets,
@@ -213,7 +213,7 @@ func loadChart(dir string) (*chart, error) {
 }
 
 // ---------------------------------------------------------------------------
-// .Files (pkg/engine/files.go)
+// .Files, as Helm has them
 
 type files map[string][]byte
 
@@ -267,7 +267,7 @@ func (f files) Lines(p string) []string {
 }
 
 // ---------------------------------------------------------------------------
-// .Capabilities (pkg/chartutil/capabilities.go)
+// .Capabilities, as Helm has them
 
 type versionSet []string
 
@@ -522,7 +522,7 @@ func validateSchema(values map[string]any, schemaJSON []byte, chartName string) 
 }
 
 // ---------------------------------------------------------------------------
-// The engine (pkg/engine/engine.go, funcs.go)
+// The engine: Helm's template functions over sprig's
 
 func toYAML(v any) string {
 	data, err := yaml.Marshal(v)
@@ -734,7 +734,7 @@ func render(c *chart, top map[string]any) ([]renderedFile, string, error) {
 }
 
 // ---------------------------------------------------------------------------
-// Manifests (pkg/releaseutil: SplitManifests, kind_sorter.go's InstallOrder)
+// Manifests: split and sorted in Helm's install order
 
 var installOrder = []string{
 	"PriorityClass", "Namespace", "NetworkPolicy", "ResourceQuota", "LimitRange",

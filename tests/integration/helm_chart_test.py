@@ -29,11 +29,9 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 import unittest
 
 import yaml
@@ -47,7 +45,7 @@ RENDERER = os.path.join(RENDER_DIR, "paci-helm-render")
 PYTHON = "/usr/bin/python3"
 sys.path.insert(0, KUBE)
 
-from kubeconfig import write_kubeconfig  # noqa: E402
+from apiserver_process import ApiServerProcess  # noqa: E402
 
 # The chart's copies of files kept in deploy/ (the one source: edit there, then copy).
 COPIES = {
@@ -589,19 +587,8 @@ class ClusterTest(unittest.TestCase):
             raise unittest.SkipTest("kubectl not installed")
         build_renderer()
         cls.dir = tempfile.mkdtemp(prefix="helm-chart-test-")
-        port_file = os.path.join(cls.dir, "port")
-        cls.server_log = open(os.path.join(cls.dir, "apiserver.log"), "w+")
-        cls.server = subprocess.Popen([PYTHON, os.path.join(KUBE, "apiserver.py"), "--port", "0",
-                                       "--port-file", port_file],
-                                      stdout=cls.server_log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 20
-        while not os.path.exists(port_file):
-            assert time.monotonic() < deadline, "the API server did not start"
-            time.sleep(0.05)
-        with open(port_file) as f:
-            cls.url = "http://127.0.0.1:%d" % int(f.read())
-        cls.kubeconfig = write_kubeconfig(os.path.join(cls.dir, "kubeconfig"), cls.url)
-        cls.env = dict(os.environ, HOME=cls.dir, KUBECONFIG=cls.kubeconfig)
+        cls.api = ApiServerProcess(cls.dir)
+        cls.url, cls.kubeconfig, cls.env = cls.api.url, cls.api.kubeconfig, cls.api.env
         # The Prometheus Operator's kinds, as far as applying the chart needs them.
         for plural, kind in (("servicemonitors", "ServiceMonitor"), ("podmonitors", "PodMonitor"),
                              ("prometheusrules", "PrometheusRule")):
@@ -620,13 +607,10 @@ class ClusterTest(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        cls.server.send_signal(signal.SIGTERM)
-        cls.server.wait(timeout=10)
-        cls.server_log.seek(0)
-        log = cls.server_log.read()
-        cls.server_log.close()
-        shutil.rmtree(cls.dir, ignore_errors=True)
-        assert "Traceback" not in log, log
+        try:
+            cls.api.stop()
+        finally:
+            shutil.rmtree(cls.dir, ignore_errors=True)
 
     @classmethod
     def kubectl(cls, *args, stdin=None):

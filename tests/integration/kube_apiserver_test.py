@@ -32,7 +32,7 @@ PYTHON = "/usr/bin/python3"
 sys.path.insert(0, KUBE)
 
 import yaml  # noqa: E402
-from kubeconfig import write_kubeconfig  # noqa: E402
+from apiserver_process import ApiServerProcess  # noqa: E402
 from local_cluster import container_env, images  # noqa: E402
 
 TJ_PATH = "/apis/paci.dev/v1alpha1/namespaces/default/trainingjobs"
@@ -76,37 +76,21 @@ class KubeApiServerTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.dir = tempfile.mkdtemp(prefix="kube-apiserver-test-")
-        port_file = os.path.join(cls.dir, "port")
-        cls.server_log = open(os.path.join(cls.dir, "apiserver.log"), "w+")
-        cls.server = subprocess.Popen([PYTHON, os.path.join(KUBE, "apiserver.py"), "--port", "0",
-                                       "--port-file", port_file, "--history", "1000"],
-                                      stdout=cls.server_log, stderr=subprocess.STDOUT)
-        wait_until(lambda: os.path.exists(port_file), what="the API server's port file")
-        with open(port_file) as f:
-            cls.port = int(f.read())
-        cls.url = "http://127.0.0.1:%d" % cls.port
-        cls.kubeconfig = write_kubeconfig(os.path.join(cls.dir, "kubeconfig"), cls.url)
-        cls.env = dict(os.environ, HOME=cls.dir, KUBECONFIG=cls.kubeconfig)
+        cls.api = ApiServerProcess(cls.dir, history=1000)
+        cls.port, cls.url, cls.kubeconfig, cls.env = cls.api.port, cls.api.url, cls.api.kubeconfig, cls.api.env
         out = cls.kubectl_run("apply", "-f", CRD)
         assert out.returncode == 0, out.stderr
 
     @classmethod
     def tearDownClass(cls):
-        cls.server.send_signal(signal.SIGTERM)
-        cls.server.wait(timeout=10)
-        cls.server_log.seek(0)
-        log = cls.server_log.read()
-        cls.server_log.close()
-        assert "Traceback" not in log, log
+        cls.api.stop()
         shutil.rmtree(cls.dir, ignore_errors=True)
 
     # -- helpers -------------------------------------------------------------
 
     @classmethod
     def kubectl_run(cls, *args, stdin=None):
-        return subprocess.run(["kubectl", "--kubeconfig", cls.kubeconfig, "--cache-dir",
-                               os.path.join(cls.dir, "cache"), "--request-timeout", "20s"] + list(args),
-                              input=stdin, capture_output=True, text=True, env=cls.env, timeout=60)
+        return cls.api.kubectl(*args, stdin=stdin)
 
     def kubectl(self, *args, stdin=None):
         out = self.kubectl_run(*args, stdin=stdin)

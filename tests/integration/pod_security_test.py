@@ -4,8 +4,8 @@ tests/kube/pod_security.py), driven by the real kubectl: namespaces labelled
 `pod-security.kubernetes.io/enforce` refuse the pods a cluster would refuse,
 worded as a cluster words it; `warn` labels make kubectl print the warning;
 unlabelled namespaces accept anything. Also: the repository's
-deploy/namespace.yaml enforces `restricted` on paci-system, and the worker pod
-the operator builds today is refused there (the gap this test documents).
+deploy/namespace.yaml enforces `restricted` on paci-system (the operator's own
+worker pods are admitted under it in operator_e2e_test.py).
 
 Needs no build: run by ctest with PACI_SOURCE_DIR set, or by hand from the
 source tree.
@@ -13,8 +13,6 @@ source tree.
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,7 +27,7 @@ PYTHON = "/usr/bin/python3"
 sys.path.insert(0, KUBE)
 
 import pod_security  # noqa: E402
-from kubeconfig import write_kubeconfig  # noqa: E402
+from apiserver_process import ApiServerProcess  # noqa: E402
 
 ENFORCE = "pod-security.kubernetes.io/enforce"
 WARN = "pod-security.kubernetes.io/warn"
@@ -78,23 +76,8 @@ class PodSecurityTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.dir = tempfile.mkdtemp(prefix="pod-security-test-")
-        port_file = os.path.join(cls.dir, "port")
-        cls.server_log = open(os.path.join(cls.dir, "apiserver.log"), "w+")
-        cls.server = subprocess.Popen([PYTHON, os.path.join(KUBE, "apiserver.py"), "--port", "0",
-                                       "--port-file", port_file],
-                                      stdout=cls.server_log, stderr=subprocess.STDOUT)
-        def port_written():
-            if not os.path.exists(port_file):
-                return False
-            with open(port_file) as f:
-                return f.read().strip()
-
-        wait_until(port_written, what="the API server's port file")
-        with open(port_file) as f:
-            cls.port = int(f.read())
-        cls.url = "http://127.0.0.1:%d" % cls.port
-        cls.kubeconfig = write_kubeconfig(os.path.join(cls.dir, "kubeconfig"), cls.url)
-        cls.env = dict(os.environ, HOME=cls.dir, KUBECONFIG=cls.kubeconfig)
+        cls.api = ApiServerProcess(cls.dir)
+        cls.port, cls.url, cls.kubeconfig, cls.env = cls.api.port, cls.api.url, cls.api.kubeconfig, cls.api.env
         for name, labels in [("ps-restricted", {ENFORCE: "restricted"}),
                              ("ps-baseline", {ENFORCE: "baseline"}),
                              ("ps-open", {}),
@@ -105,21 +88,14 @@ class PodSecurityTest(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        cls.server.send_signal(signal.SIGTERM)
-        cls.server.wait(timeout=10)
-        cls.server_log.seek(0)
-        log = cls.server_log.read()
-        cls.server_log.close()
-        assert "Traceback" not in log, log
+        cls.api.stop()
         shutil.rmtree(cls.dir, ignore_errors=True)
 
     # -- helpers -------------------------------------------------------------
 
     @classmethod
     def kubectl_run(cls, *args, stdin=None):
-        return subprocess.run(["kubectl", "--kubeconfig", cls.kubeconfig, "--cache-dir",
-                               os.path.join(cls.dir, "cache"), "--request-timeout", "20s"] + list(args),
-                              input=stdin, capture_output=True, text=True, env=cls.env, timeout=60)
+        return cls.api.kubectl(*args, stdin=stdin)
 
     def apply(self, obj):
         """kubectl apply; returns (stdout, stderr), failing the test if kubectl fails."""
