@@ -309,7 +309,7 @@ absl::StatusOr<ExecCredential> ExecCredentialPlugin::Run() {
 
 absl::StatusOr<std::shared_ptr<const ExecCredential>> ExecCredentialPlugin::Get() {
   absl::MutexLock lock(&mutex_);
-  if (cached_ != nullptr && !(cached_->expiry.has_value() && absl::Now() > *cached_->expiry)) {
+  if (cached_ != nullptr && !(cached_->expiry.has_value() && now_() > *cached_->expiry)) {
     return cached_;
   }
   cached_.reset();
@@ -327,6 +327,11 @@ void ExecCredentialPlugin::Refused(const std::shared_ptr<const ExecCredential>& 
 int ExecCredentialPlugin::runs() const {
   absl::MutexLock lock(&mutex_);
   return runs_;
+}
+
+void ExecCredentialPlugin::set_clock(std::function<absl::Time()> now) {
+  absl::MutexLock lock(&mutex_);
+  now_ = std::move(now);
 }
 
 }  // namespace paci::op

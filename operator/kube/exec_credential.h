@@ -12,6 +12,7 @@
 // without one) and fetched again once that has passed or after the API
 // server answered 401 to it. One run at a time.
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -74,6 +75,9 @@ class ExecCredentialPlugin {
   // How often the command has run.
   int runs() const ABSL_LOCKS_EXCLUDED(mutex_);
 
+  // The clock expirationTimestamp is judged by (absl::Now; tests set theirs).
+  void set_clock(std::function<absl::Time()> now) ABSL_LOCKS_EXCLUDED(mutex_);
+
   // The KUBERNETES_EXEC_INFO value for one run.
   std::string ExecInfo(bool interactive) const;
 
@@ -88,6 +92,7 @@ class ExecCredentialPlugin {
   mutable absl::Mutex mutex_;
   std::shared_ptr<const ExecCredential> cached_ ABSL_GUARDED_BY(mutex_);
   int runs_ ABSL_GUARDED_BY(mutex_) = 0;
+  std::function<absl::Time()> now_ ABSL_GUARDED_BY(mutex_) = [] { return absl::Now(); };
 };
 
 }  // namespace paci::op

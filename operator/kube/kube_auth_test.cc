@@ -7,9 +7,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -26,6 +28,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/synchronization/notification.h"
 #include "operator/kube/kube_client.h"
 
 namespace paci::op {
@@ -94,6 +97,36 @@ class Pki {
   }
 };
 
+// Serves an httplib server on 127.0.0.1 from a thread of its own until
+// destroyed. httplib makes its task queue once its accept loop runs, when
+// is_running() is true and stop() will end the loop: that is the readiness
+// event waited for, with a bound.
+class Serving {
+ public:
+  explicit Serving(httplib::Server& server) : server_(server) {
+    server_.new_task_queue = [this] {
+      accepting_.Notify();
+      return new httplib::ThreadPool(CPPHTTPLIB_THREAD_POOL_COUNT);
+    };
+    port_ = server_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+    if (port_ > 0) ready_ = accepting_.WaitForNotificationWithTimeout(absl::Seconds(30));
+  }
+  ~Serving() {
+    server_.stop();
+    thread_.join();
+  }
+  bool ready() const { return ready_; }
+  int port() const { return port_; }
+
+ private:
+  httplib::Server& server_;
+  absl::Notification accepting_;
+  int port_ = 0;
+  bool ready_ = false;
+  std::thread thread_;
+};
+
 // An HTTPS server that requires a client certificate signed by Pki's CA and
 // answers every GET with the subject's CN.
 class TlsServer {
@@ -111,21 +144,14 @@ class TlsServer {
       }
       response.set_content(json{{"user", cn}, {"path", request.path}}.dump(), "application/json");
     });
-    port_ = server_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
-    while (!server_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    serving_ = std::make_unique<Serving>(server_);
   }
-  ~TlsServer() {
-    server_.stop();
-    thread_.join();
-  }
-  bool valid() const { return server_.is_valid() && port_ > 0; }
-  std::string url() const { return absl::StrCat("https://127.0.0.1:", port_); }
+  bool valid() const { return server_.is_valid() && serving_->ready(); }
+  std::string url() const { return absl::StrCat("https://127.0.0.1:", serving_->port()); }
 
  private:
   httplib::SSLServer server_;
-  int port_ = 0;
-  std::thread thread_;
+  std::unique_ptr<Serving> serving_;  // after server_: stops before it goes
 };
 
 // A plain HTTP server that records the Authorization header of every request
@@ -146,15 +172,10 @@ class RecordingServer {
       }
       response.set_content(R"({"kind":"Pod"})", "application/json");
     });
-    port_ = server_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
-    while (!server_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    serving_ = std::make_unique<Serving>(server_);
   }
-  ~RecordingServer() {
-    server_.stop();
-    thread_.join();
-  }
-  std::string url() const { return absl::StrCat("http://127.0.0.1:", port_); }
+  bool ready() const { return serving_->ready(); }
+  std::string url() const { return absl::StrCat("http://127.0.0.1:", serving_->port()); }
   std::vector<std::string> seen() {
     std::lock_guard<std::mutex> lock(mutex_);
     return seen_;
@@ -170,12 +191,11 @@ class RecordingServer {
 
  private:
   httplib::Server server_;
-  int port_ = 0;
-  std::thread thread_;
   std::mutex mutex_;
   std::vector<std::string> seen_;
   std::vector<std::string> paths_;
   std::set<std::string> refused_;
+  std::unique_ptr<Serving> serving_;  // last: stops before the rest goes
 };
 
 // A kubeconfig with one context, its cluster and user given as YAML flow
@@ -361,6 +381,7 @@ TEST_F(KubeAuthTest, KubeconfigMistakesNameTheirKey) {
 
 TEST_F(KubeAuthTest, TokenFileIsRelativeAndReadAgainOnceTheReloadPeriodHasPassed) {
   RecordingServer server;
+  ASSERT_TRUE(server.ready());
   WriteText(dir_ + "/config/secrets/token", "first-token\n");
   absl::StatusOr<KubeClientOptions> options =
       Load(Kubeconfig(absl::StrCat("{server: '", server.url(), "'}"),
@@ -381,6 +402,7 @@ TEST_F(KubeAuthTest, TokenFileIsRelativeAndReadAgainOnceTheReloadPeriodHasPassed
 
 TEST_F(KubeAuthTest, ATokenWinsOverAnExecPluginAndAServerPathIsAPrefix) {
   RecordingServer server;
+  ASSERT_TRUE(server.ready());
   absl::StatusOr<KubeClientOptions> options = Load(Kubeconfig(
       absl::StrCat("{server: '", server.url(), "/k8s/clusters/c-1/'}"),
       "{token: abc, exec: {apiVersion: client.authentication.k8s.io/v1beta1, "
@@ -439,6 +461,7 @@ class ExecPluginTest : public KubeAuthTest {
 
 TEST_F(ExecPluginTest, TokenIsSentAndKeptUntilItExpires) {
   RecordingServer server;
+  ASSERT_TRUE(server.ready());
   const std::string extension =
       ", extensions: [{name: client.authentication.k8s.io/exec, "
       "extension: {audience: paci, retries: 3}}, {name: other, extension: {x: 1}}]";
@@ -452,11 +475,15 @@ TEST_F(ExecPluginTest, TokenIsSentAndKeptUntilItExpires) {
   ASSERT_NE(options->exec_plugin, nullptr);
   // A command with a '/' is relative to the kubeconfig's folder.
   EXPECT_EQ(options->exec_plugin->config().command, dir_ + "/config/bin/token-plugin");
+  // The plugin's credential expires 3 s after it ran; this clock passes them at once.
+  std::atomic<bool> later{false};
+  options->exec_plugin->set_clock(
+      [&later] { return absl::Now() + (later ? absl::Seconds(4) : absl::ZeroDuration()); });
   KubeClient client(*options);
   ASSERT_TRUE(client.Get("/api").ok());
   ASSERT_TRUE(client.Get("/api").ok());
   EXPECT_EQ(runs(), 1);  // kept: not expired yet
-  absl::SleepFor(absl::Milliseconds(3500));
+  later = true;
   absl::StatusOr<json> after = client.Get("/api");
   ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_EQ(runs(), 2);  // expired: run again
@@ -475,6 +502,7 @@ TEST_F(ExecPluginTest, TokenIsSentAndKeptUntilItExpires) {
 
 TEST_F(ExecPluginTest, ARefusedTokenIsFetchedAgain) {
   RecordingServer server;
+  ASSERT_TRUE(server.ready());
   server.Refuse("Bearer tok-1");
   absl::StatusOr<KubeClientOptions> options = Load(WithExec(
       server.url(),
@@ -499,6 +527,7 @@ TEST_F(ExecPluginTest, ARefusedTokenIsFetchedAgain) {
 
 TEST_F(ExecPluginTest, AFailingPluginFailsTheCallWithItsReason) {
   RecordingServer server;
+  ASSERT_TRUE(server.ready());
   WriteText(dir_ + "/config/bin/failing",
             "#!/bin/sh\necho 'login expired: run paci-login' >&2\nexit 3\n", 0700);
   WriteText(dir_ + "/config/bin/chatty", "#!/bin/sh\necho 'hello'\n", 0700);
