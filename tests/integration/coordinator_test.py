@@ -58,14 +58,22 @@ class Cluster:
         self.token = token
         self.workers = {}
         self.logs = []
+        self.logged = threading.Condition()  # notified on every line appended to logs
         self.start_coordinator(port, extra)
         for i in range(workers):
             self.add_worker("w%d" % i)
 
     def _pump(self, proc, tag):
         for line in iter(proc.stdout.readline, ""):
-            self.logs.append("[%s] %s" % (tag, line))
+            with self.logged:
+                self.logs.append("[%s] %s" % (tag, line))
+                self.logged.notify_all()
         proc.stdout.close()
+
+    def wait_for_log(self, text, timeout=30):
+        """Waits until a process has logged `text`; False after `timeout` seconds."""
+        with self.logged:
+            return self.logged.wait_for(lambda: any(text in line for line in self.logs), timeout)
 
     def start_coordinator(self, port=0, extra=()):
         port_file = os.path.join(self.workdir, "port")
@@ -436,10 +444,8 @@ class CoordinatorTest(unittest.TestCase):
         lone = subprocess.Popen([WORKER, "--coordinator=" + c.address, "--worker_id=lone",
                                  "--tls_ca=" + pki["ca"]], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            deadline = time.monotonic() + 30
-            while "peer did not return a certificate" not in "".join(c.logs):
-                self.assertLess(time.monotonic(), deadline, "the coordinator never refused the worker")
-                time.sleep(0.2)  # polling interval
+            self.assertTrue(c.wait_for_log("peer did not return a certificate"),
+                            "the coordinator never refused the worker")
         finally:
             lone.kill()
             lone.wait()

@@ -489,48 +489,43 @@ class KubeApiServerTest(unittest.TestCase):
         with open(os.path.join(bin_dir, "say"), "w") as f:
             f.write(SAY)
         os.chmod(os.path.join(bin_dir, "say"), 0o755)
-        kubelet_log = open(os.path.join(self.dir, "kubelet.log"), "w+")
         # The process runtime: what this checks (command lookup in --bin-dir, the process group
         # killed on delete, PR_SET_PDEATHSIG) is that runtime's own; containers are checked below.
-        kubelet = subprocess.Popen([PYTHON, os.path.join(KUBE, "kubelet.py"), "--server", self.url,
-                                    "--runtime", "process",
-                                    "--bin-dir", "/nonexistent:" + bin_dir, "--work-dir", work_dir,
-                                    "--pod-cwd", SOURCE, "--max-grace", "5"],
-                                   stdout=kubelet_log, stderr=subprocess.STDOUT)
-        try:
-            self.check_kubelet(work_dir)
-        finally:
-            kubelet.send_signal(signal.SIGTERM)
-            kubelet.wait(timeout=15)
-            kubelet_log.seek(0)
-            log = kubelet_log.read()
-            kubelet_log.close()
-        self.assertNotIn("Traceback", log)
+        self.run_kubelet("kubelet", ["--runtime", "process", "--bin-dir", "/nonexistent:" + bin_dir,
+                                     "--work-dir", work_dir, "--pod-cwd", SOURCE, "--max-grace", "5"],
+                         lambda: self.check_kubelet(work_dir))
         # Nothing it started outlives it.
         pid = int(_read(os.path.join(self.dir, "left.pid")))
         wait_until(lambda: not _alive(pid), timeout=5, what="the pod left running to be killed")
 
-    def test_kubelet_runs_pods_as_containers_with_volumes_and_security(self):
-        image = images(BUILD)["worker"]
-        work_dir = os.path.join(self.dir, "container-pods")
-        kubelet_log = open(os.path.join(self.dir, "container-kubelet.log"), "w+")
-        kubelet = subprocess.Popen([PYTHON, os.path.join(KUBE, "kubelet.py"), "--server", self.url,
-                                    "--work-dir", work_dir, "--max-grace", "3", "--node-name", "box"],
-                                   stdout=kubelet_log, stderr=subprocess.STDOUT, env=container_env())
+    def run_kubelet(self, name, args, check, env=None):
+        """Runs a test kubelet against this server while check() runs; a failure carries its log.
+        Stops it, checks it logged no traceback, and returns its pid."""
+        log_file = open(os.path.join(self.dir, name + ".log"), "w+")
+        kubelet = subprocess.Popen([PYTHON, os.path.join(KUBE, "kubelet.py"), "--server", self.url] + args,
+                                   stdout=log_file, stderr=subprocess.STDOUT, env=env)
         try:
-            self.check_container_kubelet(image, work_dir)
+            check()
         except AssertionError as error:
-            kubelet_log.seek(0)
-            raise AssertionError("%s\n--- kubelet:\n%s" % (error, kubelet_log.read()[-6000:])) from None
+            log_file.seek(0)
+            raise AssertionError("%s\n--- kubelet:\n%s" % (error, log_file.read()[-6000:])) from None
         finally:
             kubelet.send_signal(signal.SIGTERM)
             kubelet.wait(timeout=60)
-            kubelet_log.seek(0)
-            log = kubelet_log.read()
-            kubelet_log.close()
+            log_file.seek(0)
+            log = log_file.read()
+            log_file.close()
         self.assertNotIn("Traceback", log)
+        return kubelet.pid
+
+    def test_kubelet_runs_pods_as_containers_with_volumes_and_security(self):
+        image = images(BUILD)["worker"]
+        work_dir = os.path.join(self.dir, "container-pods")
+        pid = self.run_kubelet("container-kubelet", ["--work-dir", work_dir, "--max-grace", "3",
+                                                     "--node-name", "box"],
+                               lambda: self.check_container_kubelet(image, work_dir), env=container_env())
         # Nothing it started outlives it.
-        left = subprocess.run(["podman", "ps", "--filter", "label=io.paci.test-kubelet=%d" % kubelet.pid,
+        left = subprocess.run(["podman", "ps", "--filter", "label=io.paci.test-kubelet=%d" % pid,
                                "--format", "{{.Names}}"], capture_output=True, text=True, env=container_env())
         self.assertEqual(left.stdout.strip(), "", "containers left running")
 
