@@ -391,10 +391,14 @@ class Kubelet:
             self.wait(pod, run, Waiting("CreateContainerConfigError", str(error)))
             return
         with self.lock:
-            if uid in self.pods or self.stopping.is_set():
-                return
-            self.waiting.pop(uid, None)
-            self.pods[uid] = run
+            duplicate = uid in self.pods or self.stopping.is_set()
+            if not duplicate:
+                self.waiting.pop(uid, None)
+                self.pods[uid] = run
+        if duplicate:  # another thread started it meanwhile: drop what this one created
+            if run.container_id:
+                self.podman_run("rm", "--force", run.container_id)
+            return
         run.started_at = now_rfc3339()
         try:
             with open(run.log_path, "ab") as out:
@@ -609,15 +613,10 @@ class Kubelet:
                                   "container: %s)" % (name, pod_ref, container.get("name")))
         fs_group = pod_sc.get("fsGroup")
         volumes = self.volumes(pod, fs_group)
-        argv = [self.podman, "run", "--rm", "--name", run.container_name, "--pull", "never",
+        argv = ["create", "--rm", "--name", run.container_name, "--pull", "never",
                 "--network", "host", "--label", "io.paci.test-kubelet=%d" % os.getpid(),
                 "--label", "io.kubernetes.pod.name=%s" % run.name,
-                "--label", "io.kubernetes.pod.namespace=%s" % run.namespace,
-                "--cidfile", os.path.join(self.volume_dir(pod, ".cid"), "cid")]
-        try:
-            os.unlink(os.path.join(self.volume_dir(pod, ".cid"), "cid"))
-        except FileNotFoundError:
-            pass
+                "--label", "io.kubernetes.pod.namespace=%s" % run.namespace]
         for name, value in variables.items():
             argv += ["--env", "%s=%s" % (name, value)]
         if container.get("workingDir"):
@@ -657,7 +656,13 @@ class Kubelet:
             argv += ["--entrypoint", json.dumps(command)]
         argv.append(image)
         argv += [expand(a, variables) for a in container.get("args") or []]
-        return argv, dict(os.environ), self.work_dir
+        # Created here, so its id is known before it runs; started (attached) by start().
+        created = self.podman_run(*argv)
+        if created.returncode != 0:
+            raise Waiting("CreateContainerError", created.stderr.strip() or "podman create failed",
+                          retry=False)
+        run.container_id = created.stdout.strip()
+        return [self.podman, "start", "--attach", run.container_id], dict(os.environ), self.work_dir
 
     def remove_orphans(self):
         """Removes the containers of test kubelets that are no longer running."""
@@ -677,12 +682,6 @@ class Kubelet:
 
     def container_status(self, run, ready, state):
         if self.runtime == "container":
-            if not run.container_id and run.proc is not None:
-                try:
-                    with open(os.path.join(self.work_dir, "volumes", run.uid, ".cid", "cid")) as f:
-                        run.container_id = f.read().strip()
-                except OSError:
-                    pass
             container_id = "podman://%s" % run.container_id if run.container_id else ""
         else:
             container_id = "paci-test://%s" % (run.proc.pid if run.proc else "none")
@@ -701,15 +700,6 @@ class Kubelet:
                 "containerStatuses": [self.container_status(run, False, {"terminated": terminated})]}
 
     def wait_for_exit(self, run):
-        if self.runtime == "container":
-            # podman writes the container's id once it has created it: report it.
-            deadline = time.monotonic() + 30
-            while not run.container_id and run.proc.poll() is None and time.monotonic() < deadline:
-                self.container_status(run, True, {})
-                time.sleep(0.1)
-            if run.container_id and run.proc.poll() is None and not run.killing:
-                self.patch_status(run, {"containerStatuses": [self.container_status(
-                    run, True, {"running": {"startedAt": run.started_at}})]})
         code = run.proc.wait()
         _kill_group(run.proc.pid, signal.SIGKILL)  # what the container left behind
         exit_code = code if code >= 0 else 128 - code
