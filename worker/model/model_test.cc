@@ -218,7 +218,9 @@ TEST(AdamWTest, ParametersWithoutAGradientAreLeftAlone) {
   EXPECT_FALSE(params[3].second.grad().defined());
   EXPECT_FALSE(params[1].second.grad().defined());  // dropped by ZeroGrad
   for (const auto& [name, t] : adamw.State()) {
-    if (name == "exp_avg/p3" || name == "exp_avg_sq/p3") EXPECT_EQ(t.abs().sum().item<double>(), 0);
+    if (name == "exp_avg/p3" || name == "exp_avg_sq/p3") {
+      EXPECT_EQ(t.abs().sum().item<double>(), 0);
+    }
   }
 }
 

@@ -245,7 +245,9 @@ TEST(StageSchedulerTest, EveryStepCoversTheNextAMicroBatches) {
     auto r = st.OnBackward(i);
     ASSERT_TRUE(r.ok());
     if (r->step_now) stepped_after.push_back(i);
-    if (i == 2) EXPECT_EQ(st.version(), 1);
+    if (i == 2) {
+      EXPECT_EQ(st.version(), 1);
+    }
   }
   EXPECT_EQ(stepped_after, (std::vector<uint64_t>{2, 5}));
   EXPECT_EQ(st.Next(false, false), StageAction::kDrained);

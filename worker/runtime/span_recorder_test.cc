@@ -58,7 +58,9 @@ TEST(SpanRecorderTest, KeepsOnlyTheFirstMaxSpansAndCountsTheRest) {
   SpanRecorder recorder(3);
   for (int i = 0; i < 5; ++i) {
     recorder.Record(v1::Span::FORWARD, At(10 * i), At(10 * i + 5), i);
-    if (i == 1) EXPECT_EQ(recorder.Take().size(), 2u);
+    if (i == 1) {
+      EXPECT_EQ(recorder.Take().size(), 2u);
+    }
   }
   EXPECT_EQ(recorder.Take().size(), 1u);
   EXPECT_EQ(recorder.dropped(), 2);

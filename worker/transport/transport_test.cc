@@ -120,7 +120,10 @@ class StageLinkTest : public ::testing::Test {
 
 TEST_F(StageLinkTest, FramesArriveInOrderThroughABoundedInbox) {
   absl::Status failure;
-  PeerSender sender({address_, "stage 1"}, [&](absl::Status s) { failure = s; });
+  PeerSender::Options options;
+  options.address = address_;
+  options.peer_name = "stage 1";
+  PeerSender sender(options, [&](absl::Status s) { failure = s; });
   sender.Start();
   for (uint64_t id = 0; id < 6; ++id) ASSERT_TRUE(sender.Send(Activation(id)));
   v1::TensorFrame shutdown;
@@ -181,7 +184,12 @@ TEST(PeerSenderTest, AnUnreachablePeerIsReportedNamingIt) {
   absl::Notification failed;
   absl::Status failure;
   // Port 1 on loopback: nothing listens there.
-  PeerSender sender({"127.0.0.1:1", "stage 2", 4, absl::Milliseconds(300)},
+  PeerSender::Options options;
+  options.address = "127.0.0.1:1";
+  options.peer_name = "stage 2";
+  options.capacity = 4;
+  options.connect_timeout = absl::Milliseconds(300);
+  PeerSender sender(options,
                     [&](absl::Status s) {
                       failure = s;
                       failed.Notify();

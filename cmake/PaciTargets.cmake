@@ -1,0 +1,54 @@
+# One line per target, every target with the project's warnings, in the spirit
+# of abseil's absl_cc_library.
+#
+#   paci_cc_library(NAME server_job_store SRCS job_store.cc
+#                   DEPS paci::proto ... PRIVATE_DEPS SQLite::SQLite3 ...)
+# builds paci_server_job_store with the alias paci::server_job_store; DEPS are
+# what its headers need (PUBLIC), PRIVATE_DEPS what only its sources need.
+#
+#   paci_cc_binary(NAME paci_coordinator SRCS coordinator_main.cc DEPS ...)
+#
+#   paci_cc_test(NAME server_job_store_test SRCS job_store_test.cc DEPS ...
+#                [ONE_PROCESS] [TIMEOUT seconds])
+# links GoogleTest and GoogleMock, defines PACI_SOURCE_DIR (for test data) and
+# registers every case with ctest; ONE_PROCESS runs all cases in one process
+# instead (a process linked to LibTorch takes about a second to start).
+
+set(PACI_WARNINGS -Wall -Wextra -Wno-unused-parameter)
+
+function(paci_cc_library)
+  cmake_parse_arguments(PACI "" "NAME" "SRCS;DEPS;PRIVATE_DEPS" ${ARGN})
+  add_library(paci_${PACI_NAME} ${PACI_SRCS})
+  add_library(paci::${PACI_NAME} ALIAS paci_${PACI_NAME})
+  target_link_libraries(paci_${PACI_NAME} PUBLIC ${PACI_DEPS} PRIVATE ${PACI_PRIVATE_DEPS})
+  target_compile_options(paci_${PACI_NAME} PRIVATE ${PACI_WARNINGS})
+endfunction()
+
+function(paci_cc_binary)
+  cmake_parse_arguments(PACI "" "NAME" "SRCS;DEPS" ${ARGN})
+  add_executable(${PACI_NAME} ${PACI_SRCS})
+  target_link_libraries(${PACI_NAME} PRIVATE ${PACI_DEPS})
+  target_compile_options(${PACI_NAME} PRIVATE ${PACI_WARNINGS})
+endfunction()
+
+function(paci_cc_test)
+  cmake_parse_arguments(PACI "ONE_PROCESS" "NAME;TIMEOUT" "SRCS;DEPS" ${ARGN})
+  add_executable(${PACI_NAME} ${PACI_SRCS})
+  target_link_libraries(${PACI_NAME} PRIVATE ${PACI_DEPS} GTest::gmock GTest::gtest_main)
+  target_compile_options(${PACI_NAME} PRIVATE ${PACI_WARNINGS})
+  target_compile_definitions(${PACI_NAME} PRIVATE PACI_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+  set(properties)
+  if(PACI_TIMEOUT)
+    set(properties TIMEOUT ${PACI_TIMEOUT})
+  endif()
+  if(PACI_ONE_PROCESS)
+    add_test(NAME ${PACI_NAME} COMMAND ${PACI_NAME})
+    if(properties)
+      set_tests_properties(${PACI_NAME} PROPERTIES ${properties})
+    endif()
+  elseif(properties)
+    gtest_discover_tests(${PACI_NAME} DISCOVERY_TIMEOUT 60 PROPERTIES ${properties})
+  else()
+    gtest_discover_tests(${PACI_NAME} DISCOVERY_TIMEOUT 60)
+  endif()
+endfunction()
