@@ -6,6 +6,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 
 namespace paci {
 
@@ -49,7 +51,17 @@ absl::StatusOr<int> MetricsHttpServer::Start(const std::string& address) {
     port = -1;
   }
   if (port <= 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
+  // httplib makes its task queue once its accept loop runs, and only from
+  // then on does stop() end the loop: waiting for that here keeps a server
+  // destroyed right after Start() (a main failing on its next line) from
+  // hanging in the destructor.
+  auto accepting = std::make_shared<absl::Notification>();
+  server_->new_task_queue = [accepting] {
+    if (!accepting->HasBeenNotified()) accepting->Notify();
+    return new httplib::ThreadPool(CPPHTTPLIB_THREAD_POOL_COUNT);
+  };
   thread_ = std::thread([this] { server_->listen_after_bind(); });
+  accepting->WaitForNotificationWithTimeout(absl::Seconds(30));
   return port;
 }
 

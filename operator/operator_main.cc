@@ -7,9 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <csignal>
 #include <cstdlib>
-#include <fstream>
 #include <memory>
 #include <string>
 
@@ -17,15 +15,14 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "common/crash_handler.h"
 #include "common/grpc_security.h"
+#include "common/main_support.h"
 #include "common/metrics_http_server.h"
+#include "common/shutdown_signal.h"
 #include "common/status_macros.h"
 #include "operator/controller/coordinator_jobs.h"
 #include "operator/controller/leader_elector.h"
@@ -68,8 +65,9 @@ ABSL_FLAG(int, watch_timeout_seconds, 300, "the server ends each watch after thi
 
 namespace {
 
-std::atomic<bool> g_stop{false};
-void OnSignal(int) { g_stop.store(true); }
+using paci::op::ControllerOptions;
+using paci::op::KubeClientOptions;
+using paci::op::LeaderElector;
 
 std::string Identity() {
   if (!absl::GetFlag(FLAGS_pod_name).empty()) return absl::GetFlag(FLAGS_pod_name);
@@ -78,37 +76,24 @@ std::string Identity() {
   return absl::StrCat(host, "-", getpid());
 }
 
-absl::Status Main() {
-  using namespace paci;
-  using namespace paci::op;
-  OperatorMetrics metrics;
-
-  KubeClientOptions kube_options;
+// The API server from --kubeconfig, or the pod's service account.
+absl::StatusOr<KubeClientOptions> KubeOptionsFromFlags() {
   if (!absl::GetFlag(FLAGS_kubeconfig).empty()) {
-    ASSIGN_OR_RETURN(kube_options, LoadKubeconfig(absl::GetFlag(FLAGS_kubeconfig)));
-  } else {
-    const char* host = std::getenv("KUBERNETES_SERVICE_HOST");
-    const char* port = std::getenv("KUBERNETES_SERVICE_PORT");
-    ASSIGN_OR_RETURN(kube_options, InClusterConfig(host ? host : "", port ? port : ""));
+    return paci::op::LoadKubeconfig(absl::GetFlag(FLAGS_kubeconfig));
   }
-  KubeClient kube(kube_options, &metrics);
+  const char* host = std::getenv("KUBERNETES_SERVICE_HOST");
+  const char* port = std::getenv("KUBERNETES_SERVICE_PORT");
+  return paci::op::InClusterConfig(host ? host : "", port ? port : "");
+}
 
-  std::string token;
-  if (!absl::GetFlag(FLAGS_coordinator_auth_token_file).empty()) {
-    ASSIGN_OR_RETURN(token, ReadTokenFile(absl::GetFlag(FLAGS_coordinator_auth_token_file)));
-  }
-  ASSIGN_OR_RETURN(auto credentials,
-                   MakeChannelCredentials(TlsFiles{absl::GetFlag(FLAGS_coordinator_tls_cert),
-                                                   absl::GetFlag(FLAGS_coordinator_tls_key),
-                                                   absl::GetFlag(FLAGS_coordinator_tls_ca)}));
-  GrpcCoordinatorJobs coordinator(
-      grpc::CreateChannel(absl::GetFlag(FLAGS_coordinator), credentials), token);
-
+// The controller's and the reconciler's options from the flags;
+// InvalidArgument for a malformed --worker_secret_flags.
+absl::StatusOr<ControllerOptions> ControllerOptionsFromFlags() {
   ControllerOptions options;
   options.watch_namespace = absl::GetFlag(FLAGS_watch_namespace);
   options.workers = absl::GetFlag(FLAGS_workers);
   options.watch_timeout_seconds = absl::GetFlag(FLAGS_watch_timeout_seconds);
-  ReconcilerOptions& reconciler = options.reconciler;
+  paci::op::ReconcilerOptions& reconciler = options.reconciler;
   reconciler.worker_coordinator_address = absl::GetFlag(FLAGS_worker_coordinator_address).empty()
                                               ? absl::GetFlag(FLAGS_coordinator)
                                               : absl::GetFlag(FLAGS_worker_coordinator_address);
@@ -131,6 +116,58 @@ absl::Status Main() {
     }
     reconciler.worker_secret_flags.push_back(std::move(key_flag));
   }
+  return options;
+}
+
+// The Lease this replica competes for, in the kubeconfig's namespace unless
+// --leader_election_namespace says otherwise.
+LeaderElector::Options LeaseOptionsFromFlags(const KubeClientOptions& kube_options) {
+  LeaderElector::Options lease;
+  lease.lease_namespace = absl::GetFlag(FLAGS_leader_election_namespace).empty()
+                              ? kube_options.default_namespace
+                              : absl::GetFlag(FLAGS_leader_election_namespace);
+  lease.lease_name = absl::GetFlag(FLAGS_lease_name);
+  lease.identity = Identity();
+  lease.lease_duration = absl::Seconds(absl::GetFlag(FLAGS_lease_duration_seconds));
+  lease.renew_deadline = absl::Seconds(absl::GetFlag(FLAGS_renew_deadline_seconds));
+  lease.retry_period = absl::Seconds(absl::GetFlag(FLAGS_retry_period_seconds));
+  return lease;
+}
+
+// /healthz, and /readyz: ready when standing by, or leading with the
+// controller's caches synced. `controller` is read under `mutex`.
+void AddHealthChecks(paci::MetricsHttpServer& http, absl::Mutex& mutex,
+                     const std::unique_ptr<paci::op::TrainingJobController>& controller) {
+  http.AddHandler("/healthz", [] { return std::make_pair(200, std::string("ok")); });
+  http.AddHandler("/readyz", [&mutex, &controller] {
+    absl::MutexLock lock(&mutex);
+    if (controller != nullptr && !controller->synced()) {
+      return std::make_pair(503, std::string("caches not synced"));
+    }
+    return std::make_pair(200, std::string(controller ? "ok: leading" : "ok: standby"));
+  });
+}
+
+absl::Status Main(const paci::ShutdownSignal& shutdown) {
+  using namespace paci;
+  using namespace paci::op;
+  OperatorMetrics metrics;
+
+  ASSIGN_OR_RETURN(const KubeClientOptions kube_options, KubeOptionsFromFlags());
+  KubeClient kube(kube_options, &metrics);
+
+  std::string token;
+  if (!absl::GetFlag(FLAGS_coordinator_auth_token_file).empty()) {
+    ASSIGN_OR_RETURN(token, ReadTokenFile(absl::GetFlag(FLAGS_coordinator_auth_token_file)));
+  }
+  ASSIGN_OR_RETURN(auto credentials,
+                   MakeChannelCredentials(TlsFiles{absl::GetFlag(FLAGS_coordinator_tls_cert),
+                                                   absl::GetFlag(FLAGS_coordinator_tls_key),
+                                                   absl::GetFlag(FLAGS_coordinator_tls_ca)}));
+  GrpcCoordinatorJobs coordinator(
+      grpc::CreateChannel(absl::GetFlag(FLAGS_coordinator), credentials), token);
+
+  ASSIGN_OR_RETURN(ControllerOptions options, ControllerOptionsFromFlags());
 
   // The controller runs only while this replica leads.
   absl::Mutex mutex;
@@ -150,20 +187,9 @@ absl::Status Main() {
   };
 
   MetricsHttpServer http(metrics.registry());
-  http.AddHandler("/healthz", [] { return std::make_pair(200, std::string("ok")); });
-  http.AddHandler("/readyz", [&] {
-    absl::MutexLock lock(&mutex);
-    if (controller != nullptr && !controller->synced()) {
-      return std::make_pair(503, std::string("caches not synced"));
-    }
-    return std::make_pair(200, std::string(controller ? "ok: leading" : "ok: standby"));
-  });
-  ASSIGN_OR_RETURN(int metrics_port, http.Start(absl::GetFlag(FLAGS_metrics_address)));
-  if (!absl::GetFlag(FLAGS_metrics_port_file).empty()) {
-    const std::string path = absl::GetFlag(FLAGS_metrics_port_file);
-    std::ofstream(path + ".tmp") << metrics_port << "\n";
-    std::rename((path + ".tmp").c_str(), path.c_str());
-  }
+  AddHealthChecks(http, mutex, controller);
+  ASSIGN_OR_RETURN(int metrics_port, ServeMetrics(http, absl::GetFlag(FLAGS_metrics_address),
+                                                  absl::GetFlag(FLAGS_metrics_port_file)));
   LOG(INFO) << "operator " << Identity() << ": API server " << kube_options.server
             << ", coordinator " << absl::GetFlag(FLAGS_coordinator) << ", namespace "
             << (options.watch_namespace.empty() ? "(all)" : options.watch_namespace)
@@ -171,27 +197,17 @@ absl::Status Main() {
 
   std::unique_ptr<LeaderElector> elector;
   if (absl::GetFlag(FLAGS_leader_election)) {
-    LeaderElector::Options lease;
-    lease.lease_namespace = absl::GetFlag(FLAGS_leader_election_namespace).empty()
-                                ? kube_options.default_namespace
-                                : absl::GetFlag(FLAGS_leader_election_namespace);
-    lease.lease_name = absl::GetFlag(FLAGS_lease_name);
-    lease.identity = Identity();
-    lease.lease_duration = absl::Seconds(absl::GetFlag(FLAGS_lease_duration_seconds));
-    lease.renew_deadline = absl::Seconds(absl::GetFlag(FLAGS_renew_deadline_seconds));
-    lease.retry_period = absl::Seconds(absl::GetFlag(FLAGS_retry_period_seconds));
-    elector = std::make_unique<LeaderElector>(kube, lease, start_controller, [&] {
-      metrics.SetLeader(false);
-      lost_lead = true;
-    });
+    elector = std::make_unique<LeaderElector>(
+        kube, LeaseOptionsFromFlags(kube_options), start_controller, [&] {
+          metrics.SetLeader(false);
+          lost_lead = true;
+        });
     elector->Start();
   } else {
     start_controller();
   }
 
-  std::signal(SIGTERM, OnSignal);
-  std::signal(SIGINT, OnSignal);
-  while (!g_stop.load() && !lost_lead.load()) absl::SleepFor(absl::Milliseconds(100));
+  while (!lost_lead.load() && !shutdown.WaitFor(absl::Milliseconds(100))) continue;
   LOG(INFO) << "operator stopping";
   {
     std::unique_ptr<TrainingJobController> stopping;
@@ -202,7 +218,7 @@ absl::Status Main() {
     if (stopping) stopping->Stop();
   }
   if (elector) elector->Stop();  // releases the lease
-  if (lost_lead.load() && !g_stop.load()) {
+  if (lost_lead.load() && !shutdown.requested()) {
     return absl::AbortedError("lost the leader lease; exiting so a fresh replica can take over");
   }
   return absl::OkStatus();
@@ -211,16 +227,7 @@ absl::Status Main() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "the paci TrainingJob operator: --kubeconfig=FILE --coordinator=HOST:PORT");
-  absl::ParseCommandLine(argc, argv);
-  google::InitGoogleLogging(argv[0]);
-  paci::InstallCrashHandler("paci_operator");
-  FLAGS_logtostderr = true;
-  absl::Status status = Main();
-  if (!status.ok()) {
-    LOG(ERROR) << "operator failed: " << status.message();
-    return 1;
-  }
-  return 0;
+  return paci::RunMain(
+      argc, argv, "paci_operator",
+      "the paci TrainingJob operator: --kubeconfig=FILE --coordinator=HOST:PORT", Main);
 }

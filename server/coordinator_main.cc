@@ -3,8 +3,6 @@
 //
 //   paci_coordinator --listen=127.0.0.1:7070 --db=paci.db
 
-#include <csignal>
-#include <fstream>
 #include <memory>
 #include <string>
 
@@ -15,13 +13,13 @@
 #include <prometheus/registry.h>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/crash_handler.h"
 #include "common/grpc_security.h"
+#include "common/main_support.h"
 #include "common/metrics_http_server.h"
+#include "common/net_address.h"
+#include "common/shutdown_signal.h"
 #include "common/status_macros.h"
 #include "server/coordinator_metrics.h"
 #include "server/coordinator_service.h"
@@ -45,10 +43,7 @@ ABSL_FLAG(int, max_message_bytes, 4 << 20, "largest request accepted");
 
 namespace {
 
-std::atomic<bool> g_stop{false};
-void OnSignal(int) { g_stop.store(true); }
-
-absl::Status Main() {
+absl::Status Main(const paci::ShutdownSignal& shutdown) {
   using namespace paci;
   ASSIGN_OR_RETURN(std::unique_ptr<JobStore> store, JobStore::Open(absl::GetFlag(FLAGS_db)));
   auto registry = std::make_shared<prometheus::Registry>();
@@ -86,8 +81,9 @@ absl::Status Main() {
   if (!server || port == 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", listen));
 
   MetricsHttpServer metrics_server(registry);
-  ASSIGN_OR_RETURN(int metrics_port, metrics_server.Start(absl::GetFlag(FLAGS_metrics_address)));
-  const std::string host = listen.substr(0, listen.rfind(':'));
+  ASSIGN_OR_RETURN(int metrics_port,
+                   ServeMetrics(metrics_server, absl::GetFlag(FLAGS_metrics_address)));
+  const std::string host = HostOfAddress(listen);
   LOG(INFO) << "coordinator serving on " << host << ":" << port << " ("
             << (tls.ca_file.empty() ? (tls.enabled() ? "TLS" : "plaintext") : "mutual TLS") << ", "
             << (token.empty() ? "no client token" : "bearer token required") << ")"
@@ -97,17 +93,12 @@ absl::Status Main() {
     LOG(WARNING) << "serving plaintext on a non-loopback address; give --tls_cert and --tls_key";
   }
   if (!absl::GetFlag(FLAGS_port_file).empty()) {
-    const std::string path = absl::GetFlag(FLAGS_port_file);
-    std::ofstream(path + ".tmp") << port << "\n";
-    std::rename((path + ".tmp").c_str(), path.c_str());
+    RETURN_IF_ERROR(WritePortFile(absl::GetFlag(FLAGS_port_file), port));
   }
 
-  std::signal(SIGTERM, OnSignal);
-  std::signal(SIGINT, OnSignal);
-  while (!g_stop.load()) {
+  do {
     manager.Tick();
-    absl::SleepFor(absl::Milliseconds(200));  // the ticker's period
-  }
+  } while (!shutdown.WaitFor(absl::Milliseconds(200)));  // the ticker's period
   LOG(INFO) << "coordinator stopping";
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   return absl::OkStatus();
@@ -116,15 +107,6 @@ absl::Status Main() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("the paci coordinator: --listen=HOST:PORT --db=FILE");
-  absl::ParseCommandLine(argc, argv);
-  google::InitGoogleLogging(argv[0]);
-  paci::InstallCrashHandler("paci_coordinator");
-  FLAGS_logtostderr = true;
-  absl::Status status = Main();
-  if (!status.ok()) {
-    LOG(ERROR) << "coordinator failed: " << status.message();
-    return 1;
-  }
-  return 0;
+  return paci::RunMain(argc, argv, "paci_coordinator",
+                       "the paci coordinator: --listen=HOST:PORT --db=FILE", Main);
 }

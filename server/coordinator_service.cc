@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_security.h"
+#include "common/job_phase.h"
 #include "common/job_spec.h"
 
 namespace paci {

@@ -3,21 +3,21 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <memory>
-#include <optional>
 #include <set>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/job_phase.h"
-#include "common/run_id.h"
 #include "paci/v1/coordinator.pb.h"
 #include "server/coordinator_metrics.h"
+#include "server/job_status.h"
 #include "server/job_store.h"
+#include "server/worker_registry.h"
 
 namespace paci {
 
@@ -34,19 +34,28 @@ struct JobManagerOptions {
   int max_jobs = 10000;
 };
 
-// The coordinator's state and rules, with no transport: jobs (durable in the
-// JobStore), registered workers, gang scheduling (ScheduleJobs), heartbeats,
-// restarts from the last complete checkpoint with a budget, deadlines, stall
-// detection, and the progress of each job aggregated from its stages'
-// reports. The gRPC services and the ticker thread call into it.
+// The coordinator's jobs and their lifecycle, with no transport. It composes
+// the parts that each own one concern, as Ray's GCS server composes its
+// managers:
+//   - WorkerRegistry: the connected workers, their heartbeats and liveness;
+//   - ScheduleJobs: gang scheduling of queued jobs onto idle workers;
+//   - job_status.h: the pure rules of a job's status (phases and conditions,
+//     applying a stage's report, thinning loss histories);
+//   - JobStore: durability.
+// What it adds is the lifecycle: placement, restarts from the last complete
+// checkpoint with a budget, deadlines, stall detection, recovery after a
+// restart of the coordinator. The gRPC services and the ticker call into it.
 //
-// Thread-safe: one mutex; it is never held while calling a worker's Sender
-// (which only enqueues) nor while blocking, except in WaitForChange's wait.
+// Thread-safe: one mutex guards the jobs and the registry. It is never held
+// while blocking: messages to workers (which only enqueue) are sent, and the
+// store is written, after it is released, by Mutate. Store writes are
+// serialised on their own mutex and a job's older version is never written
+// over a newer one. The only wait under the mutex is WaitForChange's (and
+// Submit's, for a concurrent submission of the same name), which release it.
 class JobManager {
  public:
   using Clock = std::function<absl::Time()>;
-  // Enqueues a message to one worker; must not block.
-  using Sender = std::function<void(const v1::CoordinatorMessage&)>;
+  using Sender = WorkerRegistry::Sender;
 
   JobManager(JobStore& store, CoordinatorMetrics& metrics, const JobManagerOptions& options,
              Clock clock);
@@ -55,16 +64,17 @@ class JobManager {
   // reconnect_grace for their workers, then restart.
   absl::Status Recover();
 
-  // Accepts a validated spec. Idempotent on spec.name: the existing job when
-  // the spec is the same, AlreadyExists when it differs.
+  // Accepts a validated spec once it is stored. Idempotent on spec.name: the
+  // existing job when the spec is the same, AlreadyExists when it differs;
+  // Unavailable when the store refuses it.
   absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec);
   absl::StatusOr<v1::Job> Get(const std::string& name) const;
   std::vector<v1::Job> List(v1::JobPhase phase) const;
   // Queued or running jobs end Cancelled and their stages are stopped.
   absl::StatusOr<v1::Job> Cancel(const std::string& name);
+  absl::StatusOr<v1::JobTrace> Trace(const std::string& name) const;
   // Blocks up to `timeout` until the job's version exceeds `after_version`;
   // returns the job as it is then. NotFound for an unknown job.
-  absl::StatusOr<v1::JobTrace> Trace(const std::string& name) const;
   absl::StatusOr<v1::Job> WaitForChange(const std::string& name, int64_t after_version,
                                         absl::Duration timeout) const;
 
@@ -81,68 +91,91 @@ class JobManager {
   size_t connected_workers() const;
 
  private:
-  struct Worker {
-    v1::WorkerRegistration registration;
-    Sender sender;
-    absl::Time last_seen;
-    std::string job;       // the job it runs or is stopping, "" when idle
-    int64_t attempt = 0;
-    int stage = -1;
-    bool stopping = false;  // told to stop; idle once it reports its end
-  };
   struct StageProgress {
-    v1::StageReport latest;
     bool finished = false;
     absl::Time last_progress;
     int64_t last_step = -1;
   };
+  // One job as the manager holds it: the record the clients see (and the
+  // store keeps) and the attempt's bookkeeping, which is not persisted.
   struct JobState {
     v1::Job job;
     int64_t sequence = 0;
     std::vector<std::string> workers;  // the current attempt's worker per stage
     std::vector<StageProgress> stages;
-    std::map<int64_t, std::set<int>> shards;  // step -> stages that saved it
+    CheckpointShards shards;
     absl::Time attempt_started;
     absl::Time queued_since;
     absl::Time last_persisted;
     bool awaiting_reconnect = false;
     v1::JobTrace trace;  // this placement's spans, at most trace_max_spans per stage
+
+    v1::JobStatus& status() { return *job.mutable_status(); }
+    const v1::JobSpec& spec() const { return job.spec(); }
+    const std::string& name() const { return job.name(); }
+  };
+  // What a change decided under the lock, carried out after it is released.
+  struct Effects {
+    std::vector<std::pair<Sender, v1::CoordinatorMessage>> messages;
+    std::vector<v1::Job> writes;
   };
 
-  void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void PlaceLocked(JobState& job, const std::vector<std::string>& worker_ids)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A stage failed or a worker died: stop the others; restart or fail.
-  void FailAttemptLocked(JobState& job, const std::string& reason, const std::string& message,
-                         bool permanent) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void FinishLocked(JobState& job, v1::JobPhase phase, const std::string& reason,
-                    const std::string& message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void StopWorkersLocked(JobState& job, const std::string& reason)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void SetPhaseLocked(JobState& job, v1::JobPhase phase, const std::string& reason,
-                      const std::string& message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void SetConditionLocked(JobState& job, const std::string& type, bool status,
-                          const std::string& reason, const std::string& message)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ApplyReportLocked(JobState& job, const v1::StageReport& report)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RemoveWorkerLocked(const std::string& worker_id, const std::string& why)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ChangedLocked(JobState& job, bool persist_now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void UpdateGaugesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Send(const std::vector<std::pair<Sender, v1::CoordinatorMessage>>& messages);
-  // Runs `body` under the lock, then sends what it queued in outbox_ with
-  // the lock released.
+  // Runs `body` under the lock, then sends the messages and writes the jobs it
+  // queued in pending_, with the lock released.
   template <typename Body>
-  void LockedThenSend(Body body) {
-    std::vector<std::pair<Sender, v1::CoordinatorMessage>> to_send;
+  void Mutate(Body body) ABSL_LOCKS_EXCLUDED(mu_) {
+    Effects effects;
     {
       absl::MutexLock lock(&mu_);
       body();
-      to_send.swap(outbox_);
+      effects = TakePendingLocked();
     }
-    Send(to_send);
+    Carry(effects);
   }
+  // The effects queued so far, each job to write as it is now.
+  Effects TakePendingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Carry(const Effects& effects) ABSL_LOCKS_EXCLUDED(mu_);
+  // What `read` takes from the job of that name, under the lock; NotFound
+  // when there is none.
+  template <typename Reader, typename T = std::invoke_result_t<Reader, const JobState&>>
+  absl::StatusOr<T> Read(const std::string& name, Reader read) const ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    const JobState* state = FindLocked(name);
+    if (state == nullptr) return JobNotFound(name);
+    return read(*state);
+  }
+  // Writes the job unless a newer version of it is already written.
+  absl::Status Persist(const v1::Job& job) ABSL_LOCKS_EXCLUDED(mu_, store_mu_);
+
+  // A worker that was running a stage before the coordinator restarted.
+  void AdoptLocked(WorkerRegistry::Worker& worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PlaceLocked(JobState& state, const std::vector<std::string>& worker_ids)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The reconnect grace, the deadline and stall detection of one job.
+  void CheckTimersLocked(JobState& state, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A stage failed or a worker died: stop the others; restart or fail.
+  void FailAttemptLocked(JobState& state, const std::string& reason, const std::string& message,
+                         bool permanent) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FinishLocked(JobState& state, v1::JobPhase phase, const std::string& reason,
+                    const std::string& message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StopWorkersLocked(JobState& state, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SetPhaseLocked(JobState& state, v1::JobPhase phase, const std::string& reason,
+                      const std::string& message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SetConditionLocked(JobState& state, const std::string& type, bool value,
+                          const std::string& reason, const std::string& message)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ApplyReportLocked(JobState& state, const v1::StageReport& report)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RemoveWorkerLocked(const std::string& worker_id, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job changed: a new version for watchers, and a store write, at once
+  // or (progress) at most every progress_persist_interval.
+  void ChangedLocked(JobState& state, bool persist_now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UpdateGaugesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  JobState* FindLocked(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  const JobState* FindLocked(const std::string& name) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   JobStore& store_;
   CoordinatorMetrics& metrics_;
@@ -151,12 +184,16 @@ class JobManager {
 
   mutable absl::Mutex mu_;
   std::map<std::string, JobState> jobs_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, Worker> workers_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::string> worker_order_ ABSL_GUARDED_BY(mu_);  // registration order
+  // Names being written to the store by Submit, not yet in jobs_.
+  std::set<std::string> submitting_ ABSL_GUARDED_BY(mu_);
+  WorkerRegistry workers_ ABSL_GUARDED_BY(mu_);
   int64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
   absl::Time recovered_at_ ABSL_GUARDED_BY(mu_);
-  // Messages decided under the lock, sent after it is released.
-  std::vector<std::pair<Sender, v1::CoordinatorMessage>> outbox_ ABSL_GUARDED_BY(mu_);
+  Effects pending_ ABSL_GUARDED_BY(mu_);
+
+  // Serialises store writes, taken without mu_.
+  absl::Mutex store_mu_;
+  std::map<std::string, int64_t> persisted_version_ ABSL_GUARDED_BY(store_mu_);
 };
 
 }  // namespace paci

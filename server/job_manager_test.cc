@@ -2,16 +2,69 @@
 
 #include <filesystem>
 #include <map>
+#include <thread>
 #include <vector>
 
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
+#include "absl/synchronization/notification.h"
 #include "common/job_spec.h"
 #include "gtest/gtest.h"
 
 namespace paci {
 namespace {
+
+// The SQLite store behind a gate: Put blocks while the gate is closed (a slow
+// disk), or fails while `failing` is set (a full one).
+class GatedStore : public JobStore {
+ public:
+  explicit GatedStore(JobStore& store) : store_(store) {}
+
+  void Close() {
+    absl::MutexLock lock(&mu_);
+    open_ = false;
+  }
+  void Open() {
+    absl::MutexLock lock(&mu_);
+    open_ = true;
+  }
+  // Waits until a Put is blocked at the closed gate.
+  bool AwaitBlockedPut(absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    auto blocked = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return blocked_ > 0; };
+    return mu_.AwaitWithTimeout(absl::Condition(&blocked), timeout);
+  }
+  void Fail(bool failing) {
+    absl::MutexLock lock(&mu_);
+    failing_ = failing;
+  }
+
+  absl::Status Put(const v1::Job& job) override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (failing_) return absl::UnavailableError("disk full");
+      ++blocked_;
+      mu_.Await(absl::Condition(&open_));
+      --blocked_;
+    }
+    return store_.Put(job);
+  }
+  absl::StatusOr<std::optional<v1::Job>> Get(const std::string& name) const override {
+    return store_.Get(name);
+  }
+  absl::StatusOr<std::vector<v1::Job>> List() const override { return store_.List(); }
+  absl::StatusOr<int64_t> Sequence(const std::string& name) const override {
+    return store_.Sequence(name);
+  }
+
+ private:
+  JobStore& store_;
+  absl::Mutex mu_;
+  bool open_ ABSL_GUARDED_BY(mu_) = true;
+  bool failing_ ABSL_GUARDED_BY(mu_) = false;
+  int blocked_ ABSL_GUARDED_BY(mu_) = 0;
+};
 
 // A JobManager on a real SQLite file, with a hand-driven clock and workers
 // whose messages are collected instead of sent.
@@ -29,9 +82,11 @@ class JobManagerTest : public ::testing::Test {
   void Restart() {
     inbox_.clear();  // what the old manager sent is gone with it
     manager_.reset();
+    gated_.reset();
     store_.reset();
     store_ = *JobStore::Open(db_);
-    manager_ = std::make_unique<JobManager>(*store_, metrics_, options_, [this] { return now_; });
+    gated_ = std::make_unique<GatedStore>(*store_);
+    manager_ = std::make_unique<JobManager>(*gated_, metrics_, options_, [this] { return now_; });
     ASSERT_TRUE(manager_->Recover().ok());
   }
 
@@ -84,6 +139,7 @@ class JobManagerTest : public ::testing::Test {
   JobManagerOptions options_;
   absl::Time now_ = absl::FromUnixSeconds(1'000'000);
   std::unique_ptr<JobStore> store_;
+  std::unique_ptr<GatedStore> gated_;
   std::unique_ptr<JobManager> manager_;
   std::map<std::string, std::vector<v1::CoordinatorMessage>> inbox_;
 };
@@ -392,6 +448,60 @@ TEST_F(JobManagerTest, WatchersWakeOnChange) {
   auto changed = manager_->WaitForChange("a", version, absl::Seconds(5));
   EXPECT_GT(changed->version(), version);
   EXPECT_EQ(changed->status().phase(), v1::RUNNING);
+}
+
+// A slow disk must not stall the coordinator: while a store write blocks,
+// heartbeats, reads and ticks go on, and no healthy worker is declared dead.
+TEST_F(JobManagerTest, ABlockedStoreWriteStallsNoHeartbeat) {
+  ASSERT_TRUE(manager_->Submit(Spec("a")).ok());
+  ConnectWorker("w1");
+  ConnectWorker("w2");
+  ASSERT_EQ(Phase("a"), v1::RUNNING);
+  gated_->Close();
+  v1::StageReport r0 = Report("a", 1, 0, 5), r1 = Report("a", 1, 1, 5);
+  r0.add_checkpoint_steps(5);
+  r1.add_checkpoint_steps(5);
+  // The reports name a checkpoint: stored at once, so the write blocks at the gate.
+  std::thread reporter([&] {
+    manager_->OnReport("w1", r0);
+    manager_->OnReport("w2", r1);
+  });
+  ASSERT_TRUE(gated_->AwaitBlockedPut(absl::Seconds(30)));
+  absl::Notification served;
+  std::thread others([&] {
+    for (int i = 0; i < 10; ++i) {
+      now_ += absl::Seconds(1);  // 10 s: twice the heartbeat timeout
+      manager_->OnHeartbeat("w1");
+      manager_->OnHeartbeat("w2");
+      manager_->Tick();
+    }
+    served.Notify();
+  });
+  const bool in_time = served.WaitForNotificationWithTimeout(absl::Seconds(30));
+  gated_->Open();
+  others.join();
+  reporter.join();
+  EXPECT_TRUE(in_time) << "heartbeats and ticks waited for the store";
+  EXPECT_EQ(manager_->connected_workers(), 2u);
+  EXPECT_EQ(Phase("a"), v1::RUNNING);
+  EXPECT_EQ(manager_->Get("a")->status().checkpoint_step(), 5);
+  // What was written after the gate opened is the newest version.
+  Restart();
+  EXPECT_EQ(manager_->Get("a")->status().checkpoint_step(), 5);
+}
+
+// A submission is acknowledged only once it is stored; a refused write leaves
+// nothing behind, and the same name can be submitted again.
+TEST_F(JobManagerTest, ASubmissionTheStoreRefusesIsNotAccepted) {
+  gated_->Fail(true);
+  absl::StatusOr<v1::Job> refused = manager_->Submit(Spec("a"));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(refused.status().message().find("disk full"), absl::string_view::npos);
+  EXPECT_EQ(manager_->Get("a").status().code(), absl::StatusCode::kNotFound);
+  gated_->Fail(false);
+  EXPECT_TRUE(manager_->Submit(Spec("a")).ok());
+  Restart();
+  EXPECT_EQ(Phase("a"), v1::QUEUED);
 }
 
 }  // namespace

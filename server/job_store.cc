@@ -4,6 +4,10 @@
 
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
@@ -127,6 +131,34 @@ absl::StatusOr<v1::Job> ColumnJob(sqlite3_stmt* stmt, int column, const std::str
   return job;
 }
 
+class SqliteJobStore final : public JobStore {
+ public:
+  SqliteJobStore(std::string path, sqlite3* db);
+  ~SqliteJobStore() override;
+  SqliteJobStore(const SqliteJobStore&) = delete;
+  SqliteJobStore& operator=(const SqliteJobStore&) = delete;
+
+  absl::Status Put(const v1::Job& job) override;
+  absl::StatusOr<std::optional<v1::Job>> Get(const std::string& name) const override;
+  absl::StatusOr<std::vector<v1::Job>> List() const override;
+  absl::StatusOr<int64_t> Sequence(const std::string& name) const override;
+
+  absl::Status Prepare() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Mutex& mu() ABSL_LOCK_RETURNED(mu_) { return mu_; }
+
+ private:
+  absl::Status Error(int rc, absl::string_view what) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const std::string path_;
+  mutable absl::Mutex mu_;
+  sqlite3* const db_ ABSL_GUARDED_BY(mu_);
+  // Prepared once in Open, reset after every use; finalized before db_ is closed.
+  sqlite3_stmt* put_ ABSL_GUARDED_BY(mu_) = nullptr;
+  sqlite3_stmt* get_ ABSL_GUARDED_BY(mu_) = nullptr;
+  sqlite3_stmt* list_ ABSL_GUARDED_BY(mu_) = nullptr;
+  sqlite3_stmt* sequence_ ABSL_GUARDED_BY(mu_) = nullptr;
+};
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path) {
@@ -139,8 +171,8 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
     sqlite3_close(db);  // Frees the handle sqlite3_open_v2 returns even on failure; nothing to report.
     return status;
   }
-  std::unique_ptr<JobStore> store(new JobStore(path, db));  // Owns db from here on.
-  absl::MutexLock lock(&store->mu_);
+  auto store = std::make_unique<SqliteJobStore>(path, db);  // Owns db from here on.
+  absl::MutexLock lock(&store->mu());
   rc = sqlite3_busy_timeout(db, kBusyTimeoutMs);
   if (rc != SQLITE_OK) return SqliteStatus(db, rc, "setting busy_timeout failed", path);
   // Read-only checks first, so a file that is not ours is never written to.
@@ -163,19 +195,19 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
     RETURN_IF_ERROR(status);
   }
   RETURN_IF_ERROR(store->Prepare());
-  return store;
+  return std::unique_ptr<JobStore>(std::move(store));
 }
 
-JobStore::JobStore(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}
+SqliteJobStore::SqliteJobStore(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}
 
-JobStore::~JobStore() {
+SqliteJobStore::~SqliteJobStore() {
   for (sqlite3_stmt* stmt : {put_, get_, list_, sequence_}) sqlite3_finalize(stmt);
   // With every statement finalized close cannot be busy; an I/O error here has no one to tell,
   // and every acknowledged write is already synced.
   sqlite3_close_v2(db_);
 }
 
-absl::Status JobStore::Prepare() {
+absl::Status SqliteJobStore::Prepare() {
   const std::pair<sqlite3_stmt**, const char*> statements[] = {
       {&put_, "INSERT INTO jobs (name, job) VALUES (?1, ?2) "
               "ON CONFLICT (name) DO UPDATE SET job = excluded.job"},
@@ -194,11 +226,11 @@ absl::Status JobStore::Prepare() {
   return absl::OkStatus();
 }
 
-absl::Status JobStore::Error(int rc, absl::string_view what) const {
+absl::Status SqliteJobStore::Error(int rc, absl::string_view what) const {
   return SqliteStatus(db_, rc, what, path_);
 }
 
-absl::Status JobStore::Put(const v1::Job& job) {
+absl::Status SqliteJobStore::Put(const v1::Job& job) {
   if (job.name().empty()) return absl::InvalidArgumentError("job.name is empty");
   std::string serialized;
   if (!job.SerializeToString(&serialized)) {
@@ -217,7 +249,7 @@ absl::Status JobStore::Put(const v1::Job& job) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::optional<v1::Job>> JobStore::Get(const std::string& name) const {
+absl::StatusOr<std::optional<v1::Job>> SqliteJobStore::Get(const std::string& name) const {
   absl::MutexLock lock(&mu_);
   StatementReset reset(get_);
   int rc = BindText(get_, 1, name);
@@ -229,7 +261,7 @@ absl::StatusOr<std::optional<v1::Job>> JobStore::Get(const std::string& name) co
   return job;
 }
 
-absl::StatusOr<std::vector<v1::Job>> JobStore::List() const {
+absl::StatusOr<std::vector<v1::Job>> SqliteJobStore::List() const {
   absl::MutexLock lock(&mu_);
   StatementReset reset(list_);
   std::vector<v1::Job> jobs;
@@ -242,7 +274,7 @@ absl::StatusOr<std::vector<v1::Job>> JobStore::List() const {
   return jobs;
 }
 
-absl::StatusOr<int64_t> JobStore::Sequence(const std::string& name) const {
+absl::StatusOr<int64_t> SqliteJobStore::Sequence(const std::string& name) const {
   absl::MutexLock lock(&mu_);
   StatementReset reset(sequence_);
   int rc = BindText(sequence_, 1, name);

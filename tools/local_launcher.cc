@@ -2,23 +2,23 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <optional>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/job_phase.h"
 #include "common/job_spec.h"
+#include "common/shutdown_signal.h"
 #include "common/status_macros.h"
-#include "glog/logging.h"
+#include "common/temp_dir.h"
 #include "grpcpp/grpcpp.h"
-#include "tools/chrome_trace.h"
 #include "paci/v1/coordinator.grpc.pb.h"
+#include "tools/chrome_trace.h"
 #include "tools/job_view.h"
 #include "tools/progress_printer.h"
 #include "tools/summary_json.h"
@@ -28,17 +28,8 @@
 namespace paci {
 namespace {
 
-absl::Status WriteSummary(const v1::RunSummary& summary, const std::string& path) {
-  ASSIGN_OR_RETURN(const std::string json, RunSummaryToJson(summary));
-  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-  std::error_code ignored;
-  if (!parent.empty()) std::filesystem::create_directories(parent, ignored);
-  std::ofstream file(path, std::ios::trunc);
-  file << json;
-  file.close();
-  if (!file) return absl::UnavailableError(absl::StrCat("cannot write the summary to ", path));
-  return absl::OkStatus();
-}
+// How long the processes' last output may take to arrive once they exited.
+constexpr absl::Duration kDrainTimeout = absl::Seconds(5);
 
 std::unique_ptr<grpc::ClientContext> Context(absl::Duration timeout) {
   auto context = std::make_unique<grpc::ClientContext>();
@@ -47,236 +38,343 @@ std::unique_ptr<grpc::ClientContext> Context(absl::Duration timeout) {
   return context;
 }
 
-// A folder of its own under the system's temporary directory, removed with it.
-class TempDir {
+// The RunSummary as JSON at `path` (creating its folder); the line that says so.
+absl::StatusOr<std::string> WriteSummary(const v1::RunSummary& summary, const std::string& path) {
+  ASSIGN_OR_RETURN(const std::string json, RunSummaryToJson(summary));
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  std::error_code ignored;
+  if (!parent.empty()) std::filesystem::create_directories(parent, ignored);
+  std::ofstream file(path, std::ios::trunc);
+  file << json;
+  file.close();
+  if (!file) return absl::UnavailableError(absl::StrCat("cannot write the summary to ", path));
+  return absl::StrCat("summary written to ", path);
+}
+
+// The job's timeline as Chrome trace JSON at `path`; the line that says so.
+absl::StatusOr<std::string> WriteTrace(const v1::JobTrace& trace, const v1::JobSpec& spec,
+                                       const std::string& path) {
+  const int num_stages = spec.pipeline().num_stages();
+  std::vector<std::vector<v1::Span>> spans(num_stages);
+  std::vector<int64_t> dropped(num_stages, 0);
+  size_t count = 0;
+  for (const v1::StageTrace& stage : trace.stages()) {
+    if (stage.stage() < 0 || stage.stage() >= num_stages) continue;
+    spans[stage.stage()].assign(stage.spans().begin(), stage.spans().end());
+    dropped[stage.stage()] = stage.spans_dropped();
+    count += stage.spans_size();
+  }
+  RETURN_IF_ERROR(WriteChromeTrace(path, spec.name(), spans, dropped));
+  return absl::StrCat("trace of ", count, " spans written to ", path,
+                      " (open it in ui.perfetto.dev or chrome://tracing)");
+}
+
+// One Run() from the coordinator's start on: the processes (process 0 is the
+// coordinator, process 1 + s the worker meant for stage s), their output, the
+// coordinator's stub and the job as last read. Its steps, in order:
+// StartCoordinator, StartWorkers, Submit, Follow, Conclude; StopProcesses
+// when a start fails.
+class LocalRun {
  public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "pacictl-XXXXXX").string();
-    if (mkdtemp(pattern.data()) != nullptr) path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
-  }
-  const std::string& path() const { return path_; }
+  LocalRun(const LocalLauncherOptions& options, v1::JobSpec spec, std::string scratch,
+           absl::Time start)
+      : options_(options), spec_(std::move(spec)), scratch_(std::move(scratch)), start_(start),
+        out_(*options.out), printer_(out_, options.redraw_in_place, options.line_interval) {}
+
+  // Starts paci_coordinator on a free port and waits until it serves.
+  absl::Status StartCoordinator();
+  // One paci_worker per stage, registered with the coordinator.
+  absl::Status StartWorkers();
+  absl::Status Submit();
+  // Follows the job until it ends (OK), a process exits (Aborted, naming it)
+  // or the shutdown is requested (Cancelled).
+  absl::Status Follow();
+  // After Follow: cancels the job unless it ended, reads its trace, lingers,
+  // stops every process, prints the outcome and writes the summary and the
+  // trace. Returns the run's result: Follow's error, else the job's failure,
+  // else the first error of reading or writing those files.
+  absl::Status Conclude(const absl::Status& followed);
+  // Stops every process and prints what they wrote last.
+  void StopProcesses();
 
  private:
-  std::string path_;
-};
+  void Print(absl::string_view message) { out_ << "pacictl: " << message << "\n"; }
+  bool StopRequested() const {
+    return options_.shutdown != nullptr && options_.shutdown->requested();
+  }
+  std::vector<ProcessExit> WaitForOutputOrExits(absl::Duration timeout);
+  // The first exit as a failure (the run cannot go on without the process).
+  absl::Status FailureOf(const std::vector<ProcessExit>& exits);
+  // Reads the job; tells each stage's worker and /metrics once it runs.
+  void Refresh();
+  absl::Status Cancel();
+  absl::StatusOr<v1::JobTrace> ReadTrace();
+  // Prints the outcome of the job and marks the summary with it.
+  absl::Status Outcome(const absl::Status& followed, v1::RunSummary& summary);
+  // Prints what became of a file; an error fails a run that succeeded.
+  void Settle(const absl::StatusOr<std::string>& written, absl::Status& result);
 
-}  // namespace
+  const LocalLauncherOptions& options_;
+  const v1::JobSpec spec_;
+  const std::string scratch_;  // the coordinator's port file and job store
+  const absl::Time start_;
+  std::ostream& out_;
+  WorkerProcesses processes_;
+  WorkerLogRelay relay_;
+  ProgressPrinter printer_;
+  std::string address_;  // the coordinator's
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+  v1::Job job_;
+  bool told_stages_ = false;
+};
 
 // Prints process output as it comes until a process exits, at most
 // `timeout`. The exits are polled every few milliseconds, so that a crash is
 // seen before its neighbours' complaints about the broken link.
-std::vector<ProcessExit> LocalLauncher::WaitForOutputOrExits(WorkerLogRelay& relay,
-                                                             WorkerProcesses& processes,
-                                                             ProgressPrinter& printer,
-                                                             absl::Duration timeout) const {
+std::vector<ProcessExit> LocalRun::WaitForOutputOrExits(absl::Duration timeout) {
   constexpr absl::Duration kExitPollInterval = absl::Milliseconds(10);
   const absl::Time until = absl::Now() + timeout;
   while (true) {
     const absl::Duration left = until - absl::Now();
-    for (const std::string& line : relay.Poll(std::min(left, kExitPollInterval))) {
-      printer.PrintAbove(line);
+    for (const std::string& line : relay_.Poll(std::min(left, kExitPollInterval))) {
+      printer_.PrintAbove(line);
     }
-    std::vector<ProcessExit> exits = processes.PollExits();
-    if (!exits.empty() || absl::Now() >= until || processes.running() == 0) return exits;
-    if (options_.stop_requested != nullptr && options_.stop_requested->load()) return exits;
+    std::vector<ProcessExit> exits = processes_.PollExits();
+    if (!exits.empty() || absl::Now() >= until || processes_.running() == 0) return exits;
+    if (StopRequested()) return exits;
   }
+}
+
+absl::Status LocalRun::StartCoordinator() {
+  const std::string port_file = scratch_ + "/port";
+  ProcessCommand coordinator{options_.coordinator_binary,
+                             {"--listen=127.0.0.1:0", "--db=" + scratch_ + "/jobs.db",
+                              "--port_file=" + port_file},
+                             {},
+                             /*capture_output=*/true};
+  absl::StatusOr<int> started = processes_.Start(coordinator);
+  if (!started.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot start the coordinator: ", started.status().message()));
+  }
+  relay_.Add(processes_.output_fd(*started), "[coordinator] ");
+  while (address_.empty()) {
+    std::ifstream file(port_file);
+    int port = 0;
+    if (file >> port && port > 0) address_ = absl::StrCat("127.0.0.1:", port);
+    if (!WaitForOutputOrExits(absl::Milliseconds(50)).empty() ||
+        absl::Now() - start_ > options_.start_timeout) {
+      return absl::UnavailableError("the coordinator did not start");
+    }
+  }
+  out_ << "pacictl: job " << spec_.name() << ": " << spec_.pipeline().num_stages() << " stages, "
+       << spec_.pipeline().schedule() << ", coordinator at " << address_ << "\n";
+  stub_ = v1::Coordinator::NewStub(
+      grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
+  return absl::OkStatus();
+}
+
+absl::Status LocalRun::StartWorkers() {
+  const std::string threads = absl::StrCat(spec_.runtime().threads_per_stage());
+  for (int s = 0; s < spec_.pipeline().num_stages(); ++s) {
+    ProcessCommand worker{options_.worker_binary,
+                          {"--coordinator=" + address_,
+                           absl::StrCat("--worker_id=", spec_.name(), "-w", s)},
+                          {{"OMP_NUM_THREADS", threads}, {"OPENBLAS_NUM_THREADS", threads}},
+                          /*capture_output=*/true};
+    worker.args.insert(worker.args.end(), options_.worker_flags.begin(),
+                       options_.worker_flags.end());
+    absl::StatusOr<int> started = processes_.Start(worker);
+    if (!started.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot start a worker: ", started.status().message()));
+    }
+    relay_.Add(processes_.output_fd(*started), absl::StrCat("[worker ", s, "] "));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LocalRun::Submit() {
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = spec_;
+  return CoordinatorError(stub_->SubmitJob(Context(absl::Seconds(30)).get(), request, &job_),
+                          "the coordinator refused the job");
+}
+
+absl::Status LocalRun::Follow() {
+  while (!IsTerminal(job_.status().phase())) {
+    if (StopRequested()) return absl::CancelledError("interrupted");
+    RETURN_IF_ERROR(FailureOf(WaitForOutputOrExits(options_.poll_interval)));
+    Refresh();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LocalRun::FailureOf(const std::vector<ProcessExit>& exits) {
+  if (exits.empty()) return absl::OkStatus();
+  const ProcessExit& exit = exits.front();
+  if (exit.index == 0) return absl::AbortedError(absl::StrCat("the coordinator ", exit.ToString()));
+  // Name the stage the worker ran, if the job got that far.
+  const std::string id = absl::StrCat(spec_.name(), "-w", exit.index - 1);
+  std::string who = absl::StrCat("worker ", id);
+  for (const auto& stage : job_.status().stages()) {
+    if (stage.worker_id() == id) who = absl::StrCat("stage ", stage.stage(), ": worker ", id);
+  }
+  const std::string failure = absl::StrCat(who, " ", exit.ToString());
+  printer_.BreakLine();
+  Print(failure);
+  return absl::AbortedError(failure);
+}
+
+void LocalRun::Refresh() {
+  v1::GetJobRequest get;
+  get.set_name(spec_.name());
+  v1::Job latest;
+  // A poll that fails is as good as a skipped one: the next one reads the job.
+  if (stub_->GetJob(Context(absl::Seconds(5)).get(), get, &latest).ok()) job_ = latest;
+  if (!told_stages_ && job_.status().phase() == v1::RUNNING && !job_.status().stages().empty()) {
+    told_stages_ = true;
+    printer_.BreakLine();
+    for (const auto& stage : job_.status().stages()) {
+      out_ << "pacictl: stage " << stage.stage() << ": worker " << stage.worker_id() << " pid "
+           << stage.pid() << " metrics=http://" << stage.metrics_address() << "/metrics\n";
+    }
+  }
+  printer_.Update(ViewOfJob(job_, absl::Now()), absl::Now());
+}
+
+absl::Status LocalRun::Cancel() {
+  v1::CancelJobRequest cancel;
+  cancel.set_name(spec_.name());
+  v1::Job cancelled;
+  const grpc::Status status = stub_->CancelJob(Context(absl::Seconds(5)).get(), cancel, &cancelled);
+  if (status.ok()) job_ = cancelled;
+  return CoordinatorError(status, absl::StrCat("cannot cancel job ", spec_.name()));
+}
+
+absl::StatusOr<v1::JobTrace> LocalRun::ReadTrace() {
+  v1::GetJobRequest get;
+  get.set_name(spec_.name());
+  v1::JobTrace trace;
+  RETURN_IF_ERROR(
+      CoordinatorError(stub_->GetJobTrace(Context(absl::Seconds(10)).get(), get, &trace),
+                       absl::StrCat("cannot read the trace of job ", spec_.name())));
+  return trace;
+}
+
+void LocalRun::StopProcesses() {
+  processes_.StopAll(options_.stop_grace);
+  // Every process has exited: what they wrote last is in the pipes.
+  for (const std::string& line : relay_.Drain(kDrainTimeout)) printer_.PrintAbove(line);
+}
+
+absl::Status LocalRun::Conclude(const absl::Status& followed) {
+  printer_.Finish(ViewOfJob(job_, absl::Now()));
+  if (!followed.ok()) {
+    if (const absl::Status cancelled = Cancel(); !cancelled.ok()) Print(cancelled.message());
+  }
+  absl::StatusOr<v1::JobTrace> trace;
+  if (!options_.trace_path.empty()) trace = ReadTrace();  // while the coordinator is up
+  if (followed.ok() && options_.linger > absl::ZeroDuration()) {
+    WaitForOutputOrExits(options_.linger);
+  }
+  StopProcesses();
+
+  v1::RunSummary summary = SummaryOfJob(job_, absl::ToDoubleSeconds(absl::Now() - start_));
+  absl::Status result = Outcome(followed, summary);
+  if (!options_.summary_path.empty()) {
+    Settle(WriteSummary(summary, options_.summary_path), result);
+  }
+  if (!options_.trace_path.empty()) {
+    Settle(trace.ok() ? WriteTrace(*trace, spec_, options_.trace_path) : trace.status(), result);
+  }
+  return result;
+}
+
+absl::Status LocalRun::Outcome(const absl::Status& followed, v1::RunSummary& summary) {
+  if (absl::IsCancelled(followed)) {
+    summary.set_succeeded(false);
+    summary.set_error("interrupted");
+    Print("interrupted; all workers stopped");
+    return followed;
+  }
+  if (!followed.ok()) {
+    summary.set_succeeded(false);
+    summary.set_error(std::string(followed.message()));
+    Print(absl::StrCat("training failed: ", followed.message()));
+    return followed;
+  }
+  if (!summary.succeeded()) {
+    Print(absl::StrCat("training failed: ", summary.error()));
+    return absl::AbortedError(summary.error());
+  }
+  out_ << "\n" << FormatSummaryTable(summary);
+  return absl::OkStatus();
+}
+
+void LocalRun::Settle(const absl::StatusOr<std::string>& written, absl::Status& result) {
+  if (written.ok()) {
+    Print(*written);
+    return;
+  }
+  Print(written.status().message());
+  if (result.ok()) result = absl::UnavailableError(written.status().message());
+}
+
+// Prints an error that ends the run before it got going; its exit code.
+int StartFailed(std::ostream& out, const absl::Status& status) {
+  out << "pacictl: " << status.message() << "\n";
+  return ExitCodeOf(status);
+}
+
+}  // namespace
+
+int ExitCodeOf(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kOk:
+      return kExitSucceeded;
+    case absl::StatusCode::kInvalidArgument:
+      return kExitUsage;
+    case absl::StatusCode::kCancelled:
+      return kExitInterrupted;
+    default:
+      return kExitTrainingFailed;
+  }
+}
+
+absl::Status CoordinatorError(const grpc::Status& status, absl::string_view what) {
+  if (status.ok()) return absl::OkStatus();
+  const std::string message = absl::StrCat(what, ": ", status.error_message());
+  return status.error_code() == grpc::StatusCode::INVALID_ARGUMENT
+             ? absl::InvalidArgumentError(message)
+             : absl::UnavailableError(message);
 }
 
 LocalLauncher::LocalLauncher(LocalLauncherOptions options) : options_(std::move(options)) {}
 
 int LocalLauncher::Run() {
-  std::ostream& out = *options_.out;
   absl::StatusOr<v1::JobSpec> spec = LoadAndValidateJobSpec(options_.spec_path);
   if (!spec.ok()) {
-    out << "pacictl: " << options_.spec_path << ": " << spec.status().message() << "\n";
-    return kExitUsage;
+    return StartFailed(*options_.out, absl::InvalidArgumentError(absl::StrCat(
+                                          options_.spec_path, ": ", spec.status().message())));
   }
   if (!options_.trace_path.empty()) {
     spec->mutable_runtime()->set_trace_max_spans(options_.trace_max_spans);
   }
-  const int num_stages = spec->pipeline().num_stages();
   const absl::Time start = absl::Now();
-  TempDir scratch;
+  TempDir scratch("pacictl");
   if (scratch.path().empty()) {
-    out << "pacictl: cannot create a temporary directory\n";
-    return kExitTrainingFailed;
+    return StartFailed(*options_.out, absl::UnavailableError("cannot create a temporary directory"));
   }
-
-  // Process 0 is the coordinator, process 1 + s the worker meant for stage s.
-  WorkerProcesses processes;
-  WorkerLogRelay relay;
-  ProgressPrinter printer(out, options_.redraw_in_place, options_.line_interval);
-  const std::string port_file = scratch.path() + "/port";
-  ProcessCommand coordinator{options_.coordinator_binary,
-                             {"--listen=127.0.0.1:0", "--db=" + scratch.path() + "/jobs.db",
-                              "--port_file=" + port_file},
-                             {},
-                             /*capture_output=*/true};
-  absl::StatusOr<int> started = processes.Start(coordinator);
+  LocalRun run(options_, *std::move(spec), scratch.path(), start);
+  absl::Status started = run.StartCoordinator();
+  if (started.ok()) started = run.StartWorkers();
+  if (started.ok()) started = run.Submit();
   if (!started.ok()) {
-    out << "pacictl: cannot start the coordinator: " << started.status().message() << "\n";
-    return kExitTrainingFailed;
+    run.StopProcesses();
+    return StartFailed(*options_.out, started);
   }
-  relay.Add(processes.output_fd(*started), "[coordinator] ");
-  std::string address;
-  while (address.empty()) {
-    std::ifstream file(port_file);
-    int port = 0;
-    if (file >> port && port > 0) address = absl::StrCat("127.0.0.1:", port);
-    if (!WaitForOutputOrExits(relay, processes, printer, absl::Milliseconds(50)).empty() ||
-        absl::Now() - start > options_.start_timeout) {
-      processes.StopAll(options_.stop_grace);
-      for (const std::string& line : relay.Drain(absl::Seconds(2))) printer.PrintAbove(line);
-      out << "pacictl: the coordinator did not start\n";
-      return kExitTrainingFailed;
-    }
-  }
-  out << "pacictl: job " << spec->name() << ": " << num_stages << " stages, "
-      << spec->pipeline().schedule() << ", coordinator at " << address << "\n";
-
-  const std::string threads = absl::StrCat(spec->runtime().threads_per_stage());
-  for (int s = 0; s < num_stages; ++s) {
-    ProcessCommand worker{options_.worker_binary,
-                          {"--coordinator=" + address,
-                           absl::StrCat("--worker_id=", spec->name(), "-w", s)},
-                          {{"OMP_NUM_THREADS", threads}, {"OPENBLAS_NUM_THREADS", threads}},
-                          /*capture_output=*/true};
-    worker.args.insert(worker.args.end(), options_.worker_flags.begin(),
-                       options_.worker_flags.end());
-    started = processes.Start(worker);
-    if (!started.ok()) {
-      processes.StopAll(options_.stop_grace);
-      out << "pacictl: cannot start a worker: " << started.status().message() << "\n";
-      return kExitTrainingFailed;
-    }
-    relay.Add(processes.output_fd(*started), absl::StrCat("[worker ", s, "] "));
-  }
-
-  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
-  std::unique_ptr<v1::Coordinator::Stub> stub = v1::Coordinator::NewStub(channel);
-  v1::Job job;
-  {
-    v1::SubmitJobRequest request;
-    *request.mutable_spec() = *spec;
-    grpc::Status submitted = stub->SubmitJob(Context(absl::Seconds(30)).get(), request, &job);
-    if (!submitted.ok()) {
-      processes.StopAll(options_.stop_grace);
-      out << "pacictl: the coordinator refused the job: " << submitted.error_message() << "\n";
-      return submitted.error_code() == grpc::StatusCode::INVALID_ARGUMENT ? kExitUsage
-                                                                          : kExitTrainingFailed;
-    }
-  }
-
-  std::string failure;  // a process died: the run cannot go on
-  bool interrupted = false;
-  bool told_stages = false;
-  while (!IsTerminal(job.status().phase())) {
-    if (options_.stop_requested != nullptr && options_.stop_requested->load()) {
-      interrupted = true;
-      break;
-    }
-    for (const ProcessExit& exit :
-         WaitForOutputOrExits(relay, processes, printer, options_.poll_interval)) {
-      if (!failure.empty()) continue;
-      if (exit.index == 0) {
-        failure = absl::StrCat("the coordinator ", exit.ToString());
-        continue;
-      }
-      // Name the stage the worker ran, if the job got that far.
-      const std::string id = absl::StrCat(spec->name(), "-w", exit.index - 1);
-      std::string who = absl::StrCat("worker ", id);
-      for (const auto& stage : job.status().stages()) {
-        if (stage.worker_id() == id) who = absl::StrCat("stage ", stage.stage(), ": worker ", id);
-      }
-      failure = absl::StrCat(who, " ", exit.ToString());
-      printer.BreakLine();
-      out << "pacictl: " << failure << "\n";
-    }
-    if (!failure.empty()) break;
-    v1::GetJobRequest get;
-    get.set_name(spec->name());
-    v1::Job latest;
-    if (stub->GetJob(Context(absl::Seconds(5)).get(), get, &latest).ok()) job = latest;
-    if (!told_stages && job.status().phase() == v1::RUNNING && !job.status().stages().empty()) {
-      told_stages = true;
-      printer.BreakLine();
-      for (const auto& stage : job.status().stages()) {
-        out << "pacictl: stage " << stage.stage() << ": worker " << stage.worker_id() << " pid "
-            << stage.pid() << " metrics=http://" << stage.metrics_address() << "/metrics\n";
-      }
-    }
-    printer.Update(ViewOfJob(job, absl::Now()), absl::Now());
-  }
-  printer.Finish(ViewOfJob(job, absl::Now()));
-  if (interrupted || !failure.empty()) {
-    v1::CancelJobRequest cancel;
-    cancel.set_name(spec->name());
-    stub->CancelJob(Context(absl::Seconds(5)).get(), cancel, &job);
-  }
-  v1::JobTrace trace;
-  if (!options_.trace_path.empty()) {
-    v1::GetJobRequest get;
-    get.set_name(spec->name());
-    stub->GetJobTrace(Context(absl::Seconds(10)).get(), get, &trace);
-  }
-  if (!interrupted && failure.empty() && options_.linger > absl::ZeroDuration()) {
-    WaitForOutputOrExits(relay, processes, printer, options_.linger);
-  }
-  processes.StopAll(options_.stop_grace);
-  // Every process has exited: what they wrote last is in the pipes.
-  for (const std::string& line : relay.Drain(absl::Seconds(5))) printer.PrintAbove(line);
-
-  v1::RunSummary summary = SummaryOfJob(job, absl::ToDoubleSeconds(absl::Now() - start));
-  int code = kExitSucceeded;
-  if (interrupted) {
-    summary.set_succeeded(false);
-    summary.set_error("interrupted");
-    out << "pacictl: interrupted; all workers stopped\n";
-    code = kExitInterrupted;
-  } else if (!failure.empty()) {
-    summary.set_succeeded(false);
-    summary.set_error(failure);
-    out << "pacictl: training failed: " << failure << "\n";
-    code = kExitTrainingFailed;
-  } else if (summary.succeeded()) {
-    out << "\n" << FormatSummaryTable(summary);
-  } else {
-    out << "pacictl: training failed: " << summary.error() << "\n";
-    code = kExitTrainingFailed;
-  }
-  if (!options_.summary_path.empty()) {
-    if (const absl::Status written = WriteSummary(summary, options_.summary_path); !written.ok()) {
-      out << "pacictl: " << written.message() << "\n";
-      if (code == kExitSucceeded) code = kExitTrainingFailed;
-    } else {
-      out << "pacictl: summary written to " << options_.summary_path << "\n";
-    }
-  }
-  if (!options_.trace_path.empty()) {
-    std::vector<std::vector<v1::Span>> spans(num_stages);
-    std::vector<int64_t> dropped(num_stages, 0);
-    size_t count = 0;
-    for (const v1::StageTrace& stage : trace.stages()) {
-      if (stage.stage() < 0 || stage.stage() >= num_stages) continue;
-      spans[stage.stage()].assign(stage.spans().begin(), stage.spans().end());
-      dropped[stage.stage()] = stage.spans_dropped();
-      count += stage.spans_size();
-    }
-    if (const absl::Status written =
-            WriteChromeTrace(options_.trace_path, spec->name(), spans, dropped);
-        !written.ok()) {
-      out << "pacictl: " << written.message() << "\n";
-      if (code == kExitSucceeded) code = kExitTrainingFailed;
-    } else {
-      out << "pacictl: trace of " << count << " spans written to " << options_.trace_path
-          << " (open it in ui.perfetto.dev or chrome://tracing)\n";
-    }
-  }
-  return code;
+  return ExitCodeOf(run.Conclude(run.Follow()));
 }
 
 absl::StatusOr<std::string> FindSiblingBinary(const std::string& self_exe, const std::string& name,

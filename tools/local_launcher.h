@@ -1,26 +1,37 @@
 #pragma once
 
-#include <atomic>
 #include <iostream>
 #include <ostream>
 #include <string>
 #include <vector>
 
+#include <grpcpp/support/status.h>
+
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
 namespace paci {
 
-class ProgressPrinter;
-class WorkerLogRelay;
-class WorkerProcesses;
-struct ProcessExit;
+class ShutdownSignal;
 
 // pacictl's exit codes.
 inline constexpr int kExitSucceeded = 0;
 inline constexpr int kExitTrainingFailed = 1;
 inline constexpr int kExitUsage = 2;         // bad command line or spec
 inline constexpr int kExitInterrupted = 130;  // SIGINT or SIGTERM
+
+// The one mapping of pacictl's results to its exit codes: OK is
+// kExitSucceeded, InvalidArgument (a bad command line or spec, a job the
+// coordinator refused as invalid) kExitUsage, Cancelled (SIGINT or SIGTERM)
+// kExitInterrupted, any other error kExitTrainingFailed.
+int ExitCodeOf(const absl::Status& status);
+
+// A coordinator's answer as such a result, its message prefixed with `what`
+// and ": ": INVALID_ARGUMENT stays InvalidArgument; any other error becomes
+// Unavailable (never Cancelled, which stands for a signal).
+absl::Status CoordinatorError(const grpc::Status& status, absl::string_view what);
 
 struct LocalLauncherOptions {
   std::string spec_path;
@@ -34,8 +45,8 @@ struct LocalLauncherOptions {
   int trace_max_spans = 100000;  // per stage: the first ones are kept
   std::ostream* out = &std::cerr;  // progress, failures and the final table
   bool redraw_in_place = false;    // `out` is a terminal: redraw the live line
-  // Set (from a signal handler) to stop the run; may be null.
-  const std::atomic<bool>* stop_requested = nullptr;
+  // Stops the run when requested (SIGINT or SIGTERM); may be null.
+  const ShutdownSignal* shutdown = nullptr;
 
   absl::Duration poll_interval = absl::Milliseconds(200);  // loop and redraw period
   absl::Duration line_interval = absl::Seconds(5);  // progress lines when not redrawn
@@ -61,19 +72,16 @@ class LocalLauncher {
  public:
   explicit LocalLauncher(LocalLauncherOptions options);
 
-  // Runs the job to its end and returns the exit code: kExitSucceeded when
-  // every stage finished and exited 0; kExitTrainingFailed when a stage
-  // reported an error, a worker exited early or the summary could not be
-  // written; kExitUsage when the spec is invalid (the message names the
-  // field); kExitInterrupted when stop_requested was set. No worker outlives
-  // it. Blocks.
+  // Runs the job to its end and returns the exit code (ExitCodeOf):
+  // kExitSucceeded when every stage finished and exited 0;
+  // kExitTrainingFailed when a stage reported an error, a worker exited
+  // early, or the summary or the trace could not be read or written (a job
+  // that could not be cancelled is reported too); kExitUsage when the spec is invalid (the message
+  // names the field); kExitInterrupted when the shutdown was requested. No
+  // worker outlives it. Blocks.
   int Run();
 
  private:
-  std::vector<ProcessExit> WaitForOutputOrExits(WorkerLogRelay& relay, WorkerProcesses& workers,
-                                                ProgressPrinter& printer,
-                                                absl::Duration timeout) const;
-
   const LocalLauncherOptions options_;
 };
 

@@ -6,10 +6,8 @@
 //           [--coordinator=HOST:PORT] [--auth_token_file=F] [--tls_ca=F]
 //           [--tls_cert=F --tls_key=F]
 
-#include <signal.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -27,6 +25,7 @@
 #include "common/grpc_security.h"
 #include "common/job_phase.h"
 #include "common/job_spec.h"
+#include "common/shutdown_signal.h"
 #include "glog/logging.h"
 #include "paci/v1/coordinator.grpc.pb.h"
 #include "tools/job_view.h"
@@ -73,19 +72,6 @@ constexpr char kUsage[] =
     "--auth_token_file, --tls_ca and (mutual TLS) --tls_cert/--tls_key when it asks for them.\n"
     "Exit codes: 0 success, 1 failed, 2 usage or spec error, 130 interrupted.\n";
 
-std::atomic<bool> stop_requested{false};
-static_assert(std::atomic<bool>::is_always_lock_free, "used from a signal handler");
-
-extern "C" void OnStopSignal(int) { stop_requested.store(true); }
-
-void InstallStopHandlers() {
-  struct sigaction action {};
-  action.sa_handler = OnStopSignal;
-  sigemptyset(&action.sa_mask);
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
-}
-
 std::string Sibling(const std::string& flag, const std::string& name, const std::string& subdir) {
   if (!flag.empty()) return access(flag.c_str(), X_OK) == 0 ? flag : "";
   std::error_code error;
@@ -116,8 +102,8 @@ int Train(const std::string& spec_path) {
   options.linger = absl::Seconds(absl::GetFlag(FLAGS_linger_seconds));
   options.out = &std::cerr;
   options.redraw_in_place = isatty(STDERR_FILENO) == 1;
-  options.stop_requested = &stop_requested;
-  InstallStopHandlers();
+  paci::ShutdownSignal shutdown;  // SIGINT and SIGTERM stop the run, exit 130
+  options.shutdown = &shutdown;
   return paci::LocalLauncher(options).Run();
 }
 
@@ -142,7 +128,7 @@ class Client {
                       ? "is a coordinator running at " + absl::GetFlag(FLAGS_coordinator) + "?"
                       : "code " + std::to_string(status.error_code()))
               << ")\n";
-    return status.error_code() == grpc::StatusCode::INVALID_ARGUMENT ? paci::kExitUsage : 1;
+    return paci::ExitCodeOf(paci::CoordinatorError(status, "the coordinator"));
   }
 
   int Submit(const std::string& path) {
@@ -155,10 +141,7 @@ class Client {
     *request.mutable_spec() = *spec;
     paci::v1::Job job;
     grpc::Status status = stub_->SubmitJob(Context(absl::Seconds(30)).get(), request, &job);
-    if (!status.ok()) return Fail(status);
-    std::cout << "job " << job.name() << " " << paci::v1::JobPhase_Name(job.status().phase())
-              << "\n";
-    return 0;
+    return status.ok() ? PrintPhase(job) : Fail(status);
   }
 
   int Get(const std::string& name) {
@@ -168,7 +151,7 @@ class Client {
     grpc::Status status = stub_->GetJob(Context(absl::Seconds(30)).get(), request, &job);
     if (!status.ok()) return Fail(status);
     std::cout << paci::FormatJobDetails(job, absl::Now());
-    return 0;
+    return paci::kExitSucceeded;
   }
 
   int List() {
@@ -188,7 +171,7 @@ class Client {
     if (!status.ok()) return Fail(status);
     std::cout << paci::FormatJobTable({response.jobs().begin(), response.jobs().end()},
                                       absl::Now());
-    return 0;
+    return paci::kExitSucceeded;
   }
 
   int Watch(const std::string& name) {
@@ -212,9 +195,9 @@ class Client {
     if (!status.ok()) return Fail(status);
     if (job.status().phase() == paci::v1::SUCCEEDED) {
       std::cerr << "\n" << paci::FormatSummaryTable(paci::SummaryOfJob(job, 0));
-      return 0;
+      return paci::kExitSucceeded;
     }
-    return 1;
+    return paci::kExitTrainingFailed;
   }
 
   int Cancel(const std::string& name) {
@@ -222,13 +205,17 @@ class Client {
     request.set_name(name);
     paci::v1::Job job;
     grpc::Status status = stub_->CancelJob(Context(absl::Seconds(30)).get(), request, &job);
-    if (!status.ok()) return Fail(status);
-    std::cout << "job " << job.name() << " " << paci::v1::JobPhase_Name(job.status().phase())
-              << "\n";
-    return 0;
+    return status.ok() ? PrintPhase(job) : Fail(status);
   }
 
  private:
+  // "job NAME PHASE" on stdout.
+  static int PrintPhase(const paci::v1::Job& job) {
+    std::cout << "job " << job.name() << " " << paci::v1::JobPhase_Name(job.status().phase())
+              << "\n";
+    return paci::kExitSucceeded;
+  }
+
   std::unique_ptr<paci::v1::Coordinator::Stub> stub_;
   const std::string token_;
 };

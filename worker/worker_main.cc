@@ -7,11 +7,10 @@
 // listens on the S-th):
 //   paci_worker --spec=job.yaml --stage=S --peers=HOST:PORT,HOST:PORT,...
 
-#include <pthread.h>
 #include <unistd.h>
 
-#include <csignal>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,18 +20,17 @@
 #include <prometheus/registry.h>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "common/crash_handler.h"
 #include "common/grpc_security.h"
 #include "common/job_spec.h"
+#include "common/main_support.h"
 #include "common/metrics_http_server.h"
+#include "common/net_address.h"
+#include "common/shutdown_signal.h"
 #include "common/status_macros.h"
 #include "worker/agent/worker_agent.h"
 #include "worker/runtime/stage_host.h"
-#include "worker/transport/peer_sender.h"
 #include "worker/transport/stage_link_service.h"
 
 ABSL_FLAG(std::string, coordinator, "", "host:port of the coordinator to take stages from");
@@ -61,120 +59,150 @@ ABSL_FLAG(double, exit_delay_seconds, 0,
 namespace paci {
 namespace {
 
-std::string Host(const std::string& address) { return address.substr(0, address.rfind(':')); }
-
-absl::Status Main() {
-  const bool coordinated = !absl::GetFlag(FLAGS_coordinator).empty();
+// Started by hand: the one stage to run, from --spec, --stage and --peers.
+absl::StatusOr<v1::StageAssignment> AssignmentFromFlags() {
   const int stage = absl::GetFlag(FLAGS_stage);
-  if (!coordinated && (absl::GetFlag(FLAGS_spec).empty() || absl::GetFlag(FLAGS_peers).empty() ||
-                       stage < 0)) {
+  if (absl::GetFlag(FLAGS_spec).empty() || absl::GetFlag(FLAGS_peers).empty() || stage < 0) {
     return absl::InvalidArgumentError("give --coordinator, or --spec, --stage and --peers");
   }
-  v1::StageAssignment assignment;  // by hand: the one stage to run
-  std::string listen = absl::GetFlag(FLAGS_listen);
-  if (!coordinated) {
-    ASSIGN_OR_RETURN(*assignment.mutable_spec(),
-                     LoadAndValidateJobSpec(absl::GetFlag(FLAGS_spec)));
-    std::vector<std::string> peers =
-        absl::StrSplit(absl::GetFlag(FLAGS_peers), ',', absl::SkipEmpty());
-    const int P = assignment.spec().pipeline().num_stages();
-    if (static_cast<int>(peers.size()) != P || stage >= P) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--peers: need one address per stage (pipeline.num_stages = ", P, "), got ",
-          peers.size(), "; --stage is ", stage));
+  v1::StageAssignment assignment;
+  ASSIGN_OR_RETURN(*assignment.mutable_spec(), LoadAndValidateJobSpec(absl::GetFlag(FLAGS_spec)));
+  std::vector<std::string> peers =
+      absl::StrSplit(absl::GetFlag(FLAGS_peers), ',', absl::SkipEmpty());
+  const int P = assignment.spec().pipeline().num_stages();
+  if (static_cast<int>(peers.size()) != P || stage >= P) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--peers: need one address per stage (pipeline.num_stages = ", P, "), got ",
+        peers.size(), "; --stage is ", stage));
+  }
+  assignment.set_job_name(assignment.spec().name());
+  assignment.set_stage(stage);
+  for (const std::string& peer : peers) assignment.add_stage_addresses(peer);
+  return assignment;
+}
+
+// The stage links' gRPC server on `listen`; *port is the bound port.
+absl::StatusOr<std::unique_ptr<grpc::Server>> ServeLinks(StageLinkService& links,
+                                                         const std::string& listen, int* port) {
+  grpc::ServerBuilder builder;
+  ASSIGN_OR_RETURN(auto credentials,
+                   MakeServerCredentials(TlsFiles{absl::GetFlag(FLAGS_tls_cert),
+                                                  absl::GetFlag(FLAGS_tls_key), ""}));
+  builder.AddListeningPort(listen, credentials, port);
+  builder.SetMaxReceiveMessageSize(1 << 30);
+  builder.RegisterService(&links);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || *port == 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", listen));
+  return server;
+}
+
+// --worker_id; by hand "<job>-stage<S>"; else "<hostname>-<pid>".
+std::string WorkerId(const v1::StageAssignment* by_hand) {
+  if (!absl::GetFlag(FLAGS_worker_id).empty()) return absl::GetFlag(FLAGS_worker_id);
+  if (by_hand != nullptr) return absl::StrCat(by_hand->job_name(), "-stage", by_hand->stage());
+  char hostname[256] = {};
+  gethostname(hostname, sizeof(hostname) - 1);
+  return absl::StrCat(hostname, "-", getpid());
+}
+
+absl::StatusOr<StageHostOptions> HostOptionsFromFlags() {
+  StageHostOptions options;
+  options.report_interval = absl::Seconds(absl::GetFlag(FLAGS_report_interval_seconds));
+  // The stage links speak TLS when this worker serves them over TLS (every
+  // stage is given the same flags).
+  const bool tls_links = !absl::GetFlag(FLAGS_tls_cert).empty();
+  ASSIGN_OR_RETURN(
+      options.link_credentials,
+      MakeChannelCredentials(TlsFiles{"", "", tls_links ? absl::GetFlag(FLAGS_tls_ca) : ""}));
+  return options;
+}
+
+// How to reach the coordinator (TLS whenever a CA is given) and what to
+// register with it.
+absl::StatusOr<WorkerAgentOptions> AgentOptionsFromFlags(const std::string& id,
+                                                         const std::string& link_address,
+                                                         const std::string& metrics_address) {
+  WorkerAgentOptions options;
+  options.coordinator = absl::GetFlag(FLAGS_coordinator);
+  ASSIGN_OR_RETURN(options.credentials,
+                   MakeChannelCredentials(TlsFiles{absl::GetFlag(FLAGS_coordinator_tls_cert),
+                                                   absl::GetFlag(FLAGS_coordinator_tls_key),
+                                                   absl::GetFlag(FLAGS_tls_ca)}));
+  if (!absl::GetFlag(FLAGS_auth_token_file).empty()) {
+    ASSIGN_OR_RETURN(options.token, ReadTokenFile(absl::GetFlag(FLAGS_auth_token_file)));
+  }
+  ASSIGN_OR_RETURN(options.host, HostOptionsFromFlags());
+  v1::WorkerRegistration& r = options.registration;
+  r.set_worker_id(id);
+  r.set_link_address(link_address);
+  r.set_metrics_address(metrics_address);
+  r.set_device(absl::GetFlag(FLAGS_device));
+  r.set_capacity(1);
+  r.set_pid(getpid());
+  for (absl::string_view label : absl::StrSplit(absl::GetFlag(FLAGS_labels), ',', absl::SkipEmpty())) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(label, absl::MaxSplits('=', 1));
+    (*r.mutable_labels())[kv.first] = kv.second;
+  }
+  return options;
+}
+
+// Serves the coordinator until SIGINT or SIGTERM.
+void ServeCoordinator(const WorkerAgentOptions& options, StageLinkService& links,
+                      prometheus::Registry& registry, ShutdownSignal& shutdown) {
+  WorkerAgent agent(options, links, registry);
+  std::thread stopper([&] {
+    shutdown.Wait();
+    if (shutdown.signal_number() != 0) {
+      LOG(INFO) << "signal " << shutdown.signal_number() << ": shutting down";
     }
-    assignment.set_job_name(assignment.spec().name());
-    assignment.set_stage(stage);
-    for (const std::string& peer : peers) assignment.add_stage_addresses(peer);
-    listen = peers[stage];
+    agent.Shutdown();
+  });
+  LOG(INFO) << "worker " << options.registration.worker_id() << " serving coordinator "
+            << options.coordinator;
+  agent.Run();
+  shutdown.Request();  // ends the stopper if no signal came
+  stopper.join();
+}
+
+// `shutdown`: under a coordinator, the signals; null by hand (a signal ends
+// the process, and its neighbours see the link break).
+absl::Status Main(ShutdownSignal* shutdown) {
+  std::optional<v1::StageAssignment> by_hand;
+  std::string listen = absl::GetFlag(FLAGS_listen);
+  if (shutdown == nullptr) {
+    ASSIGN_OR_RETURN(by_hand, AssignmentFromFlags());
+    listen = by_hand->stage_addresses(by_hand->stage());
   }
 
   // Metrics and links come up first, so their addresses can be told.
   auto registry = std::make_shared<prometheus::Registry>();
   MetricsHttpServer metrics_server(registry);
   ASSIGN_OR_RETURN(const int metrics_port,
-                   metrics_server.Start(absl::GetFlag(FLAGS_metrics_address)));
+                   ServeMetrics(metrics_server, absl::GetFlag(FLAGS_metrics_address)));
   StageLinkService links;
   int link_port = 0;
-  grpc::ServerBuilder builder;
-  ASSIGN_OR_RETURN(auto link_server_credentials,
-                   MakeServerCredentials(TlsFiles{absl::GetFlag(FLAGS_tls_cert),
-                                                  absl::GetFlag(FLAGS_tls_key), ""}));
-  builder.AddListeningPort(listen, link_server_credentials, &link_port);
-  builder.SetMaxReceiveMessageSize(1 << 30);
-  builder.RegisterService(&links);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || link_port == 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", listen));
+  ASSIGN_OR_RETURN(std::unique_ptr<grpc::Server> server, ServeLinks(links, listen, &link_port));
   const std::string host = absl::GetFlag(FLAGS_advertise_host).empty()
-                               ? Host(listen)
+                               ? HostOfAddress(listen)
                                : absl::GetFlag(FLAGS_advertise_host);
   const std::string link_address = absl::StrCat(host, ":", link_port);
   const std::string metrics_address =
-      absl::StrCat(Host(absl::GetFlag(FLAGS_metrics_address)), ":", metrics_port);
-  std::string id = absl::GetFlag(FLAGS_worker_id);
-  if (id.empty() && !coordinated) id = absl::StrCat(assignment.job_name(), "-stage", stage);
-  if (id.empty()) {
-    char hostname[256] = {};
-    gethostname(hostname, sizeof(hostname) - 1);
-    id = absl::StrCat(hostname, "-", getpid());
-  }
+      absl::StrCat(HostOfAddress(absl::GetFlag(FLAGS_metrics_address)), ":", metrics_port);
+  const std::string id = WorkerId(by_hand ? &*by_hand : nullptr);
   LOG(INFO) << "worker " << id << " pid=" << getpid() << " link=" << link_address
             << " metrics=http://" << metrics_address << "/metrics";
 
-  StageHostOptions host_options;
-  host_options.report_interval = absl::Seconds(absl::GetFlag(FLAGS_report_interval_seconds));
-  // The stage links speak TLS when this worker serves them over TLS (every
-  // stage is given the same flags); the coordinator whenever a CA is given.
-  const bool tls_links = !absl::GetFlag(FLAGS_tls_cert).empty();
-  ASSIGN_OR_RETURN(
-      host_options.link_credentials,
-      MakeChannelCredentials(TlsFiles{"", "", tls_links ? absl::GetFlag(FLAGS_tls_ca) : ""}));
-  ASSIGN_OR_RETURN(auto coordinator_credentials,
-                   MakeChannelCredentials(TlsFiles{absl::GetFlag(FLAGS_coordinator_tls_cert),
-                                                   absl::GetFlag(FLAGS_coordinator_tls_key),
-                                                   absl::GetFlag(FLAGS_tls_ca)}));
   absl::Status status;
-  if (!coordinated) {
+  if (by_hand) {
+    ASSIGN_OR_RETURN(const StageHostOptions host_options, HostOptionsFromFlags());
     // Nobody to report to: the stage logs its validation losses itself.
-    StageHost stage_host(assignment, links, *registry, /*sink=*/nullptr, host_options);
+    StageHost stage_host(*by_hand, links, *registry, /*sink=*/nullptr, host_options);
     status = stage_host.Run();
     absl::SleepFor(absl::Seconds(absl::GetFlag(FLAGS_exit_delay_seconds)));
   } else {
-    WorkerAgentOptions options;
-    options.coordinator = absl::GetFlag(FLAGS_coordinator);
-    options.credentials = coordinator_credentials;
-    if (!absl::GetFlag(FLAGS_auth_token_file).empty()) {
-      ASSIGN_OR_RETURN(options.token, ReadTokenFile(absl::GetFlag(FLAGS_auth_token_file)));
-    }
-    v1::WorkerRegistration& r = options.registration;
-    r.set_worker_id(id);
-    r.set_link_address(link_address);
-    r.set_metrics_address(metrics_address);
-    r.set_device(absl::GetFlag(FLAGS_device));
-    r.set_capacity(1);
-    r.set_pid(getpid());
-    for (absl::string_view label : absl::StrSplit(absl::GetFlag(FLAGS_labels), ',', absl::SkipEmpty())) {
-      std::pair<std::string, std::string> kv = absl::StrSplit(label, absl::MaxSplits('=', 1));
-      (*r.mutable_labels())[kv.first] = kv.second;
-    }
-    options.host = host_options;
-    WorkerAgent agent(options, links, *registry);
-    // SIGTERM and SIGINT end the agent: a thread waits for them (they are
-    // blocked in every other thread, which inherit main's mask).
-    std::thread signals([&agent] {
-      sigset_t set;
-      sigemptyset(&set);
-      sigaddset(&set, SIGTERM);
-      sigaddset(&set, SIGINT);
-      int signal = 0;
-      sigwait(&set, &signal);
-      LOG(INFO) << "signal " << signal << ": shutting down";
-      agent.Shutdown();
-    });
-    LOG(INFO) << "worker " << id << " serving coordinator " << options.coordinator;
-    agent.Run();
-    pthread_kill(signals.native_handle(), SIGTERM);  // ends sigwait if no signal came
-    signals.join();
+    ASSIGN_OR_RETURN(const WorkerAgentOptions options,
+                     AgentOptionsFromFlags(id, link_address, metrics_address));
+    ServeCoordinator(options, links, *registry, *shutdown);
   }
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   return status;
@@ -184,21 +212,12 @@ absl::Status Main() {
 }  // namespace paci
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  paci::InitMain(
+      argc, argv, "paci_worker",
       "runs pipeline stages: --coordinator=HOST:PORT, or --spec=FILE --stage=S --peers=A,B,...");
-  absl::ParseCommandLine(argc, argv);
-  google::InitGoogleLogging(argv[0]);
-  paci::InstallCrashHandler("paci_worker");
-  FLAGS_logtostderr = true;
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  if (!absl::GetFlag(FLAGS_coordinator).empty()) pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  absl::Status status = paci::Main();
-  if (!status.ok()) {
-    LOG(ERROR) << "worker failed: " << status.message();
-    return 1;
-  }
-  return 0;
+  // Under a coordinator SIGINT and SIGTERM end the agent; by hand they end
+  // the process.
+  std::optional<paci::ShutdownSignal> shutdown;
+  if (!absl::GetFlag(FLAGS_coordinator).empty()) shutdown.emplace();  // before any thread starts
+  return paci::MainExitCode(paci::Main(shutdown ? &*shutdown : nullptr), "paci_worker");
 }

@@ -3,16 +3,11 @@
 #include <glog/logging.h>
 
 #include "absl/strings/str_cat.h"
+#include "operator/reconcile/object_meta.h"
 
 namespace paci::op {
 
 using nlohmann::json;
-
-namespace {
-std::string MicroTime(absl::Time t) {
-  return absl::FormatTime("%Y-%m-%dT%H:%M:%E6SZ", t, absl::UTCTimeZone());
-}
-}  // namespace
 
 LeaderElector::LeaderElector(KubeClient& client, Options options,
                              std::function<void()> on_started_leading,
@@ -24,13 +19,16 @@ LeaderElector::LeaderElector(KubeClient& client, Options options,
 
 LeaderElector::~LeaderElector() { Stop(); }
 
+std::string LeaderElector::LeaseCollection() const {
+  return CollectionPath("coordination.k8s.io", "v1", options_.lease_namespace, "leases");
+}
+
 std::string LeaderElector::LeasePath() const {
-  return absl::StrCat(CollectionPath("coordination.k8s.io", "v1", options_.lease_namespace, "leases"),
-                      "/", options_.lease_name);
+  return absl::StrCat(LeaseCollection(), "/", options_.lease_name);
 }
 
 bool LeaderElector::TryAcquireOrRenew() {
-  const absl::Time now = absl::Now();
+  const absl::Time now = options_.clock->Now();
   const int duration_seconds = static_cast<int>(absl::ToInt64Seconds(options_.lease_duration));
   absl::StatusOr<json> lease = client_.Get(LeasePath());
   if (absl::IsNotFound(lease.status())) {
@@ -40,11 +38,10 @@ bool LeaderElector::TryAcquireOrRenew() {
                   {"spec",
                    {{"holderIdentity", options_.identity},
                     {"leaseDurationSeconds", duration_seconds},
-                    {"acquireTime", MicroTime(now)},
-                    {"renewTime", MicroTime(now)},
+                    {"acquireTime", Rfc3339Micro(now)},
+                    {"renewTime", Rfc3339Micro(now)},
                     {"leaseTransitions", 0}}}};
-    absl::StatusOr<json> created = client_.Create(
-        CollectionPath("coordination.k8s.io", "v1", options_.lease_namespace, "leases"), fresh);
+    absl::StatusOr<json> created = client_.Create(LeaseCollection(), fresh);
     if (!created.ok() && !absl::IsAlreadyExists(created.status())) {
       LOG(WARNING) << "leader election: " << created.status();
     }
@@ -54,25 +51,25 @@ bool LeaderElector::TryAcquireOrRenew() {
     LOG(WARNING) << "leader election: " << lease.status();
     return false;
   }
-  json spec = lease->value("spec", json::object());
-  const std::string holder = spec.value("holderIdentity", "");
-  const std::string record = holder + "@" + spec.value("renewTime", "");
+  json spec = Field(*lease, "spec");
+  const std::string holder = StringField(spec, "holderIdentity");
+  const std::string record = holder + "@" + StringField(spec, "renewTime");
   if (record != observed_record_) {
     observed_record_ = record;
     observed_time_ = now;
   }
-  const int held_for = spec.value("leaseDurationSeconds", duration_seconds);
+  const int64_t held_for = IntField(spec, "leaseDurationSeconds", duration_seconds);
   if (!holder.empty() && holder != options_.identity &&
       observed_time_ + absl::Seconds(held_for) > now) {
     return false;  // someone else holds a lease that is still live
   }
   if (holder != options_.identity) {
-    spec["acquireTime"] = MicroTime(now);
-    spec["leaseTransitions"] = spec.value("leaseTransitions", 0) + 1;
+    spec["acquireTime"] = Rfc3339Micro(now);
+    spec["leaseTransitions"] = IntField(spec, "leaseTransitions", 0) + 1;
   }
   spec["holderIdentity"] = options_.identity;
   spec["leaseDurationSeconds"] = duration_seconds;
-  spec["renewTime"] = MicroTime(now);
+  spec["renewTime"] = Rfc3339Micro(now);
   json updated = *lease;
   updated["spec"] = spec;
   absl::StatusOr<json> written = client_.Update(LeasePath(), updated);
@@ -87,8 +84,7 @@ bool LeaderElector::TryAcquireOrRenew() {
 
 void LeaderElector::Release() {
   absl::StatusOr<json> lease = client_.Get(LeasePath());
-  if (!lease.ok() || lease->value("spec", json::object()).value("holderIdentity", "") !=
-                         options_.identity) {
+  if (!lease.ok() || StringField(Field(*lease, "spec"), "holderIdentity") != options_.identity) {
     return;
   }
   json updated = *lease;
@@ -99,11 +95,18 @@ void LeaderElector::Release() {
   }
 }
 
+bool LeaderElector::WaitToRetry(absl::Duration wait) {
+  absl::MutexLock lock(&stop_mutex_);
+  return !options_.clock->AwaitWithDeadline(stop_mutex_, absl::Condition(&stopping_),
+                                            options_.clock->Now() + wait);
+}
+
 void LeaderElector::Run() {
   absl::Time last_renew = absl::InfinitePast();
-  while (!stop_.HasBeenNotified()) {
+  for (absl::Duration wait = absl::ZeroDuration(); WaitToRetry(wait);
+       wait = options_.retry_period) {
     const bool held = TryAcquireOrRenew();
-    const absl::Time now = absl::Now();
+    const absl::Time now = options_.clock->Now();
     if (held) {
       last_renew = now;
       if (!leader_.exchange(true)) {
@@ -116,7 +119,6 @@ void LeaderElector::Run() {
       LOG(WARNING) << "leader election: " << options_.identity << " lost the lease";
       if (on_stopped_leading_) on_stopped_leading_();
     }
-    stop_.WaitForNotificationWithTimeout(options_.retry_period);
   }
   if (leader_.exchange(false)) {
     Release();
@@ -127,7 +129,10 @@ void LeaderElector::Run() {
 void LeaderElector::Start() { thread_ = std::thread([this] { Run(); }); }
 
 void LeaderElector::Stop() {
-  if (!stop_.HasBeenNotified()) stop_.Notify();
+  {
+    absl::MutexLock lock(&stop_mutex_);
+    stopping_ = true;
+  }
   if (thread_.joinable()) thread_.join();
 }
 

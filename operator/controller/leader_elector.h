@@ -7,15 +7,18 @@
 // stale resourceVersion) makes sure two replicas never both win.
 //
 // Owns one thread (Start/Stop). The callbacks run on it. Stop releases the
-// lease when held, so a replacement does not wait out the lease.
+// lease when held, so a replacement does not wait out the lease. Time is
+// Options::clock's (a FakeClock in tests).
 
 #include <atomic>
 #include <functional>
 #include <string>
 #include <thread>
 
-#include "absl/synchronization/notification.h"
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "operator/kube/kube_client.h"
 
 namespace paci::op {
@@ -29,6 +32,7 @@ class LeaderElector {
     absl::Duration lease_duration = absl::Seconds(15);
     absl::Duration renew_deadline = absl::Seconds(10);  // a leader that cannot renew this long steps down
     absl::Duration retry_period = absl::Seconds(2);
+    Clock* clock = &Clock::Real();
   };
 
   LeaderElector(KubeClient& client, Options options, std::function<void()> on_started_leading,
@@ -46,7 +50,10 @@ class LeaderElector {
 
  private:
   void Run();
+  // Waits `wait` (none: only looks); false once Stop has been called.
+  bool WaitToRetry(absl::Duration wait);
   void Release();
+  std::string LeaseCollection() const;
   std::string LeasePath() const;
 
   KubeClient& client_;
@@ -58,7 +65,8 @@ class LeaderElector {
   // What this replica last saw in the lease, and when (by its own clock).
   std::string observed_record_;
   absl::Time observed_time_ = absl::InfinitePast();
-  absl::Notification stop_;
+  absl::Mutex stop_mutex_;
+  bool stopping_ ABSL_GUARDED_BY(stop_mutex_) = false;
   std::thread thread_;
 };
 

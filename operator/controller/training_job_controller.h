@@ -3,9 +3,8 @@
 // Runs the TrainingJob reconcile against a cluster: informers keep
 // TrainingJobs and the pods and Services they own in memory, a rate-limited
 // work queue feeds job keys to worker threads, and each worker observes the
-// world (cache + coordinator), calls ReconcileTrainingJob and carries out its
-// actions: finalizer, pods, Service, submit/cancel at the coordinator,
-// Events, the status (409 retried with a fresh read), deletion after TTL.
+// world (cache + coordinator), calls ReconcileTrainingJob and has an
+// ActionExecutor carry out its actions.
 //
 // Owns its informers and threads: Start, then Stop (or the destructor).
 
@@ -17,6 +16,8 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
+#include "operator/controller/action_executor.h"
 #include "operator/controller/coordinator_jobs.h"
 #include "operator/controller/work_queue.h"
 #include "operator/kube/informer.h"
@@ -32,6 +33,8 @@ struct ControllerOptions {
   int workers = 2;
   std::string component = "paci-operator";  // the source of its Events
   int watch_timeout_seconds = 300;
+  // Times the reconciles (ObservedWorld::now), Events and requeues.
+  Clock* clock = &Clock::Real();
 };
 
 class TrainingJobController {
@@ -54,19 +57,24 @@ class TrainingJobController {
   void Work();
   // Reconciles "namespace/name"; sets *requeue_after when it should run again.
   absl::Status ReconcileKey(const std::string& key, std::optional<absl::Duration>* requeue_after);
-  // Carries out `actions`; *written is the object as this wrote it last.
-  absl::Status Execute(const nlohmann::json& job, ReconcileActions actions, nlohmann::json* written);
-  void RecordEvent(const nlohmann::json& job, const KubeEvent& event);
+  // The TrainingJob as last seen: the cache's copy, or ours when the cache
+  // has not seen our last write yet. nullopt when it is gone.
+  std::optional<nlohmann::json> LatestJob(const std::string& key, const std::string& ns,
+                                          const std::string& name);
+  // The pods and Service of `job` from the caches, and its coordinator job.
+  absl::StatusOr<ObservedWorld> Observe(nlohmann::json job, const std::string& ns,
+                                        const std::string& name);
   // The per-TrainingJob series (phase, coordinator job) from the informer's cache.
   void UpdateJobSeries();
-  std::string JobPath(const std::string& ns, const std::string& name) const;
 
   KubeClient& kube_;
   CoordinatorJobs& coordinator_;
   OperatorMetrics& metrics_;
   const ControllerOptions options_;
+  Clock& clock_;
 
   WorkQueue queue_;
+  ActionExecutor executor_;
   std::unique_ptr<Informer> jobs_;
   std::unique_ptr<Informer> pods_;
   std::unique_ptr<Informer> services_;

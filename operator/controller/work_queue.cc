@@ -23,7 +23,7 @@ void WorkQueue::AddAfter(const std::string& key, absl::Duration delay) {
     return;
   }
   // One pending delay per key is enough: keep the earliest.
-  const absl::Time when = absl::Now() + delay;
+  const absl::Time when = options_.clock->Now() + delay;
   for (auto it = delayed_.begin(); it != delayed_.end(); ++it) {
     if (it->second != key) continue;
     if (it->first <= when) return;
@@ -59,7 +59,7 @@ bool WorkQueue::Get(std::string* key) {
   absl::MutexLock lock(&mutex_);
   while (true) {
     if (shut_down_) return false;
-    const absl::Time now = absl::Now();
+    const absl::Time now = options_.clock->Now();
     while (!delayed_.empty() && delayed_.begin()->first <= now) {
       const std::string due = delayed_.begin()->second;
       delayed_.erase(delayed_.begin());
@@ -72,12 +72,15 @@ bool WorkQueue::Get(std::string* key) {
       processing_.insert(*key);
       return true;
     }
-    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
-      return shut_down_ || !queue_.empty();
-    };
+    // Until a key is queued, or the earliest delayed one is due; a key
+    // delayed less than that, added meanwhile, moves the wake up.
     const absl::Time wake =
         delayed_.empty() ? absl::InfiniteFuture() : delayed_.begin()->first;
-    mutex_.AwaitWithDeadline(absl::Condition(&ready), wake);
+    auto ready = [this, wake]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+      return shut_down_ || !queue_.empty() ||
+             (!delayed_.empty() && delayed_.begin()->first < wake);
+    };
+    options_.clock->AwaitWithDeadline(mutex_, absl::Condition(&ready), wake);
   }
 }
 

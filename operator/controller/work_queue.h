@@ -6,7 +6,8 @@
 // processed, it is queued again when Done), and can be delayed: AddAfter for
 // polling, AddRateLimited for exponential backoff after failures.
 //
-// Thread-safe. Get blocks; ShutDown wakes every waiter.
+// Thread-safe. Get blocks; ShutDown wakes every waiter. Delays are timed by
+// Options::clock (a FakeClock in tests).
 
 #include <deque>
 #include <map>
@@ -16,6 +17,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 
 namespace paci::op {
 
@@ -24,6 +26,7 @@ class WorkQueue {
   struct Options {
     absl::Duration base_delay = absl::Milliseconds(200);  // first retry after a failure
     absl::Duration max_delay = absl::Seconds(60);
+    Clock* clock = &Clock::Real();
   };
   WorkQueue() : WorkQueue(Options{}) {}
   explicit WorkQueue(Options options) : options_(options) {}

@@ -1,12 +1,8 @@
-// The Kubernetes client, informer and leader election against the test API
-// server (tests/kube/apiserver.py), started as a real process on 127.0.0.1.
+// The Kubernetes client and informer against the test API server
+// (tests/kube/apiserver.py), started as a real process on 127.0.0.1. Leader
+// election is tested in operator/controller/leader_elector_test.cc.
 
 #include "operator/kube/kube_client.h"
-
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -17,75 +13,19 @@
 #include <httplib.h>
 
 #include "absl/strings/str_cat.h"
-#include "operator/controller/leader_elector.h"
 #include "operator/kube/informer.h"
-
-extern char** environ;
+#include "operator/kube/test_api_server.h"
 
 namespace paci::op {
 namespace {
 
 using nlohmann::json;
 
-// A test API server process; killed when this goes.
-class TestApiServer {
- public:
-  TestApiServer() {
-    char dir_template[] = "/tmp/paci-kube-XXXXXX";
-    dir_ = mkdtemp(dir_template);
-    const std::string port_file = dir_ + "/port";
-    const std::string script = std::string(PACI_SOURCE_DIR) + "/tests/kube/apiserver.py";
-    const std::string log = dir_ + "/apiserver.log";
-    std::vector<std::string> args = {"/bin/sh", "-c",
-                                     absl::StrCat("exec /usr/bin/python3 ", script,
-                                                  " --port 0 --port-file ", port_file,
-                                                  " --history 1000 2>", log)};
-    std::vector<char*> argv;
-    for (std::string& arg : args) argv.push_back(arg.data());
-    argv.push_back(nullptr);
-    posix_spawn(&pid_, "/bin/sh", nullptr, nullptr, argv.data(), environ);
-    for (int i = 0; i < 300 && port_ == 0; ++i) {
-      std::ifstream in(port_file);
-      if (!(in >> port_)) port_ = 0;
-      if (port_ == 0) absl::SleepFor(absl::Milliseconds(50));
-    }
-  }
-  ~TestApiServer() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
-  int port() const { return port_; }
-  std::string url() const { return absl::StrCat("http://127.0.0.1:", port_); }
-  // Watches the server has open now (GET /testing/watches).
-  int OpenWatches() {
-    httplib::Client client("127.0.0.1", port_);
-    auto result = client.Get("/testing/watches");
-    if (!result || result->status != 200) return -1;
-    return nlohmann::json::parse(result->body, nullptr, false).value("open", -1);
-  }
-  void Control(const std::string& what) {
-    httplib::Client client("127.0.0.1", port_);
-    auto result = client.Post("/testing/" + what, "", "application/json");
-    ASSERT_TRUE(result) << what;
-    ASSERT_EQ(result->status, 200) << what << ": " << result->body;
-  }
-
- private:
-  std::string dir_;
-  pid_t pid_ = -1;
-  int port_ = 0;
-};
-
 class KubeClientTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_GT(server_.port(), 0) << "the test API server did not start";
-    KubeClientOptions options;
-    options.server = server_.url();
-    options.bearer_token = "test-token";
-    client_ = std::make_unique<KubeClient>(options);
+    client_ = std::make_unique<KubeClient>(server_.client_options());
   }
 
   static json Pod(const std::string& name) {
@@ -216,30 +156,6 @@ TEST_F(KubeClientTest, InformerListsAgainAfter410AndMissesNothing) {
   absl::MutexLock lock(&mutex);
   EXPECT_EQ(deleted, std::vector<std::string>{"a"});
   informer.Stop();
-}
-
-TEST_F(KubeClientTest, OnlyOneReplicaLeadsAndAnotherTakesOverAfterTheLeaseLapses) {
-  LeaderElector::Options options;
-  options.lease_namespace = "default";
-  options.lease_duration = absl::Seconds(1);
-  options.identity = "replica-a";
-  LeaderElector a(*client_, options, nullptr, nullptr);
-  options.identity = "replica-b";
-  LeaderElector b(*client_, options, nullptr, nullptr);
-
-  EXPECT_TRUE(a.TryAcquireOrRenew());
-  EXPECT_FALSE(b.TryAcquireOrRenew());
-  EXPECT_TRUE(a.TryAcquireOrRenew());  // renewing
-  EXPECT_FALSE(b.TryAcquireOrRenew());
-  // a stops renewing (it died): b takes over once b has seen no renewal for a lease.
-  absl::SleepFor(absl::Milliseconds(1200));
-  EXPECT_TRUE(b.TryAcquireOrRenew());
-  EXPECT_FALSE(a.TryAcquireOrRenew());
-  absl::StatusOr<json> lease = client_->Get(
-      CollectionPath("coordination.k8s.io", "v1", "default", "leases") + "/paci-operator");
-  ASSERT_TRUE(lease.ok()) << lease.status();
-  EXPECT_EQ((*lease)["spec"]["holderIdentity"], "replica-b");
-  EXPECT_EQ((*lease)["spec"]["leaseTransitions"], 1);
 }
 
 TEST_F(KubeClientTest, KubeconfigGivesServerTokenAndNamespace) {

@@ -4,7 +4,6 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "operator/reconcile/json_fields.h"
 #include "operator/reconcile/training_job_reconciler.h"
 
 namespace paci::op {
@@ -52,11 +51,10 @@ json Merged(json defaults, const json& overrides) {
 }
 
 json OwnerReference(const json& job) {
-  const json& meta = Field(job, "metadata");
   return json::array({{{"apiVersion", "paci.dev/v1alpha1"},
                        {"kind", "TrainingJob"},
-                       {"name", StringField(meta, "name")},
-                       {"uid", StringField(meta, "uid")},
+                       {"name", MetaString(job, "name")},
+                       {"uid", MetaString(job, "uid")},
                        {"controller", true},
                        {"blockOwnerDeletion", true}}});
 }
@@ -123,8 +121,6 @@ void AddVolumes(const json& worker, const ReconcilerOptions& options, json& pod_
 }
 
 }  // namespace
-
-std::string WorkerServiceName(const std::string& job_name) { return job_name + "-workers"; }
 
 absl::Status ValidateWorkerTemplate(const json& worker) {
   std::set<std::string> volume_names;
@@ -195,14 +191,13 @@ absl::Status ValidateWorkerTemplate(const json& worker) {
 }
 
 json WorkerService(const json& job, const ReconcilerOptions& options) {
-  const json& meta = Field(job, "metadata");
-  const std::string name = StringField(meta, "name");
+  const std::string name = MetaString(job, "name");
   return {{"apiVersion", "v1"},
           {"kind", "Service"},
           {"metadata",
            {{"name", WorkerServiceName(name)},
-            {"namespace", StringField(meta, "namespace")},
-            {"labels", {{kJobNameLabel, name}, {kRoleLabel, "worker"}}},
+            {"namespace", MetaString(job, "namespace")},
+            {"labels", WorkerLabels(name)},
             {"ownerReferences", OwnerReference(job)}}},
           {"spec",
            {{"clusterIP", "None"},
@@ -214,11 +209,10 @@ json WorkerService(const json& job, const ReconcilerOptions& options) {
 }
 
 json WorkerPod(const json& job, int index, const ReconcilerOptions& options) {
-  const json& meta = Field(job, "metadata");
   const json& worker = Field(Field(job, "spec"), "worker");
-  const std::string name = StringField(meta, "name");
+  const std::string name = MetaString(job, "name");
   const std::string image = StringField(worker, "image");
-  const std::string pod_name = absl::StrCat(name, "-worker-", index);
+  const std::string pod_name = WorkerPodName(name, index);
 
   json container = {
       {"name", "worker"},
@@ -258,8 +252,7 @@ json WorkerPod(const json& job, int index, const ReconcilerOptions& options) {
   }
 
   json labels = Field(worker, "labels");  // an empty object when absent
-  labels[kJobNameLabel] = name;
-  labels[kRoleLabel] = "worker";
+  labels.update(WorkerLabels(name));
   labels[kWorkerIndexLabel] = std::to_string(index);
   labels["app.kubernetes.io/name"] = "paci-worker";
   labels["paci.dev/trainingjob"] = name;
@@ -270,7 +263,7 @@ json WorkerPod(const json& job, int index, const ReconcilerOptions& options) {
           {"kind", "Pod"},
           {"metadata",
            {{"name", pod_name},
-            {"namespace", StringField(meta, "namespace")},
+            {"namespace", MetaString(job, "namespace")},
             {"labels", labels},
             {"annotations", annotations},
             {"ownerReferences", OwnerReference(job)}}},

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/status/status.h"
+#include "operator/reconcile/object_meta.h"
 
 namespace paci::op {
 
@@ -33,9 +34,8 @@ absl::Status ValidateWorkerTemplate(const nlohmann::json& worker);
 // mounted at kWorkerSecretPath for the worker's TLS and token flags.
 nlohmann::json WorkerPod(const nlohmann::json& job, int index, const ReconcilerOptions& options);
 
-// The headless Service "<name>-workers" selecting the job's pods.
+// The headless Service (WorkerServiceName) selecting the job's pods.
 nlohmann::json WorkerService(const nlohmann::json& job, const ReconcilerOptions& options);
-std::string WorkerServiceName(const std::string& job_name);
 
 // Where the worker Secret is mounted in worker pods.
 inline constexpr char kWorkerSecretPath[] = "/etc/paci/coordinator";

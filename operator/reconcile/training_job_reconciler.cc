@@ -11,7 +11,6 @@
 #include "common/job_phase.h"
 #include "common/job_spec.h"
 #include "operator/reconcile/job_objects.h"
-#include "operator/reconcile/json_fields.h"
 
 namespace paci::op {
 namespace {
@@ -26,10 +25,6 @@ constexpr char kPhaseSucceeded[] = "Succeeded";
 constexpr char kPhaseFailed[] = "Failed";
 constexpr char kPhaseCancelled[] = "Cancelled";
 
-std::string Rfc3339(absl::Time t) {
-  return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", t, absl::UTCTimeZone());
-}
-
 absl::Time FromTimestamp(const google::protobuf::Timestamp& ts) {
   return absl::FromUnixSeconds(ts.seconds()) + absl::Nanoseconds(ts.nanos());
 }
@@ -38,80 +33,9 @@ bool IsFinished(const std::string& phase) {
   return phase == kPhaseSucceeded || phase == kPhaseFailed || phase == kPhaseCancelled;
 }
 
-bool HasFinalizer(const json& meta) {
-  const json& finalizers = Field(meta, "finalizers");
-  if (!finalizers.is_array()) return false;
-  return std::find(finalizers.begin(), finalizers.end(), json(kFinalizer)) != finalizers.end();
-}
-
-bool BeingDeleted(const json& object) {
-  return Field(Field(object, "metadata"), "deletionTimestamp").is_string();
-}
-
-// Sets condition `type` in status.conditions, keeping its transition time
-// when its truth does not change.
-void SetCondition(json& status, const std::string& type, bool value, const std::string& reason,
-                  const std::string& message, int64_t generation, absl::Time now) {
-  json& conditions = status["conditions"];
-  if (!conditions.is_array()) conditions = json::array();
-  const std::string truth = value ? "True" : "False";
-  for (json& condition : conditions) {
-    if (StringField(condition, "type") != type) continue;
-    if (StringField(condition, "status") != truth) {
-      condition["lastTransitionTime"] = Rfc3339(now);
-    }
-    condition["status"] = truth;
-    condition["reason"] = reason;
-    condition["message"] = message;
-    condition["observedGeneration"] = generation;
-    return;
-  }
-  conditions.push_back(json{{"type", type},
-                        {"status", truth},
-                        {"reason", reason},
-                        {"message", message},
-                        {"observedGeneration", generation},
-                        {"lastTransitionTime", Rfc3339(now)}});
-}
-
-// Clears a condition that was set before; absent ones stay absent.
-void ClearCondition(json& status, const std::string& type, const std::string& reason,
-                    int64_t generation, absl::Time now) {
-  const json& conditions = Field(status, "conditions");
-  if (!conditions.is_array()) return;
-  for (const json& condition : conditions) {
-    if (StringField(condition, "type") == type && StringField(condition, "status") == "True") {
-      SetCondition(status, type, false, reason, "", generation, now);
-      return;
-    }
-  }
-}
-
-// Deletes every pod of the job not already on its way out.
-void DeleteAllPods(const ObservedWorld& world, ReconcileActions& actions) {
-  for (const json& pod : world.pods) {
-    if (!BeingDeleted(pod)) {
-      actions.delete_pods.push_back(StringField(Field(pod, "metadata"), "name"));
-    }
-  }
-}
-
-// Deletes the object once ttlSecondsAfterFinished has passed since it finished.
-void ApplyTtl(const json& spec, const json& status, absl::Time now, ReconcileActions& actions) {
-  const json& ttl = Field(Field(spec, "runPolicy"), "ttlSecondsAfterFinished");
-  if (!ttl.is_number_integer()) return;
-  absl::Time completed;
-  std::string error;
-  if (!absl::ParseTime(absl::RFC3339_full, StringField(status, "completionTime"), &completed,
-                       &error)) {
-    completed = now;
-  }
-  const absl::Duration left = completed + absl::Seconds(ttl.get<int64_t>()) - now;
-  if (left <= absl::ZeroDuration()) {
-    actions.delete_job = true;
-  } else {
-    actions.requeue_after = left;
-  }
+// A submit the coordinator refuses for good: retrying cannot help.
+bool RefusedForGood(const absl::Status& submitted) {
+  return absl::IsInvalidArgument(submitted) || absl::IsAlreadyExists(submitted);
 }
 
 // Figures in .status are read by people (kubectl's printer columns print a
@@ -163,24 +87,310 @@ void MirrorCoordinator(const v1::Job& job, json& status) {
   }
 }
 
-void Finish(const json& current, json desired, ReconcileActions& actions) {
-  if (desired != current) actions.status = std::move(desired);
+// One reconcile: what every step reads (the observation and the parts of the
+// object it names) and what the steps build (the desired status, the actions).
+struct Reconciliation {
+  Reconciliation(const ObservedWorld& world, const ReconcilerOptions& options)
+      : world(world),
+        options(options),
+        spec(Field(world.job, "spec")),
+        status(Field(world.job, "status")),
+        generation(Generation(world.job)),
+        phase_before(StringField(status, "phase")),
+        coordinator_name(StringField(status, "coordinatorJob")),
+        coordinator(world.coordinator_job ? &*world.coordinator_job : nullptr),
+        desired(status.is_object() ? status : json::object()) {
+    desired["observedGeneration"] = generation;
+  }
+
+  bool CoordinatorActive() const {
+    return coordinator != nullptr && !IsTerminal(coordinator->status().phase());
+  }
+  void Event(const char* type, const std::string& reason, const std::string& message) {
+    actions.events.push_back({type, reason, message});
+  }
+
+  // Sets condition `type` in the desired status.conditions, keeping its
+  // transition time when its truth does not change.
+  void SetCondition(const std::string& type, bool value, const std::string& reason,
+                    const std::string& message) {
+    json& conditions = desired["conditions"];
+    if (!conditions.is_array()) conditions = json::array();
+    const std::string truth = value ? "True" : "False";
+    for (json& condition : conditions) {
+      if (StringField(condition, "type") != type) continue;
+      if (StringField(condition, "status") != truth) {
+        condition["lastTransitionTime"] = Rfc3339(world.now);
+      }
+      condition["status"] = truth;
+      condition["reason"] = reason;
+      condition["message"] = message;
+      condition["observedGeneration"] = generation;
+      return;
+    }
+    conditions.push_back(json{{"type", type},
+                              {"status", truth},
+                              {"reason", reason},
+                              {"message", message},
+                              {"observedGeneration", generation},
+                              {"lastTransitionTime", Rfc3339(world.now)}});
+  }
+
+  // Clears a condition that was set before; absent ones stay absent.
+  void ClearCondition(const std::string& type, const std::string& reason) {
+    const json& conditions = Field(desired, "conditions");
+    if (!conditions.is_array()) return;
+    for (const json& condition : conditions) {
+      if (StringField(condition, "type") == type && StringField(condition, "status") == "True") {
+        SetCondition(type, false, reason, "");
+        return;
+      }
+    }
+  }
+
+  // Deletes every pod of the job not already on its way out.
+  void DeleteAllPods() {
+    for (const json& pod : world.pods) {
+      if (!BeingDeleted(pod)) actions.delete_pods.push_back(MetaString(pod, "name"));
+    }
+  }
+
+  // Deletes the object once ttlSecondsAfterFinished has passed since it
+  // finished (by `finished_status`.completionTime).
+  void ApplyTtl(const json& finished_status) {
+    const json& ttl = Field(Field(spec, "runPolicy"), "ttlSecondsAfterFinished");
+    if (!ttl.is_number_integer()) return;
+    absl::Time completed;
+    if (!ParseRfc3339(StringField(finished_status, "completionTime"), &completed)) {
+      completed = world.now;
+    }
+    const absl::Duration left = completed + absl::Seconds(ttl.get<int64_t>()) - world.now;
+    if (left <= absl::ZeroDuration()) {
+      actions.delete_job = true;
+    } else {
+      actions.requeue_after = left;
+    }
+  }
+
+  const ObservedWorld& world;
+  const ReconcilerOptions& options;
+  const json& spec;
+  const json& status;  // as observed
+  const int64_t generation;
+  const std::string phase_before;
+  const std::string coordinator_name;  // status.coordinatorJob
+  const v1::Job* const coordinator;    // what the coordinator says of it, or nullptr
+  json desired;                        // the status as it should be
+  ReconcileActions actions;
+};
+
+// The steps, in the order ReconcileTrainingJob tries them.
+
+// Deleted: cancel at the coordinator, stop the workers, let the object go.
+void ReconcileDeletion(Reconciliation& r) {
+  if (r.CoordinatorActive()) {
+    r.actions.cancel = r.coordinator_name;
+    r.Event("Normal", "Cancelling", "cancelling " + r.coordinator_name + " at the coordinator");
+  }
+  r.DeleteAllPods();
+  r.actions.remove_finalizer = HasFinalizer(r.world.job, kFinalizer);
+}
+
+// Finished (Succeeded, Failed, Cancelled): no workers; gone after its TTL.
+void ReconcileFinished(Reconciliation& r) {
+  r.DeleteAllPods();
+  r.ApplyTtl(r.status);
+}
+
+// The JobSpec to submit, or what makes the spec one that cannot run.
+absl::StatusOr<v1::JobSpec> RunnableJobSpec(const Reconciliation& r) {
+  const std::string submit_name =
+      r.coordinator_name.empty() ? CoordinatorJobName(r.world.job) : r.coordinator_name;
+  absl::StatusOr<v1::JobSpec> job_spec = JobSpecFromTrainingJob(r.world.job, submit_name);
+  if (!job_spec.ok()) return job_spec;
+  if (absl::Status worker = ValidateWorkerTemplate(Field(r.spec, "worker")); !worker.ok()) {
+    return worker;
+  }
+  return job_spec;
+}
+
+// The job fails for good: Failed with its condition, its completion time (so
+// ttlSecondsAfterFinished counts from it) and a Warning Event.
+void FailJob(Reconciliation& r, const std::string& reason, const std::string& message) {
+  r.desired["phase"] = kPhaseFailed;
+  r.desired["message"] = message;
+  r.desired["completionTime"] = Rfc3339(r.world.now);
+  r.SetCondition("Failed", true, reason, message);
+  r.Event("Warning", reason, message);
+}
+
+// A spec that cannot run fails the job, naming the field.
+void FailInvalidSpec(Reconciliation& r, const absl::Status& invalid) {
+  FailJob(r, "InvalidSpec", std::string(invalid.message()));
+  r.DeleteAllPods();
+}
+
+bool Suspended(const Reconciliation& r) {
+  return Field(Field(r.spec, "runPolicy"), "suspend") == json(true);
+}
+
+// Suspended: nothing runs; resuming submits again (from its checkpoints).
+void ReconcileSuspended(Reconciliation& r) {
+  if (r.CoordinatorActive()) r.actions.cancel = r.coordinator_name;
+  r.DeleteAllPods();
+  r.desired["phase"] = kPhaseSuspended;
+  r.desired.erase("coordinatorJob");
+  r.SetCondition("Suspended", true, "Suspended", "spec.runPolicy.suspend is true");
+  if (r.phase_before != kPhaseSuspended) r.Event("Normal", "Suspended", "stopped its workers");
+}
+
+// The worker pods (one per stage) and their Service: missing ones are
+// created, ended ones deleted (and created again once gone), strays deleted.
+void EnsureWorkers(Reconciliation& r, int stages) {
+  if (!r.world.service_exists) r.actions.create_service = WorkerService(r.world.job, r.options);
+  std::map<int, const json*> by_index;
+  for (const json& pod : r.world.pods) {
+    int index = -1;
+    try {
+      index = std::stoi(Label(pod, kWorkerIndexLabel));
+    } catch (const std::exception&) {
+    }
+    const std::string pod_name = MetaString(pod, "name");
+    const std::string pod_phase = StringField(Field(pod, "status"), "phase");
+    if (index < 0 || index >= stages) {
+      if (!BeingDeleted(pod)) r.actions.delete_pods.push_back(pod_name);
+      continue;
+    }
+    by_index[index] = &pod;
+    if (!BeingDeleted(pod) && (pod_phase == "Failed" || pod_phase == "Succeeded")) {
+      r.actions.delete_pods.push_back(pod_name);
+      r.Event("Warning", "WorkerExited",
+              absl::StrCat("worker pod ", pod_name, " ended (", pod_phase, "); replacing it"));
+    }
+  }
+  for (int index = 0; index < stages; ++index) {
+    if (by_index.count(index) == 0) {
+      r.actions.create_pods.push_back(WorkerPod(r.world.job, index, r.options));
+    }
+  }
+}
+
+// What the coordinator answered to the submit (the second call, see the header).
+void ApplySubmitResult(Reconciliation& r, const absl::Status& submitted) {
+  if (submitted.ok()) return;
+  if (!RefusedForGood(submitted)) {
+    r.actions.retry_error = submitted;  // the status as submitted; retried with backoff
+    return;
+  }
+  FailJob(r, "SubmitRejected", std::string(submitted.message()));
+  r.actions.requeue_after.reset();
+}
+
+// Not submitted yet, or the coordinator lost it: submitting is idempotent.
+void SubmitToCoordinator(Reconciliation& r, v1::JobSpec job_spec) {
+  const std::string submit_name = job_spec.name();
+  const int stages = job_spec.pipeline().num_stages();
+  if (!r.world.submit_result) {
+    r.actions.submit = std::move(job_spec);
+    if (r.phase_before == kPhaseSuspended && !r.actions.submit->checkpoint().directory().empty()) {
+      r.actions.submit->mutable_checkpoint()->set_resume(true);  // on from before the suspension
+    }
+  }
+  r.desired["coordinatorJob"] = submit_name;
+  if (r.phase_before.empty() || r.phase_before == kPhaseSuspended) {
+    r.desired["phase"] = kPhasePending;
+    r.SetCondition("Submitted", true, "Submitted", "submitted to the coordinator as " + submit_name);
+    r.Event("Normal", "Submitted",
+            absl::StrCat("submitted as ", submit_name, " for ", stages, " worker pods"));
+  }
+  if (r.world.submit_result) ApplySubmitResult(r, *r.world.submit_result);
+}
+
+// The coordinator says the job has finished: its condition and Event, the
+// workers stopped, the TTL started.
+void CoordinatorFinished(Reconciliation& r, const std::string& phase) {
+  const v1::JobStatus& s = r.coordinator->status();
+  if (!r.desired.contains("completionTime")) r.desired["completionTime"] = Rfc3339(r.world.now);
+  const bool succeeded = phase == kPhaseSucceeded;
+  r.SetCondition(phase, true, s.reason().empty() ? phase : s.reason(),
+                 succeeded ? absl::StrFormat("step %d, train loss %.4f, validation loss %.4f",
+                                             s.step(), s.train_loss(), s.validation_loss())
+                           : s.message());
+  r.Event(succeeded ? "Normal" : "Warning", phase,
+          succeeded ? absl::StrFormat("finished %d steps, train loss %.4f", s.step(), s.train_loss())
+                    : s.message());
+  r.actions.requeue_after.reset();
+  r.actions.create_pods.clear();
+  r.actions.delete_pods.clear();
+  r.DeleteAllPods();
+  r.ApplyTtl(r.desired);
+}
+
+// The coordinator's view of the job in .status: the Running condition, an
+// Event when it starts running or restarts, and the end when it has finished.
+void MirrorStatus(Reconciliation& r, int stages) {
+  const v1::JobStatus& s = r.coordinator->status();
+  MirrorCoordinator(*r.coordinator, r.desired);
+  const std::string phase = StringField(r.desired, "phase");
+  const bool running = phase == kPhaseRunning;
+  r.SetCondition("Running", running,
+                 running ? "Training" : (s.reason().empty() ? phase : s.reason()),
+                 running ? absl::StrCat("attempt ", s.attempt(), " on ", stages, " workers") : "");
+  if (phase != r.phase_before && running) {
+    r.Event("Normal", "Running",
+            absl::StrCat("training on ", stages, " workers (attempt ", s.attempt(), ")"));
+  } else if (phase != r.phase_before && phase == kPhaseRestarting) {
+    r.Event("Warning", "Restarting",
+            absl::StrCat("a stage failed; restart ", s.restarts(), ": ", s.message()));
+  }
+  if (IsFinished(phase)) CoordinatorFinished(r, phase);
+}
+
+// A job that is to run: its workers, and its job at the coordinator.
+void ReconcileRunning(Reconciliation& r, v1::JobSpec job_spec) {
+  r.ClearCondition("Suspended", "Resumed");
+  const int stages = job_spec.pipeline().num_stages();
+  EnsureWorkers(r, stages);
+  r.actions.requeue_after = r.options.poll_interval;
+  if (r.coordinator == nullptr) {
+    SubmitToCoordinator(r, std::move(job_spec));
+  } else {
+    MirrorStatus(r, stages);
+  }
 }
 
 }  // namespace
 
+ReconcileActions ReconcileTrainingJob(const ObservedWorld& world,
+                                      const ReconcilerOptions& options) {
+  Reconciliation r(world, options);
+  if (BeingDeleted(world.job)) {
+    ReconcileDeletion(r);
+    return std::move(r.actions);
+  }
+  r.actions.add_finalizer = !HasFinalizer(world.job, kFinalizer);
+  absl::StatusOr<v1::JobSpec> job_spec;
+  if (IsFinished(r.phase_before)) {
+    ReconcileFinished(r);
+  } else if (job_spec = RunnableJobSpec(r); !job_spec.ok()) {
+    FailInvalidSpec(r, job_spec.status());
+  } else if (Suspended(r)) {
+    ReconcileSuspended(r);
+  } else {
+    ReconcileRunning(r, *std::move(job_spec));
+  }
+  if (r.desired != r.status) r.actions.status = std::move(r.desired);
+  return std::move(r.actions);
+}
+
 std::string WorkerSelectorValue(const json& job) {
-  const json& meta = Field(job, "metadata");
-  return StringField(meta, "namespace") + "." + StringField(meta, "name");
+  return MetaString(job, "namespace") + "." + MetaString(job, "name");
 }
 
 std::string CoordinatorJobName(const json& job) {
-  const json& meta = Field(job, "metadata");
-  const std::string uid = StringField(meta, "uid").substr(0, 8);
-  const json& generation = Field(meta, "generation");
-  const std::string suffix = absl::StrCat(
-      "-", uid, "-g", generation.is_number_integer() ? generation.get<int64_t>() : 1);
-  std::string name = StringField(meta, "name");
+  const std::string suffix =
+      absl::StrCat("-", MetaString(job, "uid").substr(0, 8), "-g", Generation(job));
+  std::string name = MetaString(job, "name");
   constexpr size_t kMaxName = 63;
   if (name.size() + suffix.size() > kMaxName) name.resize(kMaxName - suffix.size());
   while (!name.empty() && name.back() == '-') name.pop_back();
@@ -223,195 +433,17 @@ absl::StatusOr<v1::JobSpec> JobSpecFromTrainingJob(const json& job,
   result.set_name(coordinator_name);
   const json& policy = Field(spec, "runPolicy");
   v1::RunPolicy& run_policy = *result.mutable_run_policy();
-  if (policy.contains("backoffLimit") && policy["backoffLimit"].is_number_integer()) {
-    run_policy.set_backoff_limit(policy["backoffLimit"].get<int32_t>());
+  if (const json& limit = Field(policy, "backoffLimit"); limit.is_number_integer()) {
+    run_policy.set_backoff_limit(limit.get<int32_t>());  // optional: absent takes the default
   }
-  if (policy.contains("activeDeadlineSeconds") &&
-      policy["activeDeadlineSeconds"].is_number_integer()) {
-    run_policy.set_active_deadline_seconds(policy["activeDeadlineSeconds"].get<int64_t>());
-  }
-  if (policy.contains("priority") && policy["priority"].is_number_integer()) {
-    run_policy.set_priority(policy["priority"].get<int32_t>());
-  }
+  run_policy.set_active_deadline_seconds(IntField(policy, "activeDeadlineSeconds", 0));
+  run_policy.set_priority(static_cast<int32_t>(IntField(policy, "priority", 0)));
   (*run_policy.mutable_worker_selector())[kWorkerSelectorKey] = WorkerSelectorValue(job);
   ApplyJobSpecDefaults(&result);
   if (absl::Status valid = ValidateJobSpec(result); !valid.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("spec.", valid.message()));
   }
   return result;
-}
-
-ReconcileActions ReconcileTrainingJob(const ObservedWorld& world,
-                                      const ReconcilerOptions& options) {
-  ReconcileActions actions;
-  const json& job = world.job;
-  const json& meta = Field(job, "metadata");
-  const json& spec = Field(job, "spec");
-  const json& status = Field(job, "status");
-  const json& generation_field = Field(meta, "generation");
-  const int64_t generation =
-      generation_field.is_number_integer() ? generation_field.get<int64_t>() : 1;
-  const std::string coordinator_name = StringField(status, "coordinatorJob");
-  const v1::Job* coordinator = world.coordinator_job ? &*world.coordinator_job : nullptr;
-  const bool coordinator_active = coordinator && !IsTerminal(coordinator->status().phase());
-  const std::string phase_before = StringField(status, "phase");
-
-  // Deleted: cancel at the coordinator, stop the workers, let the object go.
-  if (BeingDeleted(job)) {
-    if (coordinator_active) {
-      actions.cancel = coordinator_name;
-      actions.events.push_back(
-          {"Normal", "Cancelling", "cancelling " + coordinator_name + " at the coordinator"});
-    }
-    DeleteAllPods(world, actions);
-    actions.remove_finalizer = HasFinalizer(meta);
-    return actions;
-  }
-  actions.add_finalizer = !HasFinalizer(meta);
-
-  json desired = status.is_object() ? status : json::object();
-  desired["observedGeneration"] = generation;
-
-  if (IsFinished(phase_before)) {
-    DeleteAllPods(world, actions);
-    ApplyTtl(spec, status, world.now, actions);
-    Finish(status, std::move(desired), actions);
-    return actions;
-  }
-
-  const std::string submit_name =
-      coordinator_name.empty() ? CoordinatorJobName(job) : coordinator_name;
-  absl::StatusOr<v1::JobSpec> job_spec = JobSpecFromTrainingJob(job, submit_name);
-  if (job_spec.ok()) {
-    if (absl::Status worker = ValidateWorkerTemplate(Field(spec, "worker")); !worker.ok()) {
-      job_spec = worker;
-    }
-  }
-  if (!job_spec.ok()) {
-    const std::string message(job_spec.status().message());
-    desired["phase"] = kPhaseFailed;
-    desired["message"] = message;
-    desired["completionTime"] = Rfc3339(world.now);
-    SetCondition(desired, "Failed", true, "InvalidSpec", message, generation, world.now);
-    actions.events.push_back({"Warning", "InvalidSpec", message});
-    DeleteAllPods(world, actions);
-    Finish(status, std::move(desired), actions);
-    return actions;
-  }
-
-  // Suspended: nothing runs; resuming submits again (from its checkpoints).
-  if (Field(Field(spec, "runPolicy"), "suspend") == json(true)) {
-    if (coordinator_active) actions.cancel = coordinator_name;
-    DeleteAllPods(world, actions);
-    desired["phase"] = kPhaseSuspended;
-    desired.erase("coordinatorJob");
-    SetCondition(desired, "Suspended", true, "Suspended", "spec.runPolicy.suspend is true",
-                 generation, world.now);
-    if (phase_before != kPhaseSuspended) {
-      actions.events.push_back({"Normal", "Suspended", "stopped its workers"});
-    }
-    Finish(status, std::move(desired), actions);
-    return actions;
-  }
-  ClearCondition(desired, "Suspended", "Resumed", generation, world.now);
-
-  // The worker pods and their Service.
-  if (!world.service_exists) actions.create_service = WorkerService(job, options);
-  const int stages = job_spec->pipeline().num_stages();
-  std::map<int, const json*> by_index;
-  for (const json& pod : world.pods) {
-    const json& pod_meta = Field(pod, "metadata");
-    int index = -1;
-    try {
-      index = std::stoi(StringField(Field(pod_meta, "labels"), kWorkerIndexLabel));
-    } catch (const std::exception&) {
-    }
-    const std::string pod_name = StringField(pod_meta, "name");
-    const std::string pod_phase = StringField(Field(pod, "status"), "phase");
-    if (index < 0 || index >= stages) {
-      if (!BeingDeleted(pod)) actions.delete_pods.push_back(pod_name);
-      continue;
-    }
-    by_index[index] = &pod;
-    if (!BeingDeleted(pod) && (pod_phase == "Failed" || pod_phase == "Succeeded")) {
-      actions.delete_pods.push_back(pod_name);
-      actions.events.push_back({"Warning", "WorkerExited",
-                                absl::StrCat("worker pod ", pod_name, " ended (", pod_phase,
-                                             "); replacing it")});
-    }
-  }
-  for (int index = 0; index < stages; ++index) {
-    if (by_index.count(index) == 0) actions.create_pods.push_back(WorkerPod(job, index, options));
-  }
-
-  // The job at the coordinator.
-  actions.requeue_after = options.poll_interval;
-  if (coordinator == nullptr) {
-    // Not submitted yet, or the coordinator lost it: submitting is idempotent.
-    actions.submit = *job_spec;
-    if (phase_before == kPhaseSuspended && !job_spec->checkpoint().directory().empty()) {
-      actions.submit->mutable_checkpoint()->set_resume(true);  // go on from before the suspension
-    }
-    desired["coordinatorJob"] = submit_name;
-    if (phase_before.empty() || phase_before == kPhaseSuspended) {
-      desired["phase"] = kPhasePending;
-      SetCondition(desired, "Submitted", true, "Submitted",
-                   "submitted to the coordinator as " + submit_name, generation, world.now);
-      actions.events.push_back(
-          {"Normal", "Submitted",
-           absl::StrCat("submitted as ", submit_name, " for ", stages, " worker pods")});
-    }
-    Finish(status, std::move(desired), actions);
-    return actions;
-  }
-
-  MirrorCoordinator(*coordinator, desired);
-  const std::string phase = StringField(desired, "phase");
-  const std::string reason = coordinator->status().reason();
-  SetCondition(desired, "Running", phase == kPhaseRunning,
-               phase == kPhaseRunning ? "Training" : (reason.empty() ? phase : reason),
-               phase == kPhaseRunning
-                   ? absl::StrCat("attempt ", coordinator->status().attempt(), " on ", stages,
-                                  " workers")
-                   : "",
-               generation, world.now);
-  if (phase != phase_before) {
-    if (phase == kPhaseRunning) {
-      actions.events.push_back(
-          {"Normal", "Running",
-           absl::StrCat("training on ", stages, " workers (attempt ",
-                        coordinator->status().attempt(), ")")});
-    } else if (phase == kPhaseRestarting) {
-      actions.events.push_back(
-          {"Warning", "Restarting",
-           absl::StrCat("a stage failed; restart ", coordinator->status().restarts(), ": ",
-                        coordinator->status().message())});
-    }
-  }
-  if (IsFinished(phase)) {
-    if (!desired.contains("completionTime")) desired["completionTime"] = Rfc3339(world.now);
-    const bool succeeded = phase == kPhaseSucceeded;
-    SetCondition(desired, phase, true, reason.empty() ? phase : reason,
-                 succeeded ? absl::StrFormat("step %d, train loss %.4f, validation loss %.4f",
-                                             coordinator->status().step(),
-                                             coordinator->status().train_loss(),
-                                             coordinator->status().validation_loss())
-                           : coordinator->status().message(),
-                 generation, world.now);
-    actions.events.push_back(
-        {succeeded ? "Normal" : "Warning", phase,
-         succeeded ? absl::StrFormat("finished %d steps, train loss %.4f",
-                                     coordinator->status().step(),
-                                     coordinator->status().train_loss())
-                   : coordinator->status().message()});
-    actions.requeue_after.reset();
-    actions.create_pods.clear();
-    actions.delete_pods.clear();
-    DeleteAllPods(world, actions);
-    ApplyTtl(spec, desired, world.now, actions);
-  }
-  Finish(status, std::move(desired), actions);
-  return actions;
 }
 
 }  // namespace paci::op

@@ -3,9 +3,18 @@
 // The TrainingJob reconcile as a pure function: (the object, what exists in
 // the cluster, what the coordinator says) -> the actions that move the world
 // towards the object's spec. No network, no clock: the caller observes, calls
-// ReconcileTrainingJob, and carries the actions out (TrainingJobController).
+// ReconcileTrainingJob, and carries the actions out (ActionExecutor). Every
+// decision is made here, the caller decides nothing.
 // Level-based: the same inputs give the same actions, so running it again
 // after a crash or a dropped event is always safe.
+//
+// One answer matters within a reconcile: the coordinator's to a submit. So
+// when the actions ask for one, the caller carries out the changes before it
+// (pods, Service, ...), submits, and calls ReconcileTrainingJob again on the
+// same world with the answer in ObservedWorld::submit_result; that second
+// call asks for no submit, and the status, Events and requeue it gives are
+// what the answer calls for (a refused job is Failed). Its changes are those
+// of the first call, already made.
 
 #include <optional>
 #include <string>
@@ -15,7 +24,9 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
+#include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "operator/reconcile/object_meta.h"
 #include "paci/v1/coordinator.pb.h"
 #include "paci/v1/job.pb.h"
 
@@ -24,10 +35,6 @@ namespace paci::op {
 // The finalizer the operator puts on every TrainingJob, so deleting one
 // cancels its job at the coordinator first.
 inline constexpr char kFinalizer[] = "paci.dev/cancel-at-coordinator";
-// Labels on the pods and Service of a job.
-inline constexpr char kJobNameLabel[] = "paci.dev/job-name";
-inline constexpr char kRoleLabel[] = "paci.dev/role";
-inline constexpr char kWorkerIndexLabel[] = "paci.dev/worker-index";
 // The worker label the coordinator places a job's stages by.
 inline constexpr char kWorkerSelectorKey[] = "paci.dev/job";
 // The user and group worker pods run as by default (the images' "paci").
@@ -58,18 +65,27 @@ struct KubeEvent {
   std::string message;
 };
 
+// In the order they are carried out: the changes, the submit, the report.
 struct ReconcileActions {
+  // Changes.
   bool add_finalizer = false;
-  bool remove_finalizer = false;
-  bool delete_job = false;  // ttlSecondsAfterFinished has passed
+  std::optional<std::string> cancel;  // CancelJob of this coordinator job
+  std::vector<std::string> delete_pods;
   std::optional<nlohmann::json> create_service;
   std::vector<nlohmann::json> create_pods;
-  std::vector<std::string> delete_pods;
-  std::optional<v1::JobSpec> submit;  // SubmitJob (idempotent by spec.name)
-  std::optional<std::string> cancel;  // CancelJob of this coordinator job
+  // SubmitJob (idempotent by spec.name); its answer goes back in
+  // ObservedWorld::submit_result (see the top of this file).
+  std::optional<v1::JobSpec> submit;
+  // The report.
+  std::vector<KubeEvent> events;
   // The whole desired .status, when it differs from the object's.
   std::optional<nlohmann::json> status;
-  std::vector<KubeEvent> events;
+  // Not OK when a step could not be taken for now (the coordinator could not
+  // take a submit): the status is written, then the reconcile is retried
+  // with backoff and what follows here is left for then.
+  absl::Status retry_error;
+  bool remove_finalizer = false;
+  bool delete_job = false;  // ttlSecondsAfterFinished has passed
   std::optional<absl::Duration> requeue_after;
 };
 
@@ -81,6 +97,9 @@ struct ObservedWorld {
   // status names none, or the coordinator does not know it.
   std::optional<v1::Job> coordinator_job;
   absl::Time now;
+  // The coordinator's answer to the submit the reconcile of this same world
+  // asked for; nullopt until the caller calls again with it.
+  std::optional<absl::Status> submit_result;
 };
 
 ReconcileActions ReconcileTrainingJob(const ObservedWorld& world, const ReconcilerOptions& options);

@@ -90,6 +90,12 @@ std::vector<std::string> Names(const std::vector<json>& objects) {
   return names;
 }
 
+std::vector<std::string> Reasons(const ReconcileActions& actions) {
+  std::vector<std::string> reasons;
+  for (const KubeEvent& event : actions.events) reasons.push_back(event.reason);
+  return reasons;
+}
+
 // The pure function as a table: each case is (object, observed world) -> actions.
 TEST(TrainingJobReconcilerTest, NewJobGetsFinalizerPodsServiceAndIsSubmitted) {
   json job = Job();
@@ -188,9 +194,7 @@ TEST(TrainingJobReconcilerTest, FailedPodIsDeletedWithAWarning) {
   EXPECT_THAT(actions.create_pods, IsEmpty());  // recreated once it is gone
   ASSERT_TRUE(actions.status.has_value());
   EXPECT_EQ((*actions.status)["phase"], "Restarting");
-  std::vector<std::string> reasons;
-  for (const KubeEvent& event : actions.events) reasons.push_back(event.reason);
-  EXPECT_THAT(reasons, ElementsAre("WorkerExited", "Restarting"));
+  EXPECT_THAT(Reasons(actions), ElementsAre("WorkerExited", "Restarting"));
 }
 
 TEST(TrainingJobReconcilerTest, CoordinatorSucceededFinishesTheJobAndStopsWorkers) {
@@ -316,6 +320,74 @@ TEST(TrainingJobReconcilerTest, ReconcileIsIdempotentOnceItsStatusIsWritten) {
   EXPECT_THAT(second.events, IsEmpty());
   EXPECT_THAT(second.create_pods, IsEmpty());
   EXPECT_FALSE(second.submit.has_value());
+}
+
+// The controller submits, then reconciles the same world again with the
+// coordinator's answer: that second call decides what the answer means.
+ObservedWorld Answered(ObservedWorld world, absl::Status submitted) {
+  world.submit_result = std::move(submitted);
+  return world;
+}
+
+TEST(TrainingJobReconcilerTest, AnAcceptedSubmitIsReportedAsBeforeTheAnswer) {
+  const ObservedWorld world = World(Job());
+  const ReconcileActions asked = ReconcileTrainingJob(world, ReconcilerOptions{});
+  ASSERT_TRUE(asked.submit.has_value());
+  const ReconcileActions answered =
+      ReconcileTrainingJob(Answered(world, absl::OkStatus()), ReconcilerOptions{});
+  EXPECT_FALSE(answered.submit.has_value());  // asked once
+  EXPECT_EQ(answered.status, asked.status);
+  EXPECT_THAT(Reasons(answered), ElementsAre("Submitted"));
+  EXPECT_TRUE(answered.retry_error.ok());
+  EXPECT_EQ(answered.requeue_after, asked.requeue_after);
+  // The same changes as the first call, which the controller has made already.
+  EXPECT_EQ(Names(answered.create_pods), Names(asked.create_pods));
+  EXPECT_EQ(answered.create_service, asked.create_service);
+}
+
+TEST(TrainingJobReconcilerTest, ASubmitTheCoordinatorRefusesFailsTheJob) {
+  for (const absl::Status& refused :
+       {absl::InvalidArgumentError("coordinator SubmitJob kjv-01234567-g1: bad schedule"),
+        absl::AlreadyExistsError("coordinator SubmitJob kjv-01234567-g1: another spec")}) {
+    const ReconcileActions actions =
+        ReconcileTrainingJob(Answered(World(Job()), refused), ReconcilerOptions{});
+    EXPECT_FALSE(actions.submit.has_value());
+    ASSERT_TRUE(actions.status.has_value());
+    EXPECT_EQ((*actions.status)["phase"], "Failed");
+    EXPECT_EQ((*actions.status)["message"], std::string(refused.message()));
+    EXPECT_EQ((*actions.status)["coordinatorJob"], "kjv-01234567-g1");
+    // Finished like any failed job: its TTL counts from the completion time.
+    EXPECT_TRUE(actions.status->contains("completionTime"));
+    const json& failed = (*actions.status)["conditions"].back();
+    EXPECT_EQ(failed["type"], "Failed");
+    EXPECT_EQ(failed["reason"], "SubmitRejected");
+    EXPECT_THAT(Reasons(actions), ElementsAre("Submitted", "SubmitRejected"));
+    EXPECT_EQ(actions.events[1].type, "Warning");
+    EXPECT_TRUE(actions.retry_error.ok());           // for good: no retry
+    EXPECT_FALSE(actions.requeue_after.has_value());  // nor polling
+  }
+}
+
+TEST(TrainingJobReconcilerTest, ASubmitTheCoordinatorCouldNotTakeIsRetriedWithBackoff) {
+  const absl::Status unavailable = absl::UnavailableError("coordinator SubmitJob: connection refused");
+  const ObservedWorld world = World(Job());
+  const ReconcileActions actions =
+      ReconcileTrainingJob(Answered(world, unavailable), ReconcilerOptions{});
+  EXPECT_FALSE(actions.submit.has_value());
+  EXPECT_EQ(actions.retry_error, unavailable);
+  // The status says it was submitted: the retry submits under the same name.
+  EXPECT_EQ(actions.status, ReconcileTrainingJob(world, ReconcilerOptions{}).status);
+}
+
+TEST(TrainingJobReconcilerTest, ARefusedResubmitOfALostJobFailsItToo) {
+  ObservedWorld world = World(Submitted(Job(), "Running"));
+  world.pods = {Pod(0, "Running"), Pod(1, "Running")};
+  world.service_exists = true;
+  const ReconcileActions actions = ReconcileTrainingJob(
+      Answered(world, absl::InvalidArgumentError("no such schedule")), ReconcilerOptions{});
+  ASSERT_TRUE(actions.status.has_value());
+  EXPECT_EQ((*actions.status)["phase"], "Failed");
+  EXPECT_THAT(Reasons(actions), ElementsAre("SubmitRejected"));
 }
 
 TEST(TrainingJobReconcilerTest, CoordinatorNamesFitItsLimit) {

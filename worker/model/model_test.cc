@@ -113,7 +113,7 @@ TEST(GptStageTest, SplitModelMatchesUnsplitForwardAndGradients) {
   }
 }
 
-// The in-place update trap of DESIGN.md section 1: a micro-batch forwarded
+// The in-place update trap of docs/design.md section 3: a micro-batch forwarded
 // before an optimizer step has its backward after it.
 TEST(InFlightBackwardTest, TorchOptimAdamWBreaksAPendingBackward) {
   torch::manual_seed(1);

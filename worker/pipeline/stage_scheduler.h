@@ -37,7 +37,7 @@ struct BackwardResult {
   bool step_now = false;     // this was the a-th backward: step the optimizer now
 };
 
-// The schedule and staleness logic of one pipeline stage (DESIGN.md section 1),
+// The schedule and staleness logic of one pipeline stage (docs/design.md sections 1 and 2),
 // with no tensors and no network, so that the workers, the tests and a
 // simulator all run the same rules.
 //

@@ -16,6 +16,8 @@
 
 namespace paci {
 
+class Inbox;
+class PeerSender;
 class StageRuntime;
 
 // Where a running stage's reports go: the coordinator's stream, or nowhere
@@ -52,8 +54,19 @@ class StageHost {
   void Cancel();
 
  private:
+  // Run() less the detach: checks, corpus, links, runtime, reports.
   absl::Status Train();
-  v1::StageReport Report();
+  // A stage that fails before its runtime reports: the error and its code
+  // to the sink. Returns `status`.
+  absl::Status Fail(const absl::Status& status);
+  // The started link to stage `peer`, whose failure fails `inbox`; null when
+  // there is no such stage.
+  std::unique_ptr<PeerSender> OpenLink(int peer, const std::shared_ptr<Inbox>& inbox) const;
+  // Init, then Run, with a report to the sink every report_interval;
+  // Cancel() reaches the runtime meanwhile.
+  absl::Status RunReporting(StageRuntime& runtime);
+  // The runtime's report so far, of this attempt.
+  v1::StageReport Report(StageRuntime& runtime) const;
 
   const v1::StageAssignment assignment_;
   StageLinkService& links_;

@@ -36,7 +36,7 @@ int64_t PeakRssBytes() {
 }  // namespace
 
 StageRuntime::StageRuntime(const v1::JobSpec& spec, int stage, const Corpus* corpus, Inbox& inbox,
-                           PeerSender* previous, PeerSender* next, StageMetrics& metrics,
+                           FrameSender* previous, FrameSender* next, StageMetrics& metrics,
                            SpanRecorder* spans, std::string link_id)
     : spec_(spec),
       stage_(stage),
@@ -278,7 +278,7 @@ torch::Tensor StageRuntime::ToDevice(const torch::Tensor& host) const {
   return host.pin_memory().to(placement_.device, /*non_blocking=*/true);
 }
 
-void StageRuntime::Send(PeerSender* to, v1::TensorFrame::Kind kind, uint64_t micro_batch_id,
+void StageRuntime::Send(FrameSender* to, v1::TensorFrame::Kind kind, uint64_t micro_batch_id,
                         const torch::Tensor* tensor, int64_t step) {
   v1::TensorFrame frame;
   frame.set_kind(kind);
@@ -527,7 +527,7 @@ absl::Status StageRuntime::Finish() {
   inbox_.Close();
   if (next_) Send(next_, v1::TensorFrame::SHUTDOWN, 0, nullptr);
   absl::Status status;
-  for (PeerSender* sender : {next_, previous_}) {
+  for (FrameSender* sender : {next_, previous_}) {
     if (sender == nullptr) continue;
     absl::Status closed = sender->Close(absl::Seconds(60));
     if (status.ok()) status = closed;

@@ -22,15 +22,15 @@
 #include "worker/pipeline/stage_scheduler.h"
 #include "worker/runtime/span_recorder.h"
 #include "worker/runtime/stage_metrics.h"
+#include "worker/transport/frame_sender.h"
 #include "worker/transport/inbox.h"
 #include "worker/transport/nccl_link.h"
-#include "worker/transport/peer_sender.h"
 
 namespace paci {
 
 // One pipeline stage at work: its slice of the GPT, its AdamW, the schedule
 // (StageScheduler) and the links to its neighbours. Run() is the per-stage
-// loop of DESIGN.md section 1: backward first, forwards up to the in-flight
+// loop of docs/design.md section 2: backward first, forwards up to the in-flight
 // cap, an optimizer step after every a-th backward, evaluation and
 // checkpoints only at drained points.
 //
@@ -40,14 +40,15 @@ namespace paci {
 // given, the timeline of the run.
 //
 // Collaborators are owned by the caller and must outlive the runtime; the
-// senders are null where there is no neighbour, `spans` is null when no
-// timeline is recorded. `link_id` names this placement on the stage links
-// (the run id "<job>/<attempt>"). Run() is called once from one thread; Cancel() and
-// TakeReport() may be called from any thread.
+// senders (a PeerSender each in a worker) are null where there is no
+// neighbour, `spans` is null when no timeline is recorded. `link_id` names
+// this placement on the stage links (the run id "<job>/<attempt>"). Run() is
+// called once from one thread; Cancel() and TakeReport() may be called from
+// any thread.
 class StageRuntime {
  public:
   StageRuntime(const v1::JobSpec& spec, int stage, const Corpus* corpus, Inbox& inbox,
-               PeerSender* previous, PeerSender* next, StageMetrics& metrics,
+               FrameSender* previous, FrameSender* next, StageMetrics& metrics,
                SpanRecorder* spans, std::string link_id);
 
   // Builds the model and optimizer and, when the spec says so, resumes from
@@ -90,7 +91,7 @@ class StageRuntime {
   absl::Status EvalForward(const v1::TensorFrame& frame);
   absl::Status SaveCheckpoint(int64_t step);
   absl::Status Finish();
-  void Send(PeerSender* to, v1::TensorFrame::Kind kind, uint64_t micro_batch_id,
+  void Send(FrameSender* to, v1::TensorFrame::Kind kind, uint64_t micro_batch_id,
             const torch::Tensor* tensor, int64_t step = 0);
   void RecordValidation(int64_t step, double loss);
   // Ends the span that began at the end of the previous one: records it (when
@@ -118,8 +119,8 @@ class StageRuntime {
   const bool first_, last_;
   const Corpus* corpus_;
   Inbox& inbox_;
-  PeerSender* previous_;
-  PeerSender* next_;
+  FrameSender* previous_;
+  FrameSender* next_;
   StageMetrics& metrics_;
   SpanRecorder* spans_;
   const std::string link_id_;

@@ -13,6 +13,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "paci/v1/stage.grpc.pb.h"
+#include "worker/transport/frame_sender.h"
 
 namespace paci {
 
@@ -24,7 +25,7 @@ namespace paci {
 //
 // Owns its thread: Start() begins it, Close() or the destructor joins it.
 // Send and Close are called from one thread (the stage's compute thread).
-class PeerSender {
+class PeerSender final : public FrameSender {
  public:
   struct Options {
     std::string address;           // host:port of the peer's StageLink
@@ -36,17 +37,17 @@ class PeerSender {
   };
 
   PeerSender(const Options& options, std::function<void(absl::Status)> on_failure);
-  ~PeerSender();
+  ~PeerSender() override;
   PeerSender(const PeerSender&) = delete;
   PeerSender& operator=(const PeerSender&) = delete;
 
   void Start();
   // Queues a frame; blocks while the outbox is full. Returns false after a
   // failure (the frame is dropped).
-  bool Send(v1::TensorFrame frame);
+  bool Send(v1::TensorFrame frame) override;
   // Sends what is queued, half-closes the stream and waits for the peer's
   // answer, at most `timeout`. Returns the stream's final status.
-  absl::Status Close(absl::Duration timeout);
+  absl::Status Close(absl::Duration timeout) override;
 
   int64_t bytes_sent() const;
 

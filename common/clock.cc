@@ -1,0 +1,86 @@
+#include "common/clock.h"
+
+namespace paci {
+namespace {
+
+class RealClock final : public Clock {
+ public:
+  absl::Time Now() const override { return absl::Now(); }
+  bool AwaitWithDeadline(absl::Mutex& mutex, const absl::Condition& condition,
+                         absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex) override {
+    return mutex.AwaitWithDeadline(condition, deadline);
+  }
+};
+
+}  // namespace
+
+Clock& Clock::Real() {
+  static RealClock* const clock = new RealClock;
+  return *clock;
+}
+
+absl::Time FakeClock::Now() const {
+  return start_ + absl::Nanoseconds(elapsed_ns_.load(std::memory_order_acquire));
+}
+
+bool FakeClock::AwaitWithDeadline(absl::Mutex& mutex, const absl::Condition& condition,
+                                  absl::Time deadline) {
+  while (true) {
+    if (condition.Eval()) return true;
+    if (Now() >= deadline) return false;
+    WaitOnce(mutex, condition, deadline);
+  }
+}
+
+// Advance wakes a waiter by taking and releasing its mutex, which makes
+// absl::Mutex evaluate the waiter's condition (and so read the new time).
+// Advance does that holding mutex_, so a waiter takes mutex_ only with its
+// own mutex released: the two are never taken in the other order.
+void FakeClock::WaitOnce(absl::Mutex& mutex, const absl::Condition& condition,
+                         absl::Time deadline) {
+  mutex.Unlock();
+  {
+    absl::MutexLock lock(&mutex_);
+    ++waiting_[&mutex];
+    ++waiters_;
+    ++waits_begun_;
+  }
+  mutex.Lock();
+  auto woken = [&] { return condition.Eval() || Now() >= deadline; };
+  mutex.Await(absl::Condition(&woken));
+  mutex.Unlock();
+  {
+    absl::MutexLock lock(&mutex_);
+    if (--waiting_[&mutex] == 0) waiting_.erase(&mutex);
+    --waiters_;
+  }
+  mutex.Lock();
+}
+
+void FakeClock::Advance(absl::Duration duration) {
+  absl::MutexLock lock(&mutex_);
+  elapsed_ns_.fetch_add(absl::ToInt64Nanoseconds(duration), std::memory_order_acq_rel);
+  for (const auto& [waited_on, count] : waiting_) {
+    waited_on->Lock();
+    waited_on->Unlock();
+  }
+}
+
+bool FakeClock::BlockUntilWaiters(int count, absl::Duration timeout) const {
+  auto enough = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { return waiters_ >= count; };
+  absl::MutexLock lock(&mutex_);
+  return mutex_.AwaitWithTimeout(absl::Condition(&enough), timeout);
+}
+
+int64_t FakeClock::waits_begun() const {
+  absl::MutexLock lock(&mutex_);
+  return waits_begun_;
+}
+
+bool FakeClock::BlockUntilWaitsBegun(int64_t count, absl::Duration timeout) const {
+  auto enough = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { return waits_begun_ >= count; };
+  absl::MutexLock lock(&mutex_);
+  return mutex_.AwaitWithTimeout(absl::Condition(&enough), timeout);
+}
+
+}  // namespace paci

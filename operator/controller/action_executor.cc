@@ -1,0 +1,146 @@
+#include "operator/controller/action_executor.h"
+
+#include <glog/logging.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "operator/reconcile/object_meta.h"
+
+namespace paci::op {
+
+using nlohmann::json;
+
+namespace {
+
+// Not-found on delete and already-exists on create mean the world is already
+// as wanted.
+absl::Status IgnoreNotFound(absl::Status status) {
+  return absl::IsNotFound(status) ? absl::OkStatus() : status;
+}
+absl::Status IgnoreAlreadyExists(absl::Status status) {
+  return absl::IsAlreadyExists(status) ? absl::OkStatus() : status;
+}
+
+std::string JobPath(const json& job) {
+  return absl::StrCat(
+      CollectionPath("paci.dev", "v1alpha1", MetaString(job, "namespace"), "trainingjobs"), "/",
+      MetaString(job, "name"));
+}
+
+std::string JobKey(const json& job) {
+  return absl::StrCat(MetaString(job, "namespace"), "/", MetaString(job, "name"));
+}
+
+// The merge patch that sets metadata.finalizers, on the version last seen.
+json FinalizersPatch(const json& job, json finalizers) {
+  return {{"metadata",
+           {{"finalizers", std::move(finalizers)},
+            {"resourceVersion", MetaString(job, "resourceVersion")}}}};
+}
+
+}  // namespace
+
+ActionExecutor::ActionExecutor(KubeClient& kube, CoordinatorJobs& coordinator,
+                               ReconcilerOptions reconciler, std::string component, Clock& clock)
+    : kube_(kube),
+      coordinator_(coordinator),
+      reconciler_(std::move(reconciler)),
+      component_(std::move(component)),
+      clock_(clock) {}
+
+ActionExecutor::Result ActionExecutor::Execute(ObservedWorld world, ReconcileActions actions) {
+  Result result;
+  result.written = world.job;
+  result.status = MakeChanges(actions, result.written);
+  if (result.status.ok() && actions.submit) {
+    world.submit_result = coordinator_.Submit(*actions.submit).status();
+    if (world.submit_result->ok()) {
+      LOG(INFO) << "job " << JobKey(world.job) << ": submitted as " << actions.submit->name();
+    }
+    actions = ReconcileTrainingJob(world, reconciler_);  // its changes are made already
+  }
+  if (result.status.ok()) result.status = Report(actions, result.written);
+  result.requeue_after = actions.requeue_after;
+  return result;
+}
+
+absl::Status ActionExecutor::MakeChanges(const ReconcileActions& actions, json& current) {
+  const std::string ns = MetaString(current, "namespace");
+  if (actions.add_finalizer) {
+    ASSIGN_OR_RETURN(current, kube_.MergePatch(JobPath(current),
+                                               FinalizersPatch(current, FinalizersWith(
+                                                                            current, kFinalizer))));
+  }
+  if (actions.cancel) {
+    RETURN_IF_ERROR(IgnoreNotFound(coordinator_.Cancel(*actions.cancel)));
+    LOG(INFO) << "job " << JobKey(current) << ": cancelled " << *actions.cancel;
+  }
+  const std::string pods = CollectionPath("", "v1", ns, "pods");
+  for (const std::string& pod : actions.delete_pods) {
+    RETURN_IF_ERROR(IgnoreNotFound(kube_.Delete(absl::StrCat(pods, "/", pod))));
+  }
+  if (actions.create_service) {
+    RETURN_IF_ERROR(IgnoreAlreadyExists(
+        kube_.Create(CollectionPath("", "v1", ns, "services"), *actions.create_service).status()));
+  }
+  for (const json& pod : actions.create_pods) {
+    RETURN_IF_ERROR(IgnoreAlreadyExists(kube_.Create(pods, pod).status()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ActionExecutor::Report(const ReconcileActions& actions, json& current) {
+  for (const KubeEvent& event : actions.events) RecordEvent(current, event);
+  if (actions.status) {
+    const json& desired = *actions.status;
+    ASSIGN_OR_RETURN(current, kube_.UpdateStatus(JobPath(current), current,
+                                                 [&](json& object) { object["status"] = desired; }));
+  }
+  RETURN_IF_ERROR(actions.retry_error);
+  if (actions.remove_finalizer) {
+    RETURN_IF_ERROR(IgnoreNotFound(
+        kube_
+            .MergePatch(JobPath(current),
+                        FinalizersPatch(current, FinalizersWithout(current, kFinalizer)))
+            .status()));
+    LOG(INFO) << "job " << JobKey(current) << ": finalized";
+  }
+  if (actions.delete_job) {
+    LOG(INFO) << "job " << JobKey(current) << ": deleting, ttlSecondsAfterFinished has passed";
+    RETURN_IF_ERROR(IgnoreNotFound(kube_.Delete(JobPath(current))));
+  }
+  return absl::OkStatus();
+}
+
+void ActionExecutor::RecordEvent(const json& job, const KubeEvent& event) {
+  const std::string ns = MetaString(job, "namespace");
+  const std::string now = Rfc3339(clock_.Now());
+  const json object = {
+      {"apiVersion", "v1"},
+      {"kind", "Event"},
+      {"metadata", {{"generateName", MetaString(job, "name") + "."}, {"namespace", ns}}},
+      {"involvedObject",
+       {{"apiVersion", "paci.dev/v1alpha1"},
+        {"kind", "TrainingJob"},
+        {"name", MetaString(job, "name")},
+        {"namespace", ns},
+        {"uid", MetaString(job, "uid")},
+        {"resourceVersion", MetaString(job, "resourceVersion")}}},
+      {"reason", event.reason},
+      {"message", event.message},
+      {"type", event.type},
+      {"source", {{"component", component_}}},
+      {"reportingComponent", component_},
+      {"firstTimestamp", now},
+      {"lastTimestamp", now},
+      {"count", 1},
+  };
+  LOG(INFO) << "job " << JobKey(job) << ": " << event.type << " " << event.reason << ": "
+            << event.message;
+  if (absl::Status s = kube_.Create(CollectionPath("", "v1", ns, "events"), object).status();
+      !s.ok()) {
+    LOG(WARNING) << "event " << event.reason << ": " << s;
+  }
+}
+
+}  // namespace paci::op

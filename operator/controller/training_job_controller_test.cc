@@ -1,0 +1,346 @@
+// The controller's stateful half against the test API server and a fake
+// coordinator: ActionExecutor carrying out what ReconcileTrainingJob decided
+// (a rejected submit included), then the whole controller, informers to
+// status, with its requeues timed by a FakeClock.
+
+#include "operator/controller/training_job_controller.h"
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "common/clock.h"
+#include "operator/controller/action_executor.h"
+#include "operator/kube/test_api_server.h"
+#include "operator/reconcile/object_meta.h"
+
+namespace paci::op {
+namespace {
+
+using nlohmann::json;
+using ::testing::Contains;
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+
+// The coordinator as the operator sees it, in memory. Thread-safe.
+class FakeCoordinatorJobs : public CoordinatorJobs {
+ public:
+  absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec) override {
+    absl::MutexLock lock(&mutex_);
+    submitted_.push_back(spec.name());
+    if (!submit_answer_.ok()) return submit_answer_;
+    v1::Job& job = jobs_[spec.name()];
+    job.set_name(spec.name());
+    job.mutable_status()->set_phase(v1::QUEUED);
+    return job;
+  }
+  absl::StatusOr<v1::Job> Get(const std::string& name) override {
+    absl::MutexLock lock(&mutex_);
+    auto it = jobs_.find(name);
+    if (it == jobs_.end()) return absl::NotFoundError("coordinator GetJob " + name);
+    return it->second;
+  }
+  absl::Status Cancel(const std::string& name) override {
+    absl::MutexLock lock(&mutex_);
+    cancelled_.push_back(name);
+    jobs_[name].mutable_status()->set_phase(v1::CANCELLED);
+    return absl::OkStatus();
+  }
+
+  // What the next submits are answered.
+  void AnswerSubmits(absl::Status answer) {
+    absl::MutexLock lock(&mutex_);
+    submit_answer_ = std::move(answer);
+  }
+  void SetPhase(const std::string& name, v1::JobPhase phase) {
+    absl::MutexLock lock(&mutex_);
+    jobs_[name].set_name(name);
+    jobs_[name].mutable_status()->set_phase(phase);
+  }
+  std::vector<std::string> submitted() const {
+    absl::MutexLock lock(&mutex_);
+    return submitted_;
+  }
+  std::vector<std::string> cancelled() const {
+    absl::MutexLock lock(&mutex_);
+    return cancelled_;
+  }
+
+ private:
+  mutable absl::Mutex mutex_;
+  absl::Status submit_answer_ ABSL_GUARDED_BY(mutex_);
+  std::map<std::string, v1::Job> jobs_ ABSL_GUARDED_BY(mutex_);
+  std::vector<std::string> submitted_ ABSL_GUARDED_BY(mutex_);
+  std::vector<std::string> cancelled_ ABSL_GUARDED_BY(mutex_);
+};
+
+// The TrainingJob CRD as the test server needs it: any spec and status.
+json TrainingJobCrd() {
+  const json version = {{"name", "v1alpha1"},
+                        {"served", true},
+                        {"storage", true},
+                        {"schema",
+                         {{"openAPIV3Schema",
+                           {{"type", "object"}, {"x-kubernetes-preserve-unknown-fields", true}}}}},
+                        {"subresources", {{"status", json::object()}}}};
+  return {{"apiVersion", "apiextensions.k8s.io/v1"},
+          {"kind", "CustomResourceDefinition"},
+          {"metadata", {{"name", "trainingjobs.paci.dev"}}},
+          {"spec",
+           {{"group", "paci.dev"},
+            {"scope", "Namespaced"},
+            {"names", {{"plural", "trainingjobs"}, {"singular", "trainingjob"}, {"kind", "TrainingJob"}}},
+            {"versions", json::array({version})}}}};
+}
+
+// A small job of two stages.
+json NewTrainingJob(const std::string& name) {
+  json spec = {
+      {"model", {{"vocabSize", 80}, {"numLayers", 2}, {"dModel", 16}, {"numHeads", 2}, {"seqLen", 16}}},
+      {"pipeline", {{"numStages", 2}, {"schedule", "paci"}, {"accumulation", 2}, {"microBatchSize", 2}}},
+      {"optimizer", {{"lr", 0.01}}},
+      {"training", {{"steps", 10}}},
+      {"data", {{"corpusPath", "/data/corpus.txt"}}}};
+  return {{"apiVersion", "paci.dev/v1alpha1"},
+          {"kind", "TrainingJob"},
+          {"metadata", {{"name", name}, {"namespace", "default"}}},
+          {"spec", std::move(spec)}};
+}
+
+class ControllerTestBase : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_GT(server_.port(), 0) << "the test API server did not start";
+    absl::Status crd =
+        kube_.Create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", TrainingJobCrd())
+            .status();
+    ASSERT_TRUE(crd.ok()) << crd;
+  }
+
+  static std::string Jobs() { return CollectionPath("paci.dev", "v1alpha1", "default", "trainingjobs"); }
+  static std::string Pods() { return CollectionPath("", "v1", "default", "pods"); }
+
+  json CreateJob(const json& job) {
+    absl::StatusOr<json> created = kube_.Create(Jobs(), job);
+    EXPECT_TRUE(created.ok()) << created.status();
+    return created.value_or(json::object());
+  }
+  absl::StatusOr<json> GetJob(const std::string& name) { return kube_.Get(Jobs() + "/" + name); }
+  std::vector<std::string> Names(const std::string& collection) {
+    std::vector<std::string> names;
+    absl::StatusOr<json> list = kube_.List(collection);
+    EXPECT_TRUE(list.ok()) << list.status();
+    for (const json& item : list.value_or(json::object()).value("items", json::array())) {
+      names.push_back(MetaString(item, "name"));
+    }
+    return names;
+  }
+  std::vector<std::string> EventReasons() {
+    std::vector<std::string> reasons;
+    absl::StatusOr<json> list = kube_.List(CollectionPath("", "v1", "default", "events"));
+    for (const json& event : list.value_or(json::object()).value("items", json::array())) {
+      reasons.push_back(StringField(event, "reason"));
+    }
+    return reasons;
+  }
+
+  TestApiServer server_;
+  KubeClient kube_{server_.client_options()};
+  FakeCoordinatorJobs coordinator_;
+  FakeClock clock_;
+  ReconcilerOptions reconciler_;
+};
+
+class ActionExecutorTest : public ControllerTestBase {
+ protected:
+  // The world a reconcile of `job` (as the API server has it) observes.
+  ObservedWorld Observe(const json& job) {
+    ObservedWorld world;
+    world.job = job;
+    world.now = clock_.Now();
+    return world;
+  }
+  ActionExecutor::Result ReconcileAndExecute(const ObservedWorld& world) {
+    return executor_.Execute(world, ReconcileTrainingJob(world, reconciler_));
+  }
+
+  ActionExecutor executor_{kube_, coordinator_, reconciler_, "paci-operator-test", clock_};
+};
+
+TEST_F(ActionExecutorTest, CarriesOutANewJobsActions) {
+  const ObservedWorld world = Observe(CreateJob(NewTrainingJob("kjv")));
+  const ActionExecutor::Result result = ReconcileAndExecute(world);
+  ASSERT_TRUE(result.status.ok()) << result.status;
+
+  EXPECT_THAT(Names(Pods()), ElementsAre("kjv-worker-0", "kjv-worker-1"));
+  EXPECT_THAT(Names(CollectionPath("", "v1", "default", "services")), ElementsAre("kjv-workers"));
+  const std::string coordinator_job = CoordinatorJobName(world.job);
+  EXPECT_THAT(coordinator_.submitted(), ElementsAre(coordinator_job));
+  absl::StatusOr<json> job = GetJob("kjv");
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_TRUE(HasFinalizer(*job, kFinalizer));
+  EXPECT_EQ((*job)["status"]["phase"], "Pending");
+  EXPECT_EQ((*job)["status"]["coordinatorJob"], coordinator_job);
+  EXPECT_EQ(MetaString(result.written, "resourceVersion"), MetaString(*job, "resourceVersion"));
+  EXPECT_THAT(EventReasons(), ElementsAre("Submitted"));
+  EXPECT_EQ(result.requeue_after, reconciler_.poll_interval);
+}
+
+TEST_F(ActionExecutorTest, ARejectedSubmitEndsInTheStatusTheReconcilerDecided) {
+  const absl::Status rejected = absl::InvalidArgumentError("coordinator SubmitJob: no such schedule");
+  coordinator_.AnswerSubmits(rejected);
+  ObservedWorld world = Observe(CreateJob(NewTrainingJob("kjv")));
+  const ActionExecutor::Result result = ReconcileAndExecute(world);
+  EXPECT_TRUE(result.status.ok()) << result.status;  // refused for good: nothing to retry
+
+  absl::StatusOr<json> job = GetJob("kjv");
+  ASSERT_TRUE(job.ok()) << job.status();
+  world.submit_result = rejected;
+  const ReconcileActions decided = ReconcileTrainingJob(world, reconciler_);
+  ASSERT_TRUE(decided.status.has_value());
+  EXPECT_EQ((*job)["status"], *decided.status);
+  EXPECT_EQ((*job)["status"]["phase"], "Failed");
+  EXPECT_EQ((*job)["status"]["message"], std::string(rejected.message()));
+  EXPECT_THAT(EventReasons(), Contains("SubmitRejected"));
+  EXPECT_EQ(coordinator_.submitted().size(), 1u);  // asked once
+  EXPECT_FALSE(result.requeue_after.has_value());
+}
+
+TEST_F(ActionExecutorTest, ASubmitTheCoordinatorCouldNotTakeIsRetriedAfterTheStatus) {
+  coordinator_.AnswerSubmits(absl::UnavailableError("coordinator SubmitJob: connection refused"));
+  const ObservedWorld world = Observe(CreateJob(NewTrainingJob("kjv")));
+  const ActionExecutor::Result result = ReconcileAndExecute(world);
+  EXPECT_TRUE(absl::IsUnavailable(result.status)) << result.status;
+  absl::StatusOr<json> job = GetJob("kjv");
+  ASSERT_TRUE(job.ok()) << job.status();
+  // Written first, so the retry submits under the same name.
+  EXPECT_EQ((*job)["status"]["coordinatorJob"], CoordinatorJobName(world.job));
+}
+
+TEST_F(ActionExecutorTest, AFailedChangeStopsBeforeTheSubmit) {
+  server_.Control("inject-error", {{"verb", "create"}, {"resource", "pods"}, {"code", 500}});
+  const ObservedWorld world = Observe(CreateJob(NewTrainingJob("kjv")));
+  const ActionExecutor::Result result = ReconcileAndExecute(world);
+  EXPECT_FALSE(result.status.ok());
+  EXPECT_THAT(coordinator_.submitted(), IsEmpty());
+  absl::StatusOr<json> job = GetJob("kjv");
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_FALSE(job->contains("status"));
+}
+
+TEST_F(ActionExecutorTest, ADeletedJobIsCancelledAndReleased) {
+  ASSERT_TRUE(ReconcileAndExecute(Observe(CreateJob(NewTrainingJob("kjv")))).status.ok());
+  absl::StatusOr<json> job = GetJob("kjv");
+  ASSERT_TRUE(job.ok()) << job.status();
+  const std::string coordinator_job = (*job)["status"]["coordinatorJob"];
+  coordinator_.SetPhase(coordinator_job, v1::RUNNING);
+  ASSERT_TRUE(kube_.Delete(Jobs() + "/kjv").ok());  // held by the finalizer
+  job = GetJob("kjv");
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_TRUE(BeingDeleted(*job));
+
+  ObservedWorld world = Observe(*job);
+  world.coordinator_job = coordinator_.Get(coordinator_job).value();
+  absl::StatusOr<json> pods = kube_.List(Pods());
+  ASSERT_TRUE(pods.ok()) << pods.status();
+  for (const json& pod : (*pods)["items"]) world.pods.push_back(pod);
+  const ActionExecutor::Result result = ReconcileAndExecute(world);
+  ASSERT_TRUE(result.status.ok()) << result.status;
+
+  EXPECT_THAT(coordinator_.cancelled(), ElementsAre(coordinator_job));
+  EXPECT_TRUE(absl::IsNotFound(GetJob("kjv").status()));  // the finalizer let it go
+  EXPECT_THAT(EventReasons(), Contains("Cancelling"));
+}
+
+// The whole controller: informers, queue, reconcile, executor.
+class TrainingJobControllerTest : public ControllerTestBase {
+ protected:
+  void StartController() {
+    ControllerOptions options;
+    options.watch_namespace = "default";
+    options.reconciler = reconciler_;
+    options.clock = &clock_;
+    controller_ = std::make_unique<TrainingJobController>(kube_, coordinator_, metrics_, options);
+    ASSERT_TRUE(controller_->Start(absl::Seconds(30)).ok());
+  }
+  void TearDown() override {
+    if (controller_) controller_->Stop();
+  }
+
+  // Lists `collection`, then watches it until `done` holds for its objects
+  // (by name), or the server ends the watch after `seconds`; those objects.
+  using Objects = std::map<std::string, json>;
+  Objects WatchUntil(const std::string& collection, const std::function<bool(const Objects&)>& done,
+                     int seconds = 30) {
+    Objects objects;
+    absl::StatusOr<json> list = kube_.List(collection);
+    if (!list.ok()) {
+      ADD_FAILURE() << list.status();
+      return objects;
+    }
+    for (const json& item : (*list)["items"]) objects[MetaString(item, "name")] = item;
+    if (done(objects)) return objects;
+    WatchOptions options;
+    options.resource_version = MetaString(*list, "resourceVersion");
+    options.timeout_seconds = seconds;
+    const absl::Status watched = kube_.Watch(collection, options, [&](const WatchEvent& event) {
+      const std::string name = MetaString(event.object, "name");
+      if (event.type == "DELETED") {
+        objects.erase(name);
+      } else if (event.type != "BOOKMARK") {
+        objects[name] = event.object;
+      }
+      return !done(objects);
+    });
+    EXPECT_TRUE(watched.ok()) << watched;
+    return objects;
+  }
+  // TrainingJob "kjv" once its status.phase is `phase` (or as last seen).
+  json WatchForPhase(const std::string& phase, int seconds = 30) {
+    auto reached = [&](const Objects& jobs) {
+      auto it = jobs.find("kjv");
+      return it != jobs.end() && StringField(Field(it->second, "status"), "phase") == phase;
+    };
+    Objects jobs = WatchUntil(Jobs(), reached, seconds);
+    return jobs.count("kjv") ? jobs["kjv"] : json::object();
+  }
+
+  OperatorMetrics metrics_;
+  std::unique_ptr<TrainingJobController> controller_;
+};
+
+TEST_F(TrainingJobControllerTest, ARejectedJobFailsAndItsWorkersStop) {
+  coordinator_.AnswerSubmits(absl::InvalidArgumentError("coordinator SubmitJob: no such schedule"));
+  StartController();
+  CreateJob(NewTrainingJob("kjv"));
+  const json job = WatchForPhase("Failed");
+  EXPECT_EQ(job["status"]["phase"], "Failed");
+  EXPECT_EQ(job["status"]["message"], "coordinator SubmitJob: no such schedule");
+  const Objects pods = WatchUntil(Pods(), [](const Objects& pods) { return pods.empty(); });
+  EXPECT_THAT(pods, IsEmpty());
+}
+
+TEST_F(TrainingJobControllerTest, ARunningJobIsMirroredWhenTheClockPolls) {
+  StartController();
+  CreateJob(NewTrainingJob("kjv"));
+  const json pending = WatchForPhase("Pending");
+  EXPECT_THAT(Names(Pods()), ElementsAre("kjv-worker-0", "kjv-worker-1"));
+  // The coordinator starts it; the controller reads that when it polls, once
+  // its clock has moved on by the poll interval (a reconcile requeued just
+  // after an advance is due a poll later: advance again).
+  coordinator_.SetPhase(pending["status"]["coordinatorJob"], v1::RUNNING);
+  json job = pending;
+  for (int poll = 0; poll < 30 && job["status"]["phase"] != "Running"; ++poll) {
+    clock_.Advance(reconciler_.poll_interval);
+    job = WatchForPhase("Running", 1);
+  }
+  EXPECT_EQ(job["status"]["phase"], "Running");
+}
+
+}  // namespace
+}  // namespace paci::op

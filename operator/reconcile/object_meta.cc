@@ -1,0 +1,87 @@
+#include "operator/reconcile/object_meta.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace paci::op {
+
+using nlohmann::json;
+
+const json& Field(const json& object, const char* key) {
+  static const json* const kEmpty = new json(json::object());
+  if (!object.is_object()) return *kEmpty;
+  auto it = object.find(key);
+  return it == object.end() || it->is_null() ? *kEmpty : *it;
+}
+
+std::string StringField(const json& object, const char* key) {
+  const json& value = Field(object, key);
+  return value.is_string() ? value.get<std::string>() : "";
+}
+
+int64_t IntField(const json& object, const char* key, int64_t otherwise) {
+  const json& value = Field(object, key);
+  return value.is_number_integer() ? value.get<int64_t>() : otherwise;
+}
+
+std::string MetaString(const json& object, const char* key) {
+  return StringField(Field(object, "metadata"), key);
+}
+
+std::string Label(const json& object, const char* label) {
+  return StringField(Field(Field(object, "metadata"), "labels"), label);
+}
+
+int64_t Generation(const json& object) { return IntField(Field(object, "metadata"), "generation", 1); }
+
+bool BeingDeleted(const json& object) {
+  return Field(Field(object, "metadata"), "deletionTimestamp").is_string();
+}
+
+bool HasFinalizer(const json& object, const char* finalizer) {
+  const json& finalizers = Field(Field(object, "metadata"), "finalizers");
+  if (!finalizers.is_array()) return false;
+  return std::find(finalizers.begin(), finalizers.end(), json(finalizer)) != finalizers.end();
+}
+
+json FinalizersWith(const json& object, const char* finalizer) {
+  json finalizers = FinalizersWithout(object, finalizer);
+  finalizers.push_back(finalizer);
+  return finalizers;
+}
+
+json FinalizersWithout(const json& object, const char* finalizer) {
+  json finalizers = json::array();
+  const json& current = Field(Field(object, "metadata"), "finalizers");
+  if (!current.is_array()) return finalizers;
+  for (const json& f : current) {
+    if (f != finalizer) finalizers.push_back(f);
+  }
+  return finalizers;
+}
+
+std::string WorkerServiceName(const std::string& job_name) { return job_name + "-workers"; }
+
+std::string WorkerPodName(const std::string& job_name, int index) {
+  return absl::StrCat(job_name, "-worker-", index);
+}
+
+json WorkerLabels(const std::string& job_name) {
+  return {{kJobNameLabel, job_name}, {kRoleLabel, "worker"}};
+}
+
+std::string Rfc3339(absl::Time time) {
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", time, absl::UTCTimeZone());
+}
+
+std::string Rfc3339Micro(absl::Time time) {
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%E6SZ", time, absl::UTCTimeZone());
+}
+
+bool ParseRfc3339(const std::string& text, absl::Time* time) {
+  std::string error;
+  return absl::ParseTime(absl::RFC3339_full, text, time, &error);
+}
+
+}  // namespace paci::op

@@ -1,0 +1,187 @@
+#include "server/coordinator_service.h"
+
+#include <filesystem>
+#include <memory>
+
+#include <grpcpp/grpcpp.h>
+#include <prometheus/registry.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
+#include "gtest/gtest.h"
+
+namespace paci {
+namespace {
+
+// The job API as a client meets it: a real gRPC server on a loopback port,
+// the CoordinatorService over a JobManager on a real SQLite file.
+class CoordinatorServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string db =
+        (std::filesystem::path(testing::TempDir()) /
+         (std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + ".db"))
+            .string();
+    std::filesystem::remove(db);
+    store_ = *JobStore::Open(db);
+    manager_ = std::make_unique<JobManager>(*store_, metrics_, JobManagerOptions{},
+                                            [] { return absl::Now(); });
+    ASSERT_TRUE(manager_->Recover().ok());
+  }
+
+  void Serve(CoordinatorServiceOptions options) {
+    service_ = std::make_unique<CoordinatorService>(*manager_, options);
+    int port = 0;
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(port, 0);
+    stub_ = v1::Coordinator::NewStub(grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
+                                                         grpc::InsecureChannelCredentials()));
+  }
+
+  void TearDown() override {
+    if (server_) server_->Shutdown(std::chrono::system_clock::now());
+  }
+
+  static v1::JobSpec Spec(const std::string& name) {
+    v1::JobSpec spec = *ParseJobSpecYaml(
+        "name: " + name +
+        "\nmodel: {vocab_size: 80, num_layers: 2, d_model: 32, num_heads: 4, seq_len: 16}"
+        "\npipeline: {num_stages: 2, accumulation: 2, micro_batch_size: 2}"
+        "\noptimizer: {lr: 0.001}\ntraining: {steps: 10}\ndata: {corpus_path: /c.txt}\n");
+    return spec;
+  }
+
+  // A context that gives up after a while instead of hanging a broken test.
+  static std::unique_ptr<grpc::ClientContext> Context(const std::string& token = "") {
+    auto context = std::make_unique<grpc::ClientContext>();
+    context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    if (!token.empty()) context->AddMetadata("authorization", "Bearer " + token);
+    return context;
+  }
+
+  grpc::Status Submit(const v1::JobSpec& spec, v1::Job* job, const std::string& token = "") {
+    v1::SubmitJobRequest request;
+    *request.mutable_spec() = spec;
+    return stub_->SubmitJob(Context(token).get(), request, job);
+  }
+
+  prometheus::Registry registry_;
+  CoordinatorMetrics metrics_{registry_};
+  std::unique_ptr<JobStore> store_;
+  std::unique_ptr<JobManager> manager_;
+  std::unique_ptr<CoordinatorService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+};
+
+TEST_F(CoordinatorServiceTest, ASubmittedJobIsQueuedWithDefaultsApplied) {
+  Serve({});
+  v1::Job job;
+  ASSERT_TRUE(Submit(Spec("gpt"), &job).ok());
+  EXPECT_EQ(job.status().phase(), v1::QUEUED);
+  EXPECT_EQ(job.status().total_steps(), 10);
+  v1::GetJobRequest get;
+  get.set_name("gpt");
+  v1::Job fetched;
+  ASSERT_TRUE(stub_->GetJob(Context().get(), get, &fetched).ok());
+  EXPECT_EQ(fetched.spec().name(), "gpt");
+  v1::ListJobsRequest list;
+  list.set_phase(v1::QUEUED);
+  v1::ListJobsResponse listed;
+  ASSERT_TRUE(stub_->ListJobs(Context().get(), list, &listed).ok());
+  ASSERT_EQ(listed.jobs_size(), 1);
+}
+
+TEST_F(CoordinatorServiceTest, BadRequestsAreRefusedNamingWhatIsWrong) {
+  Serve({});
+  v1::Job job;
+  grpc::Status no_spec = stub_->SubmitJob(Context().get(), v1::SubmitJobRequest{}, &job);
+  EXPECT_EQ(no_spec.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(no_spec.error_message(), "spec: required");
+
+  v1::JobSpec bad = Spec("gpt");
+  bad.mutable_pipeline()->set_num_stages(0);
+  grpc::Status invalid = Submit(bad, &job);
+  EXPECT_EQ(invalid.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(invalid.error_message().find("num_stages"), std::string::npos)
+      << invalid.error_message();
+
+  v1::GetJobRequest get;
+  get.set_name("missing");
+  grpc::Status missing = stub_->GetJob(Context().get(), get, &job);
+  EXPECT_EQ(missing.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(missing.error_message(), "no job \"missing\"");
+
+  get.set_name(std::string(64, 'x'));
+  grpc::Status long_name = stub_->GetJob(Context().get(), get, &job);
+  EXPECT_EQ(long_name.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(long_name.error_message().find("at most 63"), std::string::npos);
+
+  v1::ListJobsRequest list;
+  list.set_phase(static_cast<v1::JobPhase>(77));
+  v1::ListJobsResponse listed;
+  grpc::Status phase = stub_->ListJobs(Context().get(), list, &listed);
+  EXPECT_EQ(phase.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(phase.error_message().find("77"), std::string::npos);
+  // None of it reached the manager.
+  EXPECT_TRUE(manager_->List(v1::JOB_PHASE_UNSPECIFIED).empty());
+}
+
+TEST_F(CoordinatorServiceTest, ATokenIsRequiredWhenConfigured) {
+  CoordinatorServiceOptions options;
+  options.token = "s3cret";
+  Serve(options);
+  v1::Job job;
+  grpc::Status anonymous = Submit(Spec("gpt"), &job);
+  EXPECT_EQ(anonymous.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(Submit(Spec("gpt"), &job, "wrong").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(manager_->List(v1::JOB_PHASE_UNSPECIFIED).empty());
+  EXPECT_TRUE(Submit(Spec("gpt"), &job, "s3cret").ok());
+}
+
+TEST_F(CoordinatorServiceTest, AWatchStreamsChangesAndEndsWhenTheJobEnds) {
+  Serve({});
+  v1::Job job;
+  ASSERT_TRUE(Submit(Spec("gpt"), &job).ok());
+  v1::WatchJobRequest watch;
+  watch.set_name("gpt");
+  auto context = Context();
+  std::unique_ptr<grpc::ClientReader<v1::Job>> reader = stub_->WatchJob(context.get(), watch);
+  v1::Job seen;
+  ASSERT_TRUE(reader->Read(&seen));
+  EXPECT_EQ(seen.status().phase(), v1::QUEUED);
+  v1::CancelJobRequest cancel;
+  cancel.set_name("gpt");
+  ASSERT_TRUE(stub_->CancelJob(Context().get(), cancel, &job).ok());
+  v1::Job last = seen;
+  while (reader->Read(&seen)) last = seen;
+  EXPECT_EQ(last.status().phase(), v1::CANCELLED);
+  EXPECT_TRUE(reader->Finish().ok());
+}
+
+TEST_F(CoordinatorServiceTest, WatchersBeyondTheLimitAreRefused) {
+  CoordinatorServiceOptions options;
+  options.max_watchers = 1;
+  Serve(options);
+  v1::Job job;
+  ASSERT_TRUE(Submit(Spec("gpt"), &job).ok());
+  v1::WatchJobRequest watch;
+  watch.set_name("gpt");
+  auto first_context = Context();
+  auto first = stub_->WatchJob(first_context.get(), watch);
+  v1::Job seen;
+  ASSERT_TRUE(first->Read(&seen));  // the first watcher holds its slot
+  auto second_context = Context();
+  auto second = stub_->WatchJob(second_context.get(), watch);
+  EXPECT_FALSE(second->Read(&seen));
+  grpc::Status refused = second->Finish();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  first_context->TryCancel();
+  first->Finish();
+}
+
+}  // namespace
+}  // namespace paci

@@ -1,0 +1,145 @@
+#include "server/job_status.h"
+
+#include <algorithm>
+#include <limits>
+
+#include <google/protobuf/util/time_util.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace paci {
+namespace {
+
+google::protobuf::Timestamp ToProto(absl::Time t) {
+  return google::protobuf::util::TimeUtil::MicrosecondsToTimestamp(absl::ToUnixMicros(t));
+}
+
+}  // namespace
+
+const char* PhaseName(v1::JobPhase phase) {
+  switch (phase) {
+    case v1::QUEUED: return "Queued";
+    case v1::RUNNING: return "Running";
+    case v1::RESTARTING: return "Restarting";
+    case v1::SUCCEEDED: return "Succeeded";
+    case v1::FAILED: return "Failed";
+    case v1::CANCELLED: return "Cancelled";
+    default: return "Unknown";
+  }
+}
+
+bool IsPermanentError(int code) {
+  switch (static_cast<absl::StatusCode>(code)) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kDataLoss:
+    case absl::StatusCode::kNotFound:
+      return true;
+    default:
+      return false;
+  }
+}
+
+absl::Status JobNotFound(const std::string& name) {
+  return absl::NotFoundError(absl::StrCat("no job \"", name, "\""));
+}
+
+bool SetCondition(v1::JobStatus& status, const std::string& type, bool value,
+                  const std::string& reason, const std::string& message, absl::Time now) {
+  for (auto& c : *status.mutable_conditions()) {
+    if (c.type() != type) continue;
+    if (c.status() == value && c.reason() == reason && c.message() == message) return false;
+    if (c.status() != value) *c.mutable_last_transition_time() = ToProto(now);
+    c.set_status(value);
+    c.set_reason(reason);
+    c.set_message(message);
+    return true;
+  }
+  if (!value) return false;  // a condition that never held is not listed
+  v1::JobCondition* c = status.add_conditions();
+  c->set_type(type);
+  c->set_status(true);
+  c->set_reason(reason);
+  c->set_message(message);
+  *c->mutable_last_transition_time() = ToProto(now);
+  return true;
+}
+
+bool SetPhase(v1::JobStatus& status, v1::JobPhase phase, const std::string& reason,
+              const std::string& message, absl::Time now) {
+  status.set_phase(phase);
+  status.set_reason(reason);
+  status.set_message(message);
+  bool changed = false;
+  for (v1::JobPhase p : kJobPhases) {
+    if (p == phase) {
+      changed |= SetCondition(status, PhaseName(p), true, reason, message, now);
+    } else {
+      // Only a phase condition that is listed and holds is turned false.
+      const bool held = std::any_of(
+          status.conditions().begin(), status.conditions().end(),
+          [&](const v1::JobCondition& c) { return c.type() == PhaseName(p) && c.status(); });
+      if (held) changed |= SetCondition(status, PhaseName(p), false, reason, "", now);
+    }
+  }
+  return changed;
+}
+
+void ThinLossHistory(google::protobuf::RepeatedPtrField<v1::LossPoint>* points, int max_points) {
+  if (points->size() <= max_points) return;
+  int kept = 0;
+  for (int i = 0; i < points->size(); ++i) {
+    if (i % 2 == 1 || i == points->size() - 1) points->SwapElements(kept++, i);
+  }
+  points->DeleteSubrange(kept, points->size() - kept);
+}
+
+void ApplyStageReport(const v1::StageReport& report, absl::Duration attempt_elapsed,
+                      v1::JobStatus& status, CheckpointShards& shards) {
+  const int s = report.stage();
+  const int P = status.stages_size();
+  v1::StageStatus& stage = *status.mutable_stages(s);
+  stage.set_optimizer_steps(report.optimizer_steps());
+  stage.set_drift_max(report.drift_max());
+  stage.set_drift_bound(report.drift_bound());
+  stage.set_drift_mean(report.drift_count() ? double(report.drift_sum()) / report.drift_count()
+                                            : 0);
+  stage.set_busy_seconds(report.busy_seconds());
+  stage.set_idle_seconds(report.idle_seconds());
+  stage.set_peak_rss_bytes(report.peak_rss_bytes());
+  stage.set_bytes_sent(report.bytes_sent());
+  stage.set_forward_micro_batches(report.forward_micro_batches());
+  stage.set_backward_micro_batches(report.backward_micro_batches());
+  for (const auto& point : report.train_loss()) {
+    *status.add_train_loss_history() = point;
+    status.set_train_loss(point.loss());
+  }
+  for (const auto& point : report.validation_loss()) {
+    *status.add_validation_loss_history() = point;
+    status.set_validation_loss(point.loss());
+  }
+  ThinLossHistory(status.mutable_train_loss_history());
+  ThinLossHistory(status.mutable_validation_loss_history());
+  for (int64_t step : report.checkpoint_steps()) {
+    std::set<int>& saved = shards[step];
+    saved.insert(s);
+    if (static_cast<int>(saved.size()) == P && step > status.checkpoint_step()) {
+      status.set_checkpoint_step(step);
+    }
+  }
+  int64_t step = std::numeric_limits<int64_t>::max();
+  for (const auto& st : status.stages()) step = std::min(step, st.optimizer_steps());
+  status.set_step(step);
+  if (s == P - 1 && attempt_elapsed > absl::ZeroDuration()) {
+    status.set_tokens_per_second(report.tokens() / absl::ToDoubleSeconds(attempt_elapsed));
+  }
+}
+
+void AppendStageSpans(const v1::StageReport& report, int64_t max_spans, v1::StageTrace& trace) {
+  const int64_t room = max_spans - trace.spans_size();
+  for (int i = 0; i < report.spans_size() && i < room; ++i) *trace.add_spans() = report.spans(i);
+  trace.set_spans_dropped(report.spans_dropped() +
+                          std::max<int64_t>(0, report.spans_size() - std::max<int64_t>(room, 0)));
+}
+
+}  // namespace paci

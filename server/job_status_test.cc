@@ -1,0 +1,146 @@
+#include "server/job_status.h"
+
+#include "gtest/gtest.h"
+
+namespace paci {
+namespace {
+
+const absl::Time kT0 = absl::FromUnixSeconds(1000);
+
+const v1::JobCondition* Condition(const v1::JobStatus& status, const std::string& type) {
+  for (const auto& c : status.conditions()) {
+    if (c.type() == type) return &c;
+  }
+  return nullptr;
+}
+
+TEST(SetConditionTest, ANeverHeldFalseConditionIsNotListed) {
+  v1::JobStatus status;
+  EXPECT_FALSE(SetCondition(status, "Stalled", false, "Progressing", "", kT0));
+  EXPECT_EQ(status.conditions_size(), 0);
+}
+
+TEST(SetConditionTest, TheTransitionTimeMovesOnlyWhenTheValueFlips) {
+  v1::JobStatus status;
+  ASSERT_TRUE(SetCondition(status, "Stalled", true, "StageStalled", "stage 1", kT0));
+  const int64_t first = Condition(status, "Stalled")->last_transition_time().seconds();
+  EXPECT_EQ(first, 1000);
+  // The same value again: nothing changes.
+  EXPECT_FALSE(SetCondition(status, "Stalled", true, "StageStalled", "stage 1", kT0 + absl::Seconds(5)));
+  // Another message, same value: changed, but no transition.
+  EXPECT_TRUE(SetCondition(status, "Stalled", true, "StageStalled", "stage 0", kT0 + absl::Seconds(6)));
+  EXPECT_EQ(Condition(status, "Stalled")->last_transition_time().seconds(), 1000);
+  // A flip moves the time.
+  EXPECT_TRUE(SetCondition(status, "Stalled", false, "Progressing", "", kT0 + absl::Seconds(7)));
+  EXPECT_EQ(Condition(status, "Stalled")->last_transition_time().seconds(), 1007);
+  EXPECT_FALSE(Condition(status, "Stalled")->status());
+  EXPECT_EQ(status.conditions_size(), 1);
+}
+
+TEST(SetPhaseTest, OnlyTheCurrentPhaseConditionHolds) {
+  v1::JobStatus status;
+  SetPhase(status, v1::QUEUED, "Submitted", "waiting", kT0);
+  SetPhase(status, v1::RUNNING, "Placed", "attempt 1", kT0 + absl::Seconds(1));
+  EXPECT_EQ(status.phase(), v1::RUNNING);
+  EXPECT_EQ(status.reason(), "Placed");
+  ASSERT_NE(Condition(status, "Queued"), nullptr);
+  EXPECT_FALSE(Condition(status, "Queued")->status());
+  EXPECT_TRUE(Condition(status, "Running")->status());
+  // Phases never entered are not listed.
+  EXPECT_EQ(Condition(status, "Failed"), nullptr);
+  EXPECT_EQ(Condition(status, "Succeeded"), nullptr);
+  EXPECT_FALSE(SetPhase(status, v1::RUNNING, "Placed", "attempt 1", kT0 + absl::Seconds(2)));
+}
+
+TEST(PhaseNameTest, SpellsPhasesAsTheTrainingJobStatus) {
+  EXPECT_STREQ(PhaseName(v1::RESTARTING), "Restarting");
+  EXPECT_STREQ(PhaseName(v1::CANCELLED), "Cancelled");
+  EXPECT_STREQ(PhaseName(v1::JOB_PHASE_UNSPECIFIED), "Unknown");
+}
+
+TEST(IsPermanentErrorTest, ABadSpecOrCheckpointIsPermanentATransportErrorIsNot) {
+  EXPECT_TRUE(IsPermanentError(static_cast<int>(absl::StatusCode::kInvalidArgument)));
+  EXPECT_TRUE(IsPermanentError(static_cast<int>(absl::StatusCode::kDataLoss)));
+  EXPECT_FALSE(IsPermanentError(static_cast<int>(absl::StatusCode::kUnavailable)));
+  EXPECT_FALSE(IsPermanentError(static_cast<int>(absl::StatusCode::kInternal)));
+}
+
+TEST(ThinLossHistoryTest, HalvesPastTheLimitAndKeepsTheLatest) {
+  google::protobuf::RepeatedPtrField<v1::LossPoint> points;
+  for (int i = 0; i < 11; ++i) points.Add()->set_step(i);
+  ThinLossHistory(&points, 10);
+  ASSERT_EQ(points.size(), 6);
+  EXPECT_EQ(points[0].step(), 1);
+  EXPECT_EQ(points[4].step(), 9);
+  EXPECT_EQ(points[5].step(), 10);  // the latest is always kept
+  ThinLossHistory(&points, 10);
+  EXPECT_EQ(points.size(), 6);  // under the limit: untouched
+}
+
+v1::JobStatus TwoStages() {
+  v1::JobStatus status;
+  status.add_stages()->set_stage(0);
+  status.add_stages()->set_stage(1);
+  return status;
+}
+
+TEST(ApplyStageReportTest, TheJobsStepIsItsSlowestStagesAndTokensCountAtTheLast) {
+  v1::JobStatus status = TwoStages();
+  CheckpointShards shards;
+  v1::StageReport first;
+  first.set_stage(0);
+  first.set_optimizer_steps(7);
+  first.set_drift_sum(6);
+  first.set_drift_count(3);
+  ApplyStageReport(first, absl::Seconds(2), status, shards);
+  EXPECT_EQ(status.step(), 0);  // stage 1 has not reported
+  EXPECT_DOUBLE_EQ(status.stages(0).drift_mean(), 2.0);
+  EXPECT_EQ(status.tokens_per_second(), 0);
+  v1::StageReport last;
+  last.set_stage(1);
+  last.set_optimizer_steps(5);
+  last.set_tokens(1000);
+  auto* point = last.add_train_loss();
+  point->set_step(5);
+  point->set_loss(2.5);
+  ApplyStageReport(last, absl::Seconds(2), status, shards);
+  EXPECT_EQ(status.step(), 5);
+  EXPECT_DOUBLE_EQ(status.tokens_per_second(), 500);
+  EXPECT_DOUBLE_EQ(status.train_loss(), 2.5);
+  ASSERT_EQ(status.train_loss_history_size(), 1);
+}
+
+TEST(ApplyStageReportTest, ACheckpointCountsOnlyOnceEveryStageSavedIt) {
+  v1::JobStatus status = TwoStages();
+  CheckpointShards shards;
+  v1::StageReport report;
+  report.set_stage(1);
+  report.add_checkpoint_steps(10);
+  ApplyStageReport(report, absl::Seconds(1), status, shards);
+  EXPECT_EQ(status.checkpoint_step(), 0);
+  report.set_stage(0);
+  ApplyStageReport(report, absl::Seconds(1), status, shards);
+  EXPECT_EQ(status.checkpoint_step(), 10);
+}
+
+TEST(AppendStageSpansTest, SpansBeyondTheLimitAreCountedAsDropped) {
+  v1::StageTrace trace;
+  v1::StageReport report;
+  for (int i = 0; i < 3; ++i) report.add_spans();
+  report.set_spans_dropped(1);
+  AppendStageSpans(report, 4, trace);
+  EXPECT_EQ(trace.spans_size(), 3);
+  EXPECT_EQ(trace.spans_dropped(), 1);
+  AppendStageSpans(report, 4, trace);
+  EXPECT_EQ(trace.spans_size(), 4);
+  EXPECT_EQ(trace.spans_dropped(), 3);  // the worker's 1 and the 2 that did not fit
+}
+
+TEST(JobNotFoundTest, NamesTheJob) {
+  absl::Status status = JobNotFound("gpt");
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(status.message(), "no job \"gpt\"");
+}
+
+}  // namespace
+}  // namespace paci

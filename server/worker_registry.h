@@ -1,0 +1,83 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "paci/v1/coordinator.pb.h"
+#include "server/job_scheduler.h"
+
+namespace paci {
+
+// The workers connected to the coordinator, as Ray's GCS keeps its node
+// table: who each is (its registration), how to reach it (a Sender that
+// enqueues on its stream), when it was last heard from, and which stage of
+// which job's attempt it runs. Liveness is judged here (Silent); what a lost
+// worker means for its job is the JobManager's to decide.
+//
+// Not thread-safe: its owner holds one lock around every call.
+class WorkerRegistry {
+ public:
+  // Enqueues a message to one worker; must not block.
+  using Sender = std::function<void(const v1::CoordinatorMessage&)>;
+
+  struct Worker {
+    v1::WorkerRegistration registration;
+    Sender sender;
+    absl::Time last_seen;
+    std::string job;  // the job it runs or is stopping, "" when idle
+    int64_t attempt = 0;
+    int stage = -1;
+    bool stopping = false;  // told to stop; idle once it reports its end
+  };
+
+  // Registers a worker seen at `now`. AlreadyExists if that id is connected.
+  absl::StatusOr<Worker*> Add(const v1::WorkerRegistration& registration, Sender sender,
+                              absl::Time now);
+  // The worker, or nullptr when it is not connected.
+  Worker* Find(const std::string& id);
+  // A heartbeat or any message: the worker is alive at `now`.
+  void Touch(const std::string& id, absl::Time now);
+  // Removes a worker; returns what it was (nullopt when unknown).
+  std::optional<Worker> Remove(const std::string& id);
+  // The workers not heard from for longer than `timeout`.
+  std::vector<std::string> Silent(absl::Time now, absl::Duration timeout) const;
+
+  // The worker runs stage `stage` of the job's attempt from now on.
+  void Assign(const std::string& id, const std::string& job, int64_t attempt, int stage);
+  // The worker's stage ended: it is idle again.
+  static void Release(Worker& worker);
+  // Tells every worker of the job that is not already stopping to stop, with
+  // `reason`; returns the messages to send.
+  std::vector<std::pair<Sender, v1::CoordinatorMessage>> StopJob(const std::string& job,
+                                                                  const std::string& reason);
+  // Whether any worker still runs or stops a stage of the job.
+  bool Holds(const std::string& job) const;
+
+  // Every worker as the scheduler sees it, in registration order.
+  std::vector<WorkerSlot> Slots() const;
+  const Worker& at(const std::string& id) const { return workers_.at(id); }
+
+  struct Counts {
+    int idle = 0;
+    int busy = 0;
+    int stopping = 0;
+  };
+  Counts Count() const;
+  size_t size() const { return workers_.size(); }
+
+  // The message that stops one worker's stage.
+  static v1::CoordinatorMessage StopMessage(const std::string& job, int64_t attempt,
+                                            const std::string& reason);
+
+ private:
+  std::map<std::string, Worker> workers_;
+  std::vector<std::string> order_;  // registration order
+};
+
+}  // namespace paci

@@ -1,0 +1,241 @@
+// StageRuntime on the CPU with a tiny model, its neighbours played by fake
+// links in this process: a whole pipeline of one stage, the first stage of two
+// whose fake next stage returns a gradient for each activation, and the last
+// stage of two fed by a fake first stage.
+
+#include "worker/runtime/stage_runtime.h"
+
+#include <cmath>
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/torch.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <prometheus/registry.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
+#include "common/schedule_kind.h"
+#include "worker/transport/frame_sender.h"
+#include "worker/transport/tensor_codec.h"
+
+namespace paci {
+namespace {
+
+using ::testing::ElementsAre;
+
+constexpr int kSteps = 4;
+constexpr int kAccumulation = 2;
+constexpr int kMicroBatches = kSteps * kAccumulation;
+constexpr int kEvalBatches = 2;  // at steps 2 and 4
+constexpr char kLinkId[] = "runtime-test/0";
+
+v1::JobSpec Spec(int num_stages) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(absl::StrCat(R"(
+name: runtime-test
+model: {vocab_size: 80, num_layers: 2, d_model: 16, num_heads: 2, seq_len: 16}
+pipeline: {num_stages: )", num_stages, R"(, schedule: paci, accumulation: 2, micro_batch_size: 2}
+optimizer: {lr: 3e-3}
+training: {steps: 4, eval_interval: 2, eval_micro_batches: 2}
+runtime: {threads_per_stage: 1}
+data: {corpus_path: )", PACI_SOURCE_DIR, "/tests/data/kjv-genesis.txt}\n"));
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  ApplyJobSpecDefaults(&*spec);
+  EXPECT_TRUE(ValidateJobSpec(*spec).ok());
+  return *spec;
+}
+
+// A neighbour in this process: keeps what the stage sends it and answers each
+// frame through `answer` (into the stage's inbox, as the real one would).
+class FakeLink final : public FrameSender {
+ public:
+  explicit FakeLink(std::function<void(const v1::TensorFrame&)> answer)
+      : answer_(std::move(answer)) {}
+
+  bool Send(v1::TensorFrame frame) override {
+    answer_(frame);
+    frames.push_back(std::move(frame));
+    return true;
+  }
+  absl::Status Close(absl::Duration) override {
+    ++closes;
+    return absl::OkStatus();
+  }
+
+  // The micro-batch ids of the frames of `kind`, in the order sent.
+  std::vector<uint64_t> Ids(v1::TensorFrame::Kind kind) const {
+    std::vector<uint64_t> ids;
+    for (const v1::TensorFrame& frame : frames) {
+      if (frame.kind() == kind) ids.push_back(frame.micro_batch_id());
+    }
+    return ids;
+  }
+  std::vector<int64_t> EvalSteps() const {
+    std::vector<int64_t> steps;
+    for (const v1::TensorFrame& frame : frames) {
+      if (frame.kind() == v1::TensorFrame::EVAL_ACTIVATION) steps.push_back(frame.step());
+    }
+    return steps;
+  }
+
+  std::vector<v1::TensorFrame> frames;
+  int closes = 0;
+
+ private:
+  std::function<void(const v1::TensorFrame&)> answer_;
+};
+
+// A control or tensor frame from stage `from`; a hidden state of the spec's
+// shape when `tensor`.
+v1::TensorFrame Frame(v1::TensorFrame::Kind kind, int from, uint64_t micro_batch_id,
+                      int64_t step = 0, bool tensor = false) {
+  v1::TensorFrame frame;
+  frame.set_kind(kind);
+  frame.set_job_name(kLinkId);
+  frame.set_from_stage(from);
+  frame.set_micro_batch_id(micro_batch_id);
+  frame.set_step(step);
+  if (tensor) EncodeTensor(torch::randn({2, 16, 16}), &frame);
+  return frame;
+}
+
+// One stage of Spec(num_stages) and what it works with; `previous` and `next`
+// stand for the neighbours it has.
+struct Stage {
+  Stage(int num_stages, int stage, FrameSender* previous, FrameSender* next)
+      : spec(Spec(num_stages)),
+        inbox(64),
+        metrics(registry, spec.name(), stage, num_stages,
+                DriftBound(ScheduleKind::kPaci, num_stages, stage, kAccumulation)),
+        spans(1000) {
+    if (stage == 0 || stage == num_stages - 1) {
+      CorpusOptions options;
+      options.path = spec.data().corpus_path();
+      options.seq_len = spec.model().seq_len();
+      options.micro_batch_size = spec.pipeline().micro_batch_size();
+      absl::StatusOr<Corpus> loaded = Corpus::Load(options);
+      EXPECT_TRUE(loaded.ok()) << loaded.status();
+      corpus = std::move(*loaded);
+    }
+    runtime.emplace(spec, stage, corpus ? &*corpus : nullptr, inbox, previous, next, metrics,
+                    &spans, kLinkId);
+  }
+
+  // Init and Run; the report of the whole run.
+  v1::StageReport Train() {
+    absl::Status status = runtime->Init();
+    EXPECT_TRUE(status.ok()) << status;
+    status = runtime->Run();
+    EXPECT_TRUE(status.ok()) << status;
+    return runtime->TakeReport();
+  }
+
+  const v1::JobSpec spec;
+  prometheus::Registry registry;
+  Inbox inbox;
+  StageMetrics metrics;
+  SpanRecorder spans;
+  std::optional<Corpus> corpus;
+  std::optional<StageRuntime> runtime;
+};
+
+std::vector<int64_t> Steps(const google::protobuf::RepeatedPtrField<v1::LossPoint>& points) {
+  std::vector<int64_t> steps;
+  for (const v1::LossPoint& point : points) {
+    EXPECT_TRUE(std::isfinite(point.loss()) && point.loss() > 0 && point.loss() < 10)
+        << "step " << point.step() << " loss " << point.loss();
+    steps.push_back(point.step());
+  }
+  return steps;
+}
+
+TEST(StageRuntimeTest, OneStageTrainsEvaluatesAndReports) {
+  Stage stage(/*num_stages=*/1, /*stage=*/0, nullptr, nullptr);
+  const v1::StageReport report = stage.Train();
+  EXPECT_TRUE(report.finished());
+  EXPECT_EQ(report.optimizer_steps(), kSteps);
+  EXPECT_EQ(report.forward_micro_batches(), kMicroBatches);
+  EXPECT_EQ(report.backward_micro_batches(), kMicroBatches);
+  EXPECT_EQ(report.tokens(), kMicroBatches * 2 * 16);
+  EXPECT_THAT(Steps(report.train_loss()), ElementsAre(1, 2, 3, 4));
+  EXPECT_THAT(Steps(report.validation_loss()), ElementsAre(2, 4));
+  EXPECT_EQ(report.bytes_sent(), 0);
+  EXPECT_GT(report.spans_size(), kMicroBatches);  // a forward and a backward each, at least
+  EXPECT_GT(report.busy_seconds(), 0);
+}
+
+TEST(StageRuntimeTest, FirstStageSendsActivationsAndTakesGradientsOverAFakeLink) {
+  Inbox* inbox = nullptr;
+  // The next stage: a gradient of the activation's shape for each activation.
+  FakeLink next([&inbox](const v1::TensorFrame& frame) {
+    if (frame.kind() != v1::TensorFrame::ACTIVATION) return;
+    v1::TensorFrame gradient = frame;
+    gradient.set_kind(v1::TensorFrame::GRADIENT);
+    gradient.set_from_stage(1);
+    inbox->Push(Inbox::From::kNext, std::move(gradient));
+  });
+  Stage stage(/*num_stages=*/2, /*stage=*/0, nullptr, &next);
+  inbox = &stage.inbox;
+  const v1::StageReport report = stage.Train();
+
+  EXPECT_THAT(next.Ids(v1::TensorFrame::ACTIVATION), ElementsAre(0, 1, 2, 3, 4, 5, 6, 7));
+  EXPECT_THAT(next.EvalSteps(), ElementsAre(2, 2, 4, 4));
+  ASSERT_FALSE(next.frames.empty());
+  EXPECT_EQ(next.frames.back().kind(), v1::TensorFrame::SHUTDOWN);
+  for (const v1::TensorFrame& frame : next.frames) {
+    EXPECT_EQ(frame.job_name(), kLinkId);
+    EXPECT_EQ(frame.from_stage(), 0);
+  }
+  EXPECT_EQ(next.closes, 1);
+  EXPECT_TRUE(report.finished());
+  EXPECT_EQ(report.optimizer_steps(), kSteps);
+  EXPECT_EQ(report.backward_micro_batches(), kMicroBatches);
+  EXPECT_TRUE(report.train_loss().empty());  // the last stage's to report
+  EXPECT_GT(report.bytes_sent(), 0);
+}
+
+TEST(StageRuntimeTest, LastStageComputesTheLossFromAFakeFirstStage) {
+  // The first stage: activations 0-3, the step-2 evaluation once gradient 3
+  // is back (the pipe is drained), activations 4-7, and after gradient 7 the
+  // final evaluation and the shutdown.
+  Inbox* inbox = nullptr;
+  auto push = [&inbox](v1::TensorFrame frame) {
+    ASSERT_TRUE(inbox->Push(Inbox::From::kPrevious, std::move(frame)));
+  };
+  auto evaluate = [&push](int64_t step) {
+    for (int j = 0; j < kEvalBatches; ++j) {
+      push(Frame(v1::TensorFrame::EVAL_ACTIVATION, 0, j, step, /*tensor=*/true));
+    }
+  };
+  FakeLink previous([&](const v1::TensorFrame& frame) {
+    if (frame.micro_batch_id() == 3) {
+      evaluate(2);
+      for (int id = 4; id < kMicroBatches; ++id) {
+        push(Frame(v1::TensorFrame::ACTIVATION, 0, id, 0, /*tensor=*/true));
+      }
+    } else if (frame.micro_batch_id() == kMicroBatches - 1) {
+      evaluate(kSteps);
+      push(Frame(v1::TensorFrame::SHUTDOWN, 0, 0));
+    }
+  });
+  Stage stage(/*num_stages=*/2, /*stage=*/1, &previous, nullptr);
+  inbox = &stage.inbox;
+  for (int id = 0; id < 4; ++id) push(Frame(v1::TensorFrame::ACTIVATION, 0, id, 0, true));
+  const v1::StageReport report = stage.Train();
+
+  EXPECT_THAT(previous.Ids(v1::TensorFrame::GRADIENT), ElementsAre(0, 1, 2, 3, 4, 5, 6, 7));
+  EXPECT_EQ(previous.frames.size(), static_cast<size_t>(kMicroBatches));
+  EXPECT_EQ(previous.closes, 1);
+  EXPECT_TRUE(report.finished());
+  EXPECT_EQ(report.optimizer_steps(), kSteps);
+  EXPECT_EQ(report.forward_micro_batches(), kMicroBatches);
+  EXPECT_THAT(Steps(report.train_loss()), ElementsAre(1, 2, 3, 4));
+  EXPECT_THAT(Steps(report.validation_loss()), ElementsAre(2, 4));
+}
+
+}  // namespace
+}  // namespace paci
