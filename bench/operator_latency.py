@@ -22,7 +22,6 @@ import json
 import os
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -45,20 +44,79 @@ def job_manifest(name, steps=40, suspend=False):
     return manifest
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--build", default=os.path.join(ROOT, "build"))
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--jobs", type=int, default=40)
-    parser.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "operator_latency"))
-    args = parser.parse_args()
-    sys.path.insert(0, os.path.join(args.build, "python"))
+def load_stubs(build):
+    """The generated Python modules of the protos, from the build folder."""
+    sys.path.insert(0, os.path.join(build, "python"))
     import grpc
-    from paci.v1 import coordinator_pb2 as cpb
-    from paci.v1 import coordinator_pb2_grpc as cgrpc
     from google.protobuf import json_format
-    from paci.v1 import job_pb2
+    from paci.v1 import coordinator_pb2, coordinator_pb2_grpc, job_pb2
+    return grpc, json_format, coordinator_pb2, coordinator_pb2_grpc, job_pb2
 
+
+def measure_direct(stub, cpb, json_format, job_pb2, round_):
+    """1. SubmitJob straight to the coordinator: seconds to RUNNING and to the first step."""
+    spec = job_pb2.JobSpec()
+    json_format.ParseDict({k: v for k, v in job_manifest("x")["spec"].items()
+                           if k in ("model", "pipeline", "optimizer", "training", "data")}, spec)
+    spec.name = "direct-%d" % round_
+    spec.data.corpus_path = os.path.join(ROOT, spec.data.corpus_path)
+    spec.run_policy.worker_selector["bench"] = "direct"
+
+    def job():
+        return stub.GetJob(cpb.GetJobRequest(name=spec.name))
+    t0 = time.monotonic()
+    stub.SubmitJob(cpb.SubmitJobRequest(spec=spec))
+    running = wait_until("direct running", lambda: job().status.phase == cpb.RUNNING
+                         and time.monotonic(), 60, 0.01)
+    stepped = wait_until("direct first step", lambda: job().status.step > 0
+                         and time.monotonic(), 60, 0.01)
+    wait_until("direct done", lambda: job().status.phase == cpb.SUCCEEDED, 120, 0.1)
+    return {"running": running - t0, "first_step": stepped - t0}
+
+
+def measure_applied(cluster, api_get, round_):
+    """2. kubectl apply of the same job: seconds to its pods, to Running, to the first step."""
+    name = "applied-%d" % round_
+    t0 = time.monotonic()
+    cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(job_manifest(name)))
+
+    # Polled over HTTP, not kubectl, whose start-up would be measured too.
+    def status():
+        return api_get("/apis/paci.dev/v1alpha1/namespaces/default/trainingjobs/" + name).get(
+            "status", {})
+    pods = wait_until("pods", lambda: len(api_get(
+        "/api/v1/namespaces/default/pods?labelSelector=paci.dev%2Fjob-name%3D" + name)[
+        "items"]) == 2 and time.monotonic(), 60, 0.01)
+    running = wait_until("running", lambda: status().get("phase") in ("Running", "Succeeded")
+                         and time.monotonic(), 60, 0.01)
+    stepped = wait_until("first step", lambda: status().get("step", 0) > 0
+                         and time.monotonic(), 60, 0.01)
+    wait_until("done", lambda: status().get("phase") == "Succeeded", 120, 0.1)
+    cluster.kubectl("delete", "trainingjob", name)
+    return {"pods": pods - t0, "running": running - t0, "first_step": stepped - t0}
+
+
+def measure_reconciles(cluster, jobs):
+    """3. Reconcile throughput on suspended jobs (no pods, no training)."""
+    docs = [job_manifest("idle-%d" % i, suspend=True) for i in range(jobs)]
+    t0 = time.monotonic()
+    cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(docs))
+    applied = time.monotonic() - t0
+
+    def suspended():
+        items = json.loads(cluster.kubectl("get", "trainingjobs", "-o", "json").stdout)["items"]
+        return sum(1 for j in items if j.get("status", {}).get("phase") == "Suspended")
+    wait_until("all suspended", lambda: suspended() >= jobs, 300, 0.1)
+    all_reconciled = time.monotonic() - t0
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" %
+                                cluster.operator_ports["operator"]) as r:
+        metrics = r.read().decode()
+    return applied, all_reconciled, metrics
+
+
+def run_cluster(args):
+    """Every measurement on one local cluster; returns them with the operator's /metrics."""
+    grpc, json_format, cpb, cgrpc, job_pb2 = load_stubs(args.build)
     with tempfile.TemporaryDirectory(prefix="paci-operator-bench-") as workdir:
         cluster = LocalCluster(workdir, args.build, ROOT, replicas=("operator",)).start()
         try:
@@ -76,64 +134,18 @@ def main():
             wait_until("two direct workers", lambda: sum(
                 1 for line in open(os.path.join(workdir, "coordinator.log"))
                 if "worker direct-" in line and " connected" in line) >= 2, timeout=60)
-
             direct, operator = [], []
             for round_ in range(args.rounds):
-                # 1. Direct SubmitJob.
-                spec = job_pb2.JobSpec()
-                json_format.ParseDict({k: v for k, v in job_manifest("x")["spec"].items()
-                                       if k in ("model", "pipeline", "optimizer", "training",
-                                                "data")}, spec)
-                spec.name = "direct-%d" % round_
-                spec.data.corpus_path = os.path.join(ROOT, spec.data.corpus_path)
-                spec.run_policy.worker_selector["bench"] = "direct"
-                t0 = time.monotonic()
-                stub.SubmitJob(cpb.SubmitJobRequest(spec=spec))
-                running = wait_until("direct running", lambda: stub.GetJob(cpb.GetJobRequest(
-                    name=spec.name)).status.phase == cpb.RUNNING and time.monotonic(), 60, 0.01)
-                stepped = wait_until("direct first step", lambda: stub.GetJob(cpb.GetJobRequest(
-                    name=spec.name)).status.step > 0 and time.monotonic(), 60, 0.01)
-                wait_until("direct done", lambda: stub.GetJob(cpb.GetJobRequest(
-                    name=spec.name)).status.phase == cpb.SUCCEEDED, 120, 0.1)
-                direct.append({"running": running - t0, "first_step": stepped - t0})
-
-                # 2. kubectl apply.
-                name = "applied-%d" % round_
-                t0 = time.monotonic()
-                cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(job_manifest(name)))
-                # Polled over HTTP, not kubectl, whose start-up would be measured too.
-                status = lambda: api_get(  # noqa: E731
-                    "/apis/paci.dev/v1alpha1/namespaces/default/trainingjobs/" + name).get(
-                        "status", {})
-                pods = wait_until("pods", lambda: len(api_get(
-                    "/api/v1/namespaces/default/pods?labelSelector=paci.dev%2Fjob-name%3D" + name)[
-                    "items"]) == 2 and time.monotonic(), 60, 0.01)
-                running = wait_until("running", lambda: status().get("phase") in (
-                    "Running", "Succeeded") and time.monotonic(), 60, 0.01)
-                stepped = wait_until("first step", lambda: status().get("step", 0) > 0
-                                     and time.monotonic(), 60, 0.01)
-                wait_until("done", lambda: status().get("phase") == "Succeeded", 120, 0.1)
-                operator.append({"pods": pods - t0, "running": running - t0,
-                                 "first_step": stepped - t0})
-                cluster.kubectl("delete", "trainingjob", name)
-
-            # 3. Reconcile throughput on suspended jobs (no pods, no training).
-            docs = [job_manifest("idle-%d" % i, suspend=True) for i in range(args.jobs)]
-            t0 = time.monotonic()
-            cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(docs))
-            applied = time.monotonic() - t0
-
-            def suspended():
-                items = json.loads(cluster.kubectl("get", "trainingjobs", "-o", "json").stdout)["items"]
-                return sum(1 for j in items if j.get("status", {}).get("phase") == "Suspended")
-            wait_until("all suspended", lambda: suspended() >= args.jobs, 300, 0.1)
-            all_reconciled = time.monotonic() - t0
-            with urllib.request.urlopen("http://127.0.0.1:%d/metrics" %
-                                        cluster.operator_ports["operator"]) as r:
-                metrics = r.read().decode()
+                direct.append(measure_direct(stub, cpb, json_format, job_pb2, round_))
+                operator.append(measure_applied(cluster, api_get, round_))
+            applied, all_reconciled, metrics = measure_reconciles(cluster, args.jobs)
         finally:
             cluster.stop()
+    return direct, operator, applied, all_reconciled, metrics
 
+
+def summarize(args, direct, operator, applied, all_reconciled, metrics):
+    """The result record and its Markdown table."""
     def value(name):
         m = re.search(r"^%s (\S+)$" % re.escape(name), metrics, re.M)
         return float(m.group(1)) if m else 0.0
@@ -172,7 +184,17 @@ def main():
                  "%.2f s (%.1f jobs/s); %d reconciles, mean %.1f ms each" % (
                      args.jobs, applied, all_reconciled, result["jobs_per_second"], reconciles,
                      result["mean_reconcile_ms"]))
-    table = "\n".join(lines)
+    return result, "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--build", default=os.path.join(ROOT, "build"))
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--jobs", type=int, default=40)
+    parser.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "operator_latency"))
+    args = parser.parse_args()
+    result, table = summarize(args, *run_cluster(args))
     print(table)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out + ".json", "w") as f:

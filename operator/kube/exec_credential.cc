@@ -51,6 +51,45 @@ void CloseIfOpen(int& fd) {
   fd = -1;
 }
 
+// Reads a child's stdout (fds[0]) and stderr (fds[1], or -1) into `result`
+// until both close, at most kMaxOutput each; past the deadline (not when
+// interactive) it stops and sets timed_out. A closed descriptor becomes -1.
+void ReadOutput(int fds[2], bool interactive, absl::Time deadline, ProcessResult& result) {
+  std::string* sinks[2] = {&result.out, &result.err};
+  while (fds[0] >= 0 || fds[1] >= 0) {
+    pollfd polls[2];
+    int count = 0;
+    int which[2];
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i] < 0) continue;
+      polls[count] = {fds[i], POLLIN, 0};
+      which[count++] = i;
+    }
+    int wait_ms = -1;
+    if (!interactive) {
+      const absl::Duration left = deadline - absl::Now();
+      if (left <= absl::ZeroDuration()) {
+        result.timed_out = true;
+        return;
+      }
+      wait_ms = static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 1000));
+    }
+    const int ready = poll(polls, count, wait_ms);
+    if (ready < 0 && errno != EINTR) return;
+    for (int p = 0; p < count && ready > 0; ++p) {
+      if (polls[p].revents == 0) continue;
+      char buffer[8192];
+      const ssize_t n = read(polls[p].fd, buffer, sizeof(buffer));
+      const int i = which[p];
+      if (n > 0) {
+        if (sinks[i]->size() < kMaxOutput) sinks[i]->append(buffer, static_cast<size_t>(n));
+      } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+        CloseIfOpen(fds[i]);
+      }
+    }
+  }
+}
+
 // Runs `argv` with `env`; stdin and stderr are this process's when
 // `interactive`, else /dev/null and captured. When it cannot start, the
 // status is an error and *spawn_errno says why (ENOENT: not found).
@@ -92,41 +131,8 @@ absl::StatusOr<ProcessResult> RunProcess(const std::vector<std::string>& argv,
   }
 
   ProcessResult result;
-  const absl::Time deadline = absl::Now() + timeout;
   int fds[2] = {out_pipe[0], err_pipe[0]};
-  std::string* sinks[2] = {&result.out, &result.err};
-  while (fds[0] >= 0 || fds[1] >= 0) {
-    pollfd polls[2];
-    int count = 0;
-    int which[2];
-    for (int i = 0; i < 2; ++i) {
-      if (fds[i] < 0) continue;
-      polls[count] = {fds[i], POLLIN, 0};
-      which[count++] = i;
-    }
-    int wait_ms = -1;
-    if (!interactive) {
-      const absl::Duration left = deadline - absl::Now();
-      if (left <= absl::ZeroDuration()) {
-        result.timed_out = true;
-        break;
-      }
-      wait_ms = static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 1000));
-    }
-    const int ready = poll(polls, count, wait_ms);
-    if (ready < 0 && errno != EINTR) break;
-    for (int p = 0; p < count && ready > 0; ++p) {
-      if (polls[p].revents == 0) continue;
-      char buffer[8192];
-      const ssize_t n = read(polls[p].fd, buffer, sizeof(buffer));
-      const int i = which[p];
-      if (n > 0) {
-        if (sinks[i]->size() < kMaxOutput) sinks[i]->append(buffer, static_cast<size_t>(n));
-      } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
-        CloseIfOpen(fds[i]);
-      }
-    }
-  }
+  ReadOutput(fds, interactive, absl::Now() + timeout, result);
   if (result.timed_out) kill(pid, SIGKILL);
   CloseIfOpen(fds[0]);
   CloseIfOpen(fds[1]);

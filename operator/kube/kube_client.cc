@@ -455,9 +455,10 @@ absl::StatusOr<json> KubeClient::UpdateStatus(const std::string& path, const jso
                    last.message()));
 }
 
-absl::Status KubeClient::Watch(const std::string& path, const WatchOptions& options,
-                               const std::function<bool(const WatchEvent&)>& on_event,
-                               WatchCanceller* canceller) {
+namespace {
+
+// The query of a watch request.
+std::string WatchQuery(const WatchOptions& options) {
   std::string query = absl::StrCat("?watch=true&allowWatchBookmarks=true&timeoutSeconds=",
                                    options.timeout_seconds);
   if (!options.resource_version.empty()) {
@@ -466,6 +467,69 @@ absl::Status KubeClient::Watch(const std::string& path, const WatchOptions& opti
   if (!options.label_selector.empty()) {
     absl::StrAppend(&query, "&labelSelector=", UrlEncode(options.label_selector));
   }
+  return query;
+}
+
+// A watch response as it arrives: newline-delimited JSON events, each handed
+// to on_event. It stops at a malformed or ERROR event (error()) or when
+// on_event returns false (stopped()).
+class WatchLines {
+ public:
+  explicit WatchLines(const std::function<bool(const WatchEvent&)>& on_event)
+      : on_event_(on_event) {}
+
+  // Returns false to end the stream.
+  bool Feed(const char* data, size_t length) {
+    buffer_.append(data, length);
+    size_t newline;
+    while ((newline = buffer_.find('\n')) != std::string::npos) {
+      const std::string line = buffer_.substr(0, newline);
+      buffer_.erase(0, newline + 1);
+      if (line.find_first_not_of(" \r\t") == std::string::npos) continue;
+      if (!Dispatch(line)) return false;
+    }
+    return true;
+  }
+  const absl::Status& error() const { return error_; }
+  bool stopped() const { return stopped_; }
+
+ private:
+  bool Dispatch(const std::string& line) {
+    json event = json::parse(line, nullptr, false);
+    if (!event.is_object() || !event.value("type", json()).is_string()) {
+      error_ = absl::InternalError(absl::StrCat("malformed event: ", line.substr(0, 200)));
+      return false;
+    }
+    const std::string type = event["type"].get<std::string>();
+    if (type == "ERROR") {
+      const json& object = event.value("object", json::object());
+      const int code = object.is_object() && object.value("code", json()).is_number_integer()
+                           ? object["code"].get<int>()
+                           : 500;
+      error_ = StatusFromHttp(code, object.dump());
+      return false;
+    }
+    if (!on_event_(WatchEvent{type, event.value("object", json::object())})) {
+      stopped_ = true;
+      return false;
+    }
+    return true;
+  }
+
+  const std::function<bool(const WatchEvent&)>& on_event_;
+  std::string buffer_;
+  absl::Status error_;
+  bool stopped_ = false;
+};
+
+}  // namespace
+
+absl::Status KubeClient::Watch(const std::string& path, const WatchOptions& options,
+                               const std::function<bool(const WatchEvent&)>& on_event,
+                               WatchCanceller* canceller) {
+  const auto in_watch = [&](const absl::Status& status) {
+    return absl::Status(status.code(), absl::StrCat("watch ", path, ": ", status.message()));
+  };
   const absl::StatusOr<ServerUrl>& url = credentials_->server();
   if (!url.ok()) return url.status();
   absl::StatusOr<RequestAuth> auth = credentials_->Get();
@@ -481,67 +545,30 @@ absl::Status KubeClient::Watch(const std::string& path, const WatchOptions& opti
   }
 
   int code = 0;
-  std::string buffer;
   std::string error_body;
-  absl::Status stream_status;
-  bool stopped = false;
+  WatchLines lines(on_event);
   const httplib::Headers headers = {{"Accept", "application/json"}};
   ERR_clear_error();
   httplib::Result result = client->Get(
-      url->prefix + path + query, headers,
+      url->prefix + path + WatchQuery(options), headers,
       [&](const httplib::Response& response) {
         code = response.status;
         return true;
       },
       [&](const char* data, size_t length) {
-        if (code != 200) {
-          error_body.append(data, length);
-          return true;
-        }
-        buffer.append(data, length);
-        size_t newline;
-        while ((newline = buffer.find('\n')) != std::string::npos) {
-          const std::string line = buffer.substr(0, newline);
-          buffer.erase(0, newline + 1);
-          if (line.find_first_not_of(" \r\t") == std::string::npos) continue;
-          json event = json::parse(line, nullptr, false);
-          if (!event.is_object() || !event.value("type", json()).is_string()) {
-            stream_status = absl::InternalError(
-                absl::StrCat("watch ", path, ": malformed event: ", line.substr(0, 200)));
-            return false;
-          }
-          const std::string type = event["type"].get<std::string>();
-          if (type == "ERROR") {
-            const json& object = event.value("object", json::object());
-            const int error_code =
-                object.is_object() && object.value("code", json()).is_number_integer()
-                    ? object["code"].get<int>()
-                    : 500;
-            stream_status = StatusFromHttp(error_code, object.dump());
-            return false;
-          }
-          if (!on_event(WatchEvent{type, event.value("object", json::object())})) {
-            stopped = true;
-            return false;
-          }
-        }
+        if (code == 200) return lines.Feed(data, length);
+        error_body.append(data, length);
         return true;
       });
   if (canceller != nullptr) canceller->Detach();
   Observe("WATCH", code);
   credentials_->Answered(*auth, code);
-  if (!stream_status.ok()) {
-    return absl::Status(stream_status.code(),
-                        absl::StrCat("watch ", path, ": ", stream_status.message()));
-  }
-  if (stopped) return absl::OkStatus();
+  if (!lines.error().ok()) return in_watch(lines.error());
+  if (lines.stopped()) return absl::OkStatus();
   if (canceller != nullptr && canceller->cancelled()) {
     return absl::CancelledError("watch cancelled");
   }
-  if (code != 0 && code != 200) {
-    absl::Status status = StatusFromHttp(code, error_body);
-    return absl::Status(status.code(), absl::StrCat("watch ", path, ": ", status.message()));
-  }
+  if (code != 0 && code != 200) return in_watch(StatusFromHttp(code, error_body));
   if (!result) {
     return absl::UnavailableError(absl::StrCat("watch ", path, ": the connection ended: ",
                                                ConnectionError(result.error(), *client, *url,

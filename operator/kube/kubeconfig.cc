@@ -184,206 +184,254 @@ absl::StatusOr<ExecPluginConfig> ReadExec(const YAML::Node& exec, const std::str
   return config;
 }
 
+// The cluster entry of a context: the server and how to trust it, into
+// `options`; its node, where it stands, and the CA's PEM for the exec plugin.
+struct ClusterEntry {
+  YAML::Node node;
+  std::string at;
+  std::string ca_pem;
+};
+
+absl::StatusOr<ClusterEntry> ReadCluster(const YAML::Node& config, const std::string& name,
+                                         const std::string& context_name, const Resolver& resolve,
+                                         KubeClientOptions& options) {
+  const Named cluster = FindNamed(config, "clusters", name);
+  if (!cluster.node || !cluster.node["cluster"] || !cluster.node["cluster"].IsMap()) {
+    return absl::InvalidArgumentError(absl::StrCat("cluster \"", name, "\" of context \"",
+                                                   context_name, "\" is not defined"));
+  }
+  ClusterEntry entry{cluster.node["cluster"], absl::StrCat("clusters[", cluster.index, "].cluster"),
+                     ""};
+  const YAML::Node& c = entry.node;
+  const std::string& c_at = entry.at;
+  ASSIGN_OR_RETURN(options.server, String(c, "server", c_at + ".server"));
+  if (options.server.empty()) return Field(c_at + ".server", "required");
+  ASSIGN_OR_RETURN(std::string ca_file,
+                   String(c, "certificate-authority", c_at + ".certificate-authority"));
+  ASSIGN_OR_RETURN(std::string ca_data_b64, String(c, "certificate-authority-data",
+                                                   c_at + ".certificate-authority-data"));
+  if (!ca_file.empty() && !ca_data_b64.empty()) {
+    return Field(c_at, "certificate-authority and certificate-authority-data are both given");
+  }
+  if (!ca_file.empty()) {
+    options.ca_file = resolve(ca_file);
+    absl::StatusOr<std::string> text = ReadWholeFile(options.ca_file);
+    if (!text.ok()) {
+      return Field(c_at + ".certificate-authority", std::string(text.status().message()));
+    }
+    entry.ca_pem = *text;
+    RETURN_IF_ERROR(
+        PemCertificates::Parse(entry.ca_pem, c_at + ".certificate-authority " + options.ca_file)
+            .status());
+  }
+  if (!ca_data_b64.empty()) {
+    ASSIGN_OR_RETURN(options.ca_data, Base64(ca_data_b64, c_at + ".certificate-authority-data"));
+    entry.ca_pem = options.ca_data;
+    RETURN_IF_ERROR(
+        PemCertificates::Parse(entry.ca_pem, c_at + ".certificate-authority-data").status());
+  }
+  ASSIGN_OR_RETURN(options.insecure_skip_tls_verify,
+                   Bool(c, "insecure-skip-tls-verify", c_at + ".insecure-skip-tls-verify"));
+  if (options.insecure_skip_tls_verify && !entry.ca_pem.empty()) {
+    return Field(c_at, "insecure-skip-tls-verify with a certificate-authority: not both "
+                       "(kubectl refuses it too)");
+  }
+  for (const char* key : {"tls-server-name", "proxy-url"}) {
+    ASSIGN_OR_RETURN(std::string value, String(c, key, absl::StrCat(c_at, ".", key)));
+    if (!value.empty()) {
+      return absl::UnimplementedError(
+          absl::StrCat(c_at, ".", key, ": not supported by this client"));
+    }
+  }
+  return entry;
+}
+
+// Ways of authenticating that client-go dropped or this client does not
+// offer, refused by name.
+absl::Status RefuseUnsupportedAuth(const YAML::Node& u, const std::string& u_at) {
+  for (const char* key : {"username", "password"}) {
+    if (u[key]) {
+      return absl::UnimplementedError(
+          absl::StrCat(u_at, ".", key,
+                       ": basic authentication is not supported (Kubernetes 1.19 removed it)"));
+    }
+  }
+  if (u["auth-provider"]) {
+    return absl::UnimplementedError(absl::StrCat(
+        u_at, ".auth-provider: not supported (client-go removed the built-in providers); "
+              "use an exec credential plugin"));
+  }
+  for (const char* key : {"as", "as-uid", "as-groups", "as-user-extra"}) {
+    if (u[key]) {
+      return absl::UnimplementedError(
+          absl::StrCat(u_at, ".", key, ": impersonation is not supported"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The bearer token, inline or in a file (read now, so a missing or empty
+// file is named at start-up).
+absl::Status ReadToken(const YAML::Node& u, const std::string& u_at, const Resolver& resolve,
+                       KubeClientOptions& options) {
+  ASSIGN_OR_RETURN(options.bearer_token, String(u, "token", u_at + ".token"));
+  ASSIGN_OR_RETURN(std::string token_file, String(u, "tokenFile", u_at + ".tokenFile"));
+  if (token_file.empty()) return absl::OkStatus();
+  options.token_file = resolve(token_file);
+  absl::StatusOr<std::string> token = ReadWholeFile(options.token_file);
+  if (!token.ok()) return Field(u_at + ".tokenFile", std::string(token.status().message()));
+  if (absl::StripAsciiWhitespace(*token).empty()) {
+    return Field(u_at + ".tokenFile", absl::StrCat(options.token_file, " is empty"));
+  }
+  // The token given inline serves until the file is read (client-go).
+  if (options.bearer_token.empty()) {
+    options.bearer_token = std::string(absl::StripAsciiWhitespace(*token));
+  }
+  return absl::OkStatus();
+}
+
+// The client certificate and key, each a file or data (not both), checked to
+// be a matching pair. Returns whether a certificate was given.
+absl::StatusOr<bool> ReadClientCertificate(const YAML::Node& u, const std::string& u_at,
+                                           const Resolver& resolve, KubeClientOptions& options) {
+  struct Half {
+    const char* file_key;
+    const char* data_key;
+    std::string* file;
+    std::string* data;
+    std::string pem;
+    std::string field;
+  };
+  Half halves[2] = {
+      {"client-certificate", "client-certificate-data", &options.client_cert_file,
+       &options.client_cert_data, "", ""},
+      {"client-key", "client-key-data", &options.client_key_file, &options.client_key_data, "",
+       ""},
+  };
+  for (Half& half : halves) {
+    const std::string file_at = absl::StrCat(u_at, ".", half.file_key);
+    const std::string data_at = absl::StrCat(u_at, ".", half.data_key);
+    ASSIGN_OR_RETURN(std::string file, String(u, half.file_key, file_at));
+    ASSIGN_OR_RETURN(std::string data, String(u, half.data_key, data_at));
+    if (!file.empty() && !data.empty()) {
+      return Field(u_at, absl::StrCat(half.file_key, " and ", half.data_key, " are both given"));
+    }
+    if (!file.empty()) {
+      *half.file = resolve(file);
+      absl::StatusOr<std::string> text = ReadWholeFile(*half.file);
+      if (!text.ok()) return Field(file_at, std::string(text.status().message()));
+      half.pem = *text;
+      half.field = absl::StrCat(file_at, " ", *half.file);
+    } else if (!data.empty()) {
+      ASSIGN_OR_RETURN(*half.data, Base64(data, data_at));
+      half.pem = *half.data;
+      half.field = data_at;
+    }
+  }
+  if (halves[0].pem.empty() && halves[1].pem.empty()) return false;
+  if (halves[1].pem.empty()) {
+    return Field(u_at, "client-certificate needs client-key or client-key-data");
+  }
+  if (halves[0].pem.empty()) {
+    return Field(u_at, "client-key needs client-certificate or client-certificate-data");
+  }
+  RETURN_IF_ERROR(
+      ClientIdentity::Parse(halves[0].pem, halves[1].pem, halves[0].field, halves[1].field)
+          .status());
+  return true;
+}
+
+// The exec plugin, checked in any case and used when neither a token nor a
+// certificate is given (client-go's UpdateTransportConfig).
+absl::Status ReadExecPlugin(const YAML::Node& exec, const std::string& u_at,
+                            const Resolver& resolve, const ClusterEntry& cluster,
+                            bool other_credentials, KubeClientOptions& options) {
+  ASSIGN_OR_RETURN(ExecPluginConfig plugin, ReadExec(exec, u_at + ".exec", resolve));
+  ASSIGN_OR_RETURN(bool provide_cluster_info,
+                   Bool(exec, "provideClusterInfo", u_at + ".exec.provideClusterInfo"));
+  if (provide_cluster_info) {
+    plugin.cluster = {{"server", options.server}};
+    if (options.insecure_skip_tls_verify) plugin.cluster["insecure-skip-tls-verify"] = true;
+    if (!cluster.ca_pem.empty()) {
+      plugin.cluster["certificate-authority-data"] = absl::Base64Escape(cluster.ca_pem);
+    }
+    for (const YAML::Node& extension : cluster.node["extensions"]) {
+      if (extension.IsMap() && extension["name"] && extension["name"].IsScalar() &&
+          extension["name"].Scalar() == kExecClusterExtension && extension["extension"]) {
+        plugin.cluster["config"] = ToJson(extension["extension"]);
+      }
+    }
+  }
+  if (!other_credentials) {
+    options.exec_plugin = std::make_shared<ExecCredentialPlugin>(std::move(plugin));
+  }
+  return absl::OkStatus();
+}
+
+// The user entry of a context: its credentials, into `options`.
+absl::Status ReadUser(const YAML::Node& config, const std::string& name,
+                      const std::string& context_name, const Resolver& resolve,
+                      const ClusterEntry& cluster, KubeClientOptions& options) {
+  if (name.empty()) return absl::OkStatus();  // no credentials
+  const Named user = FindNamed(config, "users", name);
+  if (!user.node) {
+    return absl::InvalidArgumentError(absl::StrCat("user \"", name, "\" of context \"",
+                                                   context_name, "\" is not defined"));
+  }
+  const YAML::Node u = user.node["user"];
+  if (!u || u.IsNull()) return absl::OkStatus();
+  const std::string u_at = absl::StrCat("users[", user.index, "].user");
+  if (!u.IsMap()) return Field(u_at, "not a map");
+  RETURN_IF_ERROR(RefuseUnsupportedAuth(u, u_at));
+  RETURN_IF_ERROR(ReadToken(u, u_at, resolve, options));
+  ASSIGN_OR_RETURN(bool certificate, ReadClientCertificate(u, u_at, resolve, options));
+  if (const YAML::Node exec = u["exec"]; exec && !exec.IsNull()) {
+    const bool other =
+        !options.bearer_token.empty() || !options.token_file.empty() || certificate;
+    RETURN_IF_ERROR(ReadExecPlugin(exec, u_at, resolve, cluster, other, options));
+  }
+  return absl::OkStatus();
+}
+
+// The current context's cluster and user; errors name the field.
+absl::StatusOr<KubeClientOptions> ReadKubeconfig(const YAML::Node& config,
+                                                 const Resolver& resolve) {
+  if (!config.IsMap()) return absl::InvalidArgumentError("not a map");
+  ASSIGN_OR_RETURN(std::string context_name,
+                   String(config, "current-context", "current-context"));
+  if (context_name.empty()) return absl::InvalidArgumentError("no current-context");
+  const Named context = FindNamed(config, "contexts", context_name);
+  if (!context.node || !context.node["context"] || !context.node["context"].IsMap()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("context \"", context_name, "\" is not defined"));
+  }
+  const YAML::Node ctx = context.node["context"];
+  const std::string ctx_at = absl::StrCat("contexts[", context.index, "].context");
+  KubeClientOptions options;
+  ASSIGN_OR_RETURN(std::string ns, String(ctx, "namespace", ctx_at + ".namespace"));
+  if (!ns.empty()) options.default_namespace = ns;
+  ASSIGN_OR_RETURN(std::string cluster_name, String(ctx, "cluster", ctx_at + ".cluster"));
+  ASSIGN_OR_RETURN(std::string user_name, String(ctx, "user", ctx_at + ".user"));
+  ASSIGN_OR_RETURN(ClusterEntry cluster,
+                   ReadCluster(config, cluster_name, context_name, resolve, options));
+  RETURN_IF_ERROR(ReadUser(config, user_name, context_name, resolve, cluster, options));
+  return options;
+}
+
 }  // namespace
 
 absl::StatusOr<KubeClientOptions> LoadKubeconfig(const std::string& path) {
-  const auto in_file = [&](const absl::Status& status) {
-    return absl::Status(status.code(), absl::StrCat("kubeconfig ", path, ": ", status.message()));
-  };
   YAML::Node config;
   try {
     config = YAML::LoadFile(path);
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("kubeconfig ", path, ": ", e.what()));
   }
-  if (!config.IsMap()) return in_file(absl::InvalidArgumentError("not a map"));
-  const Resolver resolve(path);
-
-  absl::StatusOr<std::string> context_name = String(config, "current-context", "current-context");
-  if (!context_name.ok()) return in_file(context_name.status());
-  if (context_name->empty()) return in_file(absl::InvalidArgumentError("no current-context"));
-  const Named context = FindNamed(config, "contexts", *context_name);
-  if (!context.node || !context.node["context"] || !context.node["context"].IsMap()) {
-    return in_file(absl::InvalidArgumentError(
-        absl::StrCat("context \"", *context_name, "\" is not defined")));
+  absl::StatusOr<KubeClientOptions> options = ReadKubeconfig(config, Resolver(path));
+  if (!options.ok()) {
+    return absl::Status(options.status().code(),
+                        absl::StrCat("kubeconfig ", path, ": ", options.status().message()));
   }
-  const YAML::Node ctx = context.node["context"];
-  const std::string ctx_at = absl::StrCat("contexts[", context.index, "].context");
-
-  KubeClientOptions options;
-  absl::Status status = [&]() -> absl::Status {
-    ASSIGN_OR_RETURN(std::string ns, String(ctx, "namespace", ctx_at + ".namespace"));
-    if (!ns.empty()) options.default_namespace = ns;
-    ASSIGN_OR_RETURN(std::string cluster_name, String(ctx, "cluster", ctx_at + ".cluster"));
-    ASSIGN_OR_RETURN(std::string user_name, String(ctx, "user", ctx_at + ".user"));
-
-    // The cluster.
-    const Named cluster = FindNamed(config, "clusters", cluster_name);
-    if (!cluster.node || !cluster.node["cluster"] || !cluster.node["cluster"].IsMap()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "cluster \"", cluster_name, "\" of context \"", *context_name, "\" is not defined"));
-    }
-    const YAML::Node c = cluster.node["cluster"];
-    const std::string c_at = absl::StrCat("clusters[", cluster.index, "].cluster");
-    ASSIGN_OR_RETURN(options.server, String(c, "server", c_at + ".server"));
-    if (options.server.empty()) return Field(c_at + ".server", "required");
-    ASSIGN_OR_RETURN(std::string ca_file,
-                     String(c, "certificate-authority", c_at + ".certificate-authority"));
-    ASSIGN_OR_RETURN(std::string ca_data_b64, String(c, "certificate-authority-data",
-                                                     c_at + ".certificate-authority-data"));
-    if (!ca_file.empty() && !ca_data_b64.empty()) {
-      return Field(c_at, "certificate-authority and certificate-authority-data are both given");
-    }
-    std::string ca_pem;
-    if (!ca_file.empty()) {
-      options.ca_file = resolve(ca_file);
-      absl::StatusOr<std::string> text = ReadWholeFile(options.ca_file);
-      if (!text.ok()) {
-        return Field(c_at + ".certificate-authority", std::string(text.status().message()));
-      }
-      ca_pem = *text;
-      RETURN_IF_ERROR(
-          PemCertificates::Parse(ca_pem, c_at + ".certificate-authority " + options.ca_file)
-              .status());
-    }
-    if (!ca_data_b64.empty()) {
-      ASSIGN_OR_RETURN(options.ca_data, Base64(ca_data_b64, c_at + ".certificate-authority-data"));
-      ca_pem = options.ca_data;
-      RETURN_IF_ERROR(
-          PemCertificates::Parse(ca_pem, c_at + ".certificate-authority-data").status());
-    }
-    ASSIGN_OR_RETURN(options.insecure_skip_tls_verify,
-                     Bool(c, "insecure-skip-tls-verify", c_at + ".insecure-skip-tls-verify"));
-    if (options.insecure_skip_tls_verify && !ca_pem.empty()) {
-      return Field(c_at, "insecure-skip-tls-verify with a certificate-authority: not both "
-                         "(kubectl refuses it too)");
-    }
-    for (const char* key : {"tls-server-name", "proxy-url"}) {
-      ASSIGN_OR_RETURN(std::string value, String(c, key, absl::StrCat(c_at, ".", key)));
-      if (!value.empty()) {
-        return absl::UnimplementedError(
-            absl::StrCat(c_at, ".", key, ": not supported by this client"));
-      }
-    }
-
-    // The user.
-    if (user_name.empty()) return absl::OkStatus();  // no credentials
-    const Named user = FindNamed(config, "users", user_name);
-    if (!user.node) {
-      return absl::InvalidArgumentError(absl::StrCat("user \"", user_name, "\" of context \"",
-                                                     *context_name, "\" is not defined"));
-    }
-    const YAML::Node u = user.node["user"];
-    if (!u || u.IsNull()) return absl::OkStatus();
-    const std::string u_at = absl::StrCat("users[", user.index, "].user");
-    if (!u.IsMap()) return Field(u_at, "not a map");
-    for (const char* key : {"username", "password"}) {
-      if (u[key]) {
-        return absl::UnimplementedError(
-            absl::StrCat(u_at, ".", key,
-                         ": basic authentication is not supported (Kubernetes 1.19 removed it)"));
-      }
-    }
-    if (u["auth-provider"]) {
-      return absl::UnimplementedError(absl::StrCat(
-          u_at, ".auth-provider: not supported (client-go removed the built-in providers); "
-                "use an exec credential plugin"));
-    }
-    for (const char* key : {"as", "as-uid", "as-groups", "as-user-extra"}) {
-      if (u[key]) {
-        return absl::UnimplementedError(
-            absl::StrCat(u_at, ".", key, ": impersonation is not supported"));
-      }
-    }
-
-    ASSIGN_OR_RETURN(options.bearer_token, String(u, "token", u_at + ".token"));
-    ASSIGN_OR_RETURN(std::string token_file, String(u, "tokenFile", u_at + ".tokenFile"));
-    if (!token_file.empty()) {
-      options.token_file = resolve(token_file);
-      absl::StatusOr<std::string> token = ReadWholeFile(options.token_file);
-      if (!token.ok()) return Field(u_at + ".tokenFile", std::string(token.status().message()));
-      if (absl::StripAsciiWhitespace(*token).empty()) {
-        return Field(u_at + ".tokenFile", absl::StrCat(options.token_file, " is empty"));
-      }
-      // The token given inline serves until the file is read (client-go).
-      if (options.bearer_token.empty()) {
-        options.bearer_token = std::string(absl::StripAsciiWhitespace(*token));
-      }
-    }
-
-    // The client certificate: each half a file or data, not both.
-    struct Half {
-      const char* file_key;
-      const char* data_key;
-      std::string* file;
-      std::string* data;
-      std::string pem;
-      std::string field;
-    };
-    Half halves[2] = {
-        {"client-certificate", "client-certificate-data", &options.client_cert_file,
-         &options.client_cert_data, "", ""},
-        {"client-key", "client-key-data", &options.client_key_file, &options.client_key_data, "",
-         ""},
-    };
-    for (Half& half : halves) {
-      const std::string file_at = absl::StrCat(u_at, ".", half.file_key);
-      const std::string data_at = absl::StrCat(u_at, ".", half.data_key);
-      ASSIGN_OR_RETURN(std::string file, String(u, half.file_key, file_at));
-      ASSIGN_OR_RETURN(std::string data, String(u, half.data_key, data_at));
-      if (!file.empty() && !data.empty()) {
-        return Field(u_at, absl::StrCat(half.file_key, " and ", half.data_key, " are both given"));
-      }
-      if (!file.empty()) {
-        *half.file = resolve(file);
-        absl::StatusOr<std::string> text = ReadWholeFile(*half.file);
-        if (!text.ok()) return Field(file_at, std::string(text.status().message()));
-        half.pem = *text;
-        half.field = absl::StrCat(file_at, " ", *half.file);
-      } else if (!data.empty()) {
-        ASSIGN_OR_RETURN(*half.data, Base64(data, data_at));
-        half.pem = *half.data;
-        half.field = data_at;
-      }
-    }
-    if (!halves[0].pem.empty() || !halves[1].pem.empty()) {
-      if (halves[1].pem.empty()) {
-        return Field(u_at, "client-certificate needs client-key or client-key-data");
-      }
-      if (halves[0].pem.empty()) {
-        return Field(u_at, "client-key needs client-certificate or client-certificate-data");
-      }
-      RETURN_IF_ERROR(ClientIdentity::Parse(halves[0].pem, halves[1].pem, halves[0].field,
-                                            halves[1].field)
-                          .status());
-    }
-
-    // The exec plugin: used when neither a token nor a certificate is given
-    // (client-go's UpdateTransportConfig), checked in any case.
-    if (const YAML::Node exec = u["exec"]; exec && !exec.IsNull()) {
-      ASSIGN_OR_RETURN(ExecPluginConfig plugin, ReadExec(exec, u_at + ".exec", resolve));
-      ASSIGN_OR_RETURN(bool provide_cluster_info,
-                       Bool(exec, "provideClusterInfo", u_at + ".exec.provideClusterInfo"));
-      if (provide_cluster_info) {
-        plugin.cluster = {{"server", options.server}};
-        if (options.insecure_skip_tls_verify) plugin.cluster["insecure-skip-tls-verify"] = true;
-        if (!ca_pem.empty()) {
-          plugin.cluster["certificate-authority-data"] = absl::Base64Escape(ca_pem);
-        }
-        for (const YAML::Node& extension : c["extensions"]) {
-          if (extension.IsMap() && extension["name"] && extension["name"].IsScalar() &&
-              extension["name"].Scalar() == kExecClusterExtension && extension["extension"]) {
-            plugin.cluster["config"] = ToJson(extension["extension"]);
-          }
-        }
-      }
-      const bool other = !options.bearer_token.empty() || !options.token_file.empty() ||
-                         !halves[0].pem.empty();
-      if (!other) options.exec_plugin = std::make_shared<ExecCredentialPlugin>(std::move(plugin));
-    }
-    return absl::OkStatus();
-  }();
-  if (!status.ok()) return in_file(status);
   return options;
 }
 
