@@ -94,6 +94,14 @@ void ThinLossHistory(google::protobuf::RepeatedPtrField<v1::LossPoint>* points, 
   points->DeleteSubrange(kept, points->size() - kept);
 }
 
+void AppendLossPoint(const v1::LossPoint& point,
+                     google::protobuf::RepeatedPtrField<v1::LossPoint>* history) {
+  // After a restart from a checkpoint the steps past it are trained again:
+  // the earlier attempt's points for them are replaced, not repeated.
+  while (!history->empty() && history->rbegin()->step() >= point.step()) history->RemoveLast();
+  *history->Add() = point;
+}
+
 void ApplyStageReport(const v1::StageReport& report, absl::Duration attempt_elapsed,
                       v1::JobStatus& status, CheckpointShards& shards) {
   const int s = report.stage();
@@ -111,11 +119,11 @@ void ApplyStageReport(const v1::StageReport& report, absl::Duration attempt_elap
   stage.set_forward_micro_batches(report.forward_micro_batches());
   stage.set_backward_micro_batches(report.backward_micro_batches());
   for (const auto& point : report.train_loss()) {
-    *status.add_train_loss_history() = point;
+    AppendLossPoint(point, status.mutable_train_loss_history());
     status.set_train_loss(point.loss());
   }
   for (const auto& point : report.validation_loss()) {
-    *status.add_validation_loss_history() = point;
+    AppendLossPoint(point, status.mutable_validation_loss_history());
     status.set_validation_loss(point.loss());
   }
   ThinLossHistory(status.mutable_train_loss_history());

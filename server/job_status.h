@@ -49,6 +49,13 @@ inline constexpr int kMaxLossHistory = 10000;
 void ThinLossHistory(google::protobuf::RepeatedPtrField<v1::LossPoint>* points,
                      int max_points = kMaxLossHistory);
 
+// Appends a loss point to a history kept in increasing step order with one
+// point per step: points at or past its step (an earlier attempt's, trained
+// again after a restart from a checkpoint) are dropped first, so the history
+// holds the surviving attempt's values.
+void AppendLossPoint(const v1::LossPoint& point,
+                     google::protobuf::RepeatedPtrField<v1::LossPoint>* history);
+
 // Checkpoint step -> the stages that reported saving their shard of it.
 using CheckpointShards = std::map<int64_t, std::set<int>>;
 

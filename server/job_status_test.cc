@@ -123,6 +123,26 @@ TEST(ApplyStageReportTest, ACheckpointCountsOnlyOnceEveryStageSavedIt) {
   EXPECT_EQ(status.checkpoint_step(), 10);
 }
 
+TEST(AppendLossPointTest, AStepTrainedAgainReplacesTheEarlierAttemptsPoints) {
+  google::protobuf::RepeatedPtrField<v1::LossPoint> history;
+  auto point = [](int64_t step, double loss) {
+    v1::LossPoint p;
+    p.set_step(step);
+    p.set_loss(loss);
+    return p;
+  };
+  for (int64_t step : {10, 20, 30, 40}) AppendLossPoint(point(step, 1.0), &history);
+  // The job restarted from the checkpoint at step 20: steps 30 and 40 again.
+  AppendLossPoint(point(30, 2.0), &history);
+  ASSERT_EQ(history.size(), 3);
+  EXPECT_EQ(history[1].step(), 20);
+  EXPECT_EQ(history[2].step(), 30);
+  EXPECT_DOUBLE_EQ(history[2].loss(), 2.0);
+  AppendLossPoint(point(40, 2.5), &history);
+  for (int i = 1; i < history.size(); ++i) EXPECT_LT(history[i - 1].step(), history[i].step());
+  EXPECT_DOUBLE_EQ(history.rbegin()->loss(), 2.5);
+}
+
 TEST(AppendStageSpansTest, SpansBeyondTheLimitAreCountedAsDropped) {
   v1::StageTrace trace;
   v1::StageReport report;

@@ -246,10 +246,13 @@ class CoordinatorTest(unittest.TestCase):
         self.assertEqual(done.status.attempt, 2)
         self.assertNotIn(victim, [s.worker_id for s in done.status.stages])
         steps = [p.step for p in done.status.train_loss_history]
-        # The second attempt resumed from the latest complete checkpoint on
-        # disk, at or after the one reported before the kill: where the steps
-        # jump (back to a checkpoint, or past steps trained but not yet
-        # reported when the worker died), they land past that checkpoint.
+        # One point per step in increasing order: the steps the second
+        # attempt trained again replaced the first attempt's points.
+        self.assertEqual(steps, sorted(set(steps)))
+        # It resumed from the latest complete checkpoint on disk, at or after
+        # the one reported before the kill: where the steps jump (past steps
+        # trained but not yet reported when the worker died), they land past
+        # that checkpoint.
         jumps = [(a, b) for a, b in zip(steps, steps[1:]) if b != a + 1]
         self.assertLessEqual(len(jumps), 1, jumps)
         for a, b in jumps:
