@@ -20,9 +20,10 @@ BUILD_PACKAGES=(
 # Tests, tools and images: plots, the Python test servers, certificates,
 # Prometheus, podman with runc and debootstrap for scripts/build-images.sh, and
 # Go with the libraries Helm's engine is built from, for the chart renderer of
-# tests/helm (no helm binary is packaged).
+# tests/helm (no helm binary is packaged), and clang for its thread-safety
+# analysis of the lock annotations (tests/static).
 HOST_PACKAGES=(
-  gnuplot-nox
+  gnuplot-nox clang
   python3-grpcio python3-protobuf python3-yaml openssl
   prometheus
   podman runc debootstrap

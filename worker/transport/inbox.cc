@@ -8,10 +8,15 @@ std::deque<v1::TensorFrame>& Inbox::Queue(From from) {
   return from == From::kPrevious ? previous_ : next_;
 }
 
+const std::deque<v1::TensorFrame>& Inbox::Queue(From from) const {
+  return from == From::kPrevious ? previous_ : next_;
+}
+
 bool Inbox::Push(From from, v1::TensorFrame frame) {
   absl::MutexLock lock(&mu_);
-  auto has_room = [this, from]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return closed_ || Queue(from).size() < capacity_;
+  const Inbox& self = *this;
+  auto has_room = [&self, from]() ABSL_SHARED_LOCKS_REQUIRED(self.mu_) {
+    return self.closed_ || self.Queue(from).size() < self.capacity_;
   };
   mu_.Await(absl::Condition(&has_room));
   if (closed_) return false;
@@ -21,7 +26,7 @@ bool Inbox::Push(From from, v1::TensorFrame frame) {
 
 std::optional<v1::TensorFrame::Kind> Inbox::PeekKind(From from) const {
   absl::MutexLock lock(&mu_);
-  const auto& queue = from == From::kPrevious ? previous_ : next_;
+  const auto& queue = Queue(from);
   if (queue.empty()) return std::nullopt;
   return queue.front().kind();
 }

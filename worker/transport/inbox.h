@@ -46,6 +46,7 @@ class Inbox {
 
  private:
   std::deque<v1::TensorFrame>& Queue(From from) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  const std::deque<v1::TensorFrame>& Queue(From from) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   const size_t capacity_;
   mutable absl::Mutex mu_;
