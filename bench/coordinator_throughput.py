@@ -9,15 +9,29 @@ Starts a real coordinator (its own SQLite file, every submission durable) on
      finish every stage they are given at once, so jobs flow through the gang
      scheduler; latency is from SubmitJob's return to the worker receiving its
      assignment, and the coordinator's own histogram is read from /metrics.
-Writes bench/results/coordinator_throughput.{json,md}.
+  3. scale (--scale_jobs, default 100,000; 0 skips it): a fresh coordinator and
+     no workers, so every job stays queued; N clients submit until the store
+     holds --scale_jobs jobs. At each checkpoint (1,000, 10,000, 50,000,
+     100,000 held) it measures submissions/s over the next window of
+     submissions, ListJobs latency (first page, and a page reached by token
+     half-way through) and GetJob latency, and the coordinator's resident
+     memory; at 10,000 and 100,000 it SIGKILLs the coordinator and times the
+     restart (spawn until it serves). Then the retention study: a coordinator
+     keeping --finished_jobs_to_keep=10000 finished jobs; clients submit and
+     cancel jobs, and memory and restart time are taken when 10,000, 50,000
+     and 100,000 jobs have finished in all.
+Writes bench/results/coordinator_throughput.{json,md} and, for the scale study,
+coordinator_scale.{json,md} and coordinator_scale.png (with gnuplot).
 
   /usr/bin/python3 bench/coordinator_throughput.py [--clients 16] [--jobs 400]
+      [--scale_jobs 100000] [--only_scale]
 """
 import argparse
 import json
 import os
 import queue
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -34,18 +48,21 @@ def percentile(values, p):
     return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
 
 
-def main():
+def parse_args():
     parser = argparse.ArgumentParser()
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--jobs", type=int, default=400, help="submissions per phase")
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
-    args = parser.parse_args()
-    sys.path.insert(0, os.path.join(args.build, "python"))
-    import grpc
-    from paci.v1 import coordinator_pb2 as cpb, coordinator_pb2_grpc as cgrpc, job_pb2
+    parser.add_argument("--scale_jobs", type=int, default=100000,
+                        help="the scale study's largest store (0: skip the study)")
+    parser.add_argument("--only_scale", action="store_true", help="run the scale study alone")
+    return parser.parse_args()
 
+
+def spec_maker(job_pb2):
+    """spec(name, P=1): the smallest JobSpec the coordinator accepts, with P stages."""
     def spec(name, P=1):
         s = job_pb2.JobSpec(name=name)
         s.model.vocab_size, s.model.num_layers, s.model.d_model = 80, 2, 32
@@ -55,12 +72,30 @@ def main():
         s.training.steps = 1
         s.data.corpus_path = "/unused"
         return s
+    return spec
 
-    tmp = tempfile.TemporaryDirectory()
-    port_file = os.path.join(tmp.name, "port")
+
+def main():
+    args = parse_args()
+    sys.path.insert(0, os.path.join(args.build, "python"))
+    import grpc
+    from paci.v1 import coordinator_pb2 as cpb, coordinator_pb2_grpc as cgrpc, job_pb2
+    spec = spec_maker(job_pb2)
+
+    if args.only_scale:
+        scale_study(args, grpc, cpb, cgrpc, spec)
+        return
+    throughput_study(args, grpc, cpb, cgrpc, spec)
+    if args.scale_jobs > 0:
+        scale_study(args, grpc, cpb, cgrpc, spec)
+
+
+def start_throughput_coordinator(args, tmpdir):
+    """A coordinator on its own SQLite file in tmpdir: (process, its output lines, address)."""
+    port_file = os.path.join(tmpdir, "port")
     coordinator = subprocess.Popen(
         [os.path.join(args.build, "server", "paci_coordinator"), "--listen=127.0.0.1:0",
-         "--db=" + os.path.join(tmp.name, "bench.db"), "--port_file=" + port_file],
+         "--db=" + os.path.join(tmpdir, "bench.db"), "--port_file=" + port_file],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     log = []
     threading.Thread(target=lambda: log.extend(iter(coordinator.stdout.readline, "")),
@@ -68,95 +103,82 @@ def main():
     while not os.path.exists(port_file):
         time.sleep(0.05)  # polling interval
     address = "127.0.0.1:" + open(port_file).read().strip()
-    channel = grpc.insecure_channel(address)
-    stub = cgrpc.CoordinatorStub(channel)
+    return coordinator, log, address
 
-    def submit_phase(prefix, clients, jobs):
-        names = queue.Queue()
-        for i in range(jobs):
-            names.put("%s-%d" % (prefix, i))
-        latencies, submitted_at = [], {}
-        lock = threading.Lock()
 
-        def client():
-            own = cgrpc.CoordinatorStub(grpc.insecure_channel(address))
-            while True:
-                try:
-                    name = names.get_nowait()
-                except queue.Empty:
-                    return
-                start = time.perf_counter()
-                own.SubmitJob(cpb.SubmitJobRequest(spec=spec(name)))
-                end = time.perf_counter()
-                with lock:
-                    latencies.append(end - start)
-                    submitted_at[name] = end
+def submit_phase(grpc, cpb, cgrpc, spec, address, prefix, clients, jobs):
+    """jobs submissions from `clients` clients: (throughput and latency, name -> return time)."""
+    names = queue.Queue()
+    for i in range(jobs):
+        names.put("%s-%d" % (prefix, i))
+    latencies, submitted_at = [], {}
+    lock = threading.Lock()
 
-        threads = [threading.Thread(target=client) for _ in range(clients)]
-        start = time.perf_counter()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        elapsed = time.perf_counter() - start
-        return dict(clients=clients, jobs=jobs, seconds=round(elapsed, 3),
-                    submissions_per_second=round(jobs / elapsed, 1),
-                    latency_ms_p50=round(1000 * percentile(latencies, 50), 2),
-                    latency_ms_p99=round(1000 * percentile(latencies, 99), 2)), submitted_at
-
-    print("submissions: 1 client ...", file=sys.stderr)
-    single, _ = submit_phase("one", 1, args.jobs // 4)
-    print("submissions: %d clients ..." % args.clients, file=sys.stderr)
-    many, _ = submit_phase("many", args.clients, args.jobs)
-
-    # Scheduling: workers that finish each stage at once.
-    assigned_at = {}
-    stop = threading.Event()
-
-    def worker(worker_id):
-        gateway = cgrpc.WorkerGatewayStub(channel)
-        outbox = queue.Queue()
-        outbox.put(cpb.WorkerMessage(register=cpb.WorkerRegistration(
-            worker_id=worker_id, link_address="127.0.0.1:1", capacity=1)))
-
-        def requests():
-            while not stop.is_set():
-                try:
-                    yield outbox.get(timeout=0.5)
-                except queue.Empty:
-                    yield cpb.WorkerMessage(heartbeat=cpb.Heartbeat())
-
-        for message in gateway.Connect(requests()):
-            if message.HasField("assign"):
-                a = message.assign
-                assigned_at.setdefault(a.job_name, time.perf_counter())
-                from paci.v1 import stage_pb2
-                outbox.put(cpb.WorkerMessage(report=stage_pb2.StageReport(
-                    job_name=a.job_name, stage=a.stage, attempt=a.attempt,
-                    optimizer_steps=1, finished=True)))
-            if stop.is_set():
+    def client():
+        own = cgrpc.CoordinatorStub(grpc.insecure_channel(address))
+        while True:
+            try:
+                name = names.get_nowait()
+            except queue.Empty:
                 return
+            start = time.perf_counter()
+            own.SubmitJob(cpb.SubmitJobRequest(spec=spec(name)))
+            end = time.perf_counter()
+            with lock:
+                latencies.append(end - start)
+                submitted_at[name] = end
 
-    # The jobs submitted so far are drained first; then a measured batch.
-    workers = [threading.Thread(target=worker, args=("bench-w%d" % i,), daemon=True)
-               for i in range(args.workers)]
-    for w in workers:
-        w.start()
-    deadline = time.time() + 300
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - start
+    return dict(clients=clients, jobs=jobs, seconds=round(elapsed, 3),
+                submissions_per_second=round(jobs / elapsed, 1),
+                latency_ms_p50=round(1000 * percentile(latencies, 50), 2),
+                latency_ms_p99=round(1000 * percentile(latencies, 99), 2)), submitted_at
+
+
+def run_worker(cpb, cgrpc, channel, worker_id, assigned_at, stop):
+    """A worker that finishes each stage at once; records when each job was first assigned."""
+    gateway = cgrpc.WorkerGatewayStub(channel)
+    outbox = queue.Queue()
+    outbox.put(cpb.WorkerMessage(register=cpb.WorkerRegistration(
+        worker_id=worker_id, link_address="127.0.0.1:1", capacity=1)))
+
+    def requests():
+        while not stop.is_set():
+            try:
+                yield outbox.get(timeout=0.5)
+            except queue.Empty:
+                yield cpb.WorkerMessage(heartbeat=cpb.Heartbeat())
+
+    for message in gateway.Connect(requests()):
+        if message.HasField("assign"):
+            a = message.assign
+            assigned_at.setdefault(a.job_name, time.perf_counter())
+            from paci.v1 import stage_pb2
+            outbox.put(cpb.WorkerMessage(report=stage_pb2.StageReport(
+                job_name=a.job_name, stage=a.stage, attempt=a.attempt,
+                optimizer_steps=1, finished=True)))
+        if stop.is_set():
+            return
+
+
+def drain(stub, cpb, deadline):
+    """Waits (until deadline) for no job to be queued or running."""
     while time.time() < deadline:
         queued = stub.ListJobs(cpb.ListJobsRequest(phase=cpb.QUEUED)).jobs
         running = stub.ListJobs(cpb.ListJobsRequest(phase=cpb.RUNNING)).jobs
         if not queued and not running:
             break
         time.sleep(0.2)  # polling interval
-    print("scheduling: %d clients, %d workers ..." % (args.clients, args.workers), file=sys.stderr)
-    sched, submitted_at = submit_phase("sched", args.clients, args.jobs)
-    while time.time() < deadline and len([n for n in submitted_at if n in assigned_at]) < len(submitted_at):
-        time.sleep(0.1)  # polling interval
-    delays = [assigned_at[n] - submitted_at[n] for n in submitted_at if n in assigned_at]
-    # Submission can return after the assignment arrives: count those as 0.
-    delays = [max(0.0, d) for d in delays]
-    # One at a time on an idle pool: the placement path alone, no queueing.
+
+
+def idle_pool_delays(stub, cpb, spec, assigned_at):
+    """One at a time on an idle pool: the placement path alone, no queueing."""
     idle_delays = []
     for i in range(50):
         name = "idle-%d" % i
@@ -165,25 +187,79 @@ def main():
         while name not in assigned_at and time.perf_counter() - start < 10:
             time.sleep(0.0005)  # polling interval
         idle_delays.append(assigned_at.get(name, time.perf_counter()) - start)
+    return idle_delays
+
+
+def scheduling_histogram(log):
+    """(sum, count) of the coordinator's scheduling-latency histogram, from its /metrics."""
     metrics_url = re.search(r"metrics=(http://\S+)", "".join(log)).group(1)
     text = urllib.request.urlopen(metrics_url, timeout=5).read().decode()
     hist_sum = float(re.search(r"^paci_coordinator_scheduling_latency_seconds_sum (\S+)", text, re.M).group(1))
     hist_count = float(re.search(r"^paci_coordinator_scheduling_latency_seconds_count (\S+)", text, re.M).group(1))
+    return hist_sum, hist_count
+
+
+def scheduling_phase(args, grpc, cpb, cgrpc, spec, address, channel, stub, log):
+    """Scheduling: workers that finish each stage at once. The jobs submitted so
+    far are drained first; then a measured batch, then one job at a time."""
+    assigned_at = {}
+    stop = threading.Event()
+    workers = [threading.Thread(target=run_worker,
+                                args=(cpb, cgrpc, channel, "bench-w%d" % i, assigned_at, stop),
+                                daemon=True)
+               for i in range(args.workers)]
+    for w in workers:
+        w.start()
+    deadline = time.time() + 300
+    drain(stub, cpb, deadline)
+    print("scheduling: %d clients, %d workers ..." % (args.clients, args.workers), file=sys.stderr)
+    sched, submitted_at = submit_phase(grpc, cpb, cgrpc, spec, address, "sched", args.clients,
+                                       args.jobs)
+    while time.time() < deadline and len([n for n in submitted_at if n in assigned_at]) < len(submitted_at):
+        time.sleep(0.1)  # polling interval
+    delays = [assigned_at[n] - submitted_at[n] for n in submitted_at if n in assigned_at]
+    # Submission can return after the assignment arrives: count those as 0.
+    delays = [max(0.0, d) for d in delays]
+    idle_delays = idle_pool_delays(stub, cpb, spec, assigned_at)
+    hist_sum, hist_count = scheduling_histogram(log)
     stop.set()
-    scheduling = dict(workers=args.workers, jobs=len(delays),
-                      jobs_per_second=sched["submissions_per_second"],
-                      submit_to_assignment_ms_p50=round(1000 * percentile(delays, 50), 2),
-                      submit_to_assignment_ms_p99=round(1000 * percentile(delays, 99), 2),
-                      coordinator_queued_to_placed_ms_mean=round(1000 * hist_sum / hist_count, 2),
-                      idle_pool_submit_to_assignment_ms_p50=round(1000 * percentile(idle_delays, 50), 2),
-                      idle_pool_submit_to_assignment_ms_p99=round(1000 * percentile(idle_delays, 99), 2))
+    return dict(workers=args.workers, jobs=len(delays),
+                jobs_per_second=sched["submissions_per_second"],
+                submit_to_assignment_ms_p50=round(1000 * percentile(delays, 50), 2),
+                submit_to_assignment_ms_p99=round(1000 * percentile(delays, 99), 2),
+                coordinator_queued_to_placed_ms_mean=round(1000 * hist_sum / hist_count, 2),
+                idle_pool_submit_to_assignment_ms_p50=round(1000 * percentile(idle_delays, 50), 2),
+                idle_pool_submit_to_assignment_ms_p99=round(1000 * percentile(idle_delays, 99), 2))
+
+
+def throughput_study(args, grpc, cpb, cgrpc, spec):
+    """Submissions from 1 and from N clients, then scheduling latency; writes
+    coordinator_throughput.{json,md}."""
+    tmp = tempfile.TemporaryDirectory()
+    coordinator, log, address = start_throughput_coordinator(args, tmp.name)
+    channel = grpc.insecure_channel(address)
+    stub = cgrpc.CoordinatorStub(channel)
+    print("submissions: 1 client ...", file=sys.stderr)
+    single, _ = submit_phase(grpc, cpb, cgrpc, spec, address, "one", 1, args.jobs // 4)
+    print("submissions: %d clients ..." % args.clients, file=sys.stderr)
+    many, _ = submit_phase(grpc, cpb, cgrpc, spec, address, "many", args.clients, args.jobs)
+    scheduling = scheduling_phase(args, grpc, cpb, cgrpc, spec, address, channel, stub, log)
     coordinator.terminate()
     coordinator.wait(timeout=20)
 
     result = dict(single_client=single, concurrent_clients=many, scheduling=scheduling,
                   concurrency_ratio=round(many["submissions_per_second"] /
                                           single["submissions_per_second"], 2))
-    table = "\n".join([
+    table = throughput_table(args, result)
+    print(table)
+    write_result(args.out, "coordinator_throughput", result, table)
+
+
+def throughput_table(args, result):
+    """coordinator_throughput.md: submissions, then scheduling latency."""
+    single, many = result["single_client"], result["concurrent_clients"]
+    scheduling = result["scheduling"]
+    return "\n".join([
         "| measurement | clients | submissions/s | p50 ms | p99 ms | vs 1 client |",
         "|---|---|---|---|---|---|",
         "| SubmitJob, durable (baseline) | 1 | %.0f | %.2f | %.2f | 1.00x |" % (
@@ -201,12 +277,259 @@ def main():
             scheduling["idle_pool_submit_to_assignment_ms_p50"],
             scheduling["idle_pool_submit_to_assignment_ms_p99"]),
     ])
-    print(table)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "coordinator_throughput.json"), "w") as f:
+
+
+def write_result(out, name, result, table):
+    """out/name.json (the result) and out/name.md (the table)."""
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, name + ".json"), "w") as f:
         json.dump(result, f, indent=2)
-    with open(os.path.join(args.out, "coordinator_throughput.md"), "w") as f:
+    with open(os.path.join(out, name + ".md"), "w") as f:
         f.write(table + "\n")
+
+
+class Coordinator:
+    """A paci_coordinator on a given SQLite file; start() times it until it serves."""
+
+    def __init__(self, build, db, extra=()):
+        self.build, self.db, self.extra = build, db, list(extra)
+        self.proc = None
+
+    def start(self):
+        port_file = self.db + ".port"
+        if os.path.exists(port_file):
+            os.remove(port_file)
+        start = time.perf_counter()
+        self.proc = subprocess.Popen(
+            [os.path.join(self.build, "server", "paci_coordinator"), "--listen=127.0.0.1:0",
+             "--db=" + self.db, "--port_file=" + port_file, "--max_jobs=1000000"] + self.extra,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.log = []
+        threading.Thread(target=lambda: self.log.extend(iter(self.proc.stdout.readline, "")),
+                         daemon=True).start()
+        while not os.path.exists(port_file) or not open(port_file).read().strip():
+            if self.proc.poll() is not None:
+                raise RuntimeError("coordinator exited:\n" + "".join(self.log))
+            time.sleep(0.005)  # polling interval
+        self.started_seconds = time.perf_counter() - start
+        self.address = "127.0.0.1:" + open(port_file).read().strip()
+        return self
+
+    def rss_mb(self):
+        with open("/proc/%d/status" % self.proc.pid) as f:
+            kb = int(re.search(r"VmRSS:\s+(\d+) kB", f.read()).group(1))
+        return round(kb / 1024, 1)
+
+    def kill(self):
+        self.proc.kill()  # SIGKILL: no clean shutdown
+        self.proc.wait(timeout=20)
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=20)
+
+
+class Submitter:
+    """Submissions from `clients` clients; job names are numbered on from the last call's."""
+
+    def __init__(self, grpc, cpb, cgrpc, spec, clients):
+        self.grpc, self.cpb, self.cgrpc, self.spec = grpc, cpb, cgrpc, spec
+        self.clients = clients
+        self.counter = 0
+        self.lock = threading.Lock()
+
+    def submit_many(self, address, count, prefix, cancel=False):
+        """count submissions (each then cancelled when `cancel`); returns them per second."""
+        cpb = self.cpb
+        target = self.counter + count
+
+        def client():
+            own = self.cgrpc.CoordinatorStub(self.grpc.insecure_channel(address))
+            while True:
+                with self.lock:
+                    if self.counter >= target:
+                        return
+                    i = self.counter
+                    self.counter += 1
+                name = "%s-%d" % (prefix, i)
+                own.SubmitJob(cpb.SubmitJobRequest(spec=self.spec(name, P=2)), timeout=60)
+                if cancel:
+                    own.CancelJob(cpb.CancelJobRequest(name=name), timeout=60)
+
+        threads = [threading.Thread(target=client) for _ in range(self.clients)]
+        start = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return count / (time.perf_counter() - start)
+
+
+def latencies(call, n):
+    """(p50, p99) in ms of n calls of call()."""
+    values = []
+    for _ in range(n):
+        start = time.perf_counter()
+        call()
+        values.append(time.perf_counter() - start)
+    return (round(1000 * percentile(values, 50), 2), round(1000 * percentile(values, 99), 2))
+
+
+def read_latencies(stub, cpb, held):
+    """ListJobs (first page, a page by token half-way, phase=QUEUED) and GetJob latencies."""
+    first_page = latencies(lambda: stub.ListJobs(cpb.ListJobsRequest(page_size=100)), 50)
+    middle = stub.ListJobs(cpb.ListJobsRequest(page_size=held // 2 if held // 2 <= 1000 else 1000))
+    token = middle.next_page_token
+    for _ in range(max(0, (held // 2) // 1000 - 1)):
+        token = stub.ListJobs(cpb.ListJobsRequest(page_size=1000, page_token=token)).next_page_token
+    deep_page = latencies(
+        lambda: stub.ListJobs(cpb.ListJobsRequest(page_size=100, page_token=token)), 50)
+    queued_page = latencies(
+        lambda: stub.ListJobs(cpb.ListJobsRequest(page_size=100, phase=cpb.QUEUED)), 50)
+    get = latencies(lambda: stub.GetJob(cpb.GetJobRequest(name="job-%d" % (held // 2))), 200)
+    return first_page, deep_page, queued_page, get
+
+
+def growth_study(args, grpc, cpb, cgrpc, submitter, tmpdir):
+    """The store filled to each checkpoint with queued jobs: (empty-store rate, rows)."""
+    checkpoints = [c for c in (1000, 10000, 50000, 100000) if c <= args.scale_jobs]
+    if args.scale_jobs not in checkpoints:
+        checkpoints.append(args.scale_jobs)
+    window = 2000  # submissions timed at each checkpoint
+    db = os.path.join(tmpdir, "scale.db")
+    coordinator = Coordinator(args.build, db).start()
+    stub = cgrpc.CoordinatorStub(grpc.insecure_channel(coordinator.address))
+    rows = []
+    held = 0
+    # A warm-up (connections, threads), then the empty-store rate: the first window.
+    submitter.submit_many(coordinator.address, 500, "job")
+    print("scale: submissions/s with an empty store ...", file=sys.stderr)
+    empty_rate = submitter.submit_many(coordinator.address, window, "job")
+    held += 500 + window
+    for checkpoint in checkpoints:
+        if held < checkpoint:
+            print("scale: filling to %d jobs ..." % checkpoint, file=sys.stderr)
+            submitter.submit_many(coordinator.address, checkpoint - held, "job")
+            held = checkpoint
+        first_page, deep_page, queued_page, get = read_latencies(stub, cpb, held)
+        rss = coordinator.rss_mb()
+        print("scale: %d held: submissions/s ..." % held, file=sys.stderr)
+        rate = submitter.submit_many(coordinator.address, window, "job")
+        row = dict(jobs_held=held, submissions_per_second=round(rate, 1),
+                   vs_empty=round(rate / empty_rate, 2),
+                   list_first_page_ms_p50=first_page[0], list_first_page_ms_p99=first_page[1],
+                   list_middle_page_ms_p50=deep_page[0], list_middle_page_ms_p99=deep_page[1],
+                   list_queued_page_ms_p50=queued_page[0], list_queued_page_ms_p99=queued_page[1],
+                   get_ms_p50=get[0], get_ms_p99=get[1], rss_mb=rss)
+        held += window
+        if checkpoint in (10000, 100000) or checkpoint == checkpoints[-1]:
+            coordinator.kill()
+            coordinator = Coordinator(args.build, db).start()
+            stub = cgrpc.CoordinatorStub(grpc.insecure_channel(coordinator.address))
+            row["restart_seconds"] = round(coordinator.started_seconds, 3)
+            row["rss_mb_after_restart"] = coordinator.rss_mb()
+        rows.append(row)
+        print(row, file=sys.stderr)
+    coordinator.stop()
+    return empty_rate, rows
+
+
+def retention_study(args, submitter, tmpdir):
+    """Retention: the store stays at its limit however many jobs finished."""
+    keep = 10000
+    db = os.path.join(tmpdir, "retention.db")
+    coordinator = Coordinator(args.build, db, ["--finished_jobs_to_keep=%d" % keep]).start()
+    submitter.counter = 0
+    finished = 0
+    retention_rows = []
+    for checkpoint in [c for c in (10000, 50000, 100000) if c <= max(args.scale_jobs, 10000)]:
+        print("retention: %d jobs finished ..." % checkpoint, file=sys.stderr)
+        rate = submitter.submit_many(coordinator.address, checkpoint - finished, "done",
+                                     cancel=True)
+        finished = checkpoint
+        rss = coordinator.rss_mb()
+        coordinator.kill()
+        coordinator = Coordinator(args.build, db, ["--finished_jobs_to_keep=%d" % keep]).start()
+        retention_rows.append(dict(jobs_finished=finished, jobs_kept=keep,
+                                   submit_and_cancel_per_second=round(rate, 1), rss_mb=rss,
+                                   restart_seconds=round(coordinator.started_seconds, 3),
+                                   db_mb=round(os.path.getsize(db) / 2**20, 1)))
+        print(retention_rows[-1], file=sys.stderr)
+    coordinator.stop()
+    return retention_rows
+
+
+def scale_study(args, grpc, cpb, cgrpc, spec):
+    """The growth and retention studies; writes coordinator_scale.{json,md,png}."""
+    tmp = tempfile.TemporaryDirectory()
+    submitter = Submitter(grpc, cpb, cgrpc, spec, args.clients)
+    empty_rate, rows = growth_study(args, grpc, cpb, cgrpc, submitter, tmp.name)
+    retention_rows = retention_study(args, submitter, tmp.name)
+
+    result = dict(clients=args.clients, empty_store_submissions_per_second=round(empty_rate, 1),
+                  growth=rows, retention=retention_rows)
+    table = scale_table(empty_rate, rows, retention_rows)
+    print(table)
+    write_result(args.out, "coordinator_scale", result, table)
+    plot_scale(result, os.path.join(args.out, "coordinator_scale.png"), tmp.name)
+
+
+def scale_table(empty_rate, rows, retention_rows):
+    """coordinator_scale.md: the growth rows, then the retention rows."""
+    lines = [
+        "| jobs held | submissions/s | vs empty | ListJobs first page p50/p99 ms | "
+        "ListJobs page by token, half-way p50/p99 ms | ListJobs phase=QUEUED p50/p99 ms | "
+        "GetJob p50/p99 ms | RSS MB | restart after SIGKILL s |",
+        "|---|---|---|---|---|---|---|---|---|",
+        "| 500 (empty, after a warm-up) | %.0f | 1.00 | | | | | | |" % empty_rate]
+    for r in rows:
+        lines.append("| %d | %.0f | %.2f | %.2f / %.2f | %.2f / %.2f | %.2f / %.2f | %.2f / %.2f | %.0f | %s |" % (
+            r["jobs_held"], r["submissions_per_second"], r["vs_empty"],
+            r["list_first_page_ms_p50"], r["list_first_page_ms_p99"],
+            r["list_middle_page_ms_p50"], r["list_middle_page_ms_p99"],
+            r["list_queued_page_ms_p50"], r["list_queued_page_ms_p99"],
+            r["get_ms_p50"], r["get_ms_p99"], r["rss_mb"],
+            r.get("restart_seconds", "")))
+    lines += ["", "| jobs finished in all | finished jobs kept | submit+cancel/s | RSS MB | "
+              "restart after SIGKILL s | store MB |", "|---|---|---|---|---|---|"]
+    for r in retention_rows:
+        lines.append("| %d | %d | %.0f | %.0f | %.3f | %.1f |" % (
+            r["jobs_finished"], r["jobs_kept"], r["submit_and_cancel_per_second"], r["rss_mb"],
+            r["restart_seconds"], r["db_mb"]))
+    return "\n".join(lines)
+
+
+def plot_scale(result, png, tmpdir):
+    """Submissions/s and ListJobs/GetJob p50 against jobs held, when gnuplot is installed."""
+    if not shutil.which("gnuplot"):
+        print("no gnuplot: skipping the plot", file=sys.stderr)
+        return
+    data = os.path.join(tmpdir, "scale.dat")
+    with open(data, "w") as f:
+        f.write("500 %f 0 0 0\n" % result["empty_store_submissions_per_second"])
+        for r in result["growth"]:
+            f.write("%d %f %f %f %f\n" % (r["jobs_held"], r["submissions_per_second"],
+                                          r["list_first_page_ms_p50"], r["list_middle_page_ms_p50"],
+                                          r["get_ms_p50"]))
+    script = """
+set terminal pngcairo size 1000,420 font ',10'
+set output '%s'
+set multiplot layout 1,2
+set logscale x
+set xlabel 'jobs held'
+set key bottom left
+set title 'SubmitJob, %d clients'
+set ylabel 'submissions/s'
+set yrange [0:*]
+plot '%s' using 1:2 with linespoints title 'submissions/s'
+set title 'read latency (p50)'
+set ylabel 'ms'
+plot '%s' every ::1 using 1:3 with linespoints title 'ListJobs first page', \\
+     '' every ::1 using 1:4 with linespoints title 'ListJobs page by token', \\
+     '' every ::1 using 1:5 with linespoints title 'GetJob'
+unset multiplot
+""" % (png, result["clients"], data, data)
+    subprocess.run(["gnuplot"], input=script, text=True, check=True)
 
 
 if __name__ == "__main__":

@@ -37,12 +37,13 @@ import argparse
 import contextlib
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+from cpu_load import children_cpu_seconds, cpu_busy_seconds
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -81,18 +82,6 @@ def label(P, schedule, a, seed, base_seed):
     name = "1 process m=%d" % a if P == 1 else "%s %s=%d" % (
         schedule, "m" if schedule in FLUSHING else "a", a)
     return name if seed == base_seed else "%s, data seed %d" % (name, seed)
-
-
-def cpu_busy_seconds():
-    """CPU seconds the whole machine has spent busy since boot (/proc/stat)."""
-    with open("/proc/stat") as f:
-        ticks = [int(x) for x in f.readline().split()[1:9]]
-    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
-
-
-def children_cpu_seconds():
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 def train(args, workdir, P, schedule, a, seed):
@@ -339,7 +328,8 @@ def trim_trace(src, dst, seconds):
         json.dump(trace, f, separators=(",", ":"))
 
 
-def main():
+def parse_args():
+    """The command line; also the tool paths and the stage counts, checked against the batch."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--stages", default="2,4", help="pipeline depths to run, e.g. 2 or 2,4")
@@ -379,86 +369,85 @@ def main():
             if args.global_batch % a or args.eval_sequences % (args.global_batch // a):
                 sys.exit("--global_batch %d must divide by a = %d, and --eval_sequences by the "
                          "micro-batch" % (args.global_batch, a))
-    os.makedirs(args.out, exist_ok=True)
-    began = time.monotonic()
+    return args, stage_counts
 
-    if args.workdir:
-        os.makedirs(args.workdir, exist_ok=True)
-    with (contextlib.nullcontext(os.path.abspath(args.workdir)) if args.workdir
-          else tempfile.TemporaryDirectory()) as workdir:
-        runs = [train(args, workdir, P, schedule, a, seed)
-                for P, schedule, a, seed in run_configs(stage_counts, args.seed)]
-        training_seconds = time.monotonic() - began
 
-        # The simulator, fed with each run's measured costs.
-        for r in runs:
-            analysis = analyse_trace(r["trace_path"], r["P"])
-            s = r["summary"]
-            evals = len(s["validation_loss"])
-            eval_mb = args.eval_sequences // r["micro_batch_size"]
-            for st in analysis["stages"]:
-                st["eval_forward"] = st["eval_total"] / max(evals * eval_mb, 1)
-            r["costs"] = analysis
-            r["simulated"] = simulate(args, r["P"], r["schedule"], r["a"], args.steps,
-                                      analysis["stages"], analysis["link_latency"],
-                                      args.eval_interval, eval_mb, r["micro_batch_size"])
-            tokens = args.steps * r["a"] * r["micro_batch_size"] * args.seq_len
-            r["measured_window_tokens_per_second"] = tokens / analysis["window_seconds"]
+def simulate_runs(args, runs):
+    """The simulator, fed with each run's measured costs: sets r["costs"], r["simulated"]
+    and r["measured_window_tokens_per_second"]."""
+    for r in runs:
+        analysis = analyse_trace(r["trace_path"], r["P"])
+        s = r["summary"]
+        evals = len(s["validation_loss"])
+        eval_mb = args.eval_sequences // r["micro_batch_size"]
+        for st in analysis["stages"]:
+            st["eval_forward"] = st["eval_total"] / max(evals * eval_mb, 1)
+        r["costs"] = analysis
+        r["simulated"] = simulate(args, r["P"], r["schedule"], r["a"], args.steps,
+                                  analysis["stages"], analysis["link_latency"],
+                                  args.eval_interval, eval_mb, r["micro_batch_size"])
+        tokens = args.steps * r["a"] * r["micro_batch_size"] * args.seq_len
+        r["measured_window_tokens_per_second"] = tokens / analysis["window_seconds"]
 
-        # Deep pipelines: every stage as costly as a stage of the P = 2 PACI
-        # run with the same micro-batch as the flushes (a = 2P).
-        base = next((r for r in runs if r["P"] == 2 and r["schedule"] == "paci" and r["a"] == 4
-                     and r["seed"] == args.seed),
-                    next(r for r in runs if r["P"] > 1))
-        mean_cost = {k: statistics.fmean(st[k] for st in base["costs"]["stages"])
-                     for k in ("forward", "backward", "optimizer_step")}
-        mean_cost["eval_forward"] = 0.0
-        deep = []
-        for P in (2, 4, 8, 16, 32, 64):
-            for schedule, a in (("paci", max(P - 1, 1)), ("paci", 2 * P), ("async-1f1b", 1),
-                                ("1f1b-flush", 2 * P), ("gpipe", 2 * P)):
-                steps = max(args.deep_micro_batches // a, 1)
-                sim = simulate(args, P, schedule, a, steps, [mean_cost] * P,
-                               base["costs"]["link_latency"], mbs=base["micro_batch_size"])
-                st = sim["stages"]
-                deep.append(dict(
-                    P=P, schedule=schedule, a=a, steps=steps,
-                    label=("paci a=P-1" if schedule == "paci" and a == max(P - 1, 1) else
-                           "paci a=2P" if schedule == "paci" else
-                           "async-1f1b" if schedule == "async-1f1b" else schedule + " m=2P"),
-                    utilization=statistics.fmean(x["utilization"] for x in st),
-                    micro_batches_per_second=sim["micro_batches_per_second"],
-                    drift_max=[x["drift_max"] for x in st],
-                    drift_bound=[x["drift_bound"] for x in st],
-                    drift_mean_stage0=st[0]["drift_mean"],
-                    drift_histogram_stage0=st[0]["drift_histogram"],
-                    max_in_flight=[x["max_in_flight"] for x in st],
-                    mean_in_flight_stage0=st[0]["mean_in_flight"]))
-        for row in deep:
-            flush = next(d for d in deep if d["P"] == row["P"] and d["schedule"] == "1f1b-flush")
-            row["vs_1f1b_flush"] = row["micro_batches_per_second"] / flush["micro_batches_per_second"]
 
-        # Timeline of PACI beside 1F1B-flush at P = 2, and their first seconds as traces.
-        timeline_runs = [next((r for r in runs if r["P"] == 2 and r["schedule"] == s and
-                               r["a"] == 4 and r["seed"] == args.seed), None)
-                         for s in ("paci", "1f1b-flush")]
-        if all(timeline_runs):
-            subprocess.run(["/usr/bin/python3", os.path.join(HERE, "plot_timeline.py"),
-                            "--out", os.path.join(args.out, "timeline_p2.png"), "--seconds", "1",
-                            "--skip", "1",
-                            "--title", "P = 2, the same 4 micro-batches per step: PACI beside "
-                                       "1F1B-flush, one second after the first",
-                            ] + ["%s=%s" % (r["label"], r["trace_path"]) for r in timeline_runs],
-                           check=True)
-            for r, name in zip(timeline_runs, ("paci", "1f1b_flush")):
-                trim_trace(r["trace_path"], os.path.join(args.out, "trace_p2_%s.json" % name), 2.0)
+def deep_pipelines(args, runs):
+    """Deep pipelines: every stage as costly as a stage of the P = 2 PACI run with
+    the same micro-batch as the flushes (a = 2P). Returns (rows, that run, its mean
+    stage cost)."""
+    base = next((r for r in runs if r["P"] == 2 and r["schedule"] == "paci" and r["a"] == 4
+                 and r["seed"] == args.seed),
+                next(r for r in runs if r["P"] > 1))
+    mean_cost = {k: statistics.fmean(st[k] for st in base["costs"]["stages"])
+                 for k in ("forward", "backward", "optimizer_step")}
+    mean_cost["eval_forward"] = 0.0
+    deep = []
+    for P in (2, 4, 8, 16, 32, 64):
+        for schedule, a in (("paci", max(P - 1, 1)), ("paci", 2 * P), ("async-1f1b", 1),
+                            ("1f1b-flush", 2 * P), ("gpipe", 2 * P)):
+            steps = max(args.deep_micro_batches // a, 1)
+            sim = simulate(args, P, schedule, a, steps, [mean_cost] * P,
+                           base["costs"]["link_latency"], mbs=base["micro_batch_size"])
+            st = sim["stages"]
+            deep.append(dict(
+                P=P, schedule=schedule, a=a, steps=steps,
+                label=("paci a=P-1" if schedule == "paci" and a == max(P - 1, 1) else
+                       "paci a=2P" if schedule == "paci" else
+                       "async-1f1b" if schedule == "async-1f1b" else schedule + " m=2P"),
+                utilization=statistics.fmean(x["utilization"] for x in st),
+                micro_batches_per_second=sim["micro_batches_per_second"],
+                drift_max=[x["drift_max"] for x in st],
+                drift_bound=[x["drift_bound"] for x in st],
+                drift_mean_stage0=st[0]["drift_mean"],
+                drift_histogram_stage0=st[0]["drift_histogram"],
+                max_in_flight=[x["max_in_flight"] for x in st],
+                mean_in_flight_stage0=st[0]["mean_in_flight"]))
+    for row in deep:
+        flush = next(d for d in deep if d["P"] == row["P"] and d["schedule"] == "1f1b-flush")
+        row["vs_1f1b_flush"] = row["micro_batches_per_second"] / flush["micro_batches_per_second"]
+    return deep, base, mean_cost
 
-        with tempfile.TemporaryDirectory() as tmp:
-            plot_losses(runs, stage_counts, args, tmp)
-            plot_deep(deep, args, tmp)
 
-    # Targets: what 1f1b-flush (m = 2P) reached after target_fraction of the
-    # steps, and at the end.
+def plot_timeline_p2(args, runs):
+    """Timeline of PACI beside 1F1B-flush at P = 2, and their first seconds as traces."""
+    timeline_runs = [next((r for r in runs if r["P"] == 2 and r["schedule"] == s and
+                           r["a"] == 4 and r["seed"] == args.seed), None)
+                     for s in ("paci", "1f1b-flush")]
+    if not all(timeline_runs):
+        return
+    subprocess.run(["/usr/bin/python3", os.path.join(HERE, "plot_timeline.py"),
+                    "--out", os.path.join(args.out, "timeline_p2.png"), "--seconds", "1",
+                    "--skip", "1",
+                    "--title", "P = 2, the same 4 micro-batches per step: PACI beside "
+                               "1F1B-flush, one second after the first",
+                    ] + ["%s=%s" % (r["label"], r["trace_path"]) for r in timeline_runs],
+                   check=True)
+    for r, name in zip(timeline_runs, ("paci", "1f1b_flush")):
+        trim_trace(r["trace_path"], os.path.join(args.out, "trace_p2_%s.json" % name), 2.0)
+
+
+def loss_targets(args, runs, stage_counts):
+    """Targets: what 1f1b-flush (m = 2P) reached after target_fraction of the
+    steps, and at the end; the single process (P = 1) shares the first P's."""
     targets = {}
     for P in stage_counts:
         flush = next(r for r in runs if r["P"] == P and r["schedule"] == "1f1b-flush" and
@@ -467,108 +456,127 @@ def main():
         near = min(points, key=lambda p: abs(p["step"] - args.target_fraction * args.steps))
         targets[P] = dict(near=near["loss"], near_step=near["step"], final=points[-1]["loss"])
     targets[1] = targets[stage_counts[0]]
-    rows = []
-    for r in runs:
-        s = r["summary"]
-        P, m = r["P"], r["a"]
-        ref_P = P if P > 1 else stage_counts[0]  # the single process beside the first P
-        flush = next(x for x in runs if x["P"] == ref_P and x["schedule"] == "1f1b-flush" and
-                     x["seed"] == args.seed)
-        reached = {}
-        for key in ("near", "final"):
-            seconds, step = time_to_target(s["validation_loss"], targets[P][key])
-            flush_seconds, _ = time_to_target(flush["summary"]["validation_loss"], targets[P][key])
-            reached[key] = dict(loss=targets[P][key], seconds=seconds, step=step,
-                                vs_1f1b_flush=(flush_seconds / seconds if seconds and flush_seconds
-                                               else None))
-        rows.append(dict(
-            run=r["label"], P=P, schedule=r["schedule"], a=m, seed=r["seed"],
-            micro_batch_size=r["micro_batch_size"],
-            steps=s["steps_completed"],
-            tokens_per_second=s["tokens_per_second"],
-            vs_1f1b_flush=s["tokens_per_second"] / flush["summary"]["tokens_per_second"],
-            idle_measured=[st["idle_fraction"] for st in s["stages"]],
-            idle_flush_model=((P - 1) / (m + P - 1) if r["schedule"] in FLUSHING else None),
-            measured_window_tokens_per_second=r["measured_window_tokens_per_second"],
-            simulated_tokens_per_second=r["simulated"]["tokens_per_second"],
-            idle_simulated=[st["idle_fraction"] for st in r["simulated"]["stages"]],
-            stage_costs_ms=[dict(forward=c["forward"] * 1e3, backward=c["backward"] * 1e3,
-                                 optimizer_step=c["optimizer_step"] * 1e3,
-                                 eval_forward=c["eval_forward"] * 1e3)
-                            for c in r["costs"]["stages"]],
-            link_latency_ms=r["costs"]["link_latency"] * 1e3,
-            drift_max=[st["drift_max"] for st in s["stages"]],
-            drift_bound=[st["drift_bound"] for st in s["stages"]],
-            drift_mean=[st["drift_mean"] for st in s["stages"]],
-            peak_rss_mib=[st["peak_rss_bytes"] / 2**20 for st in s["stages"]],
-            final_train_loss=s["final_train_loss"],
-            final_validation_loss=s["final_validation_loss"],
-            wall_seconds=s["wall_seconds"],
-            other_load_cores=r["other_load_cores"], attempts=r["attempts"],
-            time_to_target=reached,
-            validation_loss=s["validation_loss"]))
+    return targets
 
-    def idle_cell(values):
-        return fmt_list(values)
 
-    throughput = [
+def run_row(args, r, runs, targets, stage_counts):
+    """One run's row of schedule_comparison.json (and of the tables)."""
+    s = r["summary"]
+    P, m = r["P"], r["a"]
+    ref_P = P if P > 1 else stage_counts[0]  # the single process beside the first P
+    flush = next(x for x in runs if x["P"] == ref_P and x["schedule"] == "1f1b-flush" and
+                 x["seed"] == args.seed)
+    reached = {}
+    for key in ("near", "final"):
+        seconds, step = time_to_target(s["validation_loss"], targets[P][key])
+        flush_seconds, _ = time_to_target(flush["summary"]["validation_loss"], targets[P][key])
+        reached[key] = dict(loss=targets[P][key], seconds=seconds, step=step,
+                            vs_1f1b_flush=(flush_seconds / seconds if seconds and flush_seconds
+                                           else None))
+    return dict(
+        run=r["label"], P=P, schedule=r["schedule"], a=m, seed=r["seed"],
+        micro_batch_size=r["micro_batch_size"],
+        steps=s["steps_completed"],
+        tokens_per_second=s["tokens_per_second"],
+        vs_1f1b_flush=s["tokens_per_second"] / flush["summary"]["tokens_per_second"],
+        idle_measured=[st["idle_fraction"] for st in s["stages"]],
+        idle_flush_model=((P - 1) / (m + P - 1) if r["schedule"] in FLUSHING else None),
+        measured_window_tokens_per_second=r["measured_window_tokens_per_second"],
+        simulated_tokens_per_second=r["simulated"]["tokens_per_second"],
+        idle_simulated=[st["idle_fraction"] for st in r["simulated"]["stages"]],
+        stage_costs_ms=[dict(forward=c["forward"] * 1e3, backward=c["backward"] * 1e3,
+                             optimizer_step=c["optimizer_step"] * 1e3,
+                             eval_forward=c["eval_forward"] * 1e3)
+                        for c in r["costs"]["stages"]],
+        link_latency_ms=r["costs"]["link_latency"] * 1e3,
+        drift_max=[st["drift_max"] for st in s["stages"]],
+        drift_bound=[st["drift_bound"] for st in s["stages"]],
+        drift_mean=[st["drift_mean"] for st in s["stages"]],
+        peak_rss_mib=[st["peak_rss_bytes"] / 2**20 for st in s["stages"]],
+        final_train_loss=s["final_train_loss"],
+        final_validation_loss=s["final_validation_loss"],
+        wall_seconds=s["wall_seconds"],
+        other_load_cores=r["other_load_cores"], attempts=r["attempts"],
+        time_to_target=reached,
+        validation_loss=s["validation_loss"])
+
+
+def throughput_table(rows):
+    """The "Throughput and bubble" table, as lines."""
+    lines = [
         "| run | P | micro-batch | tokens/s | vs 1f1b-flush | idle measured | idle (P-1)/(m+P-1) "
         "| simulated idle | tokens/s, trace window | simulated tokens/s | other load |",
         "|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
-        throughput.append("| %s | %d | %d | %s | %.2fx | %s | %s | %s | %s | %s (%+.0f%%) | %.2f |" % (
+        lines.append("| %s | %d | %d | %s | %.2fx | %s | %s | %s | %s | %s (%+.0f%%) | %.2f |" % (
             row["run"], row["P"], row["micro_batch_size"], "{:,.0f}".format(row["tokens_per_second"]),
-            row["vs_1f1b_flush"], idle_cell(row["idle_measured"]),
+            row["vs_1f1b_flush"], fmt_list(row["idle_measured"]),
             "%.3f" % row["idle_flush_model"] if row["idle_flush_model"] is not None else "",
-            idle_cell(row["idle_simulated"]),
+            fmt_list(row["idle_simulated"]),
             "{:,.0f}".format(row["measured_window_tokens_per_second"]),
             "{:,.0f}".format(row["simulated_tokens_per_second"]),
             100 * (row["simulated_tokens_per_second"] / row["measured_window_tokens_per_second"] - 1),
             row["other_load_cores"]))
-    def reached_cell(t):
-        if t["seconds"] is None:
-            return "not reached"
-        return "%.1f s (step %d)%s" % (t["seconds"], t["step"], ", %.2fx" % t["vs_1f1b_flush"]
-                                       if t["vs_1f1b_flush"] else "")
+    return lines
 
-    training = [
+
+def reached_cell(t):
+    if t["seconds"] is None:
+        return "not reached"
+    return "%.1f s (step %d)%s" % (t["seconds"], t["step"], ", %.2fx" % t["vs_1f1b_flush"]
+                                   if t["vs_1f1b_flush"] else "")
+
+
+def training_table(rows, target_fraction):
+    """The "Training" table, as lines."""
+    lines = [
         "| run | P | drift max / bound | mean drift | peak RSS MiB | final train | final val "
         "| to flush's loss at %d%% of the steps | to flush's final loss |" % (
-            round(100 * args.target_fraction)),
+            round(100 * target_fraction)),
         "|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
-        training.append("| %s | %d | %s / %s | %s | %s | %.3f | %.3f | %s | %s |" % (
+        lines.append("| %s | %d | %s / %s | %s | %s | %.3f | %.3f | %s | %s |" % (
             row["run"], row["P"], row["drift_max"], row["drift_bound"], fmt_list(row["drift_mean"]),
             fmt_list(row["peak_rss_mib"], 0), row["final_train_loss"], row["final_validation_loss"],
             reached_cell(row["time_to_target"]["near"]),
             reached_cell(row["time_to_target"]["final"])))
-    target_lines = ["- P = %d: %.3f (1f1b-flush m=%d at step %d) and %.3f (its final)" % (
+    return lines
+
+
+def target_lines(targets, stage_counts):
+    return ["- P = %d: %.3f (1f1b-flush m=%d at step %d) and %.3f (its final)" % (
         P, targets[P]["near"], 2 * P, targets[P]["near_step"], targets[P]["final"])
         for P in stage_counts]
-    deep_table = [
+
+
+def deep_table(deep):
+    """The "Deep pipelines (simulated)" table, as lines."""
+    lines = [
         "| P | schedule | utilization | vs 1f1b-flush | drift max / bound (stage 0) "
         "| stage 0 drift histogram | activations in flight, stage 0 max (mean) |",
         "|---|---|---|---|---|---|---|"]
     for d in deep:
-        deep_table.append("| %d | %s (a=%d) | %.3f | %.2fx | %d / %d | %s | %d (%.1f) |" % (
+        lines.append("| %d | %s (a=%d) | %.3f | %.2fx | %d / %d | %s | %d (%.1f) |" % (
             d["P"], d["label"], d["a"], d["utilization"], d["vs_1f1b_flush"], d["drift_max"][0],
             d["drift_bound"][0], fmt_histogram(d["drift_histogram_stage0"]), d["max_in_flight"][0],
             d["mean_in_flight_stage0"]))
+    return lines
 
-    # The runs' own time (also when read back with --reuse) and this analysis.
-    elapsed = (sum(r["bench_seconds"] for r in runs) + time.monotonic() - began -
-               training_seconds)
-    command = "/usr/bin/python3 bench/schedule_comparison.py --steps %d --stages %s" % (
-        args.steps, args.stages)
-    setup = ("GPT: 4 layers, d_model %d, 4 heads, seq_len %d, character vocabulary; "
-             "King James Bible; %d optimizer steps of %d sequences (%s tokens) each; "
-             "AdamW lr %g with %g%% linear warm-up and cosine decay; validation on the same %d held-out sequences every %d steps; "
-             "data seed %d; one thread per stage on %d cores. Made by `%s` in %.0f s." % (
-                 args.d_model, args.seq_len, args.steps, args.global_batch,
-                 "{:,}".format(args.global_batch * args.seq_len), args.lr,
-                 100 * args.warmup_fraction, args.eval_sequences,
-                 args.eval_interval, args.seed, os.cpu_count(), command, elapsed))
-    markdown = "\n".join([
+
+def setup_line(args, command, elapsed):
+    return ("GPT: 4 layers, d_model %d, 4 heads, seq_len %d, character vocabulary; "
+            "King James Bible; %d optimizer steps of %d sequences (%s tokens) each; "
+            "AdamW lr %g with %g%% linear warm-up and cosine decay; validation on the same %d held-out sequences every %d steps; "
+            "data seed %d; one thread per stage on %d cores. Made by `%s` in %.0f s." % (
+                args.d_model, args.seq_len, args.steps, args.global_batch,
+                "{:,}".format(args.global_batch * args.seq_len), args.lr,
+                100 * args.warmup_fraction, args.eval_sequences,
+                args.eval_interval, args.seed, os.cpu_count(), command, elapsed))
+
+
+def render_markdown(args, setup, rows, targets, stage_counts, deep, base, mean_cost):
+    """schedule_comparison.md: the setup, the three tables and the plots."""
+    return "\n".join([
         "# Schedule comparison", "", setup, "",
         "## Throughput and bubble", "",
         "Idle fractions are per stage. The flush model is (P-1)/(m+P-1). The simulated columns "
@@ -576,14 +584,15 @@ def main():
         "own trace; the trace window is the run from its first to its last span (the tokens/s "
         "column counts from the moment all stages joined). Other load is the CPU (in cores) the "
         "machine spent on anything but the run while it ran; a run with more than %.2f is "
-        "repeated (up to %d tries)." % (args.max_other_load, args.attempts), ""] + throughput + [
+        "repeated (up to %d tries)." % (args.max_other_load, args.attempts), ""]
+        + throughput_table(rows) + [
         "", "## Training", "",
         "Drift, mean drift and peak resident memory are per stage. Time to a target validation "
         "loss is in wall seconds since training began, to the first evaluation at or below it, "
         "with the ratio of 1f1b-flush's time to it (above 1: sooner than 1f1b-flush). The "
         "targets are what 1f1b-flush m=2P reached (the 1-process run is timed against the "
-        "first P's):", ""] + target_lines + [""]
-        + training + [
+        "first P's):", ""] + target_lines(targets, stage_counts) + [""]
+        + training_table(rows, args.target_fraction) + [
         "", "## Deep pipelines (simulated)", "",
         "`paci_simulate` with every stage as costly as the mean stage of the P = 2 `paci a=4` run "
         "(forward %.1f ms, backward %.1f ms, optimizer step %.1f ms for a micro-batch of %d), "
@@ -594,11 +603,21 @@ def main():
             mean_cost["forward"] * 1e3, mean_cost["backward"] * 1e3,
             mean_cost["optimizer_step"] * 1e3, base["micro_batch_size"],
             base["costs"]["link_latency"] * 1e3, "{:,}".format(args.deep_micro_batches)), ""]
-        + deep_table + [
+        + deep_table(deep) + [
         "", "![validation loss against wall time](loss_vs_time.png)", "",
         "![validation loss against tokens](loss_vs_tokens.png)", "",
         "![timeline](timeline_p2.png)", "",
         "![simulated utilization](deep_pipelines.png)", ""])
+
+
+def write_results(args, runs, stage_counts, deep, base, mean_cost, elapsed):
+    """Writes schedule_comparison.{md,json} to --out and prints the markdown."""
+    targets = loss_targets(args, runs, stage_counts)
+    rows = [run_row(args, r, runs, targets, stage_counts) for r in runs]
+    command = "/usr/bin/python3 bench/schedule_comparison.py --steps %d --stages %s" % (
+        args.steps, args.stages)
+    setup = setup_line(args, command, elapsed)
+    markdown = render_markdown(args, setup, rows, targets, stage_counts, deep, base, mean_cost)
     with open(os.path.join(args.out, "schedule_comparison.md"), "w") as f:
         f.write(markdown)
     with open(os.path.join(args.out, "schedule_comparison.json"), "w") as f:
@@ -607,6 +626,31 @@ def main():
                        runs=rows, deep_pipelines=deep), f, indent=1)
     print(markdown)
     log("wrote %s/schedule_comparison.{md,json} and the PNGs in %.0f s" % (args.out, elapsed))
+
+
+def main():
+    args, stage_counts = parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    began = time.monotonic()
+
+    if args.workdir:
+        os.makedirs(args.workdir, exist_ok=True)
+    with (contextlib.nullcontext(os.path.abspath(args.workdir)) if args.workdir
+          else tempfile.TemporaryDirectory()) as workdir:
+        runs = [train(args, workdir, P, schedule, a, seed)
+                for P, schedule, a, seed in run_configs(stage_counts, args.seed)]
+        training_seconds = time.monotonic() - began
+        simulate_runs(args, runs)
+        deep, base, mean_cost = deep_pipelines(args, runs)
+        plot_timeline_p2(args, runs)
+        with tempfile.TemporaryDirectory() as tmp:
+            plot_losses(runs, stage_counts, args, tmp)
+            plot_deep(deep, args, tmp)
+
+    # The runs' own time (also when read back with --reuse) and this analysis.
+    elapsed = (sum(r["bench_seconds"] for r in runs) + time.monotonic() - began -
+               training_seconds)
+    write_results(args, runs, stage_counts, deep, base, mean_cost, elapsed)
 
 
 if __name__ == "__main__":

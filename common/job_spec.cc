@@ -16,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "common/schedule_kind.h"
 #include "common/status_macros.h"
@@ -201,7 +202,11 @@ absl::Status ValidatePipeline(const v1::PipelineSpec& p, int num_layers) {
   RETURN_IF_ERROR(Require(*kind != ScheduleKind::kAsyncOneFOneB || p.accumulation() == 1,
                           "pipeline.accumulation", "1 with schedule async-1f1b",
                           p.accumulation()));
-  return RequireBetween("pipeline.micro_batch_size", p.micro_batch_size(), 1, 65536);
+  RETURN_IF_ERROR(RequireBetween("pipeline.micro_batch_size", p.micro_batch_size(), 1, 65536));
+  if (!p.partition().empty() && p.partition() != "balanced" && p.partition() != "even") {
+    return ParsePartitionBoundaries(p.partition(), num_layers, p.num_stages()).status();
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ValidateOptimizer(const v1::OptimizerSpec& o) {
@@ -298,6 +303,37 @@ absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path) {
   return ParseJobSpecYaml(text);
 }
 
+absl::StatusOr<std::vector<int>> ParsePartitionBoundaries(std::string_view text_in,
+                                                          int num_layers, int num_stages) {
+  const absl::string_view text(text_in.data(), text_in.size());
+  const int units = 2 * num_layers + 2;
+  const auto refuse = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pipeline.partition: must be balanced, even or ", num_stages - 1,
+        " increasing unit boundaries between 1 and ", units - 1,
+        " separated by commas (units: 0 the embedding, 2b+1 and 2b+2 the halves of block b, ",
+        units - 1, " the head), got \"", text, "\": ", why));
+  };
+  std::vector<int> bounds = {0};
+  if (!absl::StripAsciiWhitespace(text).empty()) {
+    for (absl::string_view part : absl::StrSplit(text, ',')) {
+      int b = 0;
+      if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &b)) {
+        return refuse(absl::StrCat("\"", part, "\" is not a whole number"));
+      }
+      if (b <= bounds.back() || b >= units) {
+        return refuse(absl::StrCat(b, " is out of order or out of range"));
+      }
+      bounds.push_back(b);
+    }
+  }
+  if (static_cast<int>(bounds.size()) != num_stages) {
+    return refuse(absl::StrCat(bounds.size() - 1, " boundaries for ", num_stages, " stages"));
+  }
+  bounds.push_back(units);
+  return bounds;
+}
+
 void ApplyJobSpecDefaults(v1::JobSpec* spec) {
   v1::ModelSpec* model = spec->mutable_model();
   if (!model->has_dropout()) model->set_dropout(0);
@@ -305,6 +341,7 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec) {
 
   v1::PipelineSpec* pipeline = spec->mutable_pipeline();
   if (pipeline->schedule().empty()) pipeline->set_schedule("paci");
+  if (pipeline->partition().empty()) pipeline->set_partition("balanced");
   if (pipeline->schedule() == "async-1f1b" && pipeline->accumulation() == 0) {
     pipeline->set_accumulation(1);
   }
@@ -382,6 +419,9 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   RETURN_IF_ERROR(RequireBetween<int64_t>("run_policy.active_deadline_seconds",
                                           policy.active_deadline_seconds(), 0, 365LL * 86400));
   RETURN_IF_ERROR(RequireBetween("run_policy.priority", policy.priority(), -1000, 1000));
+  RETURN_IF_ERROR(RequireBetween<int64_t>("run_policy.ttl_seconds_after_finished",
+                                          policy.ttl_seconds_after_finished(), 0,
+                                          10LL * 365 * 86400));
   RETURN_IF_ERROR(Require(policy.worker_selector_size() <= 32, "run_policy.worker_selector",
                           "at most 32 labels", absl::StrCat(policy.worker_selector_size())));
   for (const auto& [key, value] : policy.worker_selector()) {

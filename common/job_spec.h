@@ -5,6 +5,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -32,6 +33,14 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec);
 // d_model % num_heads == 0, async-1f1b with accumulation 1, ...). It does not
 // touch the file system.
 absl::Status ValidateJobSpec(const v1::JobSpec& spec);
+
+// pipeline.partition's explicit form: num_stages - 1 strictly increasing unit
+// boundaries between 1 and 2 * num_layers + 1, comma-separated ("3,7"); the
+// units are those of worker/model/partition.h. Returns all num_stages + 1
+// boundaries, 0 first and 2 * num_layers + 2 last. InvalidArgument naming
+// pipeline.partition.
+absl::StatusOr<std::vector<int>> ParsePartitionBoundaries(std::string_view text, int num_layers,
+                                                          int num_stages);
 
 // The device stage `stage` runs on: runtime.stage_devices[stage] when given,
 // else runtime.device ("cpu" when empty).

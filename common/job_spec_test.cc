@@ -34,6 +34,7 @@ pipeline:
   schedule: gpipe
   accumulation: 2
   micro_batch_size: 8
+  partition: "6"
 optimizer:
   lr: 3e-3
   beta1: 0.8
@@ -264,6 +265,7 @@ TEST(ApplyJobSpecDefaultsTest, FillsEveryUnsetOptionalField) {
   EXPECT_TRUE(spec->model().has_dropout());
   EXPECT_EQ(spec->model().init_seed(), 1234u);
   EXPECT_EQ(spec->pipeline().schedule(), "paci");
+  EXPECT_EQ(spec->pipeline().partition(), "balanced");
   EXPECT_EQ(spec->pipeline().accumulation(), 2);
   EXPECT_FLOAT_EQ(spec->optimizer().beta1(), 0.9f);
   EXPECT_FLOAT_EQ(spec->optimizer().beta2(), 0.95f);
@@ -297,6 +299,10 @@ TEST(ValidateJobSpecTest, RunPolicyRangesAreNamed) {
   EXPECT_NE(ValidateJobSpec(spec).message().find("run_policy.active_deadline_seconds"),
             std::string::npos);
   spec.mutable_run_policy()->set_active_deadline_seconds(0);
+  spec.mutable_run_policy()->set_ttl_seconds_after_finished(-1);
+  EXPECT_NE(ValidateJobSpec(spec).message().find("run_policy.ttl_seconds_after_finished"),
+            std::string::npos);
+  spec.mutable_run_policy()->set_ttl_seconds_after_finished(0);
   (*spec.mutable_run_policy()->mutable_worker_selector())[""] = "x";
   EXPECT_NE(ValidateJobSpec(spec).message().find("run_policy.worker_selector"), std::string::npos);
 }
@@ -335,6 +341,30 @@ TEST(ValidateJobSpecTest, MessageGivesTheAllowedRangeAndTheValue) {
   spec.mutable_pipeline()->set_num_stages(0);
   EXPECT_EQ(ValidateJobSpec(spec).message(),
             "pipeline.num_stages: must be between 1 and 64, got 0");
+}
+
+TEST(ValidateJobSpecTest, PartitionIsBalancedEvenOrUnitBoundaries) {
+  v1::JobSpec spec = ValidMinimalSpec();  // 4 layers: units 0 .. 9
+  for (const char* ok : {"balanced", "even", "1", "5", "9"}) {
+    spec.mutable_pipeline()->set_partition(ok);
+    EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ok << ": " << ValidateJobSpec(spec);
+  }
+  spec.mutable_pipeline()->set_num_stages(4);
+  spec.mutable_pipeline()->set_partition(" 2, 5 ,8");
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  for (const char* bad : {"fast", "2,5", "2,5,8,9", "0,5,8", "2,5,10", "5,2,8", "2,2,8",
+                          "2,x,8", "2,,8", "-1,5,8"}) {
+    spec.mutable_pipeline()->set_partition(bad);
+    ExpectInvalid(spec, "pipeline.partition");
+  }
+  spec.mutable_pipeline()->set_partition("2,5");
+  EXPECT_THAT(std::string(ValidateJobSpec(spec).message()),
+              HasSubstr("must be balanced, even or 3 increasing unit boundaries between 1 and 9"));
+  EXPECT_THAT(std::string(ValidateJobSpec(spec).message()), HasSubstr("2 boundaries for 4 stages"));
+  // Quoted numbers stay strings; ParsePartitionBoundaries gives the whole cut.
+  absl::StatusOr<std::vector<int>> cut = ParsePartitionBoundaries("3,7", 4, 3);
+  ASSERT_TRUE(cut.ok()) << cut.status();
+  EXPECT_EQ(*cut, (std::vector<int>{0, 3, 7, 10}));
 }
 
 TEST(ValidateJobSpecTest, MoreStagesThanLayersIsInvalid) {

@@ -40,6 +40,11 @@ ABSL_FLAG(double, stall_timeout_seconds, 120, "a stage without progress this lon
 ABSL_FLAG(double, reconnect_grace_seconds, 10,
           "after a restart, how long running jobs wait for their workers");
 ABSL_FLAG(int, max_message_bytes, 4 << 20, "largest request accepted");
+ABSL_FLAG(int, max_jobs, 100000, "unfinished jobs held at most; submissions past it are refused");
+ABSL_FLAG(int64_t, finished_jobs_to_keep, 10000,
+          "finished jobs kept; past it the oldest are removed (-1: no limit)");
+ABSL_FLAG(double, finished_job_ttl_seconds, 7 * 24 * 3600,
+          "a finished job is removed this long after it ended (0: no limit)");
 
 namespace {
 
@@ -52,6 +57,11 @@ absl::Status Main(const paci::ShutdownSignal& shutdown) {
   options.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_seconds));
   options.stall_timeout = absl::Seconds(absl::GetFlag(FLAGS_stall_timeout_seconds));
   options.reconnect_grace = absl::Seconds(absl::GetFlag(FLAGS_reconnect_grace_seconds));
+  options.max_jobs = absl::GetFlag(FLAGS_max_jobs);
+  options.finished_jobs_to_keep = absl::GetFlag(FLAGS_finished_jobs_to_keep);
+  const double ttl = absl::GetFlag(FLAGS_finished_job_ttl_seconds);
+  if (ttl < 0) return absl::InvalidArgumentError("--finished_job_ttl_seconds: must not be negative");
+  options.finished_job_ttl = ttl == 0 ? absl::InfiniteDuration() : absl::Seconds(ttl);
   JobManager manager(*store, metrics, options, [] { return absl::Now(); });
   RETURN_IF_ERROR(manager.Recover());
 

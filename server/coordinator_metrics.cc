@@ -22,6 +22,10 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& r)
                               .Register(r)
                               .Add({}, prometheus::Histogram::BucketBoundaries{
                                            0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30, 300})),
+      removals_(prometheus::BuildCounter()
+                    .Name("paci_coordinator_jobs_removed_total")
+                    .Help("Finished jobs removed by retention, by reason (count, age)")
+                    .Register(r)),
       job_restarts_(prometheus::BuildCounter()
                         .Name("paci_job_restarts_total")
                         .Help("Restarts of a job after a failed stage or a dead worker")
@@ -37,7 +41,10 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& r)
       job_validation_loss_(prometheus::BuildGauge()
                                .Name("paci_job_validation_loss")
                                .Help("Latest validation loss of a job")
-                               .Register(r)) {}
+                               .Register(r)) {
+  // Both reasons from the start, at 0, so the first removal is an increase.
+  for (const char* reason : {"count", "age"}) removals_.Add({{"reason", reason}});
+}
 
 void CoordinatorMetrics::SetJobsInPhase(const std::string& phase, double count) {
   jobs_.Add({{"phase", phase}}).Set(count);
@@ -53,6 +60,15 @@ void CoordinatorMetrics::TrackJob(const std::string& training_job) {
 
 void CoordinatorMetrics::AddRestart(const std::string& training_job) {
   job_restarts_.Add({{"training_job", training_job}}).Increment();
+}
+
+void CoordinatorMetrics::RemoveJob(const std::string& training_job, const std::string& reason) {
+  removals_.Add({{"reason", reason}}).Increment();
+  const prometheus::Labels labels = {{"training_job", training_job}};
+  job_restarts_.Remove(&job_restarts_.Add(labels));
+  for (auto* family : {&job_step_, &job_train_loss_, &job_validation_loss_}) {
+    if (family->Has(labels)) family->Remove(&family->Add(labels));
+  }
 }
 
 void CoordinatorMetrics::SetJobProgress(const std::string& training_job, double step,

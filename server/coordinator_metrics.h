@@ -26,9 +26,12 @@ class CoordinatorMetrics {
   void AddSubmission() { submissions_.Increment(); }
   void ObserveSchedulingLatency(double seconds) { scheduling_latency_.Observe(seconds); }
   // Creates a job's series (its restart counter at 0), so the first restart
-  // is an increase Prometheus sees.
+  // is an increase Prometheus sees. Called at a job's first placement, so a
+  // queue of waiting jobs adds no series.
   void TrackJob(const std::string& training_job);
   void AddRestart(const std::string& training_job);
+  // The job was removed by retention (reason "count" or "age"): its series go.
+  void RemoveJob(const std::string& training_job, const std::string& reason);
   // The latest progress of one job.
   void SetJobProgress(const std::string& training_job, double step, double train_loss,
                       double validation_loss);
@@ -38,6 +41,7 @@ class CoordinatorMetrics {
   prometheus::Family<prometheus::Gauge>& workers_;
   prometheus::Counter& submissions_;
   prometheus::Histogram& scheduling_latency_;
+  prometheus::Family<prometheus::Counter>& removals_;
   prometheus::Family<prometheus::Counter>& job_restarts_;
   prometheus::Family<prometheus::Gauge>& job_step_;
   prometheus::Family<prometheus::Gauge>& job_train_loss_;

@@ -1,5 +1,7 @@
 #include "server/coordinator_service.h"
 
+#include <map>
+
 #include "absl/strings/str_cat.h"
 #include "common/grpc_security.h"
 #include "common/job_phase.h"
@@ -17,6 +19,22 @@ absl::Status CheckJobName(const std::string& name, const char* field) {
   if (name.size() > 63) {
     return absl::InvalidArgumentError(
         absl::StrCat(field, ": at most 63 characters, got ", name.size()));
+  }
+  return absl::OkStatus();
+}
+
+// A job's labels, or a list filter's: at most 32, keys of 1 to 63 characters, values of at
+// most 63.
+absl::Status CheckLabels(const google::protobuf::Map<std::string, std::string>& labels,
+                         const char* field) {
+  if (labels.size() > 32) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": at most 32 labels, got ", labels.size()));
+  }
+  for (const auto& [key, value] : labels) {
+    if (key.empty() || key.size() > 63 || value.size() > 63) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ": keys of 1 to 63 characters and values of at most 63, got \"", key, "\""));
+    }
   }
   return absl::OkStatus();
 }
@@ -49,8 +67,11 @@ grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* context,
   v1::JobSpec spec = request->spec();
   ApplyJobSpecDefaults(&spec);
   absl::Status valid = ValidateJobSpec(spec);
+  if (valid.ok()) valid = CheckLabels(request->labels(), "labels");
   if (!valid.ok()) return ToGrpc(valid);
-  return Reply(manager_.Submit(spec), response);
+  const std::map<std::string, std::string> labels(request->labels().begin(),
+                                                  request->labels().end());
+  return Reply(manager_.Submit(spec, labels), response);
 }
 
 grpc::Status CoordinatorService::GetJob(grpc::ServerContext* context,
@@ -79,7 +100,20 @@ grpc::Status CoordinatorService::ListJobs(grpc::ServerContext* context,
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         absl::StrCat("phase: unknown value ", request->phase()));
   }
-  for (v1::Job& job : manager_.List(request->phase())) *response->add_jobs() = std::move(job);
+  if (absl::Status valid = CheckLabels(request->label_selector(), "label_selector"); !valid.ok()) {
+    return ToGrpc(valid);
+  }
+  JobListQuery query;
+  query.phase = request->phase();
+  query.labels.insert(request->label_selector().begin(), request->label_selector().end());
+  query.name_prefix = request->name_prefix();
+  query.page_size = request->page_size();
+  query.page_token = request->page_token();
+  query.omit_loss_history = request->omit_loss_history();
+  absl::StatusOr<JobPage> page = manager_.List(query);
+  if (!page.ok()) return ToGrpc(page.status());
+  for (v1::Job& job : page->jobs) *response->add_jobs() = std::move(job);
+  response->set_next_page_token(page->next_page_token);
   return grpc::Status::OK;
 }
 

@@ -130,6 +130,52 @@ TEST_F(CoordinatorServiceTest, BadRequestsAreRefusedNamingWhatIsWrong) {
   EXPECT_TRUE(manager_->List(v1::JOB_PHASE_UNSPECIFIED).empty());
 }
 
+TEST_F(CoordinatorServiceTest, LabelsAreKeptFilteredOnAndCheckedAndPagesTurn) {
+  Serve({});
+  v1::Job job;
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = Spec("gpt");
+  (*request.mutable_labels())["team"] = "nlp";
+  ASSERT_TRUE(stub_->SubmitJob(Context().get(), request, &job).ok());
+  EXPECT_EQ(job.labels().at("team"), "nlp");
+  // The same spec with other labels is another job under a taken name.
+  (*request.mutable_labels())["team"] = "vision";
+  EXPECT_EQ(stub_->SubmitJob(Context().get(), request, &job).error_code(),
+            grpc::StatusCode::ALREADY_EXISTS);
+  *request.mutable_spec() = Spec("other");
+  (*request.mutable_labels())[std::string(64, 'k')] = "v";
+  grpc::Status long_key = stub_->SubmitJob(Context().get(), request, &job);
+  EXPECT_EQ(long_key.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(long_key.error_message().find("labels"), std::string::npos);
+  request.clear_labels();
+  request.mutable_spec()->mutable_run_policy()->set_ttl_seconds_after_finished(-1);
+  grpc::Status ttl = stub_->SubmitJob(Context().get(), request, &job);
+  EXPECT_EQ(ttl.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(ttl.error_message().find("ttl_seconds_after_finished"), std::string::npos);
+  request.mutable_spec()->mutable_run_policy()->set_ttl_seconds_after_finished(0);
+  ASSERT_TRUE(stub_->SubmitJob(Context().get(), request, &job).ok());
+
+  v1::ListJobsRequest list;
+  (*list.mutable_label_selector())["team"] = "nlp";
+  v1::ListJobsResponse listed;
+  ASSERT_TRUE(stub_->ListJobs(Context().get(), list, &listed).ok());
+  ASSERT_EQ(listed.jobs_size(), 1);
+  EXPECT_EQ(listed.jobs(0).name(), "gpt");
+  EXPECT_TRUE(listed.next_page_token().empty());
+  list.clear_label_selector();
+  list.set_page_size(1);
+  ASSERT_TRUE(stub_->ListJobs(Context().get(), list, &listed).ok());
+  ASSERT_EQ(listed.jobs_size(), 1);
+  list.set_page_token(listed.next_page_token());
+  ASSERT_TRUE(stub_->ListJobs(Context().get(), list, &listed).ok());
+  ASSERT_EQ(listed.jobs_size(), 1);
+  EXPECT_EQ(listed.jobs(0).name(), "other");
+  list.set_page_token("###");
+  grpc::Status token = stub_->ListJobs(Context().get(), list, &listed);
+  EXPECT_EQ(token.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(token.error_message().find("page_token"), std::string::npos);
+}
+
 TEST_F(CoordinatorServiceTest, ATokenIsRequiredWhenConfigured) {
   CoordinatorServiceOptions options;
   options.token = "s3cret";

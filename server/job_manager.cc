@@ -1,13 +1,19 @@
 #include "server/job_manager.h"
 
 #include <algorithm>
+#include <limits>
+#include <random>
 
 #include <glog/logging.h>
 #include <google/protobuf/util/message_differencer.h>
 #include <google/protobuf/util/time_util.h>
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/job_phase.h"
 #include "server/job_scheduler.h"
 
@@ -34,35 +40,238 @@ PendingJob AsPending(const v1::Job& job, int64_t sequence) {
   return pending;
 }
 
+constexpr int64_t kTombstone = std::numeric_limits<int64_t>::max();
+constexpr size_t kMaxTombstones = 10000;
+
+bool IsActive(v1::JobPhase phase) { return phase == v1::RUNNING || phase == v1::RESTARTING; }
+
+// FNV-1a: a stable fingerprint of a list query's filters, kept in its page tokens.
+uint64_t Fingerprint(const JobListQuery& query) {
+  std::string canonical = absl::StrCat(query.phase, "|", query.name_prefix, "|",
+                                       query.omit_loss_history ? 1 : 0);
+  for (const auto& [k, v] : query.labels) absl::StrAppend(&canonical, "|", k, "=", v);
+  uint64_t hash = 1469598103934665603ull;
+  for (unsigned char c : canonical) hash = (hash ^ c) * 1099511628211ull;
+  return hash;
+}
+
+std::string PageToken(uint64_t instance, int64_t after, uint64_t fingerprint) {
+  return absl::WebSafeBase64Escape(absl::StrCat("1:", absl::Hex(instance), ":", after, ":",
+                                                absl::Hex(fingerprint)));
+}
+
+absl::Status BadToken(absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat("page_token: ", why));
+}
+
+// The sequence a page token resumes after.
+absl::StatusOr<int64_t> ParsePageToken(const std::string& token, uint64_t instance,
+                                       uint64_t fingerprint) {
+  std::string decoded;
+  if (!absl::WebSafeBase64Unescape(token, &decoded)) return BadToken("not a page token");
+  std::vector<std::string> parts = absl::StrSplit(decoded, ':');
+  uint64_t token_instance = 0, token_fingerprint = 0;
+  int64_t after = 0;
+  if (parts.size() != 4 || parts[0] != "1" || !absl::SimpleHexAtoi(parts[1], &token_instance) ||
+      !absl::SimpleAtoi(parts[2], &after) || !absl::SimpleHexAtoi(parts[3], &token_fingerprint) ||
+      after < 0) {
+    return BadToken("not a page token");
+  }
+  if (token_instance != instance) {
+    return BadToken("stale: issued before the coordinator restarted; list again from the first page");
+  }
+  if (token_fingerprint != fingerprint) {
+    return BadToken("issued for a request with other filters; the filters must stay the same "
+                    "from page to page");
+  }
+  return after;
+}
+
+uint64_t NewInstance() {
+  std::random_device random;
+  return (static_cast<uint64_t>(random()) << 32) ^ random();
+}
+
 }  // namespace
 
 JobManager::JobManager(JobStore& store, CoordinatorMetrics& metrics,
                        const JobManagerOptions& options, Clock clock)
-    : store_(store), metrics_(metrics), options_(options), clock_(std::move(clock)) {}
+    : store_(store),
+      metrics_(metrics),
+      options_(options),
+      clock_(std::move(clock)),
+      instance_(NewInstance()) {}
 
 JobManager::Effects JobManager::TakePendingLocked() {
   Effects effects = std::exchange(pending_, {});
+  std::vector<v1::Job> writes;
   for (v1::Job& job : effects.writes) {
-    if (const JobState* state = FindLocked(job.name())) job = state->job;
+    // A job removed since is not written again: its deletion follows.
+    if (const JobState* state = FindLocked(job.name())) writes.push_back(state->job);
   }
+  effects.writes = std::move(writes);
   return effects;
 }
 
 void JobManager::Carry(const Effects& effects) {
   for (const auto& [sender, message] : effects.messages) sender(message);
-  for (const v1::Job& job : effects.writes) {
-    absl::Status stored = Persist(job);
-    if (!stored.ok()) LOG(ERROR) << "cannot store job " << job.name() << ": " << stored;
+  if (effects.writes.empty() && effects.deletes.empty()) return;
+  absl::Status stored = Store(effects.writes, effects.deletes);
+  if (!stored.ok()) {
+    LOG(ERROR) << "cannot store " << effects.writes.size() << " jobs and remove "
+               << effects.deletes.size() << ": " << stored;
+  }
+  if (effects.deletes.empty()) return;
+  absl::MutexLock lock(&mu_);
+  for (const std::string& name : effects.deletes) removing_.erase(name);
+}
+
+absl::Status JobManager::Store(std::vector<v1::Job> puts, std::vector<std::string> deletes,
+                               bool fresh) {
+  store_mu_.Lock();
+  if (fresh) {
+    for (const v1::Job& job : puts) persisted_version_.erase(job.name());
+  }
+  if (open_batch_ == nullptr) open_batch_ = std::make_shared<WriteBatch>();
+  std::shared_ptr<WriteBatch> batch = open_batch_;
+  for (v1::Job& job : puts) batch->puts.push_back(std::move(job));
+  for (std::string& name : deletes) batch->deletes.push_back(std::move(name));
+  // Wait until this batch is written by another caller, or this caller may write it.
+  auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(store_mu_) {
+    return batch->done || (!writing_ && open_batch_ == batch);
+  };
+  store_mu_.Await(absl::Condition(&ready));
+  if (batch->done) {
+    absl::Status status = batch->status;
+    store_mu_.Unlock();
+    return status;
+  }
+  open_batch_ = nullptr;
+  writing_ = true;
+  // The newest version of each job, unless a newer one is already written.
+  std::map<std::string, const v1::Job*> newest;
+  for (const v1::Job& job : batch->puts) {
+    auto written = persisted_version_.find(job.name());
+    if (written != persisted_version_.end() && written->second >= job.version()) continue;
+    const v1::Job*& slot = newest[job.name()];
+    if (slot == nullptr || slot->version() < job.version()) slot = &job;
+  }
+  std::vector<v1::Job> to_put;
+  for (const auto& [name, job] : newest) to_put.push_back(*job);
+  store_mu_.Unlock();
+  absl::Status status = store_.Apply(to_put, batch->deletes);
+  store_mu_.Lock();
+  if (status.ok()) {
+    for (const v1::Job& job : to_put) persisted_version_[job.name()] = job.version();
+    // A removed job's older versions (a write still on its way) are never
+    // written again. The newest tombstones are kept, so their number is bounded.
+    for (const std::string& name : batch->deletes) {
+      persisted_version_[name] = kTombstone;
+      tombstones_.push_back(name);
+    }
+    while (tombstones_.size() > kMaxTombstones) {
+      auto it = persisted_version_.find(tombstones_.front());
+      if (it != persisted_version_.end() && it->second == kTombstone) persisted_version_.erase(it);
+      tombstones_.pop_front();
+    }
+  }
+  batch->status = status;
+  batch->done = true;
+  writing_ = false;
+  store_mu_.Unlock();
+  return status;
+}
+
+JobManager::JobState& JobManager::InsertLocked(JobState state) {
+  const std::string name = state.name();
+  JobState& inserted = jobs_[name] = std::move(state);
+  by_sequence_[inserted.sequence] = &inserted;
+  const v1::JobPhase phase = inserted.status().phase();
+  by_phase_[phase].insert(inserted.sequence);
+  if (IsActive(phase)) active_.insert(name);
+  if (IsTerminal(phase)) {
+    const absl::Time finished = inserted.status().has_completion_time()
+                                    ? FromProto(inserted.status().completion_time())
+                                    : clock_();
+    inserted.finished_at = finished;
+    finished_.emplace(finished, inserted.sequence);
+    absl::Duration ttl = options_.finished_job_ttl;
+    const int64_t spec_ttl = inserted.spec().run_policy().ttl_seconds_after_finished();
+    if (spec_ttl > 0) ttl = std::min(ttl, absl::Seconds(spec_ttl));
+    if (ttl != absl::InfiniteDuration()) {
+      inserted.expires_at = finished + ttl;
+      expiring_.emplace(inserted.expires_at, inserted.sequence);
+    }
+  }
+  return inserted;
+}
+
+void JobManager::PhaseChangedLocked(JobState& state, v1::JobPhase from) {
+  const v1::JobPhase to = state.status().phase();
+  if (from == to) return;
+  by_phase_[from].erase(state.sequence);
+  by_phase_[to].insert(state.sequence);
+  if (IsActive(to)) {
+    active_.insert(state.name());
+  } else {
+    active_.erase(state.name());
+  }
+  if (IsTerminal(to) && !IsTerminal(from)) {
+    queue_.Remove(state.name());
+    state.finished_at = clock_();
+    finished_.emplace(state.finished_at, state.sequence);
+    absl::Duration ttl = options_.finished_job_ttl;
+    const int64_t spec_ttl = state.spec().run_policy().ttl_seconds_after_finished();
+    if (spec_ttl > 0) ttl = std::min(ttl, absl::Seconds(spec_ttl));
+    if (ttl != absl::InfiniteDuration()) {
+      state.expires_at = state.finished_at + ttl;
+      expiring_.emplace(state.expires_at, state.sequence);
+    }
   }
 }
 
-absl::Status JobManager::Persist(const v1::Job& job) {
-  absl::MutexLock lock(&store_mu_);
-  auto it = persisted_version_.find(job.name());
-  if (it != persisted_version_.end() && it->second >= job.version()) return absl::OkStatus();
-  absl::Status stored = store_.Put(job);
-  if (stored.ok()) persisted_version_[job.name()] = job.version();
-  return stored;
+void JobManager::EnqueueLocked(JobState& state) {
+  const v1::JobPhase phase = state.status().phase();
+  if ((phase != v1::QUEUED && phase != v1::RESTARTING) || state.awaiting_reconnect) return;
+  // A restarting job waits until every worker of its last attempt let go.
+  if (queue_.Contains(state.name()) || workers_.Holds(state.name())) return;
+  queue_.Add(AsPending(state.job, state.sequence));
+}
+
+void JobManager::EnqueueLocked(const std::string& name) {
+  if (JobState* state = FindLocked(name)) EnqueueLocked(*state);
+}
+
+void JobManager::EnforceRetentionLocked(absl::Time now) {
+  const int64_t keep = options_.finished_jobs_to_keep;
+  while (keep >= 0 && static_cast<int64_t>(finished_.size()) > keep) {
+    RemoveLocked(finished_.begin()->second, "count");
+  }
+  while (!expiring_.empty() && expiring_.begin()->first <= now) {
+    RemoveLocked(expiring_.begin()->second, "age");
+  }
+}
+
+void JobManager::RemoveLocked(int64_t sequence, const std::string& reason) {
+  auto it = by_sequence_.find(sequence);
+  if (it == by_sequence_.end()) return;
+  JobState& state = *it->second;
+  const std::string name = state.name();
+  const v1::JobPhase phase = state.status().phase();
+  LOG(INFO) << "job " << name << " removed from the store by retention (" << reason
+            << "): it ended " << PhaseName(phase) << " at " << absl::FormatTime(state.finished_at)
+            << "; its checkpoints are kept";
+  by_phase_[phase].erase(sequence);
+  finished_.erase({state.finished_at, sequence});
+  expiring_.erase({state.expires_at, sequence});
+  active_.erase(name);
+  queue_.Remove(name);
+  by_sequence_.erase(it);
+  jobs_.erase(name);
+  removing_.insert(name);
+  pending_.deletes.push_back(name);
+  metrics_.RemoveJob(name, reason);
+  UpdateGaugesLocked();
 }
 
 JobManager::JobState* JobManager::FindLocked(const std::string& name) {
@@ -82,63 +291,93 @@ absl::Status JobManager::Recover() {
     absl::MutexLock lock(&store_mu_);
     for (const v1::Job& job : *jobs) persisted_version_[job.name()] = job.version();
   }
-  absl::MutexLock lock(&mu_);
-  const absl::Time now = clock_();
-  recovered_at_ = now;
-  for (v1::Job& job : *jobs) {
-    JobState state;
-    state.sequence = next_sequence_++;
-    state.queued_since = now;
-    state.job = std::move(job);
-    const int P = state.spec().pipeline().num_stages();
-    if (state.status().phase() == v1::RUNNING) {
-      state.awaiting_reconnect = true;
-      state.workers.assign(P, "");
-      state.stages.assign(P, StageProgress{});
-      for (auto& stage : state.stages) stage.last_progress = now;
-      state.attempt_started = now;
+  std::vector<std::string> deletes;
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = clock_();
+    recovered_at_ = now;
+    for (v1::Job& job : *jobs) {
+      JobState state;
+      state.sequence = next_sequence_++;
+      state.queued_since = now;
+      state.last_persisted = now;  // as it is in the store
+      state.job = std::move(job);
+      const int P = state.spec().pipeline().num_stages();
+      if (state.status().phase() == v1::RUNNING) {
+        state.awaiting_reconnect = true;
+        state.workers.assign(P, "");
+        state.stages.assign(P, StageProgress{});
+        for (auto& stage : state.stages) stage.last_progress = now;
+        state.attempt_started = now;
+      }
+      const int64_t checkpoint = state.status().checkpoint_step();
+      if (checkpoint > 0) {
+        for (int s = 0; s < P; ++s) state.shards[checkpoint].insert(s);
+      }
+      JobState& inserted = InsertLocked(std::move(state));
+      if (IsActive(inserted.status().phase())) metrics_.TrackJob(inserted.name());
+      EnqueueLocked(inserted);
     }
-    const int64_t checkpoint = state.status().checkpoint_step();
-    if (checkpoint > 0) {
-      for (int s = 0; s < P; ++s) state.shards[checkpoint].insert(s);
-    }
-    const std::string name = state.name();
-    if (!IsTerminal(state.status().phase())) metrics_.TrackJob(name);
-    jobs_.emplace(name, std::move(state));
+    // Retention first, so finished jobs past the limits cost nothing more.
+    EnforceRetentionLocked(now);
+    deletes = std::exchange(pending_.deletes, {});
+    LOG(INFO) << "recovered " << jobs_.size() << " jobs from the store ("
+              << finished_.size() << " finished), removed " << deletes.size()
+              << " by retention";
+    UpdateGaugesLocked();
   }
-  LOG(INFO) << "recovered " << jobs_.size() << " jobs from the store";
-  UpdateGaugesLocked();
-  return absl::OkStatus();
+  if (deletes.empty()) return absl::OkStatus();
+  absl::Status removed = Store({}, deletes);
+  absl::MutexLock lock(&mu_);
+  for (const std::string& name : deletes) removing_.erase(name);
+  return removed;
 }
 
-absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec) {
+absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec,
+                                           const std::map<std::string, std::string>& labels) {
   const std::string& name = spec.name();
   v1::Job record;
   {
     absl::MutexLock lock(&mu_);
-    // A submission of the same name in flight: its outcome decides this one.
-    auto settled = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return !submitting_.count(name); };
+    // A submission of the same name in flight, or the removal of a finished
+    // job of that name: its outcome decides this one.
+    auto settled = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      return !submitting_.count(name) && !removing_.count(name);
+    };
     mu_.Await(absl::Condition(&settled));
     if (const JobState* existing = FindLocked(name)) {
-      if (google::protobuf::util::MessageDifferencer::Equals(existing->spec(), spec)) {
+      const bool same_labels =
+          existing->job.labels_size() == static_cast<int>(labels.size()) &&
+          std::all_of(labels.begin(), labels.end(), [&](const auto& label) {
+            auto it = existing->job.labels().find(label.first);
+            return it != existing->job.labels().end() && it->second == label.second;
+          });
+      if (same_labels &&
+          google::protobuf::util::MessageDifferencer::Equals(existing->spec(), spec)) {
         return existing->job;
       }
-      return absl::AlreadyExistsError(
-          absl::StrCat("job \"", name, "\" exists with a different spec; choose another name"));
+      return absl::AlreadyExistsError(absl::StrCat(
+          "job \"", name, "\" exists with a different spec or labels; choose another name"));
     }
-    const size_t held = jobs_.size() + submitting_.size();
-    if (static_cast<int>(held) >= options_.max_jobs) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("the coordinator holds ", held, " jobs, its limit"));
+    const int64_t unfinished =
+        static_cast<int64_t>(jobs_.size() - finished_.size() + submitting_.size());
+    if (unfinished >= options_.max_jobs) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the coordinator holds ", unfinished, " unfinished jobs, its limit (--max_jobs)"));
     }
     submitting_.insert(name);
     record.set_name(name);
     *record.mutable_spec() = spec;
-    *record.mutable_status()->mutable_create_time() = ToProto(clock_());
+    for (const auto& [k, v] : labels) (*record.mutable_labels())[k] = v;
+    const absl::Time now = clock_();
+    *record.mutable_status()->mutable_create_time() = ToProto(now);
     record.mutable_status()->set_total_steps(spec.training().steps());
+    // Stored as it is first seen: queued, version 1; one write per submission.
+    SetPhase(*record.mutable_status(), v1::QUEUED, "Submitted", "waiting for workers", now);
+    record.set_version(1);
   }
   // The job exists once it is durable; the store is written without the lock.
-  const absl::Status stored = Persist(record);
+  const absl::Status stored = Store({record}, {}, /*fresh=*/true);
   absl::StatusOr<v1::Job> result;
   Mutate([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     submitting_.erase(name);
@@ -147,17 +386,17 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec) {
           absl::StrCat("cannot store job \"", name, "\": ", stored.message()));
       return;
     }
-    JobState& state = jobs_[name];
+    JobState state;
     state.job = std::move(record);
     state.sequence = next_sequence_++;
     state.queued_since = clock_();
+    state.last_persisted = state.queued_since;
+    JobState& inserted = InsertLocked(std::move(state));
     metrics_.AddSubmission();
-    metrics_.TrackJob(name);
-    SetPhaseLocked(state, v1::QUEUED, "Submitted", "waiting for workers");
-    ChangedLocked(state, /*persist_now=*/true);
+    EnqueueLocked(inserted);
     ScheduleLocked();
     UpdateGaugesLocked();
-    result = state.job;
+    result = inserted.job;
   });
   return result;
 }
@@ -166,18 +405,82 @@ absl::StatusOr<v1::Job> JobManager::Get(const std::string& name) const {
   return Read(name, [](const JobState& state) { return state.job; });
 }
 
-std::vector<v1::Job> JobManager::List(v1::JobPhase phase) const {
+absl::StatusOr<JobPage> JobManager::List(const JobListQuery& query) const {
+  if (query.page_size < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("page_size: must not be negative, got ", query.page_size));
+  }
+  const int page_size = query.page_size == 0 ? JobListQuery::kDefaultPageSize
+                                             : std::min(query.page_size, JobListQuery::kMaxPageSize);
+  const uint64_t fingerprint = Fingerprint(query);
+  int64_t after = 0;
+  if (!query.page_token.empty()) {
+    absl::StatusOr<int64_t> parsed = ParsePageToken(query.page_token, instance_, fingerprint);
+    if (!parsed.ok()) return parsed.status();
+    after = *parsed;
+  }
+  JobPage page;
+  size_t bytes = 0;
   absl::MutexLock lock(&mu_);
-  std::vector<const JobState*> states;
-  for (const auto& [name, state] : jobs_) {
-    if (phase == v1::JOB_PHASE_UNSPECIFIED || state.job.status().phase() == phase) {
-      states.push_back(&state);
+  // The sequences to walk: every job's, or the phase's.
+  static const std::set<int64_t> kNone;
+  const std::set<int64_t>* phase_jobs = nullptr;
+  if (query.phase != v1::JOB_PHASE_UNSPECIFIED) {
+    auto it = by_phase_.find(query.phase);
+    phase_jobs = it == by_phase_.end() ? &kNone : &it->second;
+  }
+  auto all = by_sequence_.upper_bound(after);
+  auto some = phase_jobs != nullptr ? phase_jobs->upper_bound(after) : kNone.end();
+  auto at_end = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return phase_jobs != nullptr ? some == phase_jobs->end() : all == by_sequence_.end();
+  };
+  int scanned = 0;
+  int64_t resume_after = after;
+  while (!at_end() && static_cast<int>(page.jobs.size()) < page_size &&
+         scanned < JobListQuery::kMaxScanned) {
+    const JobState& state = phase_jobs != nullptr ? *by_sequence_.at(*some) : *all->second;
+    ++scanned;
+    bool selected = absl::StartsWith(state.name(), query.name_prefix);
+    for (const auto& [k, v] : query.labels) {
+      if (!selected) break;
+      auto label = state.job.labels().find(k);
+      selected = label != state.job.labels().end() && label->second == v;
+    }
+    if (selected) {
+      v1::Job job = state.job;
+      if (query.omit_loss_history) {  // all but the latest point of each
+        for (auto* history : {job.mutable_status()->mutable_train_loss_history(),
+                              job.mutable_status()->mutable_validation_loss_history()}) {
+          if (history->size() > 1) history->DeleteSubrange(0, history->size() - 1);
+        }
+      }
+      const size_t size = job.ByteSizeLong();
+      if (!page.jobs.empty() && bytes + size > JobListQuery::kMaxPageBytes) break;
+      bytes += size;
+      page.jobs.push_back(std::move(job));
+    }
+    resume_after = state.sequence;
+    if (phase_jobs != nullptr) {
+      ++some;
+    } else {
+      ++all;
     }
   }
-  std::sort(states.begin(), states.end(),
-            [](const JobState* a, const JobState* b) { return a->sequence < b->sequence; });
+  if (!at_end()) page.next_page_token = PageToken(instance_, resume_after, fingerprint);
+  return page;
+}
+
+std::vector<v1::Job> JobManager::List(v1::JobPhase phase) const {
   std::vector<v1::Job> jobs;
-  for (const JobState* state : states) jobs.push_back(state->job);
+  JobListQuery query;
+  query.phase = phase;
+  query.page_size = JobListQuery::kMaxPageSize;
+  do {
+    absl::StatusOr<JobPage> page = List(query);
+    if (!page.ok()) break;
+    for (v1::Job& job : page->jobs) jobs.push_back(std::move(job));
+    query.page_token = page->next_page_token;
+  } while (!query.page_token.empty());
   return jobs;
 }
 
@@ -227,6 +530,9 @@ absl::Status JobManager::Connect(const v1::WorkerRegistration& registration, Sen
     LOG(INFO) << "worker " << registration.worker_id() << " connected: link "
               << registration.link_address();
     if (!registration.running().job_name().empty()) AdoptLocked(**worker);
+    std::map<std::string, std::string> labels(registration.labels().begin(),
+                                              registration.labels().end());
+    queue_.WorkerAdded(labels, workers_.Slots());
     ScheduleLocked();
     UpdateGaugesLocked();
   });
@@ -244,6 +550,8 @@ void JobManager::AdoptLocked(WorkerRegistry::Worker& worker) {
                     state->status().attempt() == running.attempt() && running.stage() >= 0 &&
                     running.stage() < static_cast<int>(state->workers.size());
   if (!ours) {
+    // A job that worker still holds waits for it to let go.
+    if (state != nullptr) queue_.Remove(state->name());
     worker.stopping = true;
     pending_.messages.emplace_back(
         worker.sender, WorkerRegistry::StopMessage(running.job_name(), running.attempt(),
@@ -291,7 +599,11 @@ void JobManager::OnReport(const std::string& worker_id, const v1::StageReport& r
         }
       }
     }
-    if (final && from_its_stage) WorkerRegistry::Release(*worker);
+    if (final && from_its_stage) {
+      const std::string job = worker->job;
+      WorkerRegistry::Release(*worker);
+      EnqueueLocked(job);
+    }
     ScheduleLocked();
     UpdateGaugesLocked();
   });
@@ -309,9 +621,13 @@ void JobManager::RemoveWorkerLocked(const std::string& worker_id, const std::str
   std::optional<WorkerRegistry::Worker> worker = workers_.Remove(worker_id);
   if (!worker) return;
   LOG(WARNING) << "worker " << worker_id << " is gone: " << why;
-  if (worker->job.empty() || worker->stopping) return;
+  if (worker->job.empty()) return;
   JobState* state = FindLocked(worker->job);
-  if (state == nullptr || state->status().attempt() != worker->attempt) return;
+  if (state == nullptr) return;
+  if (worker->stopping || state->status().attempt() != worker->attempt) {
+    EnqueueLocked(*state);  // perhaps the last worker it waited for
+    return;
+  }
   if (state->awaiting_reconnect && worker->stage >= 0 &&
       worker->stage < static_cast<int>(state->workers.size())) {
     state->workers[worker->stage] = "";
@@ -320,6 +636,7 @@ void JobManager::RemoveWorkerLocked(const std::string& worker_id, const std::str
                     absl::StrCat("worker ", worker_id, " running stage ", worker->stage,
                                  " is gone (", why, ")"),
                     /*permanent=*/false);
+  EnqueueLocked(*state);
 }
 
 void JobManager::Tick() {
@@ -329,7 +646,11 @@ void JobManager::Tick() {
       RemoveWorkerLocked(id, absl::StrCat("no heartbeat for ",
                                           absl::FormatDuration(options_.heartbeat_timeout)));
     }
-    for (auto& [name, state] : jobs_) CheckTimersLocked(state, now);
+    // Only running and restarting jobs have timers; the others cost nothing here.
+    const std::vector<std::string> active(active_.begin(), active_.end());
+    for (const std::string& name : active) {
+      if (JobState* state = FindLocked(name)) CheckTimersLocked(*state, now);
+    }
     ScheduleLocked();
     UpdateGaugesLocked();
   });
@@ -374,16 +695,9 @@ size_t JobManager::connected_workers() const {
 }
 
 void JobManager::ScheduleLocked() {
-  std::vector<PendingJob> queue;
-  for (const auto& [name, state] : jobs_) {
-    const v1::JobPhase phase = state.job.status().phase();
-    if ((phase != v1::QUEUED && phase != v1::RESTARTING) || state.awaiting_reconnect) continue;
-    // A restarting job waits until every worker of its last attempt let go.
-    if (workers_.Holds(name)) continue;
-    queue.push_back(AsPending(state.job, state.sequence));
-  }
-  if (queue.empty()) return;
-  SchedulingDecision decision = ScheduleJobs(std::move(queue), workers_.Slots());
+  // Only the ready jobs the pass reaches are looked at: the placed, the newly
+  // unschedulable and the first that waits (JobQueue).
+  SchedulingDecision decision = queue_.Schedule(workers_.Slots());
   for (const Placement& placement : decision.placements) {
     PlaceLocked(jobs_.at(placement.job_name), placement.worker_ids);
   }
@@ -396,6 +710,7 @@ void JobManager::ScheduleLocked() {
 }
 
 void JobManager::PlaceLocked(JobState& state, const std::vector<std::string>& worker_ids) {
+  queue_.Remove(state.name());
   const absl::Time now = clock_();
   v1::JobStatus& status = state.status();
   status.set_attempt(status.attempt() + 1);
@@ -432,6 +747,8 @@ void JobManager::PlaceLocked(JobState& state, const std::vector<std::string>& wo
     stage->set_metrics_address(worker.registration.metrics_address());
     stage->set_pid(worker.registration.pid());
   }
+  // Its series from its first placement: jobs that only wait add none.
+  if (status.attempt() == 1) metrics_.TrackJob(state.name());
   metrics_.ObserveSchedulingLatency(absl::ToDoubleSeconds(now - state.queued_since));
   if (!status.has_start_time()) *status.mutable_start_time() = ToProto(now);
   SetConditionLocked(state, "Unschedulable", false, "Placed", "");
@@ -473,6 +790,7 @@ void JobManager::FailAttemptLocked(JobState& state, const std::string& reason,
   SetPhaseLocked(state, v1::RESTARTING, reason,
                  absl::StrCat(message, "; restarting from step ", status.checkpoint_step()));
   ChangedLocked(state, true);
+  EnqueueLocked(state);
 }
 
 void JobManager::FinishLocked(JobState& state, v1::JobPhase phase, const std::string& reason,
@@ -488,7 +806,9 @@ void JobManager::FinishLocked(JobState& state, v1::JobPhase phase, const std::st
 
 void JobManager::SetPhaseLocked(JobState& state, v1::JobPhase phase, const std::string& reason,
                                 const std::string& message) {
+  const v1::JobPhase from = state.status().phase();
   if (SetPhase(state.status(), phase, reason, message, clock_())) ChangedLocked(state, false);
+  PhaseChangedLocked(state, from);
 }
 
 void JobManager::SetConditionLocked(JobState& state, const std::string& type, bool value,
@@ -533,9 +853,11 @@ void JobManager::ChangedLocked(JobState& state, bool persist_now) {
 }
 
 void JobManager::UpdateGaugesLocked() {
-  std::map<v1::JobPhase, int> phases;
-  for (const auto& [name, state] : jobs_) ++phases[state.job.status().phase()];
-  for (v1::JobPhase p : kJobPhases) metrics_.SetJobsInPhase(PhaseName(p), phases[p]);
+  // Kept incrementally: by_phase_ changes with every phase change.
+  for (v1::JobPhase p : kJobPhases) {
+    auto it = by_phase_.find(p);
+    metrics_.SetJobsInPhase(PhaseName(p), it == by_phase_.end() ? 0 : it->second.size());
+  }
   const WorkerRegistry::Counts counts = workers_.Count();
   metrics_.SetWorkers("idle", counts.idle);
   metrics_.SetWorkers("busy", counts.busy);

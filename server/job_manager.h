@@ -1,8 +1,10 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <type_traits>
@@ -15,6 +17,7 @@
 #include "absl/time/time.h"
 #include "paci/v1/coordinator.pb.h"
 #include "server/coordinator_metrics.h"
+#include "server/job_queue.h"
 #include "server/job_status.h"
 #include "server/job_store.h"
 #include "server/worker_registry.h"
@@ -31,7 +34,40 @@ struct JobManagerOptions {
   absl::Duration reconnect_grace = absl::Seconds(10);
   // Persist progress (not phase changes, which are immediate) at most this often.
   absl::Duration progress_persist_interval = absl::Seconds(1);
-  int max_jobs = 10000;
+  // Unfinished jobs (queued, running, restarting) held at most; a submission
+  // past it is ResourceExhausted. Finished jobs count against retention.
+  int max_jobs = 100000;
+  // Retention of finished jobs (succeeded, failed, cancelled): past this many
+  // the oldest finished are removed (negative: no limit by count) ...
+  int64_t finished_jobs_to_keep = 10000;
+  // ... and each is removed this long after it finished (InfiniteDuration: no
+  // limit by age), or after its spec's run_policy.ttl_seconds_after_finished
+  // when that is shorter. Removal deletes the job from the store, logs it and
+  // counts it (paci_coordinator_jobs_removed_total); checkpoints are untouched.
+  absl::Duration finished_job_ttl = absl::Hours(24 * 7);
+};
+
+// ListJobs's query: filters and a page (AIP-158).
+struct JobListQuery {
+  v1::JobPhase phase = v1::JOB_PHASE_UNSPECIFIED;  // unspecified: every phase
+  std::map<std::string, std::string> labels;       // the job carries every one
+  std::string name_prefix;
+  int page_size = 0;  // 0: kDefaultPageSize; above kMaxPageSize: kMaxPageSize
+  std::string page_token;
+  bool omit_loss_history = false;  // keep only the latest point of each history
+
+  static constexpr int kDefaultPageSize = 100;
+  static constexpr int kMaxPageSize = 1000;
+  // A page also ends before its jobs exceed this many bytes, and after this
+  // many jobs were looked at (a selective filter then returns a short or
+  // empty page with a next_page_token, as AIP-158 allows), so one request's
+  // work is bounded whatever the number of jobs held.
+  static constexpr size_t kMaxPageBytes = 3 << 20;
+  static constexpr int kMaxScanned = 10000;
+};
+struct JobPage {
+  std::vector<v1::Job> jobs;
+  std::string next_page_token;  // empty: the last page
 };
 
 // The coordinator's jobs and their lifecycle, with no transport. It composes
@@ -67,8 +103,19 @@ class JobManager {
   // Accepts a validated spec once it is stored. Idempotent on spec.name: the
   // existing job when the spec is the same, AlreadyExists when it differs;
   // Unavailable when the store refuses it.
-  absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec);
+  //
+  // One store write per submission, made without the lock; submissions that
+  // arrive while another write is under way are written together in one
+  // transaction (group commit).
+  absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec,
+                                 const std::map<std::string, std::string>& labels = {});
   absl::StatusOr<v1::Job> Get(const std::string& name) const;
+  // One page of the jobs the query selects, in submission order.
+  // InvalidArgument naming page_token for a token that does not parse, was
+  // issued for other filters or by an earlier run of the coordinator;
+  // naming page_size when it is negative.
+  absl::StatusOr<JobPage> List(const JobListQuery& query) const;
+  // Every job in that phase (every page; for tests and small stores).
   std::vector<v1::Job> List(v1::JobPhase phase) const;
   // Queued or running jobs end Cancelled and their stages are stopped.
   absl::StatusOr<v1::Job> Cancel(const std::string& name);
@@ -108,6 +155,8 @@ class JobManager {
     absl::Time queued_since;
     absl::Time last_persisted;
     bool awaiting_reconnect = false;
+    absl::Time finished_at = absl::InfinitePast();  // when it ended, for retention
+    absl::Time expires_at = absl::InfiniteFuture();
     v1::JobTrace trace;  // this placement's spans, at most trace_max_spans per stage
 
     v1::JobStatus& status() { return *job.mutable_status(); }
@@ -118,6 +167,7 @@ class JobManager {
   struct Effects {
     std::vector<std::pair<Sender, v1::CoordinatorMessage>> messages;
     std::vector<v1::Job> writes;
+    std::vector<std::string> deletes;  // jobs removed by retention
   };
 
   // Runs `body` under the lock, then sends the messages and writes the jobs it
@@ -128,6 +178,7 @@ class JobManager {
     {
       absl::MutexLock lock(&mu_);
       body();
+      EnforceRetentionLocked(clock_());
       effects = TakePendingLocked();
     }
     Carry(effects);
@@ -144,8 +195,26 @@ class JobManager {
     if (state == nullptr) return JobNotFound(name);
     return read(*state);
   }
-  // Writes the job unless a newer version of it is already written.
-  absl::Status Persist(const v1::Job& job) ABSL_LOCKS_EXCLUDED(mu_, store_mu_);
+  // Writes the jobs (each unless a newer version of it is already written)
+  // and removes the named ones. Concurrent calls are written together: the
+  // first caller writes every call's jobs in one store transaction while the
+  // others wait for its outcome (group commit).
+  absl::Status Store(std::vector<v1::Job> puts, std::vector<std::string> deletes,
+                     bool fresh = false) ABSL_LOCKS_EXCLUDED(mu_, store_mu_);
+  absl::Status Persist(const v1::Job& job) ABSL_LOCKS_EXCLUDED(mu_, store_mu_) {
+    return Store({job}, {});
+  }
+  // A job enters the indexes (sequence, phase, retention) and the gauges.
+  JobState& InsertLocked(JobState state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job's phase went from `from` to its current one: indexes and gauges.
+  void PhaseChangedLocked(JobState& state, v1::JobPhase from) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A queued or restarting job whose workers all let go joins the queue.
+  void EnqueueLocked(JobState& state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EnqueueLocked(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes finished jobs past the count limit or their age; bounded by the
+  // number removed.
+  void EnforceRetentionLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RemoveLocked(int64_t sequence, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // A worker that was running a stage before the coordinator restarted.
   void AdoptLocked(WorkerRegistry::Worker& worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -184,16 +253,42 @@ class JobManager {
 
   mutable absl::Mutex mu_;
   std::map<std::string, JobState> jobs_ ABSL_GUARDED_BY(mu_);
-  // Names being written to the store by Submit, not yet in jobs_.
+  // Indexes of jobs_ (whose nodes never move): submission order, and the
+  // submission order of each phase (ListJobs's pages, the gauges).
+  std::map<int64_t, JobState*> by_sequence_ ABSL_GUARDED_BY(mu_);
+  std::map<v1::JobPhase, std::set<int64_t>> by_phase_ ABSL_GUARDED_BY(mu_);
+  // Running or restarting jobs: the ones with timers for Tick to check.
+  std::set<std::string> active_ ABSL_GUARDED_BY(mu_);
+  // Finished jobs by (completion, sequence), and by (expiry, sequence).
+  std::set<std::pair<absl::Time, int64_t>> finished_ ABSL_GUARDED_BY(mu_);
+  std::set<std::pair<absl::Time, int64_t>> expiring_ ABSL_GUARDED_BY(mu_);
+  // The jobs waiting for workers.
+  JobQueue queue_ ABSL_GUARDED_BY(mu_);
+  // Names being written to the store by Submit, not yet in jobs_, and names
+  // of removed jobs whose deletion is not yet durable: a submission of such a
+  // name waits for it.
   std::set<std::string> submitting_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> removing_ ABSL_GUARDED_BY(mu_);
+  // Names this run's page tokens, so one from an earlier run is refused.
+  const uint64_t instance_;
   WorkerRegistry workers_ ABSL_GUARDED_BY(mu_);
   int64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
   absl::Time recovered_at_ ABSL_GUARDED_BY(mu_);
   Effects pending_ ABSL_GUARDED_BY(mu_);
 
-  // Serialises store writes, taken without mu_.
+  // Group commit, taken without mu_: the batch being gathered, and whether a
+  // caller is writing one.
+  struct WriteBatch {
+    std::vector<v1::Job> puts;
+    std::vector<std::string> deletes;
+    absl::Status status;
+    bool done = false;
+  };
   absl::Mutex store_mu_;
+  std::shared_ptr<WriteBatch> open_batch_ ABSL_GUARDED_BY(store_mu_);
+  bool writing_ ABSL_GUARDED_BY(store_mu_) = false;
   std::map<std::string, int64_t> persisted_version_ ABSL_GUARDED_BY(store_mu_);
+  std::deque<std::string> tombstones_ ABSL_GUARDED_BY(store_mu_);  // removed jobs, oldest first
 };
 
 }  // namespace paci

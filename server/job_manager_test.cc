@@ -1,6 +1,7 @@
 #include "server/job_manager.h"
 
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <thread>
 #include <vector>
@@ -44,6 +45,7 @@ class GatedStore : public JobStore {
     {
       absl::MutexLock lock(&mu_);
       if (failing_) return absl::UnavailableError("disk full");
+      ++puts_;
       ++blocked_;
       mu_.Await(absl::Condition(&open_));
       --blocked_;
@@ -57,6 +59,22 @@ class GatedStore : public JobStore {
   absl::StatusOr<int64_t> Sequence(const std::string& name) const override {
     return store_.Sequence(name);
   }
+  absl::Status Delete(const std::string& name) override {
+    {
+      absl::MutexLock lock(&mu_);
+      ++deletes_;
+    }
+    return store_.Delete(name);
+  }
+  // Every job written, one per Put (Apply's default writes each with Put).
+  int puts() {
+    absl::MutexLock lock(&mu_);
+    return puts_;
+  }
+  int deletes() {
+    absl::MutexLock lock(&mu_);
+    return deletes_;
+  }
 
  private:
   JobStore& store_;
@@ -64,6 +82,8 @@ class GatedStore : public JobStore {
   bool open_ ABSL_GUARDED_BY(mu_) = true;
   bool failing_ ABSL_GUARDED_BY(mu_) = false;
   int blocked_ ABSL_GUARDED_BY(mu_) = 0;
+  int puts_ ABSL_GUARDED_BY(mu_) = 0;
+  int deletes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // A JobManager on a real SQLite file, with a hand-driven clock and workers
@@ -244,12 +264,14 @@ TEST_F(JobManagerTest, ALostWorkerRestartsTheJobFromItsCheckpointOnFreeWorkers) 
 
 TEST_F(JobManagerTest, MetricsLabelJobsTrainingJobAndSpellPhasesAsTheStatus) {
   ASSERT_TRUE(manager_->Submit(Spec("a")).ok());
-  // The restart counter exists at 0 from the submission, so Prometheus sees
-  // the first restart as an increase.
-  EXPECT_NE(Exposition().find("paci_job_restarts_total{training_job=\"a\"} 0"), std::string::npos)
-      << Exposition();
+  // A job that only waits has no series (a long queue adds none) ...
+  EXPECT_EQ(Exposition().find("training_job=\"a\""), std::string::npos) << Exposition();
   ConnectWorker("w1");
   ConnectWorker("w2");
+  // ... and the restart counter exists at 0 from the first placement, so
+  // Prometheus sees the first restart as an increase.
+  EXPECT_NE(Exposition().find("paci_job_restarts_total{training_job=\"a\"} 0"), std::string::npos)
+      << Exposition();
   v1::StageReport r0 = Report("a", 1, 0, 6), r1 = Report("a", 1, 1, 4);
   r1.add_train_loss()->set_loss(2.5);
   manager_->OnReport("w1", r0);
@@ -502,6 +524,317 @@ TEST_F(JobManagerTest, ASubmissionTheStoreRefusesIsNotAccepted) {
   EXPECT_TRUE(manager_->Submit(Spec("a")).ok());
   Restart();
   EXPECT_EQ(Phase("a"), v1::QUEUED);
+}
+
+}  // namespace
+}  // namespace paci
+
+namespace paci {
+namespace {
+
+// Submissions write the store once each, whether they come one by one or
+// together (then in fewer transactions, each holding several).
+TEST_F(JobManagerTest, EachSubmissionIsWrittenToTheStoreOnce) {
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(manager_->Submit(Spec("s" + std::to_string(i))).ok());
+  EXPECT_EQ(gated_->puts(), 10);
+  // No workers: every job is unschedulable, which is a change, not a write.
+  EXPECT_EQ(manager_->Get("s0")->status().phase(), v1::QUEUED);
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 8; ++t) {
+    clients.emplace_back([this, t] {
+      for (int i = 0; i < 10; ++i) {
+        EXPECT_TRUE(manager_->Submit(Spec("c" + std::to_string(t) + "-" + std::to_string(i))).ok());
+      }
+    });
+  }
+  for (std::thread& client : clients) client.join();
+  EXPECT_EQ(gated_->puts(), 90);
+  // A resubmission of the same spec writes nothing.
+  ASSERT_TRUE(manager_->Submit(Spec("s0")).ok());
+  EXPECT_EQ(gated_->puts(), 90);
+  Restart();
+  EXPECT_EQ(manager_->List(v1::QUEUED).size(), 90u);
+}
+
+std::vector<std::string> Names(const JobPage& page) {
+  std::vector<std::string> names;
+  for (const v1::Job& job : page.jobs) names.push_back(job.name());
+  return names;
+}
+
+TEST_F(JobManagerTest, ListPagesInSubmissionOrderWithTokensAndFilters) {
+  for (const char* name : {"a1", "b1", "a2", "b2", "a3"}) {
+    const std::string team = name[0] == 'a' ? "red" : "blue";
+    ASSERT_TRUE(manager_->Submit(Spec(name), {{"team", team}}).ok());
+  }
+  ASSERT_TRUE(manager_->Cancel("a2").ok());
+
+  JobListQuery query;
+  query.page_size = 2;
+  absl::StatusOr<JobPage> page = manager_->List(query);
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_EQ(Names(*page), (std::vector<std::string>{"a1", "b1"}));
+  ASSERT_FALSE(page->next_page_token.empty());
+  query.page_token = page->next_page_token;
+  page = manager_->List(query);
+  EXPECT_EQ(Names(*page), (std::vector<std::string>{"a2", "b2"}));
+  query.page_token = page->next_page_token;
+  page = manager_->List(query);
+  EXPECT_EQ(Names(*page), (std::vector<std::string>{"a3"}));
+  EXPECT_TRUE(page->next_page_token.empty());
+
+  // Filters: labels, name prefix, phase, together.
+  JobListQuery red;
+  red.labels = {{"team", "red"}};
+  EXPECT_EQ(Names(*manager_->List(red)), (std::vector<std::string>{"a1", "a2", "a3"}));
+  red.phase = v1::QUEUED;
+  EXPECT_EQ(Names(*manager_->List(red)), (std::vector<std::string>{"a1", "a3"}));
+  JobListQuery prefix;
+  prefix.name_prefix = "b";
+  EXPECT_EQ(Names(*manager_->List(prefix)), (std::vector<std::string>{"b1", "b2"}));
+  JobListQuery cancelled;
+  cancelled.phase = v1::CANCELLED;
+  EXPECT_EQ(Names(*manager_->List(cancelled)), (std::vector<std::string>{"a2"}));
+
+  // A page that ends on a filtered-out job still resumes after it.
+  red.phase = v1::JOB_PHASE_UNSPECIFIED;
+  red.page_size = 1;
+  std::vector<std::string> seen;
+  do {
+    page = manager_->List(red);
+    ASSERT_TRUE(page.ok());
+    for (const std::string& name : Names(*page)) seen.push_back(name);
+    red.page_token = page->next_page_token;
+  } while (!red.page_token.empty());
+  EXPECT_EQ(seen, (std::vector<std::string>{"a1", "a2", "a3"}));
+
+  // The loss histories can be left out.
+  JobListQuery light;
+  light.omit_loss_history = true;
+  EXPECT_EQ(manager_->List(light)->jobs.size(), 5u);
+}
+
+TEST_F(JobManagerTest, BadPageTokensAndSizesAreInvalidArgumentNamingTheField) {
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(manager_->Submit(Spec("j" + std::to_string(i))).ok());
+  JobListQuery query;
+  query.page_size = 1;
+  const std::string token = manager_->List(query)->next_page_token;
+  ASSERT_FALSE(token.empty());
+
+  for (const std::string& bad : {std::string("garbage!"), std::string("bm90IGEgdG9rZW4")}) {
+    JobListQuery malformed;
+    malformed.page_token = bad;
+    absl::StatusOr<JobPage> page = manager_->List(malformed);
+    EXPECT_EQ(page.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(page.status().message().find("page_token"), std::string::npos) << page.status();
+  }
+  // The same token with other filters.
+  JobListQuery other = query;
+  other.page_token = token;
+  other.name_prefix = "j";
+  EXPECT_EQ(manager_->List(other).status().code(), absl::StatusCode::kInvalidArgument);
+  // A page size may change from page to page.
+  other.name_prefix = "";
+  other.page_size = 5;
+  EXPECT_EQ(Names(*manager_->List(other)), (std::vector<std::string>{"j1", "j2"}));
+
+  JobListQuery negative;
+  negative.page_size = -1;
+  absl::StatusOr<JobPage> page = manager_->List(negative);
+  EXPECT_EQ(page.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(page.status().message().find("page_size"), std::string::npos);
+
+  // A token from before a restart of the coordinator is stale.
+  Restart();
+  query.page_token = token;
+  page = manager_->List(query);
+  EXPECT_EQ(page.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(page.status().message().find("page_token"), std::string::npos);
+}
+
+// A store in memory, for tests that hold more jobs than a disk would write quickly.
+class MemoryStore : public JobStore {
+ public:
+  absl::Status Put(const v1::Job& job) override {
+    absl::MutexLock lock(&mu_);
+    if (!jobs_.count(job.name())) order_.push_back(job.name());
+    jobs_[job.name()] = job;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::optional<v1::Job>> Get(const std::string& name) const override {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(name);
+    if (it == jobs_.end()) return std::nullopt;
+    return it->second;
+  }
+  absl::StatusOr<std::vector<v1::Job>> List() const override {
+    absl::MutexLock lock(&mu_);
+    std::vector<v1::Job> jobs;
+    for (const std::string& name : order_) {
+      if (jobs_.count(name)) jobs.push_back(jobs_.at(name));
+    }
+    return jobs;
+  }
+  absl::StatusOr<int64_t> Sequence(const std::string&) const override {
+    return absl::UnimplementedError("unused");
+  }
+  absl::Status Delete(const std::string& name) override {
+    absl::MutexLock lock(&mu_);
+    jobs_.erase(name);
+    return absl::OkStatus();
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::map<std::string, v1::Job> jobs_;
+  std::vector<std::string> order_;
+};
+
+TEST(JobManagerListTest, PageSizeHasADefaultAndAMaximum) {
+  MemoryStore store;
+  prometheus::Registry registry;
+  CoordinatorMetrics metrics(registry);
+  JobManager manager(store, metrics, {}, [] { return absl::FromUnixSeconds(1'000'000); });
+  ASSERT_TRUE(manager.Recover().ok());
+  v1::JobSpec spec;
+  spec.mutable_pipeline()->set_num_stages(2);
+  for (int i = 0; i < 1200; ++i) {
+    spec.set_name("job-" + std::to_string(i));
+    ASSERT_TRUE(manager.Submit(spec).ok());
+  }
+  JobListQuery query;
+  absl::StatusOr<JobPage> page = manager.List(query);
+  ASSERT_TRUE(page.ok());
+  EXPECT_EQ(page->jobs.size(), static_cast<size_t>(JobListQuery::kDefaultPageSize));
+  EXPECT_EQ(page->jobs.front().name(), "job-0");
+  query.page_size = 5000;  // coerced to the maximum
+  page = manager.List(query);
+  EXPECT_EQ(page->jobs.size(), static_cast<size_t>(JobListQuery::kMaxPageSize));
+  query.page_token = page->next_page_token;
+  page = manager.List(query);
+  EXPECT_EQ(page->jobs.size(), 200u);
+  EXPECT_EQ(page->jobs.front().name(), "job-1000");
+  EXPECT_TRUE(page->next_page_token.empty());
+}
+
+TEST_F(JobManagerTest, RetentionRemovesTheOldestFinishedJobsPastTheCount) {
+  const std::filesystem::path checkpoints = std::filesystem::path(db_ + ".ckpt");
+  std::filesystem::create_directories(checkpoints / "step-00000005");
+  const std::filesystem::path shard = checkpoints / "step-00000005" / "stage-0-of-2.pt";
+  { std::ofstream(shard) << "shard"; }
+  options_.finished_jobs_to_keep = 2;
+  Restart();
+  for (const char* name : {"a", "b", "c", "d"}) {
+    v1::JobSpec spec = Spec(name);
+    spec.mutable_checkpoint()->set_directory(checkpoints.string());
+    ASSERT_TRUE(manager_->Submit(spec).ok());
+  }
+  ASSERT_TRUE(manager_->Cancel("a").ok());
+  now_ += absl::Seconds(1);
+  ASSERT_TRUE(manager_->Cancel("b").ok());
+  now_ += absl::Seconds(1);
+  EXPECT_TRUE(manager_->Get("a").ok());
+  ASSERT_TRUE(manager_->Cancel("c").ok());  // three finished: the oldest goes
+  EXPECT_EQ(manager_->Get("a").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(manager_->Get("b").ok());
+  EXPECT_TRUE(manager_->Get("d").ok());  // unfinished jobs are never removed
+  EXPECT_EQ(*store_->Get("a"), std::nullopt);
+  EXPECT_TRUE(store_->Get("b")->has_value());
+  EXPECT_TRUE(std::filesystem::exists(shard)) << "retention never touches checkpoints";
+  std::string text = Exposition();
+  EXPECT_NE(text.find("paci_coordinator_jobs_removed_total{reason=\"count\"} 1"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("paci_coordinator_jobs{phase=\"Cancelled\"} 2"), std::string::npos) << text;
+  EXPECT_EQ(text.find("training_job=\"a\""), std::string::npos) << "its series are gone: " << text;
+
+  // The name can be used again; the new job is not the old one.
+  ASSERT_TRUE(manager_->Submit(Spec("a")).ok());
+  EXPECT_EQ(Phase("a"), v1::QUEUED);
+  EXPECT_FALSE(manager_->Get("a")->status().has_completion_time());
+}
+
+TEST_F(JobManagerTest, RetentionRemovesFinishedJobsByAgeAndBySpecTtl) {
+  options_.finished_job_ttl = absl::Hours(1);
+  Restart();
+  ASSERT_TRUE(manager_->Submit(Spec("old")).ok());
+  v1::JobSpec brief = Spec("brief");
+  brief.mutable_run_policy()->set_ttl_seconds_after_finished(60);
+  ASSERT_TRUE(manager_->Submit(brief).ok());
+  ASSERT_TRUE(manager_->Cancel("old").ok());
+  ASSERT_TRUE(manager_->Cancel("brief").ok());
+  now_ += absl::Seconds(61);
+  manager_->Tick();
+  EXPECT_EQ(manager_->Get("brief").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(manager_->Get("old").ok());
+  now_ += absl::Minutes(59);
+  manager_->Tick();
+  EXPECT_EQ(manager_->Get("old").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(*store_->Get("old"), std::nullopt);
+  EXPECT_EQ(store_->List()->size(), 0u);
+  EXPECT_NE(Exposition().find("paci_coordinator_jobs_removed_total{reason=\"age\"} 2"),
+            std::string::npos)
+      << Exposition();
+}
+
+// Recover's work is bounded by what retention keeps, not by every job that
+// ever finished: retention runs before anything else at start-up.
+TEST_F(JobManagerTest, ARestartAppliesRetentionBeforeLoadingMore) {
+  options_.finished_jobs_to_keep = -1;
+  Restart();
+  for (int i = 0; i < 6; ++i) {
+    const std::string name = "f" + std::to_string(i);
+    ASSERT_TRUE(manager_->Submit(Spec(name)).ok());
+    ASSERT_TRUE(manager_->Cancel(name).ok());
+    now_ += absl::Seconds(1);
+  }
+  ASSERT_TRUE(manager_->Submit(Spec("queued")).ok());
+  options_.finished_jobs_to_keep = 2;
+  Restart();
+  EXPECT_EQ(store_->List()->size(), 3u);
+  EXPECT_EQ(manager_->List(v1::CANCELLED).size(), 2u);
+  EXPECT_TRUE(manager_->Get("f5").ok());
+  EXPECT_EQ(manager_->Get("f0").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(Phase("queued"), v1::QUEUED);
+}
+
+}  // namespace
+}  // namespace paci
+
+namespace paci {
+namespace {
+
+// Names reused while their earlier jobs are being removed: whatever the
+// interleaving, the store ends as the coordinator holds the jobs.
+TEST_F(JobManagerTest, ConcurrentSubmitCancelAndRetentionLeaveTheStoreAsTheJobsAre) {
+  options_.finished_jobs_to_keep = 3;
+  Restart();
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 6; ++t) {
+    clients.emplace_back([this, t] {
+      for (int i = 0; i < 30; ++i) {
+        const std::string name = "n" + std::to_string((t + i) % 5);
+        absl::StatusOr<v1::Job> job = manager_->Submit(Spec(name));
+        if (job.ok() && (i % 3 != 0)) manager_->Cancel(name).IgnoreError();
+      }
+    });
+  }
+  for (std::thread& client : clients) client.join();
+  std::map<std::string, v1::JobPhase> held;
+  for (const v1::Job& job : manager_->List(v1::JOB_PHASE_UNSPECIFIED)) {
+    held[job.name()] = job.status().phase();
+  }
+  std::map<std::string, v1::JobPhase> stored;
+  absl::StatusOr<std::vector<v1::Job>> in_store = store_->List();
+  ASSERT_TRUE(in_store.ok());
+  for (const v1::Job& job : *in_store) stored[job.name()] = job.status().phase();
+  EXPECT_EQ(held, stored);
+  EXPECT_LE(manager_->List(v1::CANCELLED).size(), 3u);
+  Restart();
+  std::map<std::string, v1::JobPhase> recovered;
+  for (const v1::Job& job : manager_->List(v1::JOB_PHASE_UNSPECIFIED)) {
+    recovered[job.name()] = job.status().phase();
+  }
+  EXPECT_EQ(recovered, held);
 }
 
 }  // namespace

@@ -37,7 +37,9 @@ struct SchedulingDecision {
   std::vector<std::string> waiting;
 };
 
-// Gang scheduling as a pure function: no clock, no I/O, deterministic.
+// Gang scheduling as a pure function: no clock, no I/O, deterministic. It is
+// the rule; the coordinator applies it incrementally through JobQueue
+// (server/job_queue.h), whose tests check its placements against this function.
 //
 // Orders jobs by priority (higher first), then sequence (FIFO), then name. Walks the queue: a job
 // whose selector matches at least num_stages idle workers gets them all at once (gang: all stages

@@ -118,6 +118,13 @@ void ApplyStageReport(const v1::StageReport& report, absl::Duration attempt_elap
   stage.set_bytes_sent(report.bytes_sent());
   stage.set_forward_micro_batches(report.forward_micro_batches());
   stage.set_backward_micro_batches(report.backward_micro_batches());
+  stage.set_partition_units(report.partition_units());
+  stage.set_predicted_cost_share(report.predicted_cost_share());
+  double busy = 0;
+  for (const auto& st : status.stages()) busy += st.busy_seconds();
+  for (auto& st : *status.mutable_stages()) {
+    st.set_predicted_busy_seconds(busy * st.predicted_cost_share());
+  }
   for (const auto& point : report.train_loss()) {
     AppendLossPoint(point, status.mutable_train_loss_history());
     status.set_train_loss(point.loss());

@@ -103,8 +103,15 @@ TEST(ApplyStageReportTest, TheJobsStepIsItsSlowestStagesAndTokensCountAtTheLast)
   auto* point = last.add_train_loss();
   point->set_step(5);
   point->set_loss(2.5);
+  last.set_busy_seconds(3);
+  last.set_partition_units("[5,10) h2.attn..head");
+  last.set_predicted_cost_share(0.25);
   ApplyStageReport(last, absl::Seconds(2), status, shards);
   EXPECT_EQ(status.step(), 5);
+  // The cut and what it predicts, beside what was measured.
+  EXPECT_EQ(status.stages(1).partition_units(), "[5,10) h2.attn..head");
+  EXPECT_DOUBLE_EQ(status.stages(1).predicted_busy_seconds(), 0.75);
+  EXPECT_DOUBLE_EQ(status.stages(1).busy_seconds(), 3);
   EXPECT_DOUBLE_EQ(status.tokens_per_second(), 500);
   EXPECT_DOUBLE_EQ(status.train_loss(), 2.5);
   ASSERT_EQ(status.train_loss_history_size(), 1);

@@ -142,12 +142,18 @@ class SqliteJobStore final : public JobStore {
   absl::StatusOr<std::optional<v1::Job>> Get(const std::string& name) const override;
   absl::StatusOr<std::vector<v1::Job>> List() const override;
   absl::StatusOr<int64_t> Sequence(const std::string& name) const override;
+  absl::Status Delete(const std::string& name) override;
+  absl::Status Apply(const std::vector<v1::Job>& puts,
+                     const std::vector<std::string>& deletes) override;
 
   absl::Status Prepare() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Mutex& mu() ABSL_LOCK_RETURNED(mu_) { return mu_; }
 
  private:
   absl::Status Error(int rc, absl::string_view what) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status PutLocked(const v1::Job& job, const std::string& serialized)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status DeleteLocked(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string path_;
   mutable absl::Mutex mu_;
@@ -157,9 +163,17 @@ class SqliteJobStore final : public JobStore {
   sqlite3_stmt* get_ ABSL_GUARDED_BY(mu_) = nullptr;
   sqlite3_stmt* list_ ABSL_GUARDED_BY(mu_) = nullptr;
   sqlite3_stmt* sequence_ ABSL_GUARDED_BY(mu_) = nullptr;
+  sqlite3_stmt* delete_ ABSL_GUARDED_BY(mu_) = nullptr;
 };
 
 }  // namespace
+
+absl::Status JobStore::Apply(const std::vector<v1::Job>& puts,
+                             const std::vector<std::string>& deletes) {
+  for (const v1::Job& job : puts) RETURN_IF_ERROR(Put(job));
+  for (const std::string& name : deletes) RETURN_IF_ERROR(Delete(name));
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path) {
   sqlite3* db = nullptr;
@@ -201,7 +215,7 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
 SqliteJobStore::SqliteJobStore(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}
 
 SqliteJobStore::~SqliteJobStore() {
-  for (sqlite3_stmt* stmt : {put_, get_, list_, sequence_}) sqlite3_finalize(stmt);
+  for (sqlite3_stmt* stmt : {put_, get_, list_, sequence_, delete_}) sqlite3_finalize(stmt);
   // With every statement finalized close cannot be busy; an I/O error here has no one to tell,
   // and every acknowledged write is already synced.
   sqlite3_close_v2(db_);
@@ -214,6 +228,7 @@ absl::Status SqliteJobStore::Prepare() {
       {&get_, "SELECT job FROM jobs WHERE name = ?1"},
       {&list_, "SELECT name, job FROM jobs ORDER BY sequence"},
       {&sequence_, "SELECT sequence FROM jobs WHERE name = ?1"},
+      {&delete_, "DELETE FROM jobs WHERE name = ?1"},
   };
   for (const auto& [stmt, sql] : statements) {
     int rc = sqlite3_prepare_v3(db_, sql, -1, SQLITE_PREPARE_PERSISTENT, stmt, nullptr);
@@ -237,6 +252,10 @@ absl::Status SqliteJobStore::Put(const v1::Job& job) {
     return absl::InvalidArgumentError(absl::StrCat("job '", job.name(), "' does not serialize"));
   }
   absl::MutexLock lock(&mu_);
+  return PutLocked(job, serialized);  // One statement: its own transaction, synced before it returns.
+}
+
+absl::Status SqliteJobStore::PutLocked(const v1::Job& job, const std::string& serialized) {
   StatementReset reset(put_);
   int rc = BindText(put_, 1, job.name());
   if (rc == SQLITE_OK) {
@@ -244,9 +263,47 @@ absl::Status SqliteJobStore::Put(const v1::Job& job) {
                            SQLITE_STATIC);
   }
   if (rc != SQLITE_OK) return Error(rc, "binding the job failed");
-  rc = sqlite3_step(put_);  // One statement: its own transaction, synced before it returns.
+  rc = sqlite3_step(put_);
   if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("storing job '", job.name(), "' failed"));
   return absl::OkStatus();
+}
+
+absl::Status SqliteJobStore::Delete(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  return DeleteLocked(name);
+}
+
+absl::Status SqliteJobStore::DeleteLocked(const std::string& name) {
+  StatementReset reset(delete_);
+  int rc = BindText(delete_, 1, name);
+  if (rc != SQLITE_OK) return Error(rc, "binding the job name failed");
+  rc = sqlite3_step(delete_);
+  if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("removing job '", name, "' failed"));
+  return absl::OkStatus();
+}
+
+absl::Status SqliteJobStore::Apply(const std::vector<v1::Job>& puts,
+                                   const std::vector<std::string>& deletes) {
+  std::vector<std::string> serialized(puts.size());
+  for (size_t i = 0; i < puts.size(); ++i) {
+    if (puts[i].name().empty()) return absl::InvalidArgumentError("job.name is empty");
+    if (!puts[i].SerializeToString(&serialized[i])) {
+      return absl::InvalidArgumentError(absl::StrCat("job '", puts[i].name(), "' does not serialize"));
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  int rc = sqlite3_exec(db_, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr);
+  if (rc != SQLITE_OK) return Error(rc, "starting a transaction failed");
+  absl::Status status;
+  for (size_t i = 0; i < puts.size() && status.ok(); ++i) status = PutLocked(puts[i], serialized[i]);
+  for (size_t i = 0; i < deletes.size() && status.ok(); ++i) status = DeleteLocked(deletes[i]);
+  if (status.ok()) {
+    rc = sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr);  // the one sync
+    if (rc != SQLITE_OK) status = Error(rc, "committing a transaction failed");
+  }
+  // On failure, undo; ROLLBACK fails only when there is nothing left to roll back.
+  if (!status.ok()) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  return status;
 }
 
 absl::StatusOr<std::optional<v1::Job>> SqliteJobStore::Get(const std::string& name) const {

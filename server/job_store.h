@@ -51,6 +51,16 @@ class JobStore {
   // The submission sequence number of a stored job (for FIFO ordering);
   // NotFound when there is none.
   virtual absl::StatusOr<int64_t> Sequence(const std::string& name) const = 0;
+
+  // Removes the job of that name, durably; OK when there is none.
+  virtual absl::Status Delete(const std::string& name) = 0;
+
+  // Writes every job of `puts` (as Put), then removes every job named in
+  // `deletes`. The SQLite store does it in one transaction, synced once, so a
+  // batch of writes costs one disk sync (group commit) and lands whole or not
+  // at all. This default calls Put and Delete in turn (not atomically).
+  virtual absl::Status Apply(const std::vector<v1::Job>& puts,
+                             const std::vector<std::string>& deletes);
 };
 
 }  // namespace paci

@@ -319,3 +319,30 @@ TEST(JobStoreTest, ConcurrentPutsFromSeveralThreadsAllLand) {
 
 }  // namespace
 }  // namespace paci
+
+namespace paci {
+namespace {
+
+TEST(JobStoreTest, ApplyWritesAndDeletesInOneTransactionAndDeleteIsDurable) {
+  const std::string path = TempPath("apply.db");
+  {
+    std::unique_ptr<JobStore> store = OpenOrDie(path);
+    ASSERT_TRUE(store->Put(MakeJob("old")).ok());
+    ASSERT_TRUE(store->Apply({MakeJob("a"), MakeJob("b"), MakeJob("a", v1::RUNNING, 2)}, {"old"}).ok());
+    EXPECT_TRUE(store->Delete("missing").ok());
+  }
+  std::unique_ptr<JobStore> store = OpenOrDie(path);
+  absl::StatusOr<std::vector<v1::Job>> jobs = store->List();
+  ASSERT_TRUE(jobs.ok());
+  ASSERT_EQ(jobs->size(), 2u);
+  EXPECT_EQ((*jobs)[0].name(), "a");
+  EXPECT_EQ((*jobs)[0].status().phase(), v1::RUNNING);
+  EXPECT_EQ((*jobs)[1].name(), "b");
+  EXPECT_EQ(*store->Get("old"), std::nullopt);
+  // A batch with a bad job lands not at all.
+  EXPECT_FALSE(store->Apply({MakeJob("c"), v1::Job{}}, {}).ok());
+  EXPECT_EQ(*store->Get("c"), std::nullopt);
+}
+
+}  // namespace
+}  // namespace paci

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "worker/model/partition.h"
 
 namespace paci {
 namespace {
@@ -89,6 +90,26 @@ v1::RunSummary SummaryOfJob(const v1::Job& job, double wall_seconds) {
     out->set_bytes_sent(s.bytes_sent());
     out->set_metrics_address(s.metrics_address());
     out->set_link_address(s.link_address());
+  }
+  // The cut is a pure function of the spec (worker/model/partition.h), so the
+  // summary computes the very plan the workers built, and splits the measured
+  // busy time by its predicted shares.
+  summary.set_partition(spec.pipeline().partition());
+  const absl::StatusOr<PartitionPlan> plan = PlanPartition(spec);
+  if (plan.ok()) {
+    for (int b : plan->boundaries) summary.add_partition_boundaries(b);
+    double busy = 0;
+    for (const v1::StageSummary& st : summary.stages()) busy += st.busy_seconds();
+    for (v1::StageSummary& st : *summary.mutable_stages()) {
+      const int s = st.stage();
+      if (s < 0 || s + 1 >= static_cast<int>(plan->boundaries.size())) continue;
+      const StagePartition part = plan->Stage(s);
+      st.set_first_unit(part.first_unit);
+      st.set_end_unit(part.end_unit);
+      st.set_units(part.Describe().substr(part.Describe().find(' ') + 1));
+      st.set_predicted_cost_share(plan->cost_share[s]);
+      st.set_predicted_busy_seconds(busy * plan->cost_share[s]);
+    }
   }
   return summary;
 }

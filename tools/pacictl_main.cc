@@ -2,7 +2,9 @@
 // client of a coordinator.
 //
 //   pacictl train SPEC.yaml [--summary=PATH] [--trace=PATH]
-//   pacictl submit SPEC.yaml | get NAME | list [--phase=P] | watch NAME | cancel NAME
+//   pacictl submit SPEC.yaml [--labels=K=V,...] | get NAME | watch NAME | cancel NAME
+//   pacictl list [--phase=P] [--selector=K=V,...] [--name_prefix=S] [--limit=N]
+//                [--page_size=N] [--page_token=T]
 //           [--coordinator=HOST:PORT] [--auth_token_file=F] [--tls_ca=F]
 //           [--tls_cert=F --tls_key=F]
 
@@ -51,13 +53,21 @@ ABSL_FLAG(std::string, tls_ca, "", "PEM CA that signed the coordinator's certifi
 ABSL_FLAG(std::string, tls_cert, "", "PEM client certificate, when the coordinator asks for one");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key for --tls_cert");
 ABSL_FLAG(std::string, phase, "", "list: only jobs in this phase (QUEUED, RUNNING, ...)");
+ABSL_FLAG(std::string, selector, "", "list: only jobs with these labels, K=V[,K=V...]");
+ABSL_FLAG(std::string, name_prefix, "", "list: only jobs whose name starts with this");
+ABSL_FLAG(int, limit, 0, "list: at most this many jobs (0: every job, page after page)");
+ABSL_FLAG(int, page_size, 0, "list: jobs per request (0: the coordinator's default, 100; max 1000)");
+ABSL_FLAG(std::string, page_token, "", "list: start at this page (printed by a --limit list)");
+ABSL_FLAG(std::string, labels, "", "submit: the job's labels, K=V[,K=V...]");
 
 namespace {
 
 constexpr char kUsage[] =
     "usage: pacictl train SPEC.yaml [--summary=PATH] [--trace=PATH] [--trace_max_spans=N]\n"
-    "       pacictl submit SPEC.yaml\n"
-    "       pacictl get NAME | list [--phase=PHASE] | watch NAME | cancel NAME\n"
+    "       pacictl submit SPEC.yaml [--labels=K=V,...]\n"
+    "       pacictl list [--phase=PHASE] [--selector=K=V,...] [--name_prefix=S]\n"
+    "                    [--limit=N] [--page_size=N] [--page_token=T]\n"
+    "       pacictl get NAME | watch NAME | cancel NAME\n"
     "       pacictl help\n"
     "\n"
     "train   runs the job in SPEC.yaml on this machine through the whole system: a\n"
@@ -65,12 +75,25 @@ constexpr char kUsage[] =
     "        a summary table at the end. --summary=PATH also writes it as JSON;\n"
     "        --trace=PATH writes each stage's timeline as Chrome trace JSON.\n"
     "submit  sends SPEC.yaml to the coordinator (idempotent on the job's name).\n"
-    "get     one job's phase, reason, conditions and stages; list: every job.\n"
+    "get     one job's phase, reason, conditions and stages.\n"
+    "list    the jobs in submission order, fetched page by page; filters by phase,\n"
+    "        labels and name prefix. --limit=N stops after N jobs and prints the\n"
+    "        --page_token that continues the list.\n"
     "watch   live progress of a job until it ends; exits 0 when it succeeded.\n"
     "cancel  stops a job's stages; it ends Cancelled.\n"
     "The client commands talk to --coordinator (default 127.0.0.1:7070) with\n"
     "--auth_token_file, --tls_ca and (mutual TLS) --tls_cert/--tls_key when it asks for them.\n"
     "Exit codes: 0 success, 1 failed, 2 usage or spec error, 130 interrupted.\n";
+
+// "k=v,k2=v2" as a map; false when an item is not k=v.
+bool ParseLabels(const std::string& text, google::protobuf::Map<std::string, std::string>* labels) {
+  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
+    if (kv.first.empty() || item.find('=') == absl::string_view::npos) return false;
+    (*labels)[kv.first] = kv.second;
+  }
+  return true;
+}
 
 std::string Sibling(const std::string& flag, const std::string& name, const std::string& subdir) {
   if (!flag.empty()) return access(flag.c_str(), X_OK) == 0 ? flag : "";
@@ -139,6 +162,10 @@ class Client {
     }
     paci::v1::SubmitJobRequest request;
     *request.mutable_spec() = *spec;
+    if (!ParseLabels(absl::GetFlag(FLAGS_labels), request.mutable_labels())) {
+      std::cerr << "pacictl: --labels: K=V[,K=V...]\n";
+      return paci::kExitUsage;
+    }
     paci::v1::Job job;
     grpc::Status status = stub_->SubmitJob(Context(absl::Seconds(30)).get(), request, &job);
     return status.ok() ? PrintPhase(job) : Fail(status);
@@ -166,11 +193,36 @@ class Client {
       }
       request.set_phase(value);
     }
-    paci::v1::ListJobsResponse response;
-    grpc::Status status = stub_->ListJobs(Context(absl::Seconds(30)).get(), request, &response);
-    if (!status.ok()) return Fail(status);
-    std::cout << paci::FormatJobTable({response.jobs().begin(), response.jobs().end()},
-                                      absl::Now());
+    if (!ParseLabels(absl::GetFlag(FLAGS_selector), request.mutable_label_selector())) {
+      std::cerr << "pacictl: --selector: K=V[,K=V...]\n";
+      return paci::kExitUsage;
+    }
+    const int limit = absl::GetFlag(FLAGS_limit);
+    if (limit < 0 || absl::GetFlag(FLAGS_page_size) < 0) {
+      std::cerr << "pacictl: --limit and --page_size: must not be negative\n";
+      return paci::kExitUsage;
+    }
+    request.set_name_prefix(absl::GetFlag(FLAGS_name_prefix));
+    request.set_page_size(absl::GetFlag(FLAGS_page_size));
+    request.set_page_token(absl::GetFlag(FLAGS_page_token));
+    request.set_omit_loss_history(true);  // the table needs only the latest losses
+    // Page after page (AIP-158) until the end or --limit.
+    std::vector<paci::v1::Job> jobs;
+    std::string next;
+    do {
+      if (limit > 0) {
+        const int left = limit - static_cast<int>(jobs.size());
+        if (request.page_size() == 0 || request.page_size() > left) request.set_page_size(left);
+      }
+      paci::v1::ListJobsResponse response;
+      grpc::Status status = stub_->ListJobs(Context(absl::Seconds(30)).get(), request, &response);
+      if (!status.ok()) return Fail(status);
+      for (paci::v1::Job& job : *response.mutable_jobs()) jobs.push_back(std::move(job));
+      next = response.next_page_token();
+      request.set_page_token(next);
+    } while (!next.empty() && (limit == 0 || static_cast<int>(jobs.size()) < limit));
+    std::cout << paci::FormatJobTable(jobs, absl::Now());
+    if (!next.empty()) std::cerr << "more jobs follow: --page_token=" << next << "\n";
     return paci::kExitSucceeded;
   }
 

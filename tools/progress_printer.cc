@@ -64,13 +64,24 @@ std::string FormatSummaryTable(const v1::RunSummary& s) {
   absl::StrAppendFormat(&out, "%-18s %s\n", "tokens/s",
                         FormatThousands(static_cast<int64_t>(s.tokens_per_second() + 0.5)));
   absl::StrAppendFormat(&out, "%-18s %.1f\n", "wall seconds", s.wall_seconds());
-  absl::StrAppendFormat(&out, "\n%5s %11s %10s %9s %8s %8s %6s %13s\n", "stage", "drift/bound",
+  // The cut (pipeline.partition): each stage's units and the busy seconds the
+  // cost model predicted for it, beside the measured ones.
+  const bool cut = !s.partition_boundaries().empty();
+  if (cut) {
+    absl::StrAppendFormat(&out, "%-18s %s [%s]\n", "partition", s.partition(),
+                          absl::StrJoin(s.partition_boundaries(), ","));
+  }
+  absl::StrAppendFormat(&out, "\n%5s %11s %10s %9s %8s %8s %6s %13s", "stage", "drift/bound",
                         "mean drift", "opt steps", "busy s", "idle s", "idle %", "peak RSS MiB");
+  absl::StrAppend(&out, cut ? absl::StrFormat(" %11s  %s\n", "pred busy s", "units") : "\n");
   for (const v1::StageSummary& st : s.stages()) {
-    absl::StrAppendFormat(&out, "%5d %11s %10.2f %9d %8.1f %8.1f %6.1f %13.1f\n", st.stage(),
+    absl::StrAppendFormat(&out, "%5d %11s %10.2f %9d %8.1f %8.1f %6.1f %13.1f", st.stage(),
                           absl::StrCat(st.drift_max(), "/", st.drift_bound()), st.drift_mean(),
                           st.optimizer_steps(), st.busy_seconds(), st.idle_seconds(),
                           100.0 * st.idle_fraction(), st.peak_rss_bytes() / kMiB);
+    absl::StrAppend(&out, cut ? absl::StrFormat(" %11.1f  %s\n", st.predicted_busy_seconds(),
+                                                st.units())
+                              : "\n");
   }
   return out;
 }

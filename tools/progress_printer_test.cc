@@ -100,6 +100,20 @@ TEST(FormatSummaryTableTest, ShowsTheRunAndOneRowPerStage) {
                                "        512.0\n"));
 }
 
+TEST(FormatSummaryTableTest, ShowsTheCutAndEachStagesPredictedBusyTime) {
+  v1::RunSummary summary;
+  summary.set_partition("balanced");
+  for (int b : {0, 6, 10}) summary.add_partition_boundaries(b);
+  v1::StageSummary* stage = summary.add_stages();
+  stage->set_busy_seconds(60.04);
+  stage->set_predicted_busy_seconds(58.2);
+  stage->set_units("emb..h2.attn");
+  const std::string table = FormatSummaryTable(summary);
+  EXPECT_THAT(table, HasSubstr("partition          balanced [0,6,10]\n"));
+  EXPECT_THAT(table, HasSubstr("peak RSS MiB pred busy s  units\n"));
+  EXPECT_THAT(table, HasSubstr("0.0        58.2  emb..h2.attn\n"));
+}
+
 TEST(ProgressPrinterTest, RedrawsInPlaceOnATerminal) {
   std::ostringstream out;
   ProgressPrinter printer(out, /*redraw_in_place=*/true);

@@ -6,6 +6,14 @@
 //   paci_simulate --schedule=paci --stages=64 --accumulation=63 --steps=100
 //                 --forward_ms=10 --backward_ms=20 --link_ms=0.2 [--format=json]
 //
+// Or the stage costs come from the model, cut as the workers cut it
+// (pipeline.partition, worker/model/partition.h): the FLOP model's cost of
+// each partition unit at the given shapes, summed per stage, at --gflops
+// FLOP-equivalents per second per stage:
+//
+//   paci_simulate --stages=8 --accumulation=8 --steps=100 --gflops=70
+//                 --model=8192,32,256,4,128,4 --partition=balanced
+//
 // Prints, per stage: utilization, idle fraction, the drift distribution
 // against its bound and the activations in flight; and the throughput.
 
@@ -24,6 +32,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/schedule_kind.h"
+#include "common/status_macros.h"
+#include "worker/model/partition.h"
 #include "worker/pipeline/pipeline_simulator.h"
 
 ABSL_FLAG(std::string, schedule, "paci", "paci, 1f1b-flush, gpipe or async-1f1b");
@@ -39,6 +49,18 @@ ABSL_FLAG(std::string, eval_forward_ms, "0", "validation forward cost: one value
 ABSL_FLAG(double, link_ms, 0, "from the end of a send to the tensor's arrival");
 ABSL_FLAG(int64_t, tokens_per_micro_batch, 0, "for tokens/s: micro_batch_size * seq_len");
 ABSL_FLAG(std::string, format, "table", "table or json");
+ABSL_FLAG(std::string, model, "",
+          "vocab_size,num_layers,d_model,num_heads,seq_len,micro_batch_size: stage costs from the "
+          "FLOP model of each partition unit, cut by --partition (replaces the *_ms costs)");
+ABSL_FLAG(std::string, partition, "balanced",
+          "with --model: balanced, even or P-1 unit boundaries, as pipeline.partition");
+ABSL_FLAG(double, gflops, 50, "with --model: FLOP-equivalents per second of one stage, in G");
+ABSL_FLAG(std::string, unit_forward_ms, "",
+          "with --model: measured forward cost of each partition unit (2 * num_layers + 2 values, "
+          "as paci_worker --profile_units prints them), instead of the FLOP model");
+ABSL_FLAG(std::string, unit_backward_ms, "", "with --unit_forward_ms: each unit's backward");
+ABSL_FLAG(std::string, unit_optimizer_ms, "",
+          "with --unit_forward_ms: each unit's optimizer step / accumulation (default 0)");
 
 namespace paci {
 namespace {
@@ -105,6 +127,95 @@ std::string Table(const PipelineSimulatorOptions& o, const PipelineSimulation& s
   return out;
 }
 
+// Per-stage costs as given by --forward_ms ... --eval_forward_ms.
+absl::StatusOr<std::vector<StageCosts>> StageCostsFromFlags(int stages) {
+  std::vector<std::vector<double>> costs;
+  for (const auto& [name, text] : std::vector<std::pair<std::string, std::string>>{
+           {"forward_ms", absl::GetFlag(FLAGS_forward_ms)},
+           {"backward_ms", absl::GetFlag(FLAGS_backward_ms)},
+           {"optimizer_ms", absl::GetFlag(FLAGS_optimizer_ms)},
+           {"eval_forward_ms", absl::GetFlag(FLAGS_eval_forward_ms)}}) {
+    absl::StatusOr<std::vector<double>> parsed = ParseCosts(name, text, stages);
+    if (!parsed.ok()) return parsed.status();
+    costs.push_back(*parsed);
+  }
+  std::vector<StageCosts> out;
+  for (int s = 0; s < stages; ++s) {
+    out.push_back(StageCosts{costs[0][s], costs[1][s], costs[2][s], costs[3][s]});
+  }
+  return out;
+}
+
+// --model: vocab_size,num_layers,d_model,num_heads,seq_len,micro_batch_size.
+absl::StatusOr<ModelShape> ModelFromFlag(const std::string& model, int accumulation) {
+  std::vector<int> v;
+  for (absl::string_view part : absl::StrSplit(model, ',')) {
+    int x = 0;
+    if (!absl::SimpleAtoi(part, &x) || x < 1) break;
+    v.push_back(x);
+  }
+  if (v.size() != 6 || v[2] % v[3] != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--model: six positive whole numbers vocab_size,num_layers,d_model,num_heads,seq_len,"
+        "micro_batch_size (num_heads dividing d_model), got ",
+        model));
+  }
+  return ModelShape{v[0], v[1], v[2], v[3], v[4], v[5], std::max(1, accumulation)};
+}
+
+// Unit costs in seconds from --unit_forward_ms ... (one per unit).
+absl::StatusOr<std::vector<UnitCost>> UnitCostsFromFlags(int units) {
+  std::vector<std::vector<double>> given;
+  for (const auto& [name, text] : std::vector<std::pair<std::string, std::string>>{
+           {"unit_forward_ms", absl::GetFlag(FLAGS_unit_forward_ms)},
+           {"unit_backward_ms", absl::GetFlag(FLAGS_unit_backward_ms)},
+           {"unit_optimizer_ms", absl::GetFlag(FLAGS_unit_optimizer_ms).empty()
+                                     ? "0"
+                                     : absl::GetFlag(FLAGS_unit_optimizer_ms)}}) {
+    absl::StatusOr<std::vector<double>> parsed = ParseCosts(name, text, units);
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(parsed.status().message(), " (one per unit)"));
+    }
+    given.push_back(*parsed);
+  }
+  std::vector<UnitCost> out;
+  for (int u = 0; u < units; ++u) out.push_back(UnitCost{given[0][u], given[1][u], given[2][u]});
+  return out;
+}
+
+// Per-stage costs of the model cut as the workers cut it: its units priced by
+// the FLOP model at --gflops, or as measured (--unit_*_ms).
+absl::StatusOr<std::vector<StageCosts>> StageCostsFromModel(const PipelineSimulatorOptions& o,
+                                                             int stages) {
+  ASSIGN_OR_RETURN(const ModelShape shape,
+                   ModelFromFlag(absl::GetFlag(FLAGS_model), o.accumulation));
+  double rate = absl::GetFlag(FLAGS_gflops) * 1e9;
+  std::vector<UnitCost> units = FlopUnitCosts(shape);
+  if (!absl::GetFlag(FLAGS_unit_forward_ms).empty()) {
+    ASSIGN_OR_RETURN(units, UnitCostsFromFlags(NumPartitionUnits(shape.num_layers)));
+    rate = 1;  // already seconds
+  }
+  absl::StatusOr<PartitionPlan> plan =
+      PlanPartitionWithCosts(units, o.num_stages, absl::GetFlag(FLAGS_partition));
+  if (!plan.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--partition: ", plan.status().message()));
+  }
+  std::vector<StageCosts> out;
+  for (int s = 0; s < stages; ++s) {
+    StageCosts c;
+    for (int u = plan->boundaries[s]; u < plan->boundaries[s + 1]; ++u) {
+      c.forward += units[u].forward / rate;
+      c.backward += units[u].backward / rate;
+      c.optimizer_step += units[u].optimizer * shape.accumulation / rate;
+    }
+    c.eval_forward = c.forward;
+    out.push_back(c);
+  }
+  std::cerr << "partition " << plan->mode << " [" << absl::StrJoin(plan->boundaries, ",")
+            << "]\n";
+  return out;
+}
+
 int Main() {
   PipelineSimulatorOptions o;
   const absl::StatusOr<ScheduleKind> kind = ParseScheduleKind(absl::GetFlag(FLAGS_schedule));
@@ -120,22 +231,14 @@ int Main() {
   o.eval_micro_batches = absl::GetFlag(FLAGS_eval_micro_batches);
   o.link_latency = absl::GetFlag(FLAGS_link_ms) / 1000.0;
   const int stages = std::max(o.num_stages, 1);
-  std::vector<std::vector<double>> costs;
-  for (const auto& [name, text] : std::vector<std::pair<std::string, std::string>>{
-           {"forward_ms", absl::GetFlag(FLAGS_forward_ms)},
-           {"backward_ms", absl::GetFlag(FLAGS_backward_ms)},
-           {"optimizer_ms", absl::GetFlag(FLAGS_optimizer_ms)},
-           {"eval_forward_ms", absl::GetFlag(FLAGS_eval_forward_ms)}}) {
-    absl::StatusOr<std::vector<double>> parsed = ParseCosts(name, text, stages);
-    if (!parsed.ok()) {
-      std::cerr << "paci_simulate: " << parsed.status().message() << "\n";
-      return 2;
-    }
-    costs.push_back(*parsed);
+  absl::StatusOr<std::vector<StageCosts>> costs = absl::GetFlag(FLAGS_model).empty()
+                                                      ? StageCostsFromFlags(stages)
+                                                      : StageCostsFromModel(o, stages);
+  if (!costs.ok()) {
+    std::cerr << "paci_simulate: " << costs.status().message() << "\n";
+    return 2;
   }
-  for (int s = 0; s < stages; ++s) {
-    o.costs.push_back(StageCosts{costs[0][s], costs[1][s], costs[2][s], costs[3][s]});
-  }
+  o.costs = *std::move(costs);
   const absl::StatusOr<PipelineSimulation> sim = SimulatePipeline(o);
   if (!sim.ok()) {
     std::cerr << "paci_simulate: " << sim.status().message() << "\n";

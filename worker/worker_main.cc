@@ -9,6 +9,7 @@
 
 #include <unistd.h>
 
+#include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -21,6 +22,8 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/grpc_security.h"
 #include "common/job_spec.h"
@@ -30,6 +33,8 @@
 #include "common/shutdown_signal.h"
 #include "common/status_macros.h"
 #include "worker/agent/worker_agent.h"
+#include "worker/model/partition.h"
+#include "worker/model/unit_profile.h"
 #include "worker/runtime/stage_host.h"
 #include "worker/transport/stage_link_service.h"
 
@@ -53,6 +58,10 @@ ABSL_FLAG(std::string, advertise_host, "",
           "host the other stages reach this worker at; default: the --listen host");
 ABSL_FLAG(std::string, metrics_address, "127.0.0.1:0", "host:port of /metrics");
 ABSL_FLAG(double, report_interval_seconds, 0.5, "seconds between progress reports");
+ABSL_FLAG(bool, profile_units, false,
+          "with --spec: time each partition unit's forward, backward and optimizer step at the "
+          "spec's shapes on stage 0's device, print them as JSON beside the FLOP model's "
+          "prediction and the cuts both give, and exit (trains nothing)");
 ABSL_FLAG(double, exit_delay_seconds, 0,
           "started by hand: keep /metrics up this long after the stage ends, for a last scrape");
 
@@ -164,9 +173,48 @@ void ServeCoordinator(const WorkerAgentOptions& options, StageLinkService& links
   stopper.join();
 }
 
+// --profile_units: the measured unit costs (ms per micro-batch) beside the
+// FLOP model's (G FLOP-equivalents), and the balanced cut of each.
+absl::Status ProfileUnits() {
+  ASSIGN_OR_RETURN(const v1::JobSpec spec, LoadAndValidateJobSpec(absl::GetFlag(FLAGS_spec)));
+  torch::set_num_threads(spec.runtime().threads_per_stage());
+  GptConfig config;
+  config.vocab_size = spec.model().vocab_size();
+  config.num_layers = spec.model().num_layers();
+  config.d_model = spec.model().d_model();
+  config.num_heads = spec.model().num_heads();
+  config.seq_len = spec.model().seq_len();
+  config.init_seed = spec.model().init_seed();
+  UnitProfileOptions options;
+  options.micro_batch_size = spec.pipeline().micro_batch_size();
+  options.accumulation = spec.pipeline().accumulation();
+  options.device = torch::Device(StageDevice(spec.runtime(), 0));
+  const std::vector<UnitCost> measured = ProfileUnitCosts(config, options);
+  const std::vector<UnitCost> model = FlopUnitCosts(ModelShapeFromSpec(spec));
+  std::vector<double> measured_total, model_total;
+  std::string units;
+  for (size_t u = 0; u < measured.size(); ++u) {
+    measured_total.push_back(measured[u].total());
+    model_total.push_back(model[u].total());
+    absl::StrAppend(
+        &units, u ? ",\n  " : "  ",
+        absl::StrFormat("{\"unit\": %d, \"name\": \"%s\", \"forward_ms\": %.3f, "
+                        "\"backward_ms\": %.3f, \"optimizer_ms\": %.3f, \"model_gflop\": %.4f}",
+                        u, PartitionUnitName(config.num_layers, u), 1e3 * measured[u].forward,
+                        1e3 * measured[u].backward, 1e3 * measured[u].optimizer,
+                        1e-9 * model[u].total()));
+  }
+  const int P = spec.pipeline().num_stages();
+  std::cout << "{\"units\": [\n" << units << "\n],\n \"measured_cut\": ["
+            << absl::StrJoin(BalancedCut(measured_total, P), ", ") << "], \"model_cut\": ["
+            << absl::StrJoin(BalancedCut(model_total, P), ", ") << "]}\n";
+  return absl::OkStatus();
+}
+
 // `shutdown`: under a coordinator, the signals; null by hand (a signal ends
 // the process, and its neighbours see the link break).
 absl::Status Main(ShutdownSignal* shutdown) {
+  if (absl::GetFlag(FLAGS_profile_units)) return ProfileUnits();
   std::optional<v1::StageAssignment> by_hand;
   std::string listen = absl::GetFlag(FLAGS_listen);
   if (shutdown == nullptr) {

@@ -363,6 +363,60 @@ class CoordinatorTest(unittest.TestCase):
         self.assertRegex(text, r'paci_job_step\{training_job="cli"\} 15')
         self.assertIn("paci_coordinator_scheduling_latency_seconds_count 2", text)
 
+    def test_list_pages_filters_and_pacictl_follows_the_pages(self):
+        c = self.start(workers=0, extra=["--finished_jobs_to_keep=3"])
+        for i in range(7):
+            team = "red" if i % 2 == 0 else "blue"
+            c.stub.SubmitJob(cpb.SubmitJobRequest(spec=spec("job-%d" % i), labels={"team": team}))
+        names = []
+        request = cpb.ListJobsRequest(page_size=3)
+        while True:
+            page = c.stub.ListJobs(request)
+            self.assertLessEqual(len(page.jobs), 3)
+            names += [j.name for j in page.jobs]
+            if not page.next_page_token:
+                break
+            request.page_token = page.next_page_token
+        self.assertEqual(names, ["job-%d" % i for i in range(7)])
+        red = c.stub.ListJobs(cpb.ListJobsRequest(label_selector={"team": "red"}))
+        self.assertEqual([j.name for j in red.jobs], ["job-0", "job-2", "job-4", "job-6"])
+        with self.assertRaises(grpc.RpcError) as bad:
+            c.stub.ListJobs(cpb.ListJobsRequest(page_token="not-a-token"))
+        self.assertEqual(bad.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("page_token", bad.exception.details())
+
+        pacictl = os.path.join(BUILD, "tools", "pacictl")
+
+        def run(*args):
+            return subprocess.run([pacictl, *args, "--coordinator=" + c.address],
+                                  capture_output=True, text=True, timeout=60)
+
+        listed = run("list", "--page_size=2")  # four requests, one table
+        self.assertEqual(listed.returncode, 0, listed.stderr)
+        self.assertEqual(re.findall(r"^job-\d", listed.stdout, re.M), names)
+        limited = run("list", "--limit=3", "--selector=team=blue")
+        self.assertEqual(re.findall(r"^job-\d", limited.stdout, re.M), ["job-1", "job-3", "job-5"])
+        prefixed = run("list", "--name_prefix=job-6")
+        self.assertEqual(re.findall(r"^job-\d", prefixed.stdout, re.M), ["job-6"])
+        first = run("list", "--limit=2")
+        token = re.search(r"--page_token=(\S+)", first.stderr).group(1)
+        rest = run("list", "--page_token=" + token)
+        self.assertEqual(re.findall(r"^job-\d", rest.stdout, re.M), names[2:])
+
+        # Retention: past three finished jobs, the oldest are removed, logged and counted.
+        for i in range(5):
+            c.stub.CancelJob(cpb.CancelJobRequest(name="job-%d" % i))
+        self.assertTrue(c.wait_for_log("job job-1 removed from the store by retention (count)"))
+        with self.assertRaises(grpc.RpcError) as gone:
+            c.get("job-0")
+        self.assertEqual(gone.exception.code(), grpc.StatusCode.NOT_FOUND)
+        cancelled = c.stub.ListJobs(cpb.ListJobsRequest(phase=cpb.CANCELLED))
+        self.assertEqual([j.name for j in cancelled.jobs], ["job-2", "job-3", "job-4"])
+        url = re.search(r"metrics=(http://\S+)", "".join(c.logs)).group(1)
+        import urllib.request
+        text = urllib.request.urlopen(url, timeout=5).read().decode()
+        self.assertIn('paci_coordinator_jobs_removed_total{reason="count"} 2', text)
+
     def certificate(self):
         """A self-signed certificate for 127.0.0.1 and localhost: (cert, key) paths."""
         cert = os.path.join(self.tmp.name, "cert.pem")

@@ -24,7 +24,8 @@ CORPUS = os.path.join(SOURCE, "tests", "data", "kjv-genesis.txt")
 TINY = """
 name: {name}
 model: {{vocab_size: 80, num_layers: 4, d_model: {d_model}, num_heads: 4, seq_len: 32}}
-pipeline: {{num_stages: {P}, schedule: {schedule}, accumulation: {a}, micro_batch_size: 4}}
+pipeline: {{num_stages: {P}, schedule: {schedule}, accumulation: {a}, micro_batch_size: 4,
+            partition: "{partition}"}}
 optimizer: {{lr: 3e-3, warmup_fraction: 0.1}}
 training: {{steps: {steps}, eval_interval: {eval_interval}, eval_micro_batches: 2}}
 data: {{corpus_path: {corpus}}}
@@ -32,7 +33,7 @@ data: {{corpus_path: {corpus}}}
 
 
 def spec_text(**kw):
-    values = dict(name="tiny", d_model=32, P=2, schedule="paci", a=2, steps=30,
+    values = dict(name="tiny", d_model=32, P=2, schedule="paci", a=2, steps=30, partition="balanced",
                   eval_interval=10, corpus=CORPUS)
     values.update(kw)
     text = TINY.format(**values)
@@ -217,14 +218,26 @@ class PipelineTest(unittest.TestCase):
         single = self.train(P=1, schedule="1f1b-flush", a=4, steps=8, eval_interval=4)
         self.assertEqual(single.returncode, 0, single.output)
         reference = single.summary()
-        for P in (2, 4):
-            run = self.train(P=P, schedule="1f1b-flush", a=4, steps=8, eval_interval=4)
+        # The balanced cut (the default), and cuts inside blocks (units: 0 the
+        # embedding, 2b+1 and 2b+2 block b's attention and MLP halves, 9 the head).
+        for P, partition in ((2, "balanced"), (4, "balanced"), (2, "4"), (4, "2,5,8")):
+            run = self.train(P=P, schedule="1f1b-flush", a=4, steps=8, eval_interval=4,
+                             partition=partition)
             self.assertEqual(run.returncode, 0, run.output)
             s = run.summary()
+            self.assertEqual(str(s["partition"]), partition)  # (summary() makes "4" 4)
+            cut = s["partition_boundaries"]
+            self.assertEqual((len(cut), cut[0], cut[-1]), (P + 1, 0, 10))
+            if partition != "balanced":
+                self.assertEqual(cut[1:-1], [int(b) for b in partition.split(",")])
+            self.assertEqual([(st.get("first_unit", 0), st["end_unit"]) for st in s["stages"]],
+                             list(zip(cut[:-1], cut[1:])))
+            self.assertAlmostEqual(sum(st["predicted_cost_share"] for st in s["stages"]), 1.0)
+            self.assertIn(s["stages"][0]["units"] + ", predicted share", run.output)  # the log
             for ref, got in zip(reference["train_loss"], s["train_loss"]):
                 self.assertEqual(ref["step"], got["step"])
                 self.assertAlmostEqual(ref["loss"], got["loss"], delta=1e-4 * ref["loss"],
-                                       msg="P=%d step %d" % (P, ref["step"]))
+                                       msg="P=%d %s step %d" % (P, partition, ref["step"]))
             self.assertEqual(len(s["train_loss"]), 8)
             for ref, got in zip(reference["validation_loss"], s["validation_loss"]):
                 self.assertAlmostEqual(ref["loss"], got["loss"], delta=1e-4 * ref["loss"])

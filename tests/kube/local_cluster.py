@@ -176,7 +176,9 @@ class LocalCluster:
         return json.loads(self.kubectl("get", kind, name, "-o", "json").stdout)
 
     def stop(self):
-        for name in self.replicas + ["kubelet", "coordinator", "apiserver"]:
+        # What spawn() started beside the cluster first, then the cluster.
+        named = self.replicas + ["kubelet", "coordinator", "apiserver"]
+        for name in [n for n in self.procs if n not in named] + named:
             proc = self.procs.get(name)
             if proc and proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)

@@ -59,29 +59,36 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   return torch::dropout(proj_(y), dropout_, is_training());
 }
 
-BlockImpl::BlockImpl(const GptConfig& c) : dropout_(c.dropout) {
-  ln1_ = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.d_model})));
-  attn_ = register_module("attn", CausalSelfAttention(c));
-  ln2_ = register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.d_model})));
-  fc_ = register_module("fc", torch::nn::Linear(c.d_model, 4 * c.d_model));
-  proj_ = register_module("proj", torch::nn::Linear(4 * c.d_model, c.d_model));
+BlockImpl::BlockImpl(const GptConfig& c, bool attention, bool mlp)
+    : dropout_(c.dropout), has_attention_(attention), has_mlp_(mlp) {
+  if (attention) {
+    ln1_ = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.d_model})));
+    attn_ = register_module("attn", CausalSelfAttention(c));
+  }
+  if (mlp) {
+    ln2_ = register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.d_model})));
+    fc_ = register_module("fc", torch::nn::Linear(c.d_model, 4 * c.d_model));
+    proj_ = register_module("proj", torch::nn::Linear(4 * c.d_model, c.d_model));
+  }
 }
 
 torch::Tensor BlockImpl::forward(torch::Tensor x) {
-  x = x + attn_(ln1_(x));
-  return x + torch::dropout(proj_(torch::gelu(fc_(ln2_(x)))), dropout_, is_training());
+  if (has_attention_) x = x + attn_(ln1_(x));
+  if (has_mlp_) x = x + torch::dropout(proj_(torch::gelu(fc_(ln2_(x)))), dropout_, is_training());
+  return x;
 }
 
 GptStageImpl::GptStageImpl(const GptConfig& config, const StagePartition& partition)
     : config_(config), partition_(partition) {
-  if (partition.has_embedding) {
+  if (partition.has_embedding()) {
     wte_ = register_module("wte", torch::nn::Embedding(config.vocab_size, config.d_model));
     wpe_ = register_module("wpe", torch::nn::Embedding(config.seq_len, config.d_model));
   }
-  for (int b = partition.first_block; b < partition.end_block; ++b) {
-    blocks_.push_back(register_module(absl::StrCat("h", b), Block(config)));
+  for (int b = partition.first_block(); b < partition.end_block(); ++b) {
+    blocks_.push_back(register_module(
+        absl::StrCat("h", b), Block(config, partition.has_attention(b), partition.has_mlp(b))));
   }
-  if (partition.has_head) {
+  if (partition.has_head()) {
     ln_f_ = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({config.d_model})));
     head_ = register_module("head", torch::nn::Linear(config.d_model, config.vocab_size));
   }
@@ -109,22 +116,26 @@ void GptStageImpl::InitParameters() {
 }
 
 torch::Tensor GptStageImpl::forward(torch::Tensor x) {
-  if (partition_.has_embedding) {
+  if (partition_.has_embedding()) {
     auto positions = torch::arange(x.size(1), torch::dtype(torch::kLong).device(x.device()));
     x = wte_(x) + wpe_(positions);
     x = torch::dropout(x, config_.dropout, is_training());
   }
   for (auto& block : blocks_) x = block(x);
-  if (partition_.has_head) x = head_(ln_f_(x));
+  if (partition_.has_head()) x = head_(ln_f_(x));
   return x;
 }
 
 std::string GptStageImpl::Fingerprint() const {
   return absl::StrCat("vocab=", config_.vocab_size, " layers=", config_.num_layers,
                       " d_model=", config_.d_model, " heads=", config_.num_heads,
-                      " seq_len=", config_.seq_len, " blocks=[", partition_.first_block, ",",
-                      partition_.end_block, ") emb=", partition_.has_embedding,
-                      " head=", partition_.has_head);
+                      " seq_len=", config_.seq_len, " blocks=[", partition_.first_block(), ",",
+                      partition_.end_block(), ") emb=", partition_.has_embedding(),
+                      " head=", partition_.has_head(),
+                      partition_.WholeBlocks()
+                          ? ""
+                          : absl::StrCat(" units=[", partition_.first_unit, ",",
+                                         partition_.end_unit, ")"));
 }
 
 torch::Tensor LanguageModelLoss(const torch::Tensor& logits, const torch::Tensor& targets) {

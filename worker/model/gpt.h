@@ -40,13 +40,16 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
 TORCH_MODULE(CausalSelfAttention);
 
 // Pre-LN transformer block: x + attn(ln1(x)), then x + mlp(ln2(x)) with GELU.
+// A stage may hold only one half (the partition units "h<b>.attn" and
+// "h<b>.mlp"): it registers only that half's modules, under their global names.
 class BlockImpl : public torch::nn::Module {
  public:
-  BlockImpl(const GptConfig& config);
+  BlockImpl(const GptConfig& config, bool attention = true, bool mlp = true);
   torch::Tensor forward(torch::Tensor x);
 
  private:
   double dropout_;
+  bool has_attention_, has_mlp_;
   torch::nn::LayerNorm ln1_{nullptr}, ln2_{nullptr};
   CausalSelfAttention attn_{nullptr};
   torch::nn::Linear fc_{nullptr}, proj_{nullptr};
@@ -68,7 +71,8 @@ class GptStageImpl : public torch::nn::Module {
 
   const GptConfig& config() const { return config_; }
   const StagePartition& partition() const { return partition_; }
-  // "vocab=.. layers=.. d_model=.. heads=.. seq_len=.. blocks=[a,b) emb=. head=."
+  // "vocab=.. layers=.. d_model=.. heads=.. seq_len=.. blocks=[a,b) emb=. head=.",
+  // followed by " units=[u,v)" when the stage ends inside a block.
   std::string Fingerprint() const;
 
  private:

@@ -24,24 +24,6 @@ GptConfig TinyConfig() {
   return c;
 }
 
-TEST(PartitionTest, BlocksAreBalancedAndCoverTheModelOnce) {
-  for (int layers : {1, 4, 7, 12}) {
-    for (int P = 1; P <= layers; ++P) {
-      int next = 0;
-      for (int s = 0; s < P; ++s) {
-        StagePartition p = PartitionStage(layers, P, s);
-        EXPECT_EQ(p.first_block, next);
-        const int size = p.end_block - p.first_block;
-        EXPECT_TRUE(size == layers / P || size == layers / P + 1);
-        EXPECT_EQ(p.has_embedding, s == 0);
-        EXPECT_EQ(p.has_head, s == P - 1);
-        next = p.end_block;
-      }
-      EXPECT_EQ(next, layers);
-    }
-  }
-}
-
 // The attention is softmax(q k^T / sqrt(d_head), causal) v, whichever path
 // computes it (LibTorch 2.x's fused function, or the written-out one on 1.13).
 TEST(GptStageTest, AttentionIsCausalSoftmaxAttention) {
@@ -81,9 +63,19 @@ TEST(GptStageTest, SplitModelMatchesUnsplitForwardAndGradients) {
   auto full_logits = full(tokens);
   LanguageModelLoss(full_logits, targets).backward();
 
-  for (int P : {2, 3, 4}) {
+  // Even cuts of whole blocks, and cuts inside blocks (units of
+  // worker/model/partition.h: 0 emb, 2b+1 / 2b+2 block b's halves, 9 head).
+  std::vector<std::vector<int>> cuts;
+  for (int P : {2, 3, 4}) cuts.push_back(EvenCut(c.num_layers, P));
+  cuts.push_back({0, 2, 10});           // emb + h0.attn | the rest
+  cuts.push_back({0, 1, 4, 9, 10});     // emb | h0..h1.attn | h1.mlp..h3 | head
+  cuts.push_back({0, 3, 6, 8, 10});     // ends after h0, inside h2, inside h3
+  for (const std::vector<int>& cut : cuts) {
+    const int P = static_cast<int>(cut.size()) - 1;
     std::vector<GptStage> stages;
-    for (int s = 0; s < P; ++s) stages.emplace_back(c, PartitionStage(c.num_layers, P, s));
+    for (int s = 0; s < P; ++s) {
+      stages.emplace_back(c, StagePartition{c.num_layers, cut[s], cut[s + 1]});
+    }
     // Run it as the workers do: each stage's input is a fresh leaf.
     std::vector<torch::Tensor> inputs, outputs;
     torch::Tensor x = tokens;

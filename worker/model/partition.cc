@@ -1,18 +1,220 @@
 #include "worker/model/partition.h"
 
 #include <algorithm>
+#include <limits>
+#include <string_view>
+
+#include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
 
 namespace paci {
 
-StagePartition PartitionStage(int num_layers, int num_stages, int stage) {
+std::string PartitionUnitName(int num_layers, int unit) {
+  if (unit <= 0) return "emb";
+  if (unit >= NumPartitionUnits(num_layers) - 1) return "head";
+  return absl::StrCat("h", (unit - 1) / 2, unit % 2 == 1 ? ".attn" : ".mlp");
+}
+
+int StagePartition::first_block() const { return std::max(0, (first_unit - 1) / 2); }
+
+int StagePartition::end_block() const {
+  // Units 1 .. 2L hold block (u - 1) / 2; the last such unit below end_unit.
+  const int last = std::min(end_unit, 2 * num_layers + 1) - 1;
+  return std::max(first_block(), last >= 1 ? (last - 1) / 2 + 1 : 0);
+}
+
+bool StagePartition::WholeBlocks() const {
+  const auto on_block_edge = [&](int u) { return u == 0 || u % 2 == 1 || u == NumPartitionUnits(num_layers); };
+  return on_block_edge(first_unit) && on_block_edge(end_unit);
+}
+
+std::string StagePartition::Describe() const {
+  std::string out = absl::StrCat("[", first_unit, ",", end_unit, ") ",
+                                 PartitionUnitName(num_layers, first_unit));
+  if (end_unit - first_unit > 1) {
+    absl::StrAppend(&out, "..", PartitionUnitName(num_layers, end_unit - 1));
+  }
+  return out;
+}
+
+std::vector<int> EvenCut(int num_layers, int num_stages) {
   const int base = num_layers / num_stages;
   const int extra = num_layers % num_stages;
-  StagePartition p;
-  p.first_block = stage * base + std::min(stage, extra);
-  p.end_block = p.first_block + base + (stage < extra ? 1 : 0);
-  p.has_embedding = stage == 0;
-  p.has_head = stage == num_stages - 1;
-  return p;
+  std::vector<int> bounds = {0};
+  int block = 0;
+  for (int s = 0; s + 1 < num_stages; ++s) {
+    block += base + (s < extra ? 1 : 0);
+    bounds.push_back(1 + 2 * block);  // the first unit of the next stage's first block
+  }
+  bounds.push_back(NumPartitionUnits(num_layers));
+  return bounds;
+}
+
+StagePartition PartitionStage(int num_layers, int num_stages, int stage) {
+  const std::vector<int> bounds = EvenCut(num_layers, num_stages);
+  return StagePartition{num_layers, bounds[stage], bounds[stage + 1]};
+}
+
+ModelShape ModelShapeFromSpec(const v1::JobSpec& spec) {
+  ModelShape m;
+  m.vocab_size = spec.model().vocab_size();
+  m.num_layers = spec.model().num_layers();
+  m.d_model = spec.model().d_model();
+  m.num_heads = spec.model().num_heads();
+  m.seq_len = spec.model().seq_len();
+  m.micro_batch_size = spec.pipeline().micro_batch_size();
+  m.accumulation = std::max(1, spec.pipeline().accumulation());
+  return m;
+}
+
+std::vector<UnitCost> FlopUnitCosts(const ModelShape& m) {
+  // Matmul FLOPs count 2 per multiply-add; a backward computes two matmuls
+  // (input and weight gradients) per forward one. Memory-bound passes are
+  // counted in elements and weighted by kElementPassFlops: a backward makes
+  // about twice the passes of its forward and adds each parameter's gradient
+  // once. AdamW makes about 12 passes over its parameters per step.
+  const double E = kElementPassFlops;
+  const double N = double(m.micro_batch_size) * m.seq_len;  // tokens per micro-batch
+  const double d = m.d_model, V = m.vocab_size, T = m.seq_len, L = m.num_layers;
+  // The CPU kernels compute the whole T x T score matrix and mask it.
+  const double scores = double(m.micro_batch_size) * m.num_heads * T * T;
+  const double a = std::max(1, m.accumulation);
+  const auto unit = [&](double matmul, double passes, double params) {
+    UnitCost c;
+    c.forward = matmul + E * passes;
+    c.backward = 2 * matmul + E * (2 * passes + params);
+    c.optimizer = E * 12 * params / a;
+    return c;
+  };
+  std::vector<UnitCost> costs;
+  // Embedding: a gather and the position add; its backward scatters into a
+  // dense [vocab, d] gradient.
+  UnitCost emb = unit(0, 2 * N * d, V * d + T * d);
+  emb.backward += E * (V * d + T * d);
+  costs.push_back(emb);
+  for (int b = 0; b < L; ++b) {
+    // qkv and output projections, q.k and att.v; LayerNorm, biases, layout
+    // copies, residual, softmax.
+    costs.push_back(unit(8 * N * d * d + 4 * N * T * d, 14 * N * d + 3 * scores,
+                         4 * d * d + 6 * d));
+    // fc and proj; LayerNorm, biases, GELU, residual.
+    costs.push_back(unit(16 * N * d * d, 23 * N * d, 8 * d * d + 7 * d));
+  }
+  // ln_f, the head's matmul, bias, log-softmax and the loss over [N, vocab].
+  costs.push_back(unit(2 * N * d * V, 4 * N * V + 4 * N * d, d * V + V + 2 * d));
+  return costs;
+}
+
+std::vector<int> BalancedCut(const std::vector<double>& costs, int num_stages) {
+  const int U = static_cast<int>(costs.size());
+  const int P = num_stages;
+  std::vector<double> prefix(U + 1, 0);
+  for (int u = 0; u < U; ++u) prefix[u + 1] = prefix[u] + costs[u];
+  const auto seg = [&](int i, int j) { return prefix[j] - prefix[i]; };
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+
+  // Phase 1: best[k][j] = the smallest possible slowest stage when the first
+  // j units form k stages.
+  std::vector<std::vector<double>> best(P + 1, std::vector<double>(U + 1, kInf));
+  best[0][0] = 0;
+  for (int k = 1; k <= P; ++k) {
+    for (int j = k; j <= U - (P - k); ++j) {
+      for (int i = k - 1; i < j; ++i) {
+        if (best[k - 1][i] == kInf) continue;
+        best[k][j] = std::min(best[k][j], std::max(best[k - 1][i], seg(i, j)));
+      }
+    }
+  }
+  const double bottleneck = best[P][U];
+
+  // Phase 2: among the cuts whose stages all stay within the bottleneck, the
+  // smallest sum of squared stage costs; ties to the earliest boundary.
+  std::vector<std::vector<double>> sq(P + 1, std::vector<double>(U + 1, kInf));
+  std::vector<std::vector<int>> from(P + 1, std::vector<int>(U + 1, -1));
+  sq[0][0] = 0;
+  for (int k = 1; k <= P; ++k) {
+    for (int j = k; j <= U - (P - k); ++j) {
+      for (int i = k - 1; i < j; ++i) {
+        const double c = seg(i, j);
+        if (sq[k - 1][i] == kInf || c > bottleneck) continue;
+        const double v = sq[k - 1][i] + c * c;
+        if (v < sq[k][j]) {
+          sq[k][j] = v;
+          from[k][j] = i;
+        }
+      }
+    }
+  }
+  std::vector<int> bounds(P + 1);
+  bounds[P] = U;
+  for (int k = P; k > 0; --k) bounds[k - 1] = from[k][bounds[k]];
+  return bounds;
+}
+
+StagePartition PartitionPlan::Stage(int stage) const {
+  const int units = boundaries.back();
+  return StagePartition{(units - 2) / 2, boundaries[stage], boundaries[stage + 1]};
+}
+
+absl::StatusOr<PartitionPlan> PlanPartition(const ModelShape& shape, int num_stages,
+                                            absl::string_view partition) {
+  if (shape.num_layers < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.num_layers: must be at least 1, got ", shape.num_layers));
+  }
+  return PlanPartitionWithCosts(FlopUnitCosts(shape), num_stages, partition);
+}
+
+absl::StatusOr<PartitionPlan> PlanPartitionWithCosts(const std::vector<UnitCost>& units,
+                                                     int num_stages,
+                                                     absl::string_view partition) {
+  const int num_units = static_cast<int>(units.size());
+  const int num_layers = (num_units - 2) / 2;
+  if (num_units < 4 || num_units % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unit costs: need 2 * num_layers + 2 of them (at least 4), got ", num_units));
+  }
+  if (num_stages < 1 || num_stages > num_units) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pipeline.num_stages: must be between 1 and ", num_units, " (the partition units of ",
+        num_layers, " layers), got ", num_stages));
+  }
+  PartitionPlan plan;
+  std::vector<double> totals;
+  for (const UnitCost& c : units) totals.push_back(c.total());
+  if (partition.empty() || partition == "balanced") {
+    plan.mode = "balanced";
+    plan.boundaries = BalancedCut(totals, num_stages);
+  } else if (partition == "even") {
+    plan.mode = "even";
+    if (num_stages > num_layers) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "pipeline.partition: even needs at most one stage per layer (", num_layers,
+          "), got ", num_stages, " stages"));
+    }
+    plan.boundaries = EvenCut(num_layers, num_stages);
+  } else {
+    plan.mode = "explicit";
+    absl::StatusOr<std::vector<int>> bounds =
+        ParsePartitionBoundaries(std::string_view(partition.data(), partition.size()),
+                                 num_layers, num_stages);
+    if (!bounds.ok()) return bounds.status();
+    plan.boundaries = *std::move(bounds);
+  }
+  double sum = 0;
+  for (int s = 0; s < num_stages; ++s) {
+    double c = 0;
+    for (int u = plan.boundaries[s]; u < plan.boundaries[s + 1]; ++u) c += totals[u];
+    plan.stage_cost.push_back(c);
+    sum += c;
+  }
+  for (double c : plan.stage_cost) plan.cost_share.push_back(sum > 0 ? c / sum : 0);
+  return plan;
+}
+
+absl::StatusOr<PartitionPlan> PlanPartition(const v1::JobSpec& spec) {
+  return PlanPartition(ModelShapeFromSpec(spec), spec.pipeline().num_stages(),
+                       spec.pipeline().partition());
 }
 
 }  // namespace paci

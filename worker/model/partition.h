@@ -1,20 +1,119 @@
 #pragma once
 
+// How the GPT is cut into pipeline stages. Pure: no Torch, no clocks, so the
+// workers, pacictl (the run summary) and the simulator compute the same cut.
+//
+// The model is a chain of *partition units*, numbered for num_layers = L:
+//
+//   0            "emb"       token and position embeddings
+//   1 + 2b       "h<b>.attn" block b's first half:  x + attn(ln1(x))
+//   2 + 2b       "h<b>.mlp"  block b's second half: x + mlp(ln2(x))
+//   2L + 1       "head"      final LayerNorm, LM head and the loss
+//
+// A cut gives stage s the units [bounds[s], bounds[s+1]), every stage at least
+// one. Parameter names stay global ("h3.fc.weight" wherever block 3's MLP half
+// lives), so a cut changes neither the weights nor the training.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "paci/v1/job.pb.h"
+
 namespace paci {
 
-// Which part of the GPT a stage holds: blocks [first_block, end_block), plus
-// the embeddings on the first stage and the final LayerNorm and LM head on the
-// last. Blocks are balanced: the first num_layers % num_stages stages hold one
-// more.
+inline int NumPartitionUnits(int num_layers) { return 2 * num_layers + 2; }
+// "emb", "h<b>.attn", "h<b>.mlp" or "head".
+std::string PartitionUnitName(int num_layers, int unit);
+
+// The units [first_unit, end_unit) of a model of num_layers blocks that one
+// stage holds.
 struct StagePartition {
-  int first_block = 0;
-  int end_block = 0;
-  bool has_embedding = false;
-  bool has_head = false;
+  int num_layers = 0;
+  int first_unit = 0;
+  int end_unit = 0;
+
+  bool has_embedding() const { return first_unit == 0; }
+  bool has_head() const { return end_unit == NumPartitionUnits(num_layers); }
+  bool has_attention(int block) const { return Holds(1 + 2 * block); }
+  bool has_mlp(int block) const { return Holds(2 + 2 * block); }
+  bool Holds(int unit) const { return unit >= first_unit && unit < end_unit; }
+  // The blocks with at least one half here: [first_block(), end_block()).
+  int first_block() const;
+  int end_block() const;
+  // Whole blocks only, as the "even" cut always is.
+  bool WholeBlocks() const;
+  // "[3,10) h1.mlp..head"
+  std::string Describe() const;
 };
 
-// Requires 1 <= num_stages <= num_layers and 0 <= stage < num_stages (checked
-// by ValidateJobSpec before any stage is built).
+// The old PartitionStage cut in units: whole blocks spread evenly (the first
+// num_layers % num_stages stages hold one more), the embedding on the first
+// stage and the head on the last. Requires 1 <= num_stages <= num_layers and
+// 0 <= stage < num_stages (checked by ValidateJobSpec before any stage is built).
 StagePartition PartitionStage(int num_layers, int num_stages, int stage);
+
+// What a model's shape is for the cost model.
+struct ModelShape {
+  int vocab_size = 96;
+  int num_layers = 4;
+  int d_model = 128;
+  int num_heads = 4;
+  int seq_len = 64;
+  int micro_batch_size = 4;
+  int accumulation = 1;  // optimizer steps come once per `accumulation` micro-batches
+};
+ModelShape ModelShapeFromSpec(const v1::JobSpec& spec);
+
+// The predicted cost of one unit per micro-batch, in FLOP-equivalents: the
+// matrix-multiply FLOPs, plus each element pass of the memory-bound work
+// (LayerNorm, softmax, GELU, the loss, the embedding's gradient, AdamW)
+// counted as kElementPassFlops, the optimizer's share divided by a.
+struct UnitCost {
+  double forward = 0;
+  double backward = 0;
+  double optimizer = 0;  // per micro-batch: one step's cost / accumulation
+  double total() const { return forward + backward + optimizer; }
+};
+// One float element pass of memory-bound work, in matmul FLOPs. Calibrated
+// with `paci_worker --profile_units` on one CPU thread (docs/benchmarks.md,
+// "Stage balance"): at one FLOP-equivalent rate the model then prices each
+// block half and the head within about 8% of its measured time.
+inline constexpr double kElementPassFlops = 40;
+std::vector<UnitCost> FlopUnitCosts(const ModelShape& shape);
+
+// The contiguous split of `costs` into num_stages non-empty stages that
+// minimises the slowest stage's cost and, among those, the sum of the squared
+// stage costs (so the stages behind the bottleneck are balanced too); ties go
+// to the earliest boundaries. Returns the num_stages + 1 boundaries, 0 first
+// and costs.size() last. Requires 1 <= num_stages <= costs.size(), costs >= 0.
+std::vector<int> BalancedCut(const std::vector<double>& costs, int num_stages);
+// The "even" cut's boundaries (PartitionStage for each stage).
+std::vector<int> EvenCut(int num_layers, int num_stages);
+
+// A plan: the cut and its predicted stage costs.
+struct PartitionPlan {
+  std::string mode;              // "balanced", "even" or "explicit"
+  std::vector<int> boundaries;   // num_stages + 1 unit indices
+  std::vector<double> stage_cost;   // predicted, FLOP-equivalents per micro-batch
+  std::vector<double> cost_share;   // stage_cost / their sum
+  StagePartition Stage(int stage) const;
+};
+
+// The plan for pipeline.partition ("" = "balanced", "even", or P-1 boundaries
+// "b1,b2,..."), from the FLOP model at the spec's shapes. Deterministic: every
+// stage, and pacictl, computes the same plan from the same spec, so nothing
+// needs to be carried in the assignment. InvalidArgument naming
+// pipeline.partition for a malformed value (ValidateJobSpec refuses those
+// first).
+absl::StatusOr<PartitionPlan> PlanPartition(const v1::JobSpec& spec);
+absl::StatusOr<PartitionPlan> PlanPartition(const ModelShape& shape, int num_stages,
+                                            absl::string_view partition);
+// The same from given unit costs (measured ones, e.g. paci_worker
+// --profile_units, in the simulator); units.size() = 2 * num_layers + 2.
+absl::StatusOr<PartitionPlan> PlanPartitionWithCosts(const std::vector<UnitCost>& units,
+                                                     int num_stages, absl::string_view partition);
 
 }  // namespace paci

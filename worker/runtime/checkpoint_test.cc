@@ -25,20 +25,24 @@ GptConfig Config(uint64_t seed) {
 
 struct Stage {
   explicit Stage(uint64_t seed, int num_stages = 2, int stage = 0)
-      : model(Config(seed), PartitionStage(4, num_stages, stage)) {
+      : Stage(seed, PartitionStage(4, num_stages, stage)) {}
+  Stage(uint64_t seed, const StagePartition& partition) : model(Config(seed), partition) {
     std::vector<std::pair<std::string, torch::Tensor>> params;
     for (auto& item : model->named_parameters()) params.emplace_back(item.key(), item.value());
     optimizer = std::make_unique<AdamW>(params, AdamWOptions{});
   }
   void TrainOneStep() {
-    model(torch::randint(17, {2, 8}, torch::kLong)).pow(2).mean().backward();
+    const torch::Tensor input = model->partition().has_embedding()
+                                    ? torch::randint(17, {2, 8}, torch::kLong)
+                                    : torch::randn({2, 8, 16});
+    model(input).pow(2).mean().backward();
     optimizer->Step(0.01);
     optimizer->ZeroGrad();
   }
   ShardMeta Meta(int64_t step) const {
     ShardMeta m;
     m.job_name = "job";
-    m.stage = model->partition().has_embedding ? 0 : 1;
+    m.stage = model->partition().has_embedding() ? 0 : 1;
     m.num_stages = 2;
     m.model_fingerprint = model->Fingerprint();
     m.step = step;
@@ -137,6 +141,48 @@ TEST_F(CheckpointTest, AShardOfAnotherStageOrModelIsRefusedNamingTheMismatch) {
   meta = LoadShard(path, other_model, stage0.model, *stage0.optimizer);
   EXPECT_EQ(meta.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(meta.status().message().find("different model slice"), std::string::npos);
+}
+
+// A cut inside a block (worker/model/partition.h): stage 0 holds the
+// embedding, block 0 and block 1's attention half, stage 1 block 1's MLP half
+// onwards. Both shards save and load; a shard of another cut is refused.
+TEST_F(CheckpointTest, ASubBlockCutSavesAndResumesAndAnotherCutIsRefused) {
+  const StagePartition first{4, 0, 4}, second{4, 4, 10};
+  for (const StagePartition& part : {first, second}) {
+    Stage trained(1, part);
+    trained.TrainOneStep();
+    trained.TrainOneStep();
+    EXPECT_NE(trained.model->Fingerprint().find("units=["), std::string::npos);
+    ShardMeta meta = trained.Meta(2);
+    meta.stage = part.has_embedding() ? 0 : 1;
+    const std::string path = ShardPath(dir_, 2, meta.stage, 2);
+    ASSERT_TRUE(SaveShard(path, meta, trained.model, *trained.optimizer).ok());
+
+    Stage fresh(99, part);
+    ShardMeta expected = fresh.Meta(0);
+    expected.stage = meta.stage;
+    auto loaded = LoadShard(path, expected, fresh.model, *fresh.optimizer);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_EQ(fresh.optimizer->steps(), 2);
+    auto b = fresh.model->named_parameters();
+    for (auto& item : trained.model->named_parameters()) {
+      EXPECT_TRUE(torch::equal(item.value(), b[item.key()])) << item.key();
+    }
+    torch::manual_seed(5);
+    trained.TrainOneStep();
+    torch::manual_seed(5);
+    fresh.TrainOneStep();
+    b = fresh.model->named_parameters();
+    for (auto& item : trained.model->named_parameters()) {
+      EXPECT_TRUE(torch::equal(item.value(), b[item.key()])) << item.key();
+    }
+  }
+  // Stage 1 of the even cut (blocks 2 and 3) cannot load the shard of the cut above.
+  Stage even(1, 2, 1);
+  ShardMeta expected = even.Meta(0);
+  expected.stage = 1;
+  auto meta = LoadShard(ShardPath(dir_, 2, 1, 2), expected, even.model, *even.optimizer);
+  EXPECT_EQ(meta.status().code(), absl::StatusCode::kFailedPrecondition) << meta.status();
 }
 
 TEST_F(CheckpointTest, LatestCompleteStepIgnoresStepsWithMissingShards) {

@@ -5,6 +5,8 @@
 #include <glog/logging.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/job_spec.h"
 #include "common/status_macros.h"
 #include "worker/model/partition.h"
@@ -64,7 +66,20 @@ absl::Status StageRuntime::Init() {
                                                 spec_.runtime().precision()));
   const GptConfig config = ModelConfig(spec_.model());
   torch::manual_seed(config.init_seed + stage_);  // dropout masks differ per stage
-  model_ = GptStage(config, PartitionStage(config.num_layers, num_stages_, stage_));
+  // Every stage computes the same plan from the same spec (a pure function of
+  // the shapes, no measurement), so the cut needs no agreement protocol.
+  ASSIGN_OR_RETURN(const PartitionPlan plan, PlanPartition(spec_));
+  const StagePartition partition = plan.Stage(stage_);
+  LOG(INFO) << "job=" << spec_.name() << " stage " << stage_ << " partition=" << plan.mode
+            << " cut=" << absl::StrJoin(plan.boundaries, ",") << ": units "
+            << partition.Describe() << ", predicted share of the cost "
+            << absl::StrFormat("%.3f", plan.cost_share[stage_]);
+  {
+    absl::MutexLock lock(&mu_);
+    report_.set_partition_units(partition.Describe());
+    report_.set_predicted_cost_share(plan.cost_share[stage_]);
+  }
+  model_ = GptStage(config, partition);
   // Initialised on the CPU (the same weights wherever it runs), then moved.
   model_->to(placement_.device);
   if (placement_.weight_dtype() != torch::kFloat) {
@@ -534,6 +549,11 @@ absl::Status StageRuntime::Finish() {
   }
   absl::MutexLock lock(&mu_);
   report_.set_finished(status.ok());
+  LOG(INFO) << "job=" << spec_.name() << " stage " << stage_ << " units "
+            << report_.partition_units() << ": busy "
+            << absl::StrFormat("%.2f", report_.busy_seconds()) << " s, idle "
+            << absl::StrFormat("%.2f", report_.idle_seconds()) << " s, predicted share "
+            << absl::StrFormat("%.3f", report_.predicted_cost_share());
   return status;
 }
 

@@ -1,0 +1,187 @@
+#include "worker/model/partition.h"
+
+#include <algorithm>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace paci {
+namespace {
+
+double Slowest(const std::vector<double>& costs, const std::vector<int>& bounds) {
+  double slowest = 0;
+  for (size_t s = 0; s + 1 < bounds.size(); ++s) {
+    double c = 0;
+    for (int u = bounds[s]; u < bounds[s + 1]; ++u) c += costs[u];
+    slowest = std::max(slowest, c);
+  }
+  return slowest;
+}
+
+// Every contiguous split of U units into P non-empty stages.
+void AllCuts(int U, int P, std::vector<int>& cut, std::vector<std::vector<int>>& out) {
+  if (static_cast<int>(cut.size()) == P) {
+    cut.push_back(U);
+    out.push_back(cut);
+    cut.pop_back();
+    return;
+  }
+  const int remaining = P - static_cast<int>(cut.size());  // stages still to start
+  for (int b = cut.back() + 1; b <= U - remaining; ++b) {
+    cut.push_back(b);
+    AllCuts(U, P, cut, out);
+    cut.pop_back();
+  }
+}
+
+TEST(PartitionUnitsTest, NamesAndStagePartsCoverTheModelOnce) {
+  EXPECT_EQ(NumPartitionUnits(4), 10);
+  EXPECT_EQ(PartitionUnitName(4, 0), "emb");
+  EXPECT_EQ(PartitionUnitName(4, 1), "h0.attn");
+  EXPECT_EQ(PartitionUnitName(4, 4), "h1.mlp");
+  EXPECT_EQ(PartitionUnitName(4, 9), "head");
+  const StagePartition p{4, 4, 10};  // h1.mlp .. head
+  EXPECT_FALSE(p.has_embedding());
+  EXPECT_TRUE(p.has_head());
+  EXPECT_EQ(p.first_block(), 1);
+  EXPECT_EQ(p.end_block(), 4);
+  EXPECT_FALSE(p.has_attention(1));
+  EXPECT_TRUE(p.has_mlp(1));
+  EXPECT_TRUE(p.has_attention(2));
+  EXPECT_FALSE(p.WholeBlocks());
+  EXPECT_EQ(p.Describe(), "[4,10) h1.mlp..head");
+  const StagePartition head_only{4, 9, 10};
+  EXPECT_EQ(head_only.first_block(), head_only.end_block());
+  EXPECT_TRUE(head_only.WholeBlocks());
+  const StagePartition emb_only{4, 0, 1};
+  EXPECT_EQ(emb_only.end_block(), 0);
+  EXPECT_EQ(emb_only.Describe(), "[0,1) emb");
+}
+
+// "even" is the old PartitionStage: whole blocks, the first layers % P stages
+// one more, embedding on the first stage, head on the last.
+TEST(PartitionStageTest, EvenIsTheOldWholeBlockCut) {
+  for (int layers : {1, 4, 7, 12}) {
+    for (int P = 1; P <= layers; ++P) {
+      int next = 0;
+      for (int s = 0; s < P; ++s) {
+        const StagePartition p = PartitionStage(layers, P, s);
+        EXPECT_TRUE(p.WholeBlocks());
+        EXPECT_EQ(p.first_block(), next);
+        const int size = p.end_block() - p.first_block();
+        EXPECT_EQ(size, layers / P + (s < layers % P ? 1 : 0));
+        EXPECT_EQ(p.has_embedding(), s == 0);
+        EXPECT_EQ(p.has_head(), s == P - 1);
+        next = p.end_block();
+      }
+      EXPECT_EQ(next, layers);
+    }
+  }
+  EXPECT_EQ(EvenCut(4, 2), (std::vector<int>{0, 5, 10}));
+  EXPECT_EQ(EvenCut(4, 4), (std::vector<int>{0, 3, 5, 7, 10}));
+}
+
+TEST(BalancedCutTest, MatchesBruteForceOnSmallCases) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> cost(0, 20);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int U = 1 + trial % 9;
+    std::vector<double> costs(U);
+    for (double& c : costs) c = cost(rng);
+    for (int P = 1; P <= U; ++P) {
+      const std::vector<int> got = BalancedCut(costs, P);
+      ASSERT_EQ(got.size(), static_cast<size_t>(P + 1));
+      ASSERT_EQ(got.front(), 0);
+      ASSERT_EQ(got.back(), U);
+      for (int s = 0; s < P; ++s) ASSERT_LT(got[s], got[s + 1]) << "stage " << s << " empty";
+      std::vector<std::vector<int>> cuts;
+      std::vector<int> start = {0};
+      AllCuts(U, P, start, cuts);
+      double best = 1e300;
+      for (const auto& cut : cuts) best = std::min(best, Slowest(costs, cut));
+      EXPECT_EQ(Slowest(costs, got), best) << "trial " << trial << " P=" << P;
+    }
+  }
+}
+
+TEST(BalancedCutTest, BalancesTheStagesBehindTheBottleneck) {
+  // The last unit alone is the bottleneck; the rest is still split evenly.
+  const std::vector<int> cut = BalancedCut({1, 1, 1, 1, 1, 1, 100}, 3);
+  EXPECT_EQ(cut, (std::vector<int>{0, 3, 6, 7}));
+}
+
+ModelShape IssueShape(int vocab) {
+  ModelShape m;
+  m.vocab_size = vocab;
+  m.num_layers = 4;
+  m.d_model = 256;
+  m.num_heads = 4;
+  m.seq_len = 128;
+  m.micro_batch_size = 4;
+  m.accumulation = 4;
+  return m;
+}
+
+TEST(FlopUnitCostsTest, TheHeadGrowsWithTheVocabularyAndBlocksAreAlike) {
+  const std::vector<UnitCost> small = FlopUnitCosts(IssueShape(256));
+  const std::vector<UnitCost> large = FlopUnitCosts(IssueShape(8192));
+  ASSERT_EQ(small.size(), 10u);
+  for (int b = 1; b < 4; ++b) {
+    EXPECT_DOUBLE_EQ(small[1 + 2 * b].total(), small[1].total());
+    EXPECT_DOUBLE_EQ(small[2 + 2 * b].total(), small[2].total());
+  }
+  EXPECT_GT(small[2].total(), small[1].total());  // the MLP half outweighs attention
+  EXPECT_LT(small[9].total(), small[1].total() + small[2].total());
+  // At vocabulary 8,192 the head outweighs two blocks (the issue's measurement).
+  EXPECT_GT(large[9].total(), 2 * (large[1].total() + large[2].total()));
+  for (const UnitCost& c : large) EXPECT_GT(c.backward, c.forward);
+}
+
+TEST(PlanPartitionTest, BalancedMovesBlocksOffTheHeadsStage) {
+  absl::StatusOr<PartitionPlan> even = PlanPartition(IssueShape(8192), 2, "even");
+  absl::StatusOr<PartitionPlan> balanced = PlanPartition(IssueShape(8192), 2, "balanced");
+  ASSERT_TRUE(even.ok() && balanced.ok());
+  EXPECT_EQ(even->boundaries, (std::vector<int>{0, 5, 10}));
+  EXPECT_GT(balanced->boundaries[1], 5);
+  EXPECT_LT(*std::max_element(balanced->stage_cost.begin(), balanced->stage_cost.end()),
+            *std::max_element(even->stage_cost.begin(), even->stage_cost.end()));
+  double sum = 0;
+  for (double share : balanced->cost_share) sum += share;
+  EXPECT_NEAR(sum, 1.0, 1e-12);
+  EXPECT_EQ(balanced->Stage(1).end_unit, 10);
+  // The default is balanced.
+  EXPECT_EQ(PlanPartition(IssueShape(8192), 2, "")->boundaries, balanced->boundaries);
+}
+
+TEST(PlanPartitionTest, ExplicitBoundariesAreUsedOrRefusedNamingTheField) {
+  absl::StatusOr<PartitionPlan> plan = PlanPartition(IssueShape(256), 4, "2,5,8");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->mode, "explicit");
+  EXPECT_EQ(plan->boundaries, (std::vector<int>{0, 2, 5, 8, 10}));
+  EXPECT_EQ(plan->Stage(1).Describe(), "[2,5) h0.mlp..h1.mlp");
+  for (const char* bad : {"2,5", "5,2,8", "0,5,8", "2,5,10", "2,x,8", "2,,8"}) {
+    absl::StatusOr<PartitionPlan> refused = PlanPartition(IssueShape(256), 4, bad);
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(refused.status().message().find("pipeline.partition"), std::string::npos)
+        << refused.status();
+  }
+  EXPECT_FALSE(PlanPartition(IssueShape(256), 11, "balanced").ok());
+}
+
+TEST(PlanPartitionTest, GivenUnitCostsAreCutAsTheyAre) {
+  // Measured costs (seconds) of 2 layers: emb, h0.attn, h0.mlp, h1.attn, h1.mlp, head.
+  const std::vector<UnitCost> units = {{1, 1, 0}, {2, 3, 0}, {3, 5, 0}, {2, 3, 0}, {3, 5, 0},
+                                       {10, 20, 2}};
+  absl::StatusOr<PartitionPlan> plan = PlanPartitionWithCosts(units, 2, "balanced");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->boundaries, (std::vector<int>{0, 5, 6}));  // 27 against 32
+  EXPECT_DOUBLE_EQ(plan->stage_cost[1], 32);
+  EXPECT_EQ(PlanPartitionWithCosts(units, 2, "even")->boundaries, (std::vector<int>{0, 3, 6}));
+  EXPECT_FALSE(PlanPartitionWithCosts(units, 3, "even").ok());  // more stages than layers
+  EXPECT_FALSE(PlanPartitionWithCosts({{1, 1, 0}}, 1, "balanced").ok());
+}
+
+}  // namespace
+}  // namespace paci
