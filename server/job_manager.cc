@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/job_phase.h"
+#include "common/status_macros.h"
 #include "server/job_scheduler.h"
 
 namespace paci {
@@ -44,48 +45,6 @@ constexpr int64_t kTombstone = std::numeric_limits<int64_t>::max();
 constexpr size_t kMaxTombstones = 10000;
 
 bool IsActive(v1::JobPhase phase) { return phase == v1::RUNNING || phase == v1::RESTARTING; }
-
-// FNV-1a: a stable fingerprint of a list query's filters, kept in its page tokens.
-uint64_t Fingerprint(const JobListQuery& query) {
-  std::string canonical = absl::StrCat(query.phase, "|", query.name_prefix, "|",
-                                       query.omit_loss_history ? 1 : 0);
-  for (const auto& [k, v] : query.labels) absl::StrAppend(&canonical, "|", k, "=", v);
-  uint64_t hash = 1469598103934665603ull;
-  for (unsigned char c : canonical) hash = (hash ^ c) * 1099511628211ull;
-  return hash;
-}
-
-std::string PageToken(uint64_t instance, int64_t after, uint64_t fingerprint) {
-  return absl::WebSafeBase64Escape(absl::StrCat("1:", absl::Hex(instance), ":", after, ":",
-                                                absl::Hex(fingerprint)));
-}
-
-absl::Status BadToken(absl::string_view why) {
-  return absl::InvalidArgumentError(absl::StrCat("page_token: ", why));
-}
-
-// The sequence a page token resumes after.
-absl::StatusOr<int64_t> ParsePageToken(const std::string& token, uint64_t instance,
-                                       uint64_t fingerprint) {
-  std::string decoded;
-  if (!absl::WebSafeBase64Unescape(token, &decoded)) return BadToken("not a page token");
-  std::vector<std::string> parts = absl::StrSplit(decoded, ':');
-  uint64_t token_instance = 0, token_fingerprint = 0;
-  int64_t after = 0;
-  if (parts.size() != 4 || parts[0] != "1" || !absl::SimpleHexAtoi(parts[1], &token_instance) ||
-      !absl::SimpleAtoi(parts[2], &after) || !absl::SimpleHexAtoi(parts[3], &token_fingerprint) ||
-      after < 0) {
-    return BadToken("not a page token");
-  }
-  if (token_instance != instance) {
-    return BadToken("stale: issued before the coordinator restarted; list again from the first page");
-  }
-  if (token_fingerprint != fingerprint) {
-    return BadToken("issued for a request with other filters; the filters must stay the same "
-                    "from page to page");
-  }
-  return after;
-}
 
 uint64_t NewInstance() {
   std::random_device random;
@@ -406,19 +365,8 @@ absl::StatusOr<v1::Job> JobManager::Get(const std::string& name) const {
 }
 
 absl::StatusOr<JobPage> JobManager::List(const JobListQuery& query) const {
-  if (query.page_size < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("page_size: must not be negative, got ", query.page_size));
-  }
-  const int page_size = query.page_size == 0 ? JobListQuery::kDefaultPageSize
-                                             : std::min(query.page_size, JobListQuery::kMaxPageSize);
-  const uint64_t fingerprint = Fingerprint(query);
-  int64_t after = 0;
-  if (!query.page_token.empty()) {
-    absl::StatusOr<int64_t> parsed = ParsePageToken(query.page_token, instance_, fingerprint);
-    if (!parsed.ok()) return parsed.status();
-    after = *parsed;
-  }
+  ASSIGN_OR_RETURN(const int page_size, PageSize(query));
+  ASSIGN_OR_RETURN(const int64_t after, ResumeAfter(query, instance_));
   JobPage page;
   size_t bytes = 0;
   absl::MutexLock lock(&mu_);
@@ -440,20 +388,8 @@ absl::StatusOr<JobPage> JobManager::List(const JobListQuery& query) const {
          scanned < JobListQuery::kMaxScanned) {
     const JobState& state = phase_jobs != nullptr ? *by_sequence_.at(*some) : *all->second;
     ++scanned;
-    bool selected = absl::StartsWith(state.name(), query.name_prefix);
-    for (const auto& [k, v] : query.labels) {
-      if (!selected) break;
-      auto label = state.job.labels().find(k);
-      selected = label != state.job.labels().end() && label->second == v;
-    }
-    if (selected) {
-      v1::Job job = state.job;
-      if (query.omit_loss_history) {  // all but the latest point of each
-        for (auto* history : {job.mutable_status()->mutable_train_loss_history(),
-                              job.mutable_status()->mutable_validation_loss_history()}) {
-          if (history->size() > 1) history->DeleteSubrange(0, history->size() - 1);
-        }
-      }
+    if (Selects(query, state.job)) {
+      v1::Job job = AsListed(query, state.job);
       const size_t size = job.ByteSizeLong();
       if (!page.jobs.empty() && bytes + size > JobListQuery::kMaxPageBytes) break;
       bytes += size;
@@ -466,7 +402,7 @@ absl::StatusOr<JobPage> JobManager::List(const JobListQuery& query) const {
       ++all;
     }
   }
-  if (!at_end()) page.next_page_token = PageToken(instance_, resume_after, fingerprint);
+  if (!at_end()) page.next_page_token = PageToken(instance_, resume_after, query);
   return page;
 }
 

@@ -18,6 +18,7 @@
 #include "paci/v1/coordinator.pb.h"
 #include "server/coordinator_metrics.h"
 #include "server/job_queue.h"
+#include "server/job_list.h"
 #include "server/job_status.h"
 #include "server/job_store.h"
 #include "server/worker_registry.h"
@@ -45,29 +46,6 @@ struct JobManagerOptions {
   // when that is shorter. Removal deletes the job from the store, logs it and
   // counts it (paci_coordinator_jobs_removed_total); checkpoints are untouched.
   absl::Duration finished_job_ttl = absl::Hours(24 * 7);
-};
-
-// ListJobs's query: filters and a page (AIP-158).
-struct JobListQuery {
-  v1::JobPhase phase = v1::JOB_PHASE_UNSPECIFIED;  // unspecified: every phase
-  std::map<std::string, std::string> labels;       // the job carries every one
-  std::string name_prefix;
-  int page_size = 0;  // 0: kDefaultPageSize; above kMaxPageSize: kMaxPageSize
-  std::string page_token;
-  bool omit_loss_history = false;  // keep only the latest point of each history
-
-  static constexpr int kDefaultPageSize = 100;
-  static constexpr int kMaxPageSize = 1000;
-  // A page also ends before its jobs exceed this many bytes, and after this
-  // many jobs were looked at (a selective filter then returns a short or
-  // empty page with a next_page_token, as AIP-158 allows), so one request's
-  // work is bounded whatever the number of jobs held.
-  static constexpr size_t kMaxPageBytes = 3 << 20;
-  static constexpr int kMaxScanned = 10000;
-};
-struct JobPage {
-  std::vector<v1::Job> jobs;
-  std::string next_page_token;  // empty: the last page
 };
 
 // The coordinator's jobs and their lifecycle, with no transport. It composes
