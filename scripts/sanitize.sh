@@ -26,9 +26,11 @@ export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 export LSAN_OPTIONS="suppressions=$PWD/scripts/lsan.supp"
 failed=()
+ran=0
 for test in "${TESTS[@]}"; do
   binary="$(find build-asan -name "$test" -type f -perm -u+x | head -1)"
   [[ -n "$binary" ]] || continue  # an aggregate target (tools_test), no binary
+  ran=$((ran + 1))
   echo "sanitize: $test"
   (cd "$(dirname "$binary")" && ./"$test" --gtest_brief=1) ||
     failed+=("$test")
@@ -52,4 +54,4 @@ if (( ${#failed[@]} )); then
   echo "sanitize: FAILED: ${failed[*]}" >&2
   exit 1
 fi
-echo "sanitize: ${#TESTS[@]} test binaries clean, ${#FUZZERS[@]} fuzzers ${FUZZ_SECONDS}s each clean"
+echo "sanitize: $ran test binaries clean, ${#FUZZERS[@]} fuzzers ${FUZZ_SECONDS}s each clean"
