@@ -26,6 +26,12 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& r)
                     .Name("paci_coordinator_jobs_removed_total")
                     .Help("Finished jobs removed by retention, by reason (count, age)")
                     .Register(r)),
+      store_errors_(prometheus::BuildCounter()
+                        .Name("paci_coordinator_store_errors_total")
+                        .Help("Batches of job writes the store refused (retried on the job's "
+                              "next change)")
+                        .Register(r)
+                        .Add({})),
       job_restarts_(prometheus::BuildCounter()
                         .Name("paci_job_restarts_total")
                         .Help("Restarts of a job after a failed stage or a dead worker")

@@ -24,6 +24,8 @@ class CoordinatorMetrics {
   void SetJobsInPhase(const std::string& phase, double count);
   void SetWorkers(const std::string& state, double count);
   void AddSubmission() { submissions_.Increment(); }
+  // A batch of store writes failed (the jobs are written again on their next change).
+  void AddStoreError() { store_errors_.Increment(); }
   void ObserveSchedulingLatency(double seconds) { scheduling_latency_.Observe(seconds); }
   // Creates a job's series (its restart counter at 0), so the first restart
   // is an increase Prometheus sees. Called at a job's first placement, so a
@@ -42,6 +44,7 @@ class CoordinatorMetrics {
   prometheus::Counter& submissions_;
   prometheus::Histogram& scheduling_latency_;
   prometheus::Family<prometheus::Counter>& removals_;
+  prometheus::Counter& store_errors_;
   prometheus::Family<prometheus::Counter>& job_restarts_;
   prometheus::Family<prometheus::Gauge>& job_step_;
   prometheus::Family<prometheus::Gauge>& job_train_loss_;

@@ -77,6 +77,9 @@ void JobManager::Carry(const Effects& effects) {
   if (effects.writes.empty() && effects.deletes.empty()) return;
   absl::Status stored = Store(effects.writes, effects.deletes);
   if (!stored.ok()) {
+    // Nothing already stored is lost: the next change of these jobs writes
+    // them again. Counted, so an alert can say the disk is refusing writes.
+    metrics_.AddStoreError();
     LOG(ERROR) << "cannot store " << effects.writes.size() << " jobs and remove "
                << effects.deletes.size() << ": " << stored;
   }
@@ -149,20 +152,23 @@ JobManager::JobState& JobManager::InsertLocked(JobState state) {
   by_phase_[phase].insert(inserted.sequence);
   if (IsActive(phase)) active_.insert(name);
   if (IsTerminal(phase)) {
-    const absl::Time finished = inserted.status().has_completion_time()
-                                    ? FromProto(inserted.status().completion_time())
-                                    : clock_();
-    inserted.finished_at = finished;
-    finished_.emplace(finished, inserted.sequence);
-    absl::Duration ttl = options_.finished_job_ttl;
-    const int64_t spec_ttl = inserted.spec().run_policy().ttl_seconds_after_finished();
-    if (spec_ttl > 0) ttl = std::min(ttl, absl::Seconds(spec_ttl));
-    if (ttl != absl::InfiniteDuration()) {
-      inserted.expires_at = finished + ttl;
-      expiring_.emplace(inserted.expires_at, inserted.sequence);
-    }
+    TrackFinishedLocked(inserted, inserted.status().has_completion_time()
+                                      ? FromProto(inserted.status().completion_time())
+                                      : clock_());
   }
   return inserted;
+}
+
+void JobManager::TrackFinishedLocked(JobState& state, absl::Time finished) {
+  state.finished_at = finished;
+  finished_.emplace(finished, state.sequence);
+  absl::Duration ttl = options_.finished_job_ttl;
+  const int64_t spec_ttl = state.spec().run_policy().ttl_seconds_after_finished();
+  if (spec_ttl > 0) ttl = std::min(ttl, absl::Seconds(spec_ttl));
+  if (ttl != absl::InfiniteDuration()) {
+    state.expires_at = finished + ttl;
+    expiring_.emplace(state.expires_at, state.sequence);
+  }
 }
 
 void JobManager::PhaseChangedLocked(JobState& state, v1::JobPhase from) {
@@ -177,15 +183,7 @@ void JobManager::PhaseChangedLocked(JobState& state, v1::JobPhase from) {
   }
   if (IsTerminal(to) && !IsTerminal(from)) {
     queue_.Remove(state.name());
-    state.finished_at = clock_();
-    finished_.emplace(state.finished_at, state.sequence);
-    absl::Duration ttl = options_.finished_job_ttl;
-    const int64_t spec_ttl = state.spec().run_policy().ttl_seconds_after_finished();
-    if (spec_ttl > 0) ttl = std::min(ttl, absl::Seconds(spec_ttl));
-    if (ttl != absl::InfiniteDuration()) {
-      state.expires_at = state.finished_at + ttl;
-      expiring_.emplace(state.expires_at, state.sequence);
-    }
+    TrackFinishedLocked(state, clock_());
   }
 }
 

@@ -220,6 +220,8 @@ class JobManager {
   // The job changed: a new version for watchers, and a store write, at once
   // or (progress) at most every progress_persist_interval.
   void ChangedLocked(JobState& state, bool persist_now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job finished at `finished`: indexed for retention by count and age.
+  void TrackFinishedLocked(JobState& state, absl::Time finished) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGaugesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   JobState* FindLocked(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   const JobState* FindLocked(const std::string& name) const ABSL_SHARED_LOCKS_REQUIRED(mu_);

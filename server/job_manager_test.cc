@@ -514,6 +514,38 @@ TEST_F(JobManagerTest, ABlockedStoreWriteStallsNoHeartbeat) {
 
 // A submission is acknowledged only once it is stored; a refused write leaves
 // nothing behind, and the same name can be submitted again.
+// A batch of writes the store refuses is counted and loses nothing already
+// stored; the job's next change writes it again.
+TEST_F(JobManagerTest, AFailedStoreWriteIsCountedAndWrittenAgainOnTheNextChange) {
+  ASSERT_TRUE(manager_->Submit(Spec("a")).ok());
+  ConnectWorker("w1");
+  ConnectWorker("w2");
+  ASSERT_EQ(Phase("a"), v1::RUNNING);
+  EXPECT_NE(Exposition().find("paci_coordinator_store_errors_total 0"), std::string::npos);
+  gated_->Fail(true);
+  for (auto [w, s] : {std::pair{"w1", 0}, std::pair{"w2", 1}}) {
+    v1::StageReport r = Report("a", 1, s, 5);
+    r.add_checkpoint_steps(5);
+    manager_->OnReport(w, r);
+  }
+  EXPECT_EQ(manager_->Get("a")->status().checkpoint_step(), 5);
+  EXPECT_NE(Exposition().find("paci_coordinator_store_errors_total 2"), std::string::npos)
+      << Exposition();
+  // What was stored before is still there.
+  absl::StatusOr<std::optional<v1::Job>> stored = store_->Get("a");
+  ASSERT_TRUE(stored.ok() && stored->has_value());
+  EXPECT_EQ((*stored)->status().phase(), v1::RUNNING);
+  EXPECT_EQ((*stored)->status().checkpoint_step(), 0);
+  gated_->Fail(false);
+  for (auto [w, s] : {std::pair{"w1", 0}, std::pair{"w2", 1}}) {
+    v1::StageReport r = Report("a", 1, s, 10);
+    r.add_checkpoint_steps(10);
+    manager_->OnReport(w, r);
+  }
+  Restart();
+  EXPECT_EQ(manager_->Get("a")->status().checkpoint_step(), 10);
+}
+
 TEST_F(JobManagerTest, ASubmissionTheStoreRefusesIsNotAccepted) {
   gated_->Fail(true);
   absl::StatusOr<v1::Job> refused = manager_->Submit(Spec("a"));

@@ -56,6 +56,7 @@ COORDINATOR_METRICS = {
     "paci_coordinator_submissions_total": set(),
     "paci_coordinator_scheduling_latency_seconds": set(),
     "paci_coordinator_jobs_removed_total": {"reason"},
+    "paci_coordinator_store_errors_total": set(),
     "paci_job_restarts_total": {"training_job"},
     "paci_job_step": {"training_job"},
     "paci_job_train_loss": {"training_job"},
