@@ -114,7 +114,7 @@ TEST(ShutdownSignalTest, SigintRequestsTheShutdownAndASecondSignalIsAbsorbed) {
   shutdown.Wait();
   EXPECT_EQ(shutdown.signal_number(), SIGINT);
   ASSERT_EQ(kill(getpid(), SIGTERM), 0);
-  absl::SleepFor(absl::Milliseconds(50));
+  ASSERT_TRUE(shutdown.AwaitSignalsTaken(2, absl::Seconds(10)));
   EXPECT_TRUE(shutdown.requested());
   EXPECT_EQ(shutdown.signal_number(), SIGINT);
 }

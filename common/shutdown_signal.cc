@@ -32,7 +32,15 @@ void ShutdownSignal::WaitForSignals() {
     if (closing_.load()) return;
     if (!requested()) signal_number_.store(signal_number);
     Request();
+    absl::MutexLock lock(&mu_);
+    ++signals_taken_;
   }
+}
+
+bool ShutdownSignal::AwaitSignalsTaken(int count, absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto taken = [this, count]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return signals_taken_ >= count; };
+  return mu_.AwaitWithTimeout(absl::Condition(&taken), timeout);
 }
 
 }  // namespace paci

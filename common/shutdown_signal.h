@@ -42,12 +42,16 @@ class ShutdownSignal {
   void Request();
   // The signal that requested the shutdown; 0 before one came or after Request().
   int signal_number() const { return signal_number_.load(); }
+  // Waits up to `timeout` until `count` signals have been taken in all (a
+  // later one is absorbed: it changes nothing); returns whether they were.
+  bool AwaitSignalsTaken(int count, absl::Duration timeout);
 
  private:
   void WaitForSignals();
 
   sigset_t signals_;
-  absl::Mutex mu_;  // one Notify
+  absl::Mutex mu_;  // one Notify, and the count of signals taken
+  int signals_taken_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Notification requested_;
   std::atomic<int> signal_number_{0};
   std::atomic<bool> closing_{false};

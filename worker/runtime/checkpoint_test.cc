@@ -68,6 +68,22 @@ class CheckpointTest : public ::testing::Test {
             ::testing::UnitTest::GetInstance()->current_test_info()->name()).string();
     fs::remove_all(dir_);
   }
+  // The two stages hold equal parameters, and still do after one more step
+  // on the same data: the optimizer state was restored too.
+  static void ExpectSameNowAndAfterAStep(Stage& trained, Stage& fresh) {
+    auto expect_same = [&](const char* when) {
+      auto b = fresh.model->named_parameters();
+      for (auto& item : trained.model->named_parameters()) {
+        EXPECT_TRUE(torch::equal(item.value(), b[item.key()])) << item.key() << " " << when;
+      }
+    };
+    expect_same("after loading");
+    torch::manual_seed(5);
+    trained.TrainOneStep();
+    torch::manual_seed(5);
+    fresh.TrainOneStep();
+    expect_same("after one more step");
+  }
   std::string dir_;
 };
 
@@ -84,17 +100,7 @@ TEST_F(CheckpointTest, SaveThenLoadRestoresParametersOptimizerStateAndPosition) 
   EXPECT_EQ(meta->step, 2);
   EXPECT_EQ(meta->next_micro_batch, 8u);
   EXPECT_EQ(fresh.optimizer->steps(), 2);
-  auto a = trained.model->named_parameters(), b = fresh.model->named_parameters();
-  for (auto& item : a) EXPECT_TRUE(torch::equal(item.value(), b[item.key()])) << item.key();
-  // The optimizer continues identically.
-  torch::manual_seed(5);
-  trained.TrainOneStep();
-  torch::manual_seed(5);
-  fresh.TrainOneStep();
-  b = fresh.model->named_parameters();
-  for (auto& item : trained.model->named_parameters()) {
-    EXPECT_TRUE(torch::equal(item.value(), b[item.key()])) << item.key();
-  }
+  ExpectSameNowAndAfterAStep(trained, fresh);
 }
 
 TEST_F(CheckpointTest, ACorruptShardIsRefusedAndNothingChanges) {
@@ -164,18 +170,7 @@ TEST_F(CheckpointTest, ASubBlockCutSavesAndResumesAndAnotherCutIsRefused) {
     auto loaded = LoadShard(path, expected, fresh.model, *fresh.optimizer);
     ASSERT_TRUE(loaded.ok()) << loaded.status();
     EXPECT_EQ(fresh.optimizer->steps(), 2);
-    auto b = fresh.model->named_parameters();
-    for (auto& item : trained.model->named_parameters()) {
-      EXPECT_TRUE(torch::equal(item.value(), b[item.key()])) << item.key();
-    }
-    torch::manual_seed(5);
-    trained.TrainOneStep();
-    torch::manual_seed(5);
-    fresh.TrainOneStep();
-    b = fresh.model->named_parameters();
-    for (auto& item : trained.model->named_parameters()) {
-      EXPECT_TRUE(torch::equal(item.value(), b[item.key()])) << item.key();
-    }
+    ExpectSameNowAndAfterAStep(trained, fresh);
   }
   // Stage 1 of the even cut (blocks 2 and 3) cannot load the shard of the cut above.
   Stage even(1, 2, 1);
