@@ -27,18 +27,18 @@ coordinator_scale.{json,md} and coordinator_scale.png (with gnuplot).
       [--scale_jobs 100000] [--only_scale]
 """
 import argparse
-import json
 import os
 import queue
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 import urllib.request
+
+from bench_results import write_result
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -279,15 +279,6 @@ def throughput_table(args, result):
     ])
 
 
-def write_result(out, name, result, table):
-    """out/name.json (the result) and out/name.md (the table)."""
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, name + ".json"), "w") as f:
-        json.dump(result, f, indent=2)
-    with open(os.path.join(out, name + ".md"), "w") as f:
-        f.write(table + "\n")
-
-
 class Coordinator:
     """A paci_coordinator on a given SQLite file; start() times it until it serves."""
 
@@ -387,7 +378,25 @@ def read_latencies(stub, cpb, held):
     queued_page = latencies(
         lambda: stub.ListJobs(cpb.ListJobsRequest(page_size=100, phase=cpb.QUEUED)), 50)
     get = latencies(lambda: stub.GetJob(cpb.GetJobRequest(name="job-%d" % (held // 2))), 200)
-    return first_page, deep_page, queued_page, get
+    return first_page, deep_page, queued_page, get, watch_latencies(stub, cpb, held)
+
+
+def watch_latencies(stub, cpb, held, n=50):
+    """(p50, p99) in ms from a change to a watcher seeing it: a WatchJob on a queued job, then
+    CancelJob of it, until the stream brings phase CANCELLED (n jobs, each cancelled once)."""
+    values = []
+    for i in range(n):
+        stream = stub.WatchJob(cpb.WatchJobRequest(name="job-%d" % (held // 4 + i)), timeout=30)
+        first = next(stream)
+        assert first.status.phase == cpb.QUEUED, first.status
+        start = time.perf_counter()
+        stub.CancelJob(cpb.CancelJobRequest(name=first.name))
+        for update in stream:
+            if update.status.phase == cpb.CANCELLED:
+                values.append(time.perf_counter() - start)
+                break
+        stream.cancel()
+    return (round(1000 * percentile(values, 50), 2), round(1000 * percentile(values, 99), 2))
 
 
 def growth_study(args, grpc, cpb, cgrpc, submitter, tmpdir):
@@ -411,7 +420,7 @@ def growth_study(args, grpc, cpb, cgrpc, submitter, tmpdir):
             print("scale: filling to %d jobs ..." % checkpoint, file=sys.stderr)
             submitter.submit_many(coordinator.address, checkpoint - held, "job")
             held = checkpoint
-        first_page, deep_page, queued_page, get = read_latencies(stub, cpb, held)
+        first_page, deep_page, queued_page, get, watch = read_latencies(stub, cpb, held)
         rss = coordinator.rss_mb()
         print("scale: %d held: submissions/s ..." % held, file=sys.stderr)
         rate = submitter.submit_many(coordinator.address, window, "job")
@@ -420,7 +429,8 @@ def growth_study(args, grpc, cpb, cgrpc, submitter, tmpdir):
                    list_first_page_ms_p50=first_page[0], list_first_page_ms_p99=first_page[1],
                    list_middle_page_ms_p50=deep_page[0], list_middle_page_ms_p99=deep_page[1],
                    list_queued_page_ms_p50=queued_page[0], list_queued_page_ms_p99=queued_page[1],
-                   get_ms_p50=get[0], get_ms_p99=get[1], rss_mb=rss)
+                   get_ms_p50=get[0], get_ms_p99=get[1], watch_ms_p50=watch[0], watch_ms_p99=watch[1],
+                   rss_mb=rss)
         held += window
         if checkpoint in (10000, 100000) or checkpoint == checkpoints[-1]:
             coordinator.kill()
@@ -479,16 +489,17 @@ def scale_table(empty_rate, rows, retention_rows):
     lines = [
         "| jobs held | submissions/s | vs empty | ListJobs first page p50/p99 ms | "
         "ListJobs page by token, half-way p50/p99 ms | ListJobs phase=QUEUED p50/p99 ms | "
-        "GetJob p50/p99 ms | RSS MB | restart after SIGKILL s |",
-        "|---|---|---|---|---|---|---|---|---|",
-        "| 500 (empty, after a warm-up) | %.0f | 1.00 | | | | | | |" % empty_rate]
+        "GetJob p50/p99 ms | WatchJob, change to update p50/p99 ms | RSS MB | restart after SIGKILL s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+        "| 500 (empty, after a warm-up) | %.0f | 1.00 | | | | | | | |" % empty_rate]
     for r in rows:
-        lines.append("| %d | %.0f | %.2f | %.2f / %.2f | %.2f / %.2f | %.2f / %.2f | %.2f / %.2f | %.0f | %s |" % (
+        lines.append("| %d | %.0f | %.2f | %.2f / %.2f | %.2f / %.2f | %.2f / %.2f | %.2f / %.2f | %.2f / %.2f | "
+                     "%.0f | %s |" % (
             r["jobs_held"], r["submissions_per_second"], r["vs_empty"],
             r["list_first_page_ms_p50"], r["list_first_page_ms_p99"],
             r["list_middle_page_ms_p50"], r["list_middle_page_ms_p99"],
             r["list_queued_page_ms_p50"], r["list_queued_page_ms_p99"],
-            r["get_ms_p50"], r["get_ms_p99"], r["rss_mb"],
+            r["get_ms_p50"], r["get_ms_p99"], r["watch_ms_p50"], r["watch_ms_p99"], r["rss_mb"],
             r.get("restart_seconds", "")))
     lines += ["", "| jobs finished in all | finished jobs kept | submit+cancel/s | RSS MB | "
               "restart after SIGKILL s | store MB |", "|---|---|---|---|---|---|"]

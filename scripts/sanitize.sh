@@ -5,7 +5,8 @@
 # memory error, undefined behaviour, a leak, a fuzzer crash or hang) fails it.
 #   scripts/sanitize.sh            [FUZZ_SECONDS=60] [JOBS=n]
 # The tests linked to LibTorch are left out: LibTorch itself is not
-# instrumented, and they run in the main suite.
+# instrumented, and they run in the main suite (the checkpoint fuzzer links it:
+# what it checks is paci's handling of what LibTorch returns and throws).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS="${JOBS:-$(nproc)}"
@@ -18,7 +19,13 @@ fi
 TORCH_TESTS='^(worker_model_test|worker_runtime_test|worker_stage_runtime_test)$'
 mapfile -t TESTS < <(ninja -C build-asan -t targets all | grep -v '^cmake_' |
                      sed -n 's/^\([a-z_]*_test\): phony$/\1/p' | grep -Ev "$TORCH_TESTS" | sort -u)
-FUZZERS=(frame_fuzz job_spec_fuzz training_job_fuzz)
+FUZZERS=(frame_fuzz job_spec_fuzz training_job_fuzz checkpoint_fuzz)
+# Per fuzzer limits: a slower input is a hang, a larger one out of memory. The
+# checkpoint fuzzer's forged archives make LibTorch's unpickler allocate what a
+# length field says (up to 4 GiB, touched under ASan): it gets more of both.
+declare -A FUZZ_LIMITS=(
+  [checkpoint_fuzz]="-timeout=30 -rss_limit_mb=6144 -malloc_limit_mb=6144"
+)
 echo "sanitize: building ${#TESTS[@]} tests and ${#FUZZERS[@]} fuzzers with ASan+UBSan"
 cmake --build build-asan -j "$JOBS" --target "${TESTS[@]}" "${FUZZERS[@]}"
 
@@ -39,8 +46,10 @@ for fuzzer in "${FUZZERS[@]}"; do
   name="${fuzzer%_fuzz}"
   work="$(mktemp -d)"
   echo "sanitize: fuzzing $name for ${FUZZ_SECONDS}s"
-  if ! build-asan/fuzz/"$fuzzer" -max_total_time="$FUZZ_SECONDS" -timeout=10 -rss_limit_mb=2048 \
-      -print_final_stats=1 -artifact_prefix="$work/" "$work" "fuzz/corpus/$name" \
+  # shellcheck disable=SC2086  # the limits are several words
+  if ! build-asan/fuzz/"$fuzzer" -max_total_time="$FUZZ_SECONDS" \
+      ${FUZZ_LIMITS[$fuzzer]:--timeout=10 -rss_limit_mb=2048} -print_final_stats=1 \
+      -artifact_prefix="$work/" "$work" "fuzz/corpus/$name" \
       > "$work/log" 2>&1; then
     tail -40 "$work/log"
     echo "sanitize: $fuzzer found a crash; the input is in $work" >&2

@@ -20,6 +20,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import time
 
 from kubeconfig import write_kubeconfig
@@ -83,8 +84,8 @@ class LocalCluster:
         self.procs = {}
         self.operator_ports = {}
 
-    def spawn(self, name, args, env=None):
-        log = open(os.path.join(self.dir, name + ".log"), "w")
+    def spawn(self, name, args, env=None, append=False):
+        log = open(os.path.join(self.dir, name + ".log"), "a" if append else "w")
         self.procs[name] = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
                                             start_new_session=True, env=env)
         return self.procs[name]
@@ -104,6 +105,15 @@ class LocalCluster:
         return subprocess.run(["kubectl", "--kubeconfig", self.kubeconfig, *args], input=stdin,
                               capture_output=True, text=True, check=check, timeout=timeout)
 
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, kind, value, traceback):
+        """Stops the cluster; after an error, prints the end of every log first."""
+        if kind is not None:
+            print(self.logs(lines=15), file=sys.stderr)
+        self.stop()
+
     def start(self):
         try:
             self._start()
@@ -121,12 +131,8 @@ class LocalCluster:
         write_kubeconfig(self.kubeconfig, self.api_url)
         self.kubectl("apply", "-f", os.path.join(self.source, "deploy", "crd",
                                                  "paci.dev_trainingjobs.yaml"))
-        self.spawn("coordinator", [
-            os.path.join(self.build, "server", "paci_coordinator"), "--listen=127.0.0.1:0",
-            "--db=" + os.path.join(self.dir, "jobs.db"),
-            "--port_file=" + os.path.join(self.dir, "coordinator.port"),
-            "--metrics_address=127.0.0.1:%d" % _free_port(), "--heartbeat_timeout_seconds=3"]
-            + self.coordinator_args)
+        self.coordinator_metrics_port = _free_port()
+        self.spawn("coordinator", self.coordinator_command("127.0.0.1:0"))
         self.coordinator_port = self.read_port("coordinator")
         self.coordinator_address = "127.0.0.1:%d" % self.coordinator_port
         self.coordinator_metrics = re.search(
@@ -143,7 +149,31 @@ class LocalCluster:
         for replica in self.replicas:
             self.start_operator(replica)
 
-    def start_operator(self, replica):
+    def coordinator_command(self, listen):
+        return [os.path.join(self.build, "server", "paci_coordinator"), "--listen=" + listen,
+                "--db=" + os.path.join(self.dir, "jobs.db"),
+                "--port_file=" + os.path.join(self.dir, "coordinator.port"),
+                "--metrics_address=127.0.0.1:%d" % self.coordinator_metrics_port,
+                "--heartbeat_timeout_seconds=3"] + self.coordinator_args
+
+    def kill(self, name):
+        """SIGKILL of a process of the cluster (the coordinator, an operator replica) and its group."""
+        proc = self.procs[name]
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+    def restart_coordinator(self):
+        """Starts the coordinator again on its address and store, as a Deployment would after
+        its pod died; its log goes on in coordinator.log. Returns once it serves."""
+        os.remove(os.path.join(self.dir, "coordinator.port"))
+        self.spawn("coordinator", self.coordinator_command(self.coordinator_address), append=True)
+        self.read_port("coordinator")
+
+    def start_operator(self, replica, append=False):
+        port_file = os.path.join(self.dir, replica + ".port")
+        if os.path.exists(port_file):
+            os.remove(port_file)
         self.spawn(replica, [
             os.path.join(self.build, "operator", "paci_operator"),
             "--kubeconfig=" + self.kubeconfig, "--coordinator=" + self.coordinator_address,
@@ -153,7 +183,7 @@ class LocalCluster:
             "--pod_name=" + replica, "--lease_duration_seconds=3",
             "--renew_deadline_seconds=2", "--retry_period_seconds=0.5",
             "--poll_interval_seconds=1", "--worker_link_port=7000", "--worker_metrics_port=9100",
-            "--worker_image=" + self.worker_image] + self.operator_args)
+            "--worker_image=" + self.worker_image] + self.operator_args, append=append)
         self.operator_ports[replica] = self.read_port(replica)
 
     def logs(self, lines=30):

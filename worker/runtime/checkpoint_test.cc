@@ -128,6 +128,24 @@ TEST_F(CheckpointTest, ACorruptShardIsRefusedAndNothingChanges) {
             absl::StatusCode::kDataLoss);
 }
 
+// Found by fuzz/checkpoint_fuzz.cc: an archive with a matching footer and CRC whose pickle
+// makes LibTorch throw std::out_of_range, not c10::Error; it ended the process.
+TEST_F(CheckpointTest, AForgedArchiveWithAValidFooterIsDataLossNotACrash) {
+  const std::string path = ShardPath(dir_, 1, 0, 2);
+  fs::create_directories(fs::path(path).parent_path());
+  fs::copy_file(std::string(PACI_SOURCE_DIR) + "/tests/data/bad-checkpoints/unpickler-out-of-range.pt",
+                path);
+  Stage fresh(99);
+  const auto before = fresh.model->named_parameters().values()[0].clone();
+  auto meta = LoadShard(path, fresh.Meta(0), fresh.model, *fresh.optimizer);
+  ASSERT_FALSE(meta.ok());
+  EXPECT_EQ(meta.status().code(), absl::StatusCode::kDataLoss) << meta.status();
+  EXPECT_NE(meta.status().message().find(path + " is corrupt or unreadable"), std::string::npos)
+      << meta.status();
+  EXPECT_TRUE(torch::equal(before, fresh.model->named_parameters().values()[0]));
+  EXPECT_EQ(fresh.optimizer->steps(), 0);
+}
+
 TEST_F(CheckpointTest, AShardOfAnotherStageOrModelIsRefusedNamingTheMismatch) {
   Stage stage0(1, 2, 0);
   const std::string path = ShardPath(dir_, 1, 0, 2);

@@ -1,0 +1,12 @@
+"""Where a benchmark's figures go: OUT/NAME.json (the record) and OUT/NAME.md (its table)."""
+import json
+import os
+
+
+def write_result(out, name, result, table):
+    """out/name.json (the result) and out/name.md (the table)."""
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, name + ".json"), "w") as f:
+        json.dump(result, f, indent=2)
+    with open(os.path.join(out, name + ".md"), "w") as f:
+        f.write(table + "\n")
