@@ -80,7 +80,12 @@ class Soak:
         self.args = args
         self.cluster = cluster
         self.grpc, self.cpb, cgrpc = stubs
-        self.coordinator = cgrpc.CoordinatorStub(self.grpc.insecure_channel(cluster.coordinator_address))
+        # Reconnecting as the workers and the operator do (CreateCoordinatorChannel), so a
+        # recovery is not measured late by this client's own backoff.
+        self.coordinator = cgrpc.CoordinatorStub(self.grpc.insecure_channel(
+            cluster.coordinator_address, options=[("grpc.initial_reconnect_backoff_ms", 100),
+                                                  ("grpc.min_reconnect_backoff_ms", 100),
+                                                  ("grpc.max_reconnect_backoff_ms", 1000)]))
         self.rng = random.Random(args.seed)
         self.lock = threading.Lock()
         self.jobs = {}        # TrainingJob name -> Tracked

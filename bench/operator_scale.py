@@ -152,16 +152,18 @@ def steady_phase(args, probe, leader):
     standby = next(r for r in probe.cluster.replicas if r != leader)
     rss0 = {r: probe.rss_mb(r) for r in (leader, standby)}
     requests0 = series_sum(probe.metrics(leader), "paci_operator_kube_requests_total")
-    depth = []
+    depth, rss = [], []
     end = time.monotonic() + args.steady_seconds
     while time.monotonic() < end:
         depth.append(series_sum(probe.metrics(leader), "paci_operator_workqueue_depth"))
+        rss.append(probe.rss_mb(leader))
         time.sleep(1)  # one sample a second
     requests = series_sum(probe.metrics(leader), "paci_operator_kube_requests_total") - requests0
     return {
         "steady_seconds": args.steady_seconds,
         "steady_requests_per_second": round(requests / args.steady_seconds, 2),
         "max_queue_depth": int(max(depth)),
+        "leader_rss_mb_by_quarter": [rss[len(rss) * q // 4] for q in range(4)] + [rss[-1]],
         "leader_rss_mb": [rss0[leader], probe.rss_mb(leader)],
         "standby_rss_mb": [rss0[standby], probe.rss_mb(standby)],
         "apiserver_rss_mb": probe.rss_mb("apiserver"),
@@ -204,6 +206,8 @@ def table(r):
             r["steady_seconds"], r["steady_requests_per_second"], r["max_queue_depth"]),
         "| RSS at the start and the end of the hold: leader, standby | %s -> %s MB, %s -> %s MB |" % (
             *r["leader_rss_mb"], *r["standby_rss_mb"]),
+        "| the leader's RSS at each quarter of the hold | %s MB |" % " -> ".join(
+            str(v) for v in r["leader_rss_mb_by_quarter"]),
         "| RSS of the test API server | %s MB |" % r["apiserver_rss_mb"],
         "| SIGKILL of the leader: the standby leads after | %s s |" % r["new_leader_s"],
         "| ... has reconciled every job, queue empty, after | %s s |" % r["caught_up_s"],

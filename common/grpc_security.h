@@ -31,6 +31,13 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
     const TlsFiles& tls);
 
+// A channel to the coordinator for the processes that must find it again
+// soon after it restarts (workers, the operator): gRPC's reconnect backoff
+// starts at 100 ms and is capped at 1 s, not its default 1 s growing to 120 s,
+// so a coordinator back within seconds is reached within about a second.
+std::shared_ptr<grpc::Channel> CreateCoordinatorChannel(
+    const std::string& address, const std::shared_ptr<grpc::ChannelCredentials>& credentials);
+
 // Checks "authorization: Bearer <token>" on a call. An empty `token`
 // accepts every call. UNAUTHENTICATED otherwise (comparison in constant time).
 grpc::Status CheckBearerToken(const grpc::ServerContext& context, const std::string& token);

@@ -186,6 +186,31 @@ absl::Status ValidateModel(const v1::ModelSpec& m) {
                  m.dropout());
 }
 
+// pipeline.max_drift against the schedule and the accumulation.
+absl::Status ValidateDriftLimit(const v1::PipelineSpec& p, ScheduleKind kind) {
+  if (!p.has_max_drift()) return absl::OkStatus();
+  const int D = p.max_drift();
+  RETURN_IF_ERROR(RequireBetween("pipeline.max_drift", D, 0, 4096));
+  const int needed = AccumulationForDriftLimit(p.num_stages(), D);
+  if (kind == ScheduleKind::kPaci && needed == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pipeline.max_drift: 0 with schedule paci needs a single stage (a drift of 0 is the "
+        "flush: use schedule 1f1b-flush), got ", p.num_stages(), " stages"));
+  }
+  const int64_t drift = DriftBound(kind, p.num_stages(), 0, p.accumulation());
+  if (drift <= D) return absl::OkStatus();
+  if (kind == ScheduleKind::kAsyncOneFOneB) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pipeline.max_drift: async-1f1b lets a micro-batch cross P-1 = ", drift,
+        " optimizer steps at stage 0, more than max_drift ", D, "; use schedule paci"));
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "pipeline.max_drift: accumulation ", p.accumulation(), " lets a micro-batch cross ceil(",
+      p.num_stages() - 1, "/", p.accumulation(), ") = ", drift,
+      " optimizer steps at stage 0, more than max_drift ", D,
+      "; use accumulation of at least ", needed, ", or leave it out to have it derived"));
+}
+
 absl::Status ValidatePipeline(const v1::PipelineSpec& p, int num_layers) {
   RETURN_IF_ERROR(RequireBetween("pipeline.num_stages", p.num_stages(), 1, 64));
   if (p.num_stages() > num_layers) {
@@ -198,10 +223,25 @@ absl::Status ValidatePipeline(const v1::PipelineSpec& p, int num_layers) {
     return absl::InvalidArgumentError(
         absl::StrCat("pipeline.schedule: ", kind.status().message()));
   }
+  if (p.accumulation() == 0 && !p.has_max_drift()) {
+    return absl::InvalidArgumentError(
+        "pipeline.accumulation: required (or pipeline.max_drift, from which it is derived)");
+  }
+  // A limit that no accumulation meets is named before the accumulation it left unset.
+  if (p.accumulation() == 0) RETURN_IF_ERROR(ValidateDriftLimit(p, *kind));
   RETURN_IF_ERROR(RequireBetween("pipeline.accumulation", p.accumulation(), 1, 4096));
   RETURN_IF_ERROR(Require(*kind != ScheduleKind::kAsyncOneFOneB || p.accumulation() == 1,
                           "pipeline.accumulation", "1 with schedule async-1f1b",
                           p.accumulation()));
+  RETURN_IF_ERROR(ValidateDriftLimit(p, *kind));
+  const std::string& correction = p.drift_correction();
+  RETURN_IF_ERROR(Require(correction.empty() || correction == "none" ||
+                              correction == "staleness" || correction == "stage-lr",
+                          "pipeline.drift_correction", "none, staleness or stage-lr",
+                          absl::StrCat("\"", correction, "\"")));
+  RETURN_IF_ERROR(Require(correction.empty() || correction == "none" || *kind == ScheduleKind::kPaci,
+                          "pipeline.drift_correction", "none unless schedule is paci",
+                          absl::StrCat("\"", correction, "\"")));
   RETURN_IF_ERROR(RequireBetween("pipeline.micro_batch_size", p.micro_batch_size(), 1, 65536));
   if (!p.partition().empty() && p.partition() != "balanced" && p.partition() != "even") {
     return ParsePartitionBoundaries(p.partition(), num_layers, p.num_stages()).status();
@@ -334,6 +374,20 @@ absl::StatusOr<std::vector<int>> ParsePartitionBoundaries(std::string_view text_
   return bounds;
 }
 
+// The accumulation a drift limit asks for (pipeline.max_drift in job.proto). A
+// schedule that does not parse is left for the validator to name.
+void ApplyDriftLimitDefaults(v1::PipelineSpec* pipeline) {
+  absl::StatusOr<ScheduleKind> kind = ParseScheduleKind(pipeline->schedule());
+  if (!kind.ok()) return;
+  if (*kind == ScheduleKind::kAsyncOneFOneB && pipeline->accumulation() == 0) {
+    pipeline->set_accumulation(1);
+  }
+  if (*kind == ScheduleKind::kPaci && pipeline->accumulation() == 0 && pipeline->has_max_drift()) {
+    pipeline->set_accumulation(
+        AccumulationForDriftLimit(pipeline->num_stages(), pipeline->max_drift()));
+  }
+}
+
 void ApplyJobSpecDefaults(v1::JobSpec* spec) {
   v1::ModelSpec* model = spec->mutable_model();
   if (!model->has_dropout()) model->set_dropout(0);
@@ -342,9 +396,8 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec) {
   v1::PipelineSpec* pipeline = spec->mutable_pipeline();
   if (pipeline->schedule().empty()) pipeline->set_schedule("paci");
   if (pipeline->partition().empty()) pipeline->set_partition("balanced");
-  if (pipeline->schedule() == "async-1f1b" && pipeline->accumulation() == 0) {
-    pipeline->set_accumulation(1);
-  }
+  if (pipeline->drift_correction().empty()) pipeline->set_drift_correction("none");
+  ApplyDriftLimitDefaults(pipeline);
 
   v1::OptimizerSpec* optimizer = spec->mutable_optimizer();
   if (!optimizer->has_beta1()) optimizer->set_beta1(0.9f);
@@ -458,6 +511,13 @@ absl::StatusOr<v1::JobSpec> LoadAndValidateJobSpec(const std::string& path) {
                                             readable.message()));
   }
   return spec;
+}
+
+int64_t DriftLimit(const v1::PipelineSpec& pipeline) {
+  if (pipeline.has_max_drift()) return pipeline.max_drift();
+  absl::StatusOr<ScheduleKind> kind = ParseScheduleKind(pipeline.schedule());
+  if (!kind.ok()) return 0;
+  return DriftBound(*kind, pipeline.num_stages(), 0, pipeline.accumulation());
 }
 
 }  // namespace paci

@@ -52,4 +52,9 @@ std::string StageDevice(const v1::RuntimeSpec& runtime, int stage);
 // spec can be handed to workers that run elsewhere.
 absl::StatusOr<v1::JobSpec> LoadAndValidateJobSpec(const std::string& path);
 
+// The job's drift limit D: pipeline.max_drift when given, else what its
+// schedule and accumulation give (ceil((P-1)/a) for paci, P-1 for async-1f1b,
+// 0 for the flushes). The status, the summary and the alert show this.
+int64_t DriftLimit(const v1::PipelineSpec& pipeline);
+
 }  // namespace paci

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -35,6 +36,7 @@ pipeline:
   accumulation: 2
   micro_batch_size: 8
   partition: "6"
+  drift_correction: none
 optimizer:
   lr: 3e-3
   beta1: 0.8
@@ -326,6 +328,78 @@ TEST(ApplyJobSpecDefaultsTest, AsyncOneFOneBGetsAccumulationOne) {
   spec.mutable_pipeline()->set_schedule("async-1f1b");
   ApplyJobSpecDefaults(&spec);
   EXPECT_EQ(spec.pipeline().accumulation(), 1);
+}
+
+// A spec of P stages from YAML, with `pipeline_extra` in its pipeline, defaults applied.
+v1::JobSpec PipelineSpec(int P, const std::string& pipeline_extra) {
+  const std::string yaml = absl::StrCat(
+      "name: d\nmodel: {vocab_size: 96, num_layers: 16, d_model: 32, num_heads: 4, seq_len: 8}\n"
+      "pipeline: {num_stages: ", P, ", micro_batch_size: 2", pipeline_extra, "}\n"
+      "optimizer: {lr: 1e-3}\ntraining: {steps: 10}\ndata: {corpus_path: x}\n");
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(yaml);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  ApplyJobSpecDefaults(&*spec);
+  return *spec;
+}
+
+TEST(DriftLimitTest, AGivenLimitDerivesTheSmallestAccumulationWithinIt) {
+  for (auto [P, D, a] : {std::tuple{8, 1, 7}, {8, 2, 4}, {8, 3, 3}, {8, 7, 1}, {8, 100, 1},
+                         {4, 1, 3}, {2, 1, 1}, {1, 0, 1}, {16, 2, 8}}) {
+    const v1::JobSpec spec = PipelineSpec(P, absl::StrCat(", max_drift: ", D));
+    SCOPED_TRACE(absl::StrCat("P=", P, " D=", D));
+    EXPECT_EQ(spec.pipeline().accumulation(), a);
+    EXPECT_EQ(spec.pipeline().max_drift(), D);
+    EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  }
+}
+
+TEST(DriftLimitTest, LeftOutItIsWhatTheAccumulationGives) {
+  const auto limit = [](int P, const std::string& extra) {
+    const v1::JobSpec spec = PipelineSpec(P, extra);
+    EXPECT_FALSE(spec.pipeline().has_max_drift()) << "the spec keeps what the user gave";
+    return DriftLimit(spec.pipeline());
+  };
+  EXPECT_EQ(limit(8, ", accumulation: 2"), 4);
+  EXPECT_EQ(limit(8, ", accumulation: 7"), 1);
+  EXPECT_EQ(limit(8, ", accumulation: 2, schedule: 1f1b-flush"), 0);
+  EXPECT_EQ(limit(8, ", schedule: async-1f1b"), 7);
+  EXPECT_EQ(limit(1, ", accumulation: 3"), 0);
+  // Given both, consistent: kept as given (a limit above what a gives is allowed).
+  const v1::JobSpec both = PipelineSpec(8, ", accumulation: 4, max_drift: 3");
+  EXPECT_EQ(both.pipeline().accumulation(), 4);
+  EXPECT_EQ(DriftLimit(both.pipeline()), 3);
+  EXPECT_TRUE(ValidateJobSpec(both).ok()) << ValidateJobSpec(both);
+}
+
+TEST(DriftLimitTest, AContradictionOrAnImpossibleLimitIsRefusedNamingMaxDrift) {
+  EXPECT_EQ(ValidateJobSpec(PipelineSpec(8, ", accumulation: 2, max_drift: 2")).message(),
+            "pipeline.max_drift: accumulation 2 lets a micro-batch cross ceil(7/2) = 4 optimizer "
+            "steps at stage 0, more than max_drift 2; use accumulation of at least 4, or leave it "
+            "out to have it derived");
+  EXPECT_EQ(ValidateJobSpec(PipelineSpec(4, ", max_drift: 0")).message(),
+            "pipeline.max_drift: 0 with schedule paci needs a single stage (a drift of 0 is the "
+            "flush: use schedule 1f1b-flush), got 4 stages");
+  ExpectInvalid(PipelineSpec(4, ", schedule: async-1f1b, max_drift: 2"), "pipeline.max_drift");
+  ExpectInvalid(PipelineSpec(4, ", accumulation: 2, max_drift: -1"), "pipeline.max_drift");
+  ExpectInvalid(PipelineSpec(4, ", accumulation: 2, max_drift: 5000"), "pipeline.max_drift");
+  // The flushes never drift: any limit holds.
+  EXPECT_TRUE(ValidateJobSpec(PipelineSpec(4, ", schedule: 1f1b-flush, accumulation: 4, max_drift: 0")).ok());
+  // Neither given.
+  EXPECT_EQ(ValidateJobSpec(PipelineSpec(4, "")).message(),
+            "pipeline.accumulation: required (or pipeline.max_drift, from which it is derived)");
+}
+
+TEST(DriftCorrectionTest, IsNoneByDefaultOneOfThreeAndOnlyForPaci) {
+  EXPECT_EQ(PipelineSpec(4, ", accumulation: 2").pipeline().drift_correction(), "none");
+  for (const char* correction : {"none", "staleness", "stage-lr"}) {
+    const v1::JobSpec spec =
+        PipelineSpec(4, absl::StrCat(", accumulation: 2, drift_correction: ", correction));
+    EXPECT_TRUE(ValidateJobSpec(spec).ok()) << correction << ": " << ValidateJobSpec(spec);
+  }
+  EXPECT_EQ(ValidateJobSpec(PipelineSpec(4, ", accumulation: 2, drift_correction: magic")).message(),
+            "pipeline.drift_correction: must be none, staleness or stage-lr, got \"magic\"");
+  ExpectInvalid(PipelineSpec(4, ", accumulation: 2, schedule: 1f1b-flush, drift_correction: staleness"),
+                "pipeline.drift_correction");
 }
 
 TEST(ValidateJobSpecTest, AcceptsTheFullAndMinimalSpecs) {

@@ -33,4 +33,11 @@ int64_t DriftBound(ScheduleKind kind, int num_stages, int stage, int accumulatio
   return (overtakers + a - 1) / a;
 }
 
+int AccumulationForDriftLimit(int num_stages, int max_drift) {
+  const int64_t overtakers = int64_t{num_stages} - 1;
+  if (overtakers <= 0) return 1;
+  if (max_drift < 1) return 0;
+  return static_cast<int>((overtakers + max_drift - 1) / max_drift);
+}
+
 }  // namespace paci

@@ -25,4 +25,9 @@ std::string ScheduleKindName(ScheduleKind kind);
 // the flushing ones.
 int64_t DriftBound(ScheduleKind kind, int num_stages, int stage, int accumulation);
 
+// The smallest accumulation a with ceil((P-1)/a) <= max_drift under paci: the
+// accumulation a drift limit D asks for. 1 for one stage; 0 when no a can
+// (D < 1 with more than one stage).
+int AccumulationForDriftLimit(int num_stages, int max_drift);
+
 }  // namespace paci

@@ -60,5 +60,24 @@ TEST(DriftBoundTest, MatchesCeilOfOvertakersOverAccumulationAndZeroForFlushingSc
   }
 }
 
+// The accumulation for a limit D is the smallest a whose drift at stage 0 is within D.
+TEST(AccumulationForDriftLimitTest, IsTheSmallestAccumulationWithinTheLimit) {
+  for (int P : {1, 2, 3, 4, 8, 16, 64}) {
+    for (int D = 1; D <= 64; ++D) {
+      const int a = AccumulationForDriftLimit(P, D);
+      ASSERT_GE(a, 1) << "P=" << P << " D=" << D;
+      EXPECT_LE(DriftBound(ScheduleKind::kPaci, P, 0, a), D) << "P=" << P << " D=" << D;
+      if (a > 1) {
+        EXPECT_GT(DriftBound(ScheduleKind::kPaci, P, 0, a - 1), D) << "P=" << P << " D=" << D;
+      }
+    }
+  }
+  EXPECT_EQ(AccumulationForDriftLimit(8, 1), 7);
+  EXPECT_EQ(AccumulationForDriftLimit(8, 2), 4);
+  EXPECT_EQ(AccumulationForDriftLimit(8, 7), 1);
+  EXPECT_EQ(AccumulationForDriftLimit(1, 0), 1);  // one stage: nothing overtakes
+  EXPECT_EQ(AccumulationForDriftLimit(4, 0), 0);  // a drift of 0 is the flush: no a gives it
+}
+
 }  // namespace
 }  // namespace paci

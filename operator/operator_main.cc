@@ -165,7 +165,7 @@ absl::Status Main(const paci::ShutdownSignal& shutdown) {
                                                    absl::GetFlag(FLAGS_coordinator_tls_key),
                                                    absl::GetFlag(FLAGS_coordinator_tls_ca)}));
   GrpcCoordinatorJobs coordinator(
-      grpc::CreateChannel(absl::GetFlag(FLAGS_coordinator), credentials), token);
+      CreateCoordinatorChannel(absl::GetFlag(FLAGS_coordinator), credentials), token);
 
   ASSIGN_OR_RETURN(ControllerOptions options, ControllerOptionsFromFlags());
 

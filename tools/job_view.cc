@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/job_spec.h"
 #include "worker/model/partition.h"
 
 namespace paci {
@@ -56,6 +57,7 @@ v1::RunSummary SummaryOfJob(const v1::Job& job, double wall_seconds) {
   summary.set_schedule(spec.pipeline().schedule());
   summary.set_num_stages(spec.pipeline().num_stages());
   summary.set_accumulation(spec.pipeline().accumulation());
+  summary.set_drift_limit(DriftLimit(spec.pipeline()));
   summary.set_micro_batch_size(spec.pipeline().micro_batch_size());
   summary.set_seq_len(spec.model().seq_len());
   summary.set_steps(spec.training().steps());
@@ -141,7 +143,9 @@ std::string FormatJobDetails(const v1::Job& job, absl::Time now) {
       "/", s.total_steps(), "\ntrain loss: ",
       Loss(s.train_loss(), s.train_loss_history_size() > 0), "\nval loss:   ",
       Loss(s.validation_loss(), s.validation_loss_history_size() > 0), "\ntokens/s:   ",
-      FormatThousands(static_cast<int64_t>(s.tokens_per_second())), "\nrestarts:   ",
+      FormatThousands(static_cast<int64_t>(s.tokens_per_second())), "\ndrift:      limit ",
+      DriftLimit(job.spec().pipeline()), " (accumulation ", job.spec().pipeline().accumulation(),
+      ")\nrestarts:   ",
       s.restarts(), "\nattempt:    ", s.attempt(), "\ncheckpoint: step ", s.checkpoint_step(),
       "\nage:        ", Age(job, now), "\nconditions:\n");
   for (const auto& c : s.conditions()) {

@@ -62,6 +62,17 @@ TEST(JobViewTest, SummaryCarriesStagesAndIdleFractionAndTheReasonOfAFailure) {
   EXPECT_DOUBLE_EQ(summary.stages(0).idle_fraction(), 0.25);
   EXPECT_DOUBLE_EQ(summary.final_train_loss(), 2.5);
   EXPECT_DOUBLE_EQ(summary.wall_seconds(), 12.5);
+  EXPECT_EQ(summary.drift_limit(), 1);  // ceil((2-1)/2), from the accumulation
+}
+
+TEST(JobViewTest, TheDriftLimitIsShownGivenOrDerived) {
+  v1::Job job = RunningJob(absl::FromUnixSeconds(1000));
+  job.mutable_spec()->mutable_pipeline()->set_num_stages(8);
+  EXPECT_NE(FormatJobDetails(job, absl::FromUnixSeconds(1010)).find("drift:      limit 4 (accumulation 2)"),
+            std::string::npos)
+      << FormatJobDetails(job, absl::FromUnixSeconds(1010));
+  job.mutable_spec()->mutable_pipeline()->set_max_drift(5);
+  EXPECT_EQ(SummaryOfJob(job, 1).drift_limit(), 5);
 }
 
 TEST(JobViewTest, TableHasOneRowPerJob) {

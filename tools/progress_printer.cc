@@ -54,6 +54,7 @@ std::string FormatSummaryTable(const v1::RunSummary& s) {
   absl::StrAppendFormat(&out, "%-18s %s\n", "schedule", s.schedule());
   absl::StrAppendFormat(&out, "%-18s %d\n", "stages (P)", s.num_stages());
   absl::StrAppendFormat(&out, "%-18s %d\n", "accumulation (a)", s.accumulation());
+  absl::StrAppendFormat(&out, "%-18s %d\n", "drift limit (D)", s.drift_limit());
   absl::StrAppendFormat(&out, "%-18s %d/%d\n", "steps", s.steps_completed(), s.steps());
   absl::StrAppendFormat(&out, "%-18s %s\n", "final train loss",
                         s.train_loss().empty() ? "-" : absl::StrFormat("%.4f", s.final_train_loss()));

@@ -68,6 +68,7 @@ TEST(FormatSummaryTableTest, ShowsTheRunAndOneRowPerStage) {
   summary.set_schedule("paci");
   summary.set_num_stages(2);
   summary.set_accumulation(2);
+  summary.set_drift_limit(1);
   summary.set_steps(300);
   summary.set_steps_completed(300);
   summary.add_train_loss()->set_loss(2.1);
@@ -89,6 +90,7 @@ TEST(FormatSummaryTableTest, ShowsTheRunAndOneRowPerStage) {
   EXPECT_THAT(table, HasSubstr("schedule           paci\n"));
   EXPECT_THAT(table, HasSubstr("stages (P)         2\n"));
   EXPECT_THAT(table, HasSubstr("accumulation (a)   2\n"));
+  EXPECT_THAT(table, HasSubstr("drift limit (D)    1\n"));
   EXPECT_THAT(table, HasSubstr("steps              300/300\n"));
   EXPECT_THAT(table, HasSubstr("final train loss   2.1000\n"));
   EXPECT_THAT(table, HasSubstr("final val loss     -\n"));

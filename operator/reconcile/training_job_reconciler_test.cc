@@ -120,6 +120,33 @@ TEST(TrainingJobReconcilerTest, NewJobGetsFinalizerPodsServiceAndIsSubmitted) {
   EXPECT_TRUE(actions.requeue_after.has_value());
 }
 
+// spec.pipeline.maxDrift alone: the submitted spec carries the accumulation derived from
+// it; the status shows the limit and that accumulation. A contradiction fails the job.
+TEST(TrainingJobReconcilerTest, ADriftLimitDerivesTheAccumulationAndIsShownInTheStatus) {
+  json job = Job(4);
+  job["spec"]["pipeline"].erase("accumulation");
+  job["spec"]["pipeline"]["maxDrift"] = 1;
+  ReconcileActions actions = ReconcileTrainingJob(World(job), ReconcilerOptions{});
+  ASSERT_TRUE(actions.submit.has_value());
+  EXPECT_EQ(actions.submit->pipeline().accumulation(), 3);
+  EXPECT_EQ(actions.submit->pipeline().max_drift(), 1);
+
+  ObservedWorld world = Observed("Running", v1::RUNNING);
+  *world.coordinator_job->mutable_spec() = *actions.submit;
+  ReconcileActions running = ReconcileTrainingJob(world, ReconcilerOptions{});
+  ASSERT_TRUE(running.status.has_value());
+  EXPECT_EQ((*running.status)["driftLimit"], 1);
+  EXPECT_EQ((*running.status)["accumulation"], 3);
+
+  job["spec"]["pipeline"]["accumulation"] = 1;
+  ReconcileActions refused = ReconcileTrainingJob(World(job), ReconcilerOptions{});
+  EXPECT_FALSE(refused.submit.has_value());
+  ASSERT_TRUE(refused.status.has_value());
+  EXPECT_EQ((*refused.status)["phase"], "Failed");
+  EXPECT_THAT((*refused.status)["message"].get<std::string>(),
+              HasSubstr("pipeline.max_drift: accumulation 1 lets a micro-batch cross ceil(3/1) = 3"));
+}
+
 TEST(TrainingJobReconcilerTest, WorkerPodsCarryOwnerSelectorAndDownwardApi) {
   ReconcilerOptions options;
   options.worker_coordinator_address = "coord:7070";

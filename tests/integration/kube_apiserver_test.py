@@ -158,7 +158,7 @@ class KubeApiServerTest(unittest.TestCase):
         # loss to 4 decimals, whole tokens/s). The secondary columns have priority 1:
         # kubectl shows them with -o wide only.
         current = self.ok("GET", TJ_PATH + "/kjv-tiny")
-        current["status"] = {"phase": "Running", "step": 42, "trainLoss": 2.8258, "maxDrift": 1,
+        current["status"] = {"phase": "Running", "step": 42, "trainLoss": 2.8258, "maxDrift": 1, "driftLimit": 1,
                              "tokensPerSecond": 71891}
         self.ok("PUT", TJ_PATH + "/kjv-tiny/status", current)
         table = self.kubectl("get", "trainingjobs")
@@ -168,9 +168,9 @@ class KubeApiServerTest(unittest.TestCase):
         self.assertRegex(row, r"^kjv-tiny\s+Running\s+42\s+2\.8258\s+\d+s$")
         self.assertIn("kjv-small", table)
         wide = self.kubectl("get", "trainingjobs", "-o", "wide").splitlines()
-        self.assertEqual(wide[0].split(), ["NAME", "PHASE", "STEP", "LOSS", "MAX-DRIFT", "TOKENS/S", "AGE"])
+        self.assertEqual(wide[0].split(), ["NAME", "PHASE", "STEP", "LOSS", "MAX-DRIFT", "DRIFT-LIMIT", "TOKENS/S", "AGE"])
         row = next(line for line in wide if line.startswith("kjv-tiny"))
-        self.assertRegex(row, r"^kjv-tiny\s+Running\s+42\s+2\.8258\s+1\s+71891\s+\d+s$")
+        self.assertRegex(row, r"^kjv-tiny\s+Running\s+42\s+2\.8258\s+1\s+1\s+71891\s+\d+s$")
         self.assertIn("kjv-tiny", self.kubectl("get", "ptj", "-A"))
 
         tiny = json.loads(self.kubectl("get", "trainingjob", "kjv-tiny", "-o", "json"))
@@ -468,7 +468,7 @@ class KubeApiServerTest(unittest.TestCase):
         self.assertEqual((code, table["kind"]), (200, "Table"))
         self.assertEqual([(c["name"], c["priority"]) for c in table["columnDefinitions"]],
                          [("Name", 0), ("Phase", 0), ("Step", 0), ("Loss", 0), ("Max-Drift", 1),
-                          ("Tokens/s", 1), ("Age", 0)])
+                          ("Drift-Limit", 1), ("Tokens/s", 1), ("Age", 0)])
         groups = self.ok("GET", "/apis")["groups"]
         self.assertIn("paci.dev", [g["name"] for g in groups])
         resources = self.ok("GET", "/apis/paci.dev/v1alpha1")["resources"]

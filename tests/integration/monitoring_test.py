@@ -43,6 +43,7 @@ HEALTH_DASHBOARD = os.path.join(DEPLOY, "grafana", "dashboards", "paci-health.js
 WORKER_METRICS = {
     "paci_weight_drift_steps": {"training_job", "stage"},
     "paci_weight_drift_bound_steps": {"training_job", "stage"},
+    "paci_weight_drift_limit_steps": {"training_job", "stage"},
     "paci_optimizer_steps_total": {"training_job", "stage"},
     "paci_microbatches_total": {"training_job", "stage", "pass"},
     "paci_stage_busy_seconds_total": {"training_job", "stage"},

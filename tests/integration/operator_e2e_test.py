@@ -192,8 +192,11 @@ class OperatorEndToEnd(unittest.TestCase):
         wide = self.kubectl("get", "trainingjobs", "-o", "wide").stdout
         header, row = wide.splitlines()[0], next(line for line in wide.splitlines()
                                                  if line.startswith("kjv-tiny"))
-        self.assertEqual(header.split(), ["NAME", "PHASE", "STEP", "LOSS", "MAX-DRIFT", "TOKENS/S", "AGE"])
-        self.assertRegex(row.split()[5], r"^\d+$")
+        self.assertEqual(header.split(), ["NAME", "PHASE", "STEP", "LOSS", "MAX-DRIFT", "DRIFT-LIMIT",
+                                          "TOKENS/S", "AGE"])
+        # The example: 2 stages, a = 2, so the drift limit ceil(1/2) = 1; whole tokens/s.
+        self.assertEqual(row.split()[5], "1")
+        self.assertRegex(row.split()[6], r"^\d+$")
         print("$ kubectl get trainingjobs -o wide\n" + wide)
 
         events = json.loads(self.kubectl("get", "events", "-o", "json").stdout)["items"]

@@ -5,14 +5,15 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/grpc_security.h"
 
 namespace paci {
 
 WorkerAgent::WorkerAgent(const WorkerAgentOptions& options, StageLinkService& links,
                          prometheus::Registry& registry)
     : options_(options), links_(links), registry_(registry) {
-  stub_ = v1::WorkerGateway::NewStub(grpc::CreateChannel(options_.coordinator,
-                                                         options_.credentials));
+  stub_ = v1::WorkerGateway::NewStub(
+      CreateCoordinatorChannel(options_.coordinator, options_.credentials));
 }
 
 WorkerAgent::~WorkerAgent() {

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/job_spec.h"
 #include "common/run_id.h"
 #include "common/schedule_kind.h"
 #include "common/status_macros.h"
@@ -109,7 +110,8 @@ absl::Status StageHost::Train() {
   auto inbox = std::make_shared<Inbox>(64);
   links_.Attach(expect, inbox);
   StageMetrics metrics(registry_, spec.name(), stage, P,
-                       DriftBound(*kind, P, stage, spec.pipeline().accumulation()));
+                       DriftBound(*kind, P, stage, spec.pipeline().accumulation()),
+                       DriftLimit(spec.pipeline()));
   const std::unique_ptr<PeerSender> previous = OpenLink(stage - 1, inbox);
   const std::unique_ptr<PeerSender> next = OpenLink(stage + 1, inbox);
   std::unique_ptr<SpanRecorder> spans;

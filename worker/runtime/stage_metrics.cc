@@ -35,12 +35,12 @@ constexpr char kBytesSent[] = "Tensor bytes sent to the neighbouring stages";
 }  // namespace
 
 StageMetrics::StageMetrics(prometheus::Registry& r, const std::string& training_job, int stage,
-                           int num_stages, int64_t drift_bound)
+                           int num_stages, int64_t drift_bound, int64_t drift_limit)
     : StageMetrics(r, Labels{{"training_job", training_job}, {"stage", std::to_string(stage)}},
-                   num_stages, drift_bound) {}
+                   num_stages, drift_bound, drift_limit) {}
 
 StageMetrics::StageMetrics(prometheus::Registry& r, const Labels& l, int num_stages,
-                           int64_t drift_bound)
+                           int64_t drift_bound, int64_t drift_limit)
     : drift_(prometheus::BuildHistogram()
                  .Name("paci_weight_drift_steps")
                  .Help("Optimizer steps a micro-batch crossed between its forward and backward")
@@ -48,6 +48,8 @@ StageMetrics::StageMetrics(prometheus::Registry& r, const Labels& l, int num_sta
                  .Add(l, DriftBuckets(num_stages))),
       drift_bound_(AddGauge(r, "paci_weight_drift_bound_steps",
                             "The configured drift bound ceil((P-1-s)/a) of this stage", l)),
+      drift_limit_(AddGauge(r, "paci_weight_drift_limit_steps",
+                            "The job's drift limit D (pipeline.max_drift, or what a gives)", l)),
       forward_(AddCounter(r, "paci_microbatches_total", kMicroBatches, With(l, "pass", "forward"))),
       backward_(AddCounter(r, "paci_microbatches_total", kMicroBatches, With(l, "pass", "backward"))),
       tokens_(AddCounter(r, "paci_tokens_total", "Tokens through backward at this stage", l)),
@@ -64,6 +66,7 @@ StageMetrics::StageMetrics(prometheus::Registry& r, const Labels& l, int num_sta
       checkpoints_(AddCounter(r, "paci_checkpoints_written_total",
                               "Checkpoint shards written by this stage", l)) {
   drift_bound_.Set(static_cast<double>(drift_bound));
+  drift_limit_.Set(static_cast<double>(drift_limit));
 }
 
 }  // namespace paci

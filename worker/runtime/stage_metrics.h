@@ -18,8 +18,10 @@ namespace paci {
 // Thread-safe (prometheus-cpp metrics are).
 class StageMetrics {
  public:
+  // drift_bound: this stage's ceil((P-1-s)/a); drift_limit: the job's D
+  // (pipeline.max_drift, or what a gives), the same on every stage.
   StageMetrics(prometheus::Registry& registry, const std::string& training_job, int stage,
-               int num_stages, int64_t drift_bound);
+               int num_stages, int64_t drift_bound, int64_t drift_limit);
 
   void ObserveDrift(int64_t drift) { drift_.Observe(static_cast<double>(drift)); }
   void AddForward() { forward_.Increment(); }
@@ -37,10 +39,11 @@ class StageMetrics {
 
  private:
   StageMetrics(prometheus::Registry& registry, const std::map<std::string, std::string>& labels,
-               int num_stages, int64_t drift_bound);
+               int num_stages, int64_t drift_bound, int64_t drift_limit);
 
   prometheus::Histogram& drift_;
   prometheus::Gauge& drift_bound_;
+  prometheus::Gauge& drift_limit_;
   prometheus::Counter& forward_;
   prometheus::Counter& backward_;
   prometheus::Counter& tokens_;

@@ -2,12 +2,15 @@
 
 #include <sys/resource.h>
 
+#include <cmath>
+
 #include <glog/logging.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/job_spec.h"
+#include "common/schedule_kind.h"
 #include "common/status_macros.h"
 #include "worker/model/partition.h"
 #include "worker/runtime/checkpoint.h"
@@ -56,6 +59,13 @@ StageRuntime::StageRuntime(const v1::JobSpec& spec, int stage, const Corpus* cor
   lr_.total_steps = spec.training().steps();
   lr_.warmup_fraction = spec.optimizer().warmup_fraction();
   lr_.min_lr_ratio = spec.optimizer().min_lr_ratio();
+  const std::string& correction = spec.pipeline().drift_correction();
+  staleness_correction_ = correction == "staleness";
+  if (correction == "stage-lr") {
+    const int64_t bound = DriftBound(ScheduleKind::kPaci, num_stages_, stage_,
+                                     spec.pipeline().accumulation());
+    lr_factor_ = 1.0 / std::sqrt(1.0 + static_cast<double>(bound));
+  }
   absl::MutexLock lock(&mu_);
   report_.set_job_name(spec_.name());
   report_.set_stage(stage_);
@@ -363,6 +373,13 @@ absl::Status StageRuntime::Forward() {
   return absl::OkStatus();
 }
 
+void StageRuntime::ScaleGradients(double factor) {
+  torch::NoGradGuard no_grad;
+  for (const auto& [name, parameter] : optimizer_->parameters()) {
+    if (parameter.grad().defined()) parameter.grad().mul_(factor);
+  }
+}
+
 absl::Status StageRuntime::Backward() {
   uint64_t id = scheduler_->oldest_in_flight();
   torch::Tensor grad;
@@ -374,6 +391,12 @@ absl::Status StageRuntime::Backward() {
   ASSIGN_OR_RETURN(BackwardResult result, scheduler_->OnBackward(id));
   Pending p = std::move(pending_.front());
   pending_.pop_front();
+  // pipeline.drift_correction "staleness": this micro-batch's share of the stage's gradient
+  // is weighted 1/(1+drift). The sum so far is divided by the weight before the backward
+  // and all of it multiplied after: G + w g, with no copy of G.
+  const double weight =
+      staleness_correction_ ? 1.0 / (1.0 + static_cast<double>(result.drift)) : 1.0;
+  if (weight != 1.0) ScaleGradients(1.0 / weight);
   if (last_) {
     const torch::Tensor loss = p.output.detach().to(torch::kDouble);
     step_loss_sum_ = step_loss_sum_.defined() ? step_loss_sum_ + loss : loss;
@@ -381,6 +404,7 @@ absl::Status StageRuntime::Backward() {
   } else {
     p.output.backward(grad);
   }
+  if (weight != 1.0) ScaleGradients(weight);
   Mark(v1::Span::BACKWARD, id);
   if (!first_) {
     torch::Tensor input_grad = p.input.grad();
@@ -393,7 +417,7 @@ absl::Status StageRuntime::Backward() {
   std::optional<double> step_loss;
   if (result.step_now) {
     const int64_t step = scheduler_->version();  // already advanced
-    optimizer_->Step(LearningRateAt(lr_, step - 1));
+    optimizer_->Step(LearningRateAt(lr_, step - 1) * lr_factor_);
     optimizer_->ZeroGrad();
     if (last_) {  // the one read of the step, after all of its work is queued
       step_loss = step_loss_sum_.item<double>() / scheduler_->accumulation();

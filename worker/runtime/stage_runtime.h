@@ -99,6 +99,8 @@ class StageRuntime {
   void Mark(v1::Span::Kind kind, std::optional<uint64_t> micro_batch_id = std::nullopt,
             std::optional<int64_t> step = std::nullopt);
   double SecondsSinceStart() const;
+  // Multiplies every defined gradient of this stage's parameters by `factor`.
+  void ScaleGradients(double factor);
   // Inputs and targets [B, T] of the windows, on the stage's device.
   std::pair<torch::Tensor, torch::Tensor> Tokens(const std::vector<int32_t>& windows) const;
   // A host tensor on the stage's device. To a GPU from page-locked memory,
@@ -125,6 +127,10 @@ class StageRuntime {
   SpanRecorder* spans_;
   const std::string link_id_;
   LrScheduleOptions lr_;
+  // pipeline.drift_correction: "staleness" weights each backward's gradient by
+  // 1/(1+drift); "stage-lr" multiplies this stage's learning rate by lr_factor_.
+  bool staleness_correction_ = false;
+  double lr_factor_ = 1.0;
   std::unique_ptr<StageScheduler> scheduler_;
   StagePlacement placement_;
   bool nccl_previous_wanted_ = false, nccl_next_wanted_ = false;

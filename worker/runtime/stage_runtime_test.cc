@@ -34,11 +34,12 @@ constexpr int kMicroBatches = kSteps * kAccumulation;
 constexpr int kEvalBatches = 2;  // at steps 2 and 4
 constexpr char kLinkId[] = "runtime-test/0";
 
-v1::JobSpec Spec(int num_stages) {
+v1::JobSpec Spec(int num_stages, const std::string& drift_correction = "none") {
   absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(absl::StrCat(R"(
 name: runtime-test
 model: {vocab_size: 80, num_layers: 2, d_model: 16, num_heads: 2, seq_len: 16}
-pipeline: {num_stages: )", num_stages, R"(, schedule: paci, accumulation: 2, micro_batch_size: 2}
+pipeline: {num_stages: )", num_stages, R"(, schedule: paci, accumulation: 2, micro_batch_size: 2,
+           drift_correction: )", drift_correction, R"(}
 optimizer: {lr: 3e-3}
 training: {steps: 4, eval_interval: 2, eval_micro_batches: 2}
 runtime: {threads_per_stage: 1}
@@ -106,11 +107,13 @@ v1::TensorFrame Frame(v1::TensorFrame::Kind kind, int from, uint64_t micro_batch
 // One stage of Spec(num_stages) and what it works with; `previous` and `next`
 // stand for the neighbours it has.
 struct Stage {
-  Stage(int num_stages, int stage, FrameSender* previous, FrameSender* next)
-      : spec(Spec(num_stages)),
+  Stage(int num_stages, int stage, FrameSender* previous, FrameSender* next,
+        const std::string& drift_correction = "none")
+      : spec(Spec(num_stages, drift_correction)),
         inbox(64),
         metrics(registry, spec.name(), stage, num_stages,
-                DriftBound(ScheduleKind::kPaci, num_stages, stage, kAccumulation)),
+                DriftBound(ScheduleKind::kPaci, num_stages, stage, kAccumulation),
+                DriftBound(ScheduleKind::kPaci, num_stages, 0, kAccumulation)),
         spans(1000) {
     if (stage == 0 || stage == num_stages - 1) {
       CorpusOptions options;
@@ -196,6 +199,59 @@ TEST(StageRuntimeTest, FirstStageSendsActivationsAndTakesGradientsOverAFakeLink)
   EXPECT_EQ(report.backward_micro_batches(), kMicroBatches);
   EXPECT_TRUE(report.train_loss().empty());  // the last stage's to report
   EXPECT_GT(report.bytes_sent(), 0);
+}
+
+// Stage 0 of 2 against a next stage that answers each activation only when the next one
+// arrives (as a real, busy stage 1 does), and at once for the last before each evaluation
+// (micro-batches 3 and 7), which drains the pipe: a deterministic order in which some
+// micro-batches cross a step (drift 1, the bound) and others none. The activations it sends
+// show its weights; returns them with the drift seen.
+std::pair<std::vector<std::string>, int64_t> FirstStageActivations(const std::string& correction) {
+  Inbox* inbox = nullptr;
+  std::optional<v1::TensorFrame> held;
+  FakeLink next([&inbox, &held](const v1::TensorFrame& frame) {
+    if (frame.kind() != v1::TensorFrame::ACTIVATION) return;
+    const auto answer = [&inbox](v1::TensorFrame gradient) {
+      gradient.set_kind(v1::TensorFrame::GRADIENT);
+      gradient.set_from_stage(1);
+      inbox->Push(Inbox::From::kNext, std::move(gradient));
+    };
+    if (held) answer(*std::exchange(held, std::nullopt));
+    if (frame.micro_batch_id() % 4 == 3) {
+      answer(frame);
+    } else {
+      held = frame;
+    }
+  });
+  Stage stage(/*num_stages=*/2, /*stage=*/0, nullptr, &next, correction);
+  inbox = &stage.inbox;
+  const v1::StageReport report = stage.Train();
+  std::vector<std::string> activations;
+  for (const v1::TensorFrame& frame : next.frames) {
+    if (frame.kind() == v1::TensorFrame::ACTIVATION) activations.push_back(frame.data());
+  }
+  return {activations, report.drift_max()};
+}
+
+// pipeline.drift_correction changes the updates, not the schedule: the same run twice is
+// the same; staleness (1/(1+drift) per micro-batch) and stage-lr (lr / sqrt(1 + bound))
+// each give other weights after the first step, and the drift stays within the bound.
+TEST(StageRuntimeTest, DriftCorrectionsChangeTheUpdatesNotTheSchedule) {
+  const auto [plain, plain_drift] = FirstStageActivations("none");
+  const auto [again, again_drift] = FirstStageActivations("none");
+  const auto [staleness, staleness_drift] = FirstStageActivations("staleness");
+  const auto [stage_lr, stage_lr_drift] = FirstStageActivations("stage-lr");
+  ASSERT_EQ(plain.size(), static_cast<size_t>(kMicroBatches));
+  EXPECT_EQ(plain, again);
+  EXPECT_EQ(plain_drift, 1);
+  EXPECT_EQ(staleness_drift, 1);
+  EXPECT_EQ(stage_lr_drift, 1);
+  // Micro-batches 0 and 1 are forwarded before any step: the same in every run.
+  EXPECT_EQ(staleness[0], plain[0]);
+  EXPECT_EQ(stage_lr[1], plain[1]);
+  EXPECT_NE(staleness.back(), plain.back());
+  EXPECT_NE(stage_lr.back(), plain.back());
+  EXPECT_NE(staleness.back(), stage_lr.back());
 }
 
 TEST(StageRuntimeTest, LastStageComputesTheLossFromAFakeFirstStage) {
