@@ -18,7 +18,7 @@ backward and optimizer costs measured in the flush run's own trace. Steps to a
 target times simulated seconds per step gives the projected time to target;
 targets are the flush's validation loss at 75% and at 100% of its steps.
 
-Writes --out/drift_depth.{md,json}.
+Writes --out/drift_depth_d<D>.{md,json} (_seed<S> added for another --seed).
   /usr/bin/python3 bench/drift_depth.py [--steps 400] [--stages 4,8] [--corpora data/kjv.txt,data/fortunes.txt]
 Needs a built tree, data/kjv.txt (scripts/kjv-corpus.sh) and data/fortunes.txt
 (scripts/fortunes-corpus.sh).
@@ -42,7 +42,7 @@ model: {{vocab_size: {vocab}, num_layers: {layers}, d_model: {d_model}, num_head
 pipeline: {{num_stages: {P}, schedule: {schedule}, accumulation: {a}, micro_batch_size: {mbs}, drift_correction: {correction}}}
 optimizer: {{lr: {lr}, warmup_fraction: 0.05}}
 training: {{steps: {steps}, eval_interval: {eval_interval}, eval_micro_batches: {eval_mb}}}
-data: {{corpus_path: {corpus}, seed: 1}}
+data: {{corpus_path: {corpus}, seed: {seed}}}
 runtime: {{trace_max_spans: {spans}}}
 """
 
@@ -60,6 +60,10 @@ def parse_args():
     parser.add_argument("--global_batch", type=int, default=24, help="sequences per optimizer step")
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--eval_interval", type=int, default=25)
+    parser.add_argument("--seed", type=int, default=1, help="data.seed: which sample each micro-batch gets")
+    parser.add_argument("--paci_steps_factor", type=float, default=1.5,
+                        help="the paci runs train this many times the flush's steps (their own "
+                             "cosine schedule), so that they can reach the flush's final loss")
     parser.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
     args = parser.parse_args()
     args.pacictl = os.path.join(args.build, "tools", "pacictl")
@@ -70,15 +74,17 @@ def parse_args():
 def train(args, workdir, corpus, P, schedule, a, correction):
     """One run through pacictl train: its summary and trace path."""
     mbs = max(1, args.global_batch // a)
+    steps = args.steps if schedule != "paci" else int(round(args.steps * args.paci_steps_factor))
     tag = "%s-p%d-%s-a%d-%s" % (os.path.basename(corpus).split(".")[0], P, schedule, a, correction)
     spec = os.path.join(workdir, tag + ".yaml")
     with open(spec, "w") as f:
         f.write(SPEC.format(tag=tag, vocab=256, layers=P, d_model=args.d_model, seq_len=args.seq_len,
                             P=P, schedule=schedule, a=a, mbs=mbs,
                             correction=correction if schedule == "paci" else "none",
-                            lr=args.lr, steps=args.steps, eval_interval=args.eval_interval,
+                            lr=args.lr, steps=steps, eval_interval=args.eval_interval,
                             eval_mb=max(1, 16 // mbs), corpus=os.path.abspath(corpus),
-                            spans=20000 if schedule != "paci" or correction == "none" else 0))
+                            spans=20000 if schedule != "paci" or correction == "none" else 0,
+                            seed=args.seed))
     sc.log("running %s ..." % tag)
     summary_path, trace_path = spec + ".summary.json", spec + ".trace.json"
     proc = sc.subprocess.run([args.pacictl, "train", spec, "--summary=" + summary_path,
@@ -96,9 +102,11 @@ def train(args, workdir, corpus, P, schedule, a, correction):
 def seconds_per_step(args, run, costs):
     """Simulated seconds per optimizer step of `run`'s schedule with the measured costs."""
     sim_args = types.SimpleNamespace(simulator=args.simulator, seq_len=args.seq_len)
-    result = sc.simulate(sim_args, run["P"], run["schedule"], run["a"], 50, costs["stages"],
+    stages = [dict(c, eval_forward=0.0) for c in costs["stages"]]  # training steps only
+    steps = 100
+    result = sc.simulate(sim_args, run["P"], run["schedule"], run["a"], steps, stages,
                          costs["link_latency"], mbs=run["micro_batch_size"])
-    return result["seconds"] / 50
+    return result["seconds"] / steps
 
 
 def steps_to(points, target):
@@ -153,12 +161,15 @@ def table(args, rows):
             cell(r["speedup_75"], "%.2fx"), cell(r["steps_to_100"], "%d"),
             cell(r["time_to_100"], "%.1f s"), cell(r["speedup_100"], "%.2fx")))
     lines.append("")
-    lines.append("%d steps, global batch %d sequences of %d tokens, d_model %d, P layers, lr %g; paci "
-                 "with max_drift %d (a = ceil((P-1)/D)), the flush with m = a. Losses measured (real "
+    lines.append("The flush trains %d steps, paci %d (its own warm-up and cosine over them, so that it "
+                 "can reach the flush's final loss); global batch %d sequences of %d tokens, d_model %d, "
+                 "P layers, lr %g; paci with max_drift %d (a = ceil((P-1)/D)), the flush with m = a. "
+                 "\"final val loss\" and \"vs flush\" compare each run's last evaluation. Losses measured (real "
                  "processes, oversubscribed); times projected by the simulator from the flush run's "
                  "measured per-stage costs (they include the oversubscription, so the absolute "
                  "seconds are this machine's, the ratios the schedules')." % (
-                     args.steps, args.global_batch, args.seq_len, args.d_model, args.max_drift, args.lr))
+                     args.steps, int(round(args.steps * args.paci_steps_factor)), args.global_batch,
+                     args.seq_len, args.d_model, args.lr, args.max_drift))
     return "\n".join(lines)
 
 
@@ -177,7 +188,9 @@ def main():
                     runs.append(train(args, workdir, corpus, P, "paci", a, correction))
         rows = analyse(args, runs)
     text = table(args, rows)
-    write_result(args.out, "drift_depth", dict(rows=rows, steps=args.steps), text)
+    name = "drift_depth_d%d" % args.max_drift + ("" if args.seed == 1 else "_seed%d" % args.seed)
+    write_result(args.out, name, dict(rows=rows, steps=args.steps, max_drift=args.max_drift,
+                                      seed=args.seed), text)
     print(text)
 
 
