@@ -260,20 +260,45 @@ absl::Status ValidateOptimizer(const v1::OptimizerSpec& o) {
   RETURN_IF_ERROR(Require(o.weight_decay() >= 0 && std::isfinite(o.weight_decay()),
                           "optimizer.weight_decay", "a number >= 0", o.weight_decay()));
   RETURN_IF_ERROR(RequireBetween("optimizer.warmup_fraction", o.warmup_fraction(), 0.0f, 1.0f));
-  return RequireBetween("optimizer.min_lr_ratio", o.min_lr_ratio(), 0.0f, 1.0f);
+  RETURN_IF_ERROR(RequireBetween("optimizer.min_lr_ratio", o.min_lr_ratio(), 0.0f, 1.0f));
+  return Require(o.clip_norm() >= 0 && std::isfinite(o.clip_norm()), "optimizer.clip_norm",
+                 "a number >= 0 (0: no clipping)", o.clip_norm());
 }
 
 absl::Status ValidateTraining(const v1::TrainingSpec& t) {
   RETURN_IF_ERROR(RequireBetween<int64_t>("training.steps", t.steps(), 1, 1000000000));
   RETURN_IF_ERROR(Require(t.eval_interval() >= 1, "training.eval_interval", "at least 1",
                           t.eval_interval()));
-  return RequireBetween("training.eval_micro_batches", t.eval_micro_batches(), 1, 10000);
+  RETURN_IF_ERROR(
+      RequireBetween("training.eval_micro_batches", t.eval_micro_batches(), 1, 10000));
+  return RequireBetween("training.max_nonfinite_steps", t.max_nonfinite_steps(), 1, 1000000);
 }
 
 absl::Status ValidateData(const v1::DataSpec& d) {
-  if (d.corpus_path().empty()) {
-    return absl::InvalidArgumentError("data.corpus_path: must name the training text, got \"\"");
+  const bool text = !d.corpus_path().empty();
+  if (text == !d.dataset().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.corpus_path: exactly one of data.corpus_path (a UTF-8 text) and data.dataset (a "
+        "folder made by pacictl prepare-data) must be set, got ",
+        text ? "both" : "neither"));
   }
+  const std::string& tokenizer = d.tokenizer();
+  RETURN_IF_ERROR(Require(tokenizer.empty() || tokenizer == "char" || tokenizer == "sentencepiece",
+                          "data.tokenizer", "\"char\" or \"sentencepiece\"",
+                          absl::StrCat("\"", tokenizer, "\"")));
+  if (text && tokenizer == "sentencepiece" && d.tokenizer_model().empty()) {
+    return absl::InvalidArgumentError(
+        "data.tokenizer_model: must name a SentencePiece .model file when data.tokenizer is "
+        "\"sentencepiece\", got \"\"");
+  }
+  if (!d.tokenizer_model().empty() && !(text && tokenizer == "sentencepiece")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.tokenizer_model: only with data.corpus_path and data.tokenizer \"sentencepiece\" "
+        "(a dataset carries its own tokenizer), got \"", d.tokenizer_model(), "\""));
+  }
+  RETURN_IF_ERROR(Require(d.validation_shards() >= 0 && (!text || d.validation_shards() == 0),
+                          "data.validation_shards", "at least 0, and 0 without data.dataset",
+                          d.validation_shards()));
   return Require(d.validation_fraction() > 0 && d.validation_fraction() <= 0.5f,
                  "data.validation_fraction", "in (0, 0.5]", d.validation_fraction());
 }
@@ -288,6 +313,14 @@ absl::Status ValidateCheckpoint(const v1::CheckpointSpec& c) {
   return absl::OkStatus();
 }
 
+// `path` made absolute against the current directory, so that the spec can be
+// handed to workers that run elsewhere.
+std::string MakeAbsolute(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::path absolute = std::filesystem::absolute(path, ec);
+  return ec ? path : absolute.lexically_normal().string();
+}
+
 // Whether `path` is a regular file this process can open for reading.
 absl::Status CheckReadableFile(const std::string& path) {
   std::error_code ec;
@@ -299,6 +332,30 @@ absl::Status CheckReadableFile(const std::string& path) {
   std::FILE* file = std::fopen(path.c_str(), "rb");
   if (file == nullptr) return absl::NotFoundError(std::strerror(errno));
   std::fclose(file);
+  return absl::OkStatus();
+}
+
+// Makes the data paths absolute and checks that they can be read: NotFound
+// "<field>: cannot read <path>: <reason>". A dataset is a folder that holds a
+// `tokenizer` file.
+absl::Status ResolveDataPaths(v1::DataSpec* data) {
+  const auto readable = [](const char* field, const std::string& path) -> absl::Status {
+    absl::Status status = CheckReadableFile(path);
+    if (status.ok()) return status;
+    return absl::NotFoundError(absl::StrCat(field, ": cannot read ", path, ": ", status.message()));
+  };
+  if (!data->corpus_path().empty()) {
+    data->set_corpus_path(MakeAbsolute(data->corpus_path()));
+    RETURN_IF_ERROR(readable("data.corpus_path", data->corpus_path()));
+  }
+  if (!data->dataset().empty()) {
+    data->set_dataset(MakeAbsolute(data->dataset()));
+    RETURN_IF_ERROR(readable("data.dataset", data->dataset() + "/tokenizer"));
+  }
+  if (!data->tokenizer_model().empty()) {
+    data->set_tokenizer_model(MakeAbsolute(data->tokenizer_model()));
+    RETURN_IF_ERROR(readable("data.tokenizer_model", data->tokenizer_model()));
+  }
   return absl::OkStatus();
 }
 
@@ -413,10 +470,12 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec) {
         training->steps() / 10, 1, std::numeric_limits<int32_t>::max())));
   }
   if (!training->has_eval_micro_batches()) training->set_eval_micro_batches(4);
+  if (!training->has_max_nonfinite_steps()) training->set_max_nonfinite_steps(10);
 
   v1::DataSpec* data = spec->mutable_data();
   if (!data->has_validation_fraction()) data->set_validation_fraction(0.05f);
   if (!data->has_seed()) data->set_seed(1);
+  if (!data->corpus_path().empty() && data->tokenizer().empty()) data->set_tokenizer("char");
 
   v1::RuntimeSpec* runtime = spec->mutable_runtime();
   if (!runtime->has_threads_per_stage()) runtime->set_threads_per_stage(1);
@@ -495,21 +554,14 @@ absl::StatusOr<v1::JobSpec> LoadAndValidateJobSpec(const std::string& path) {
   ApplyJobSpecDefaults(&spec);
   RETURN_IF_ERROR(ValidateJobSpec(spec));
 
-  const auto make_absolute = [](const std::string& p) {
-    std::error_code ec;
-    std::filesystem::path absolute = std::filesystem::absolute(p, ec);
-    return ec ? p : absolute.lexically_normal().string();
-  };
-  spec.mutable_data()->set_corpus_path(make_absolute(spec.data().corpus_path()));
   if (!spec.checkpoint().directory().empty()) {
-    spec.mutable_checkpoint()->set_directory(make_absolute(spec.checkpoint().directory()));
+    spec.mutable_checkpoint()->set_directory(MakeAbsolute(spec.checkpoint().directory()));
+  }
+  if (!spec.checkpoint().init_from().empty()) {
+    spec.mutable_checkpoint()->set_init_from(MakeAbsolute(spec.checkpoint().init_from()));
   }
 
-  if (absl::Status readable = CheckReadableFile(spec.data().corpus_path()); !readable.ok()) {
-    return absl::NotFoundError(absl::StrCat("data.corpus_path: cannot read ",
-                                            spec.data().corpus_path(), ": ",
-                                            readable.message()));
-  }
+  RETURN_IF_ERROR(ResolveDataPaths(spec.mutable_data()));
   return spec;
 }
 

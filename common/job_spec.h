@@ -46,8 +46,9 @@ absl::StatusOr<std::vector<int>> ParsePartitionBoundaries(std::string_view text,
 // else runtime.device ("cpu" when empty).
 std::string StageDevice(const v1::RuntimeSpec& runtime, int stage);
 
-// Parse, apply defaults, validate; also checks that data.corpus_path names a
-// readable file (NotFound naming data.corpus_path). Relative corpus and
+// Parse, apply defaults, validate; also checks that data.corpus_path and
+// data.tokenizer_model name readable files and data.dataset a folder with a
+// readable `tokenizer` file (NotFound naming the field). Relative data and
 // checkpoint paths are made absolute against the current directory, so the
 // spec can be handed to workers that run elsewhere.
 absl::StatusOr<v1::JobSpec> LoadAndValidateJobSpec(const std::string& path);

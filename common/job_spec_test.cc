@@ -3,6 +3,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <tuple>
 
@@ -45,14 +46,17 @@ optimizer:
   weight_decay: 0.0
   warmup_fraction: 0.05
   min_lr_ratio: 0.2
+  clip_norm: 1.5
 training:
   steps: 300
   eval_interval: 50
   eval_micro_batches: 2
+  max_nonfinite_steps: 3
 data:
   corpus_path: CORPUS
   validation_fraction: 0.1
   seed: 7
+  tokenizer: char
 checkpoint:
   directory: /tmp/ckpt
   interval: 100
@@ -96,6 +100,14 @@ v1::JobSpec ValidMinimalSpec() {
   return *spec;
 }
 
+// The data of `spec` from a dataset folder instead of its corpus.
+void UseDataset(v1::JobSpec* spec) {
+  spec->mutable_data()->clear_corpus_path();
+  spec->mutable_data()->clear_tokenizer();
+  spec->mutable_data()->clear_tokenizer_model();
+  spec->mutable_data()->set_dataset("/data/kjv");
+}
+
 void ExpectInvalid(const v1::JobSpec& spec, const std::string& field) {
   const absl::Status status = ValidateJobSpec(spec);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
@@ -134,9 +146,12 @@ TEST(ParseJobSpecYamlTest, ReadsEveryFieldOfAFullSpec) {
   EXPECT_EQ(spec->training().steps(), 300);
   EXPECT_EQ(spec->training().eval_interval(), 50);
   EXPECT_EQ(spec->training().eval_micro_batches(), 2);
+  EXPECT_FLOAT_EQ(spec->optimizer().clip_norm(), 1.5f);
+  EXPECT_EQ(spec->training().max_nonfinite_steps(), 3);
   EXPECT_EQ(spec->data().corpus_path(), kGenesis);
   EXPECT_FLOAT_EQ(spec->data().validation_fraction(), 0.1f);
   EXPECT_EQ(spec->data().seed(), 7u);
+  EXPECT_EQ(spec->data().tokenizer(), "char");
   EXPECT_EQ(spec->checkpoint().directory(), "/tmp/ckpt");
   EXPECT_EQ(spec->checkpoint().interval(), 100);
   EXPECT_TRUE(spec->checkpoint().resume());
@@ -277,8 +292,11 @@ TEST(ApplyJobSpecDefaultsTest, FillsEveryUnsetOptionalField) {
   EXPECT_FLOAT_EQ(spec->optimizer().min_lr_ratio(), 0.1f);
   EXPECT_EQ(spec->training().eval_interval(), 30);
   EXPECT_EQ(spec->training().eval_micro_batches(), 4);
+  EXPECT_EQ(spec->training().max_nonfinite_steps(), 10);
+  EXPECT_FALSE(spec->optimizer().has_clip_norm());
   EXPECT_FLOAT_EQ(spec->data().validation_fraction(), 0.05f);
   EXPECT_EQ(spec->data().seed(), 1u);
+  EXPECT_EQ(spec->data().tokenizer(), "char");
   EXPECT_EQ(spec->runtime().threads_per_stage(), 1);
   EXPECT_FALSE(spec->has_checkpoint());
 }
@@ -510,7 +528,33 @@ TEST(ValidateJobSpecTest, EachOutOfRangeFieldIsNamed) {
        [](v1::JobSpec* s) { s->mutable_training()->set_eval_interval(0); }},
       {"training.eval_micro_batches",
        [](v1::JobSpec* s) { s->mutable_training()->set_eval_micro_batches(10001); }},
+      {"training.max_nonfinite_steps",
+       [](v1::JobSpec* s) { s->mutable_training()->set_max_nonfinite_steps(0); }},
+      {"optimizer.clip_norm", [](v1::JobSpec* s) { s->mutable_optimizer()->set_clip_norm(-1); }},
+      {"optimizer.clip_norm",
+       [](v1::JobSpec* s) {
+         s->mutable_optimizer()->set_clip_norm(std::numeric_limits<float>::infinity());
+       }},
       {"data.corpus_path", [](v1::JobSpec* s) { s->mutable_data()->clear_corpus_path(); }},
+      {"data.corpus_path", [](v1::JobSpec* s) { s->mutable_data()->set_dataset("/d"); }},
+      {"data.tokenizer", [](v1::JobSpec* s) { s->mutable_data()->set_tokenizer("bpe"); }},
+      {"data.tokenizer_model",
+       [](v1::JobSpec* s) { s->mutable_data()->set_tokenizer("sentencepiece"); }},
+      {"data.tokenizer_model",
+       [](v1::JobSpec* s) { s->mutable_data()->set_tokenizer_model("m.model"); }},
+      {"data.tokenizer_model",
+       [](v1::JobSpec* s) {
+         UseDataset(s);
+         s->mutable_data()->set_tokenizer("sentencepiece");
+         s->mutable_data()->set_tokenizer_model("m.model");
+       }},
+      {"data.validation_shards",
+       [](v1::JobSpec* s) { s->mutable_data()->set_validation_shards(1); }},
+      {"data.validation_shards",
+       [](v1::JobSpec* s) {
+         UseDataset(s);
+         s->mutable_data()->set_validation_shards(-1);
+       }},
       {"data.validation_fraction",
        [](v1::JobSpec* s) { s->mutable_data()->set_validation_fraction(0); }},
       {"data.validation_fraction",
@@ -569,6 +613,26 @@ TEST(ValidateJobSpecTest, NanLrWrittenInYamlIsRejected) {
   ExpectInvalid(*spec, "optimizer.lr");
 }
 
+TEST(ValidateJobSpecTest, DataComesFromACorpusOrADatasetWithTheirTokenizers) {
+  v1::JobSpec spec = ValidMinimalSpec();
+  spec.mutable_data()->set_tokenizer("sentencepiece");
+  spec.mutable_data()->set_tokenizer_model("kjv.model");
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  for (const std::string tokenizer : {"", "char", "sentencepiece"}) {
+    UseDataset(&spec);
+    spec.mutable_data()->set_tokenizer(tokenizer);
+    spec.mutable_data()->set_validation_shards(2);
+    EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  }
+  const absl::Status both = [] {
+    v1::JobSpec spec = ValidMinimalSpec();
+    spec.mutable_data()->set_dataset("/data/kjv");
+    return ValidateJobSpec(spec);
+  }();
+  EXPECT_THAT(std::string(both.message()), HasSubstr("data.dataset"));
+  EXPECT_THAT(std::string(both.message()), HasSubstr("got both"));
+}
+
 TEST(ValidateJobSpecTest, ReportsTheFirstProblemOnly) {
   v1::JobSpec spec = ValidMinimalSpec();
   spec.mutable_model()->set_vocab_size(0);
@@ -622,6 +686,36 @@ TEST(LoadAndValidateJobSpecTest, CorpusThatIsADirectoryIsNotFound) {
       WriteTempFile("dir-corpus.yaml", WithCorpus(kMinimalSpec, testing::TempDir())));
   EXPECT_EQ(spec.status().code(), absl::StatusCode::kNotFound) << spec.status();
   EXPECT_THAT(std::string(spec.status().message()), StartsWith("data.corpus_path: "));
+}
+
+TEST(LoadAndValidateJobSpecTest, MakesDatasetAndTokenizerModelPathsAbsoluteAndChecksThem) {
+  const std::string dataset = testing::TempDir() + "/job-spec-dataset";
+  std::filesystem::create_directories(dataset);
+  WriteTempFile("job-spec-dataset/tokenizer", "paci-tokenizer char\nab");
+  const std::string relative =
+      std::filesystem::relative(dataset, std::filesystem::current_path()).string();
+  const std::string yaml = absl::StrReplaceAll(
+      kMinimalSpec, {{"corpus_path: CORPUS", "dataset: " + relative + ", validation_shards: 1"}});
+  absl::StatusOr<v1::JobSpec> spec = LoadAndValidateJobSpec(WriteTempFile("dataset.yaml", yaml));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(std::filesystem::path(spec->data().dataset()).is_absolute());
+  EXPECT_TRUE(std::filesystem::equivalent(spec->data().dataset(), dataset));
+  EXPECT_EQ(spec->data().tokenizer(), "");  // the dataset's own
+  EXPECT_EQ(spec->data().corpus_path(), "");
+
+  spec = LoadAndValidateJobSpec(WriteTempFile(
+      "no-dataset.yaml", absl::StrReplaceAll(yaml, {{relative, testing::TempDir()}})));
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kNotFound) << spec.status();
+  EXPECT_THAT(std::string(spec.status().message()), StartsWith("data.dataset: cannot read "));
+
+  spec = LoadAndValidateJobSpec(WriteTempFile(
+      "no-model.yaml",
+      absl::StrReplaceAll(kMinimalSpec, {{"CORPUS}", kGenesis + ", tokenizer: sentencepiece, "
+                                                               "tokenizer_model: none.model}"}})));
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kNotFound) << spec.status();
+  EXPECT_THAT(std::string(spec.status().message()),
+              StartsWith("data.tokenizer_model: cannot read " +
+                         (std::filesystem::current_path() / "none.model").string()));
 }
 
 TEST(LoadAndValidateJobSpecTest, ExampleSpecValidates) {

@@ -13,7 +13,7 @@ BUILD_PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libcpp-httplib-dev libgoogle-glog-dev libyaml-cpp-dev zlib1g-dev
   libgtest-dev libgmock-dev googletest
-  libsqlite3-dev
+  libsqlite3-dev libsentencepiece-dev
   nlohmann-json3-dev libssl-dev
   bible-kjv
 )
@@ -24,7 +24,7 @@ BUILD_PACKAGES=(
 # analysis of the lock annotations (tests/static).
 HOST_PACKAGES=(
   gnuplot-nox clang
-  python3-grpcio python3-protobuf python3-yaml openssl
+  python3-grpcio python3-protobuf python3-yaml python3-torch openssl
   prometheus
   podman runc debootstrap
   golang-go golang-github-masterminds-sprig-dev golang-k8s-sigs-yaml-dev

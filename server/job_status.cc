@@ -120,6 +120,7 @@ void ApplyStageReport(const v1::StageReport& report, absl::Duration attempt_elap
   stage.set_backward_micro_batches(report.backward_micro_batches());
   stage.set_partition_units(report.partition_units());
   stage.set_predicted_cost_share(report.predicted_cost_share());
+  stage.set_nonfinite_steps_skipped(report.nonfinite_steps_skipped());
   double busy = 0;
   for (const auto& st : status.stages()) busy += st.busy_seconds();
   for (auto& st : *status.mutable_stages()) {

@@ -106,8 +106,11 @@ TEST(ApplyStageReportTest, TheJobsStepIsItsSlowestStagesAndTokensCountAtTheLast)
   last.set_busy_seconds(3);
   last.set_partition_units("[5,10) h2.attn..head");
   last.set_predicted_cost_share(0.25);
+  last.set_nonfinite_steps_skipped(2);
   ApplyStageReport(last, absl::Seconds(2), status, shards);
   EXPECT_EQ(status.step(), 5);
+  EXPECT_EQ(status.stages(1).nonfinite_steps_skipped(), 2);
+  EXPECT_EQ(status.stages(0).nonfinite_steps_skipped(), 0);
   // The cut and what it predicts, beside what was measured.
   EXPECT_EQ(status.stages(1).partition_units(), "[5,10) h2.attn..head");
   EXPECT_DOUBLE_EQ(status.stages(1).predicted_busy_seconds(), 0.75);

@@ -158,6 +158,10 @@ std::string FormatJobDetails(const v1::Job& job, absl::Time now) {
         "  %d  worker %-16s step %-8d drift %d/%d  busy %.1fs idle %.1fs  metrics http://%s/metrics\n",
         st.stage(), st.worker_id(), st.optimizer_steps(), st.drift_max(), st.drift_bound(),
         st.busy_seconds(), st.idle_seconds(), st.metrics_address()));
+    if (st.nonfinite_steps_skipped() > 0) {
+      absl::StrAppend(&out, "     skipped ", st.nonfinite_steps_skipped(),
+                      " optimizer steps: NaN or Inf gradients\n");
+    }
   }
   return out;
 }

@@ -75,6 +75,17 @@ TEST(JobViewTest, TheDriftLimitIsShownGivenOrDerived) {
   EXPECT_EQ(SummaryOfJob(job, 1).drift_limit(), 5);
 }
 
+TEST(JobViewTest, StepsSkippedByTheNonFiniteGuardAreShownPerStage) {
+  v1::Job job = RunningJob(absl::FromUnixSeconds(1000));
+  const std::string line = "skipped 3 optimizer steps: NaN or Inf gradients";
+  EXPECT_EQ(FormatJobDetails(job, absl::FromUnixSeconds(1010)).find(line), std::string::npos);
+  job.mutable_status()->mutable_stages(1)->set_nonfinite_steps_skipped(3);
+  const std::string details = FormatJobDetails(job, absl::FromUnixSeconds(1010));
+  const size_t at = details.find(line);
+  ASSERT_NE(at, std::string::npos) << details;
+  EXPECT_GT(at, details.find("  1  worker")) << details;
+}
+
 TEST(JobViewTest, TableHasOneRowPerJob) {
   const absl::Time started = absl::FromUnixSeconds(1000);
   const std::string table =

@@ -3,6 +3,10 @@
 //
 //   pacictl train SPEC.yaml [--summary=PATH] [--trace=PATH]
 //   pacictl submit SPEC.yaml [--labels=K=V,...] | get NAME | watch NAME | cancel NAME
+//   pacictl sample --checkpoint=DIR --prompt=TEXT ... | export --checkpoint=DIR --out=FILE
+//           (they run paci_model, which links Torch)
+//   pacictl prepare-data INPUT... --out=DIR [--tokenizer=char|bpe|unigram]
+//           [--tokenizer_model=FILE.model] [--vocab_size=N] [--shard_tokens=N]
 //   pacictl list [--phase=P] [--selector=K=V,...] [--name_prefix=S] [--limit=N]
 //                [--page_size=N] [--page_token=T]
 //           [--coordinator=HOST:PORT] [--auth_token_file=F] [--tls_ca=F]
@@ -10,6 +14,8 @@
 
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -22,6 +28,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/grpc_security.h"
@@ -32,6 +39,7 @@
 #include "paci/v1/coordinator.grpc.pb.h"
 #include "tools/job_view.h"
 #include "tools/local_launcher.h"
+#include "tools/prepare_data.h"
 #include "tools/progress_printer.h"
 
 ABSL_FLAG(std::string, summary, "", "train: write the run summary as JSON to this path");
@@ -59,6 +67,13 @@ ABSL_FLAG(int, limit, 0, "list: at most this many jobs (0: every job, page after
 ABSL_FLAG(int, page_size, 0, "list: jobs per request (0: the coordinator's default, 100; max 1000)");
 ABSL_FLAG(std::string, page_token, "", "list: start at this page (printed by a --limit list)");
 ABSL_FLAG(std::string, labels, "", "submit: the job's labels, K=V[,K=V...]");
+ABSL_FLAG(std::string, out, "", "prepare-data: the dataset folder to write");
+ABSL_FLAG(std::string, tokenizer, "", "prepare-data: char (default), bpe or unigram");
+ABSL_FLAG(std::string, tokenizer_model, "",
+          "prepare-data: tokenize with this SentencePiece .model file instead");
+ABSL_FLAG(int, vocab_size, 0, "prepare-data: with bpe or unigram, the tokens to train");
+ABSL_FLAG(int64_t, shard_tokens, int64_t{16} << 20, "prepare-data: tokens per shard");
+ABSL_FLAG(std::string, model_binary, "", "sample, export: paci_model; default: beside pacictl");
 
 namespace {
 
@@ -68,6 +83,11 @@ constexpr char kUsage[] =
     "       pacictl list [--phase=PHASE] [--selector=K=V,...] [--name_prefix=S]\n"
     "                    [--limit=N] [--page_size=N] [--page_token=T]\n"
     "       pacictl get NAME | watch NAME | cancel NAME\n"
+    "       pacictl sample --checkpoint=DIR --prompt=TEXT [--max_tokens=N] [--temperature=T]\n"
+    "                      [--top_k=K] [--seed=S]\n"
+    "       pacictl export --checkpoint=DIR --out=FILE\n"
+    "       pacictl prepare-data INPUT... --out=DIR [--tokenizer=char|bpe|unigram]\n"
+    "                    [--tokenizer_model=FILE.model] [--vocab_size=N] [--shard_tokens=N]\n"
     "       pacictl help\n"
     "\n"
     "train   runs the job in SPEC.yaml on this machine through the whole system: a\n"
@@ -81,6 +101,13 @@ constexpr char kUsage[] =
     "        --page_token that continues the list.\n"
     "watch   live progress of a job until it ends; exits 0 when it succeeded.\n"
     "cancel  stops a job's stages; it ends Cancelled.\n"
+    "sample  continues TEXT with the model of a checkpoint directory (its latest step).\n"
+    "export  writes that model as TorchScript (torch.jit.load) with its tokenizer.\n"
+    "        sample and export run paci_model (--model_binary; default: beside pacictl).\n"
+    "prepare-data  tokenizes text files (INPUT: a file, a folder's files or a glob)\n"
+    "        on all cores into a dataset folder for data.dataset: char tokens, a bpe or\n"
+    "        unigram SentencePiece model trained on the inputs (--vocab_size), or the\n"
+    "        model in --tokenizer_model. Nothing is written on error.\n"
     "The client commands talk to --coordinator (default 127.0.0.1:7070) with\n"
     "--auth_token_file, --tls_ca and (mutual TLS) --tls_cert/--tls_key when it asks for them.\n"
     "Exit codes: 0 success, 1 failed, 2 usage or spec error, 130 interrupted.\n";
@@ -101,6 +128,53 @@ std::string Sibling(const std::string& flag, const std::string& name, const std:
   const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
   const absl::StatusOr<std::string> found = paci::FindSiblingBinary(self.string(), name, subdir);
   return found.ok() ? *found : "";
+}
+
+// pacictl sample|export: runs paci_model with the same command and flags,
+// which are paci_model's and so not parsed here, but for --model_binary.
+// Returns only when paci_model cannot be run.
+int RunModelCommand(int argc, char** argv) {
+  std::vector<char*> own = {argv[0]};
+  std::vector<char*> passed = {const_cast<char*>("paci_model"), argv[1]};
+  for (int i = 2; i < argc; ++i) {
+    const absl::string_view flag = argv[i];
+    if (absl::StartsWith(flag, "--model_binary=") || absl::StartsWith(flag, "-model_binary=")) {
+      own.push_back(argv[i]);
+    } else if ((flag == "--model_binary" || flag == "-model_binary") && i + 1 < argc) {
+      own.push_back(argv[i]);
+      own.push_back(argv[++i]);
+    } else {
+      passed.push_back(argv[i]);
+    }
+  }
+  absl::ParseCommandLine(static_cast<int>(own.size()), own.data());
+  const std::string binary = Sibling(absl::GetFlag(FLAGS_model_binary), "paci_model", "worker");
+  if (binary.empty()) {
+    std::cerr << "pacictl: cannot find paci_model beside pacictl; pass --model_binary\n";
+    return paci::kExitUsage;
+  }
+  passed.push_back(nullptr);
+  execv(binary.c_str(), passed.data());
+  std::cerr << "pacictl: cannot run " << binary << ": " << std::strerror(errno) << "\n";
+  return paci::kExitTrainingFailed;
+}
+
+int PrepareData(const std::vector<std::string>& inputs) {
+  paci::PrepareDataOptions options;
+  options.inputs = inputs;
+  options.out = absl::GetFlag(FLAGS_out);
+  options.tokenizer = absl::GetFlag(FLAGS_tokenizer);
+  options.tokenizer_model = absl::GetFlag(FLAGS_tokenizer_model);
+  options.vocab_size = absl::GetFlag(FLAGS_vocab_size);
+  options.shard_tokens = absl::GetFlag(FLAGS_shard_tokens);
+  options.progress = &std::cerr;
+  options.redraw_in_place = isatty(STDERR_FILENO) == 1;
+  const absl::StatusOr<paci::PrepareDataResult> result = paci::PrepareData(options);
+  if (!result.ok()) {
+    std::cerr << "pacictl: prepare-data: " << result.status().message() << "\n";
+    return paci::ExitCodeOf(result.status());
+  }
+  return paci::kExitSucceeded;
 }
 
 int Train(const std::string& spec_path) {
@@ -276,6 +350,8 @@ class Client {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsage);
+  const std::string first = argc >= 2 ? argv[1] : "";
+  if (first == "sample" || first == "export") return RunModelCommand(argc, argv);
   const std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   google::InitGoogleLogging(argv[0]);
   const std::string command = args.size() >= 2 ? args[1] : "";
@@ -283,6 +359,7 @@ int main(int argc, char** argv) {
     std::cout << kUsage;
     return paci::kExitSucceeded;
   }
+  if (command == "prepare-data") return PrepareData({args.begin() + 2, args.end()});
   const bool needs_argument = command != "list";
   if (command.empty() || args.size() != (needs_argument ? 3u : 2u)) {
     std::cerr << kUsage;

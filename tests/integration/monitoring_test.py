@@ -50,7 +50,9 @@ WORKER_METRICS = {
     "paci_stage_idle_seconds_total": {"training_job", "stage"},
     "paci_activation_bytes_sent_total": {"training_job", "stage", "direction"},
     "paci_tokens_total": {"training_job", "stage"},
-    "paci_checkpoints_written_total": {"training_job", "stage"}}
+    "paci_checkpoints_written_total": {"training_job", "stage"},
+    "paci_gradient_norm": {"training_job", "stage"},
+    "paci_nonfinite_steps_skipped_total": {"training_job", "stage"}}
 COORDINATOR_METRICS = {
     "paci_coordinator_jobs": {"phase"},
     "paci_coordinator_workers": {"state"},

@@ -375,7 +375,7 @@ class PipelineTest(unittest.TestCase):
         small_vocab = spec_text().replace("vocab_size: 80", "vocab_size: 20")
         run = Run(self.dir, small_vocab)
         self.assertEqual(run.returncode, 1, run.output)
-        self.assertRegex(run.output, r"training failed: stage \d on worker \S+: model.vocab_size: the corpus")
+        self.assertRegex(run.output, r"training failed: stage \d on worker \S+: model.vocab_size: the tokenizer of \S+ has \d+ tokens, more than model.vocab_size 20")
 
     def test_a_killed_worker_stops_the_job_and_leaves_no_orphan(self):
         run = Run(self.dir, spec_text(P=4, a=3, steps=100000), kill_stage=2)

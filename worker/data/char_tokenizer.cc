@@ -13,48 +13,6 @@ namespace {
 constexpr char32_t kMaxCodePoint = 0x10FFFF;
 constexpr char32_t kReplacementCharacter = 0xFFFD;
 
-// Decodes the code point that starts at text[pos]. Returns its length in
-// bytes, or 0 when the bytes there are not well-formed UTF-8. The bounds on
-// the second byte follow Table 3-7 of the Unicode standard, which is what
-// excludes overlong forms, surrogates and code points above U+10FFFF.
-int DecodeCodePoint(std::string_view text, size_t pos, char32_t* code_point) {
-  const auto byte_at = [&](size_t i) { return static_cast<uint8_t>(text[i]); };
-  const uint8_t lead = byte_at(pos);
-  if (lead < 0x80) {
-    *code_point = lead;
-    return 1;
-  }
-  size_t length;
-  char32_t value;
-  uint8_t low = 0x80, high = 0xBF;
-  if (lead >= 0xC2 && lead <= 0xDF) {
-    length = 2;
-    value = lead & 0x1F;
-  } else if (lead >= 0xE0 && lead <= 0xEF) {
-    length = 3;
-    value = lead & 0x0F;
-    if (lead == 0xE0) low = 0xA0;
-    if (lead == 0xED) high = 0x9F;
-  } else if (lead >= 0xF0 && lead <= 0xF4) {
-    length = 4;
-    value = lead & 0x07;
-    if (lead == 0xF0) low = 0x90;
-    if (lead == 0xF4) high = 0x8F;
-  } else {
-    return 0;
-  }
-  if (text.size() - pos < length) return 0;
-  for (size_t i = 1; i < length; ++i) {
-    const uint8_t next = byte_at(pos + i);
-    if (next < low || next > high) return 0;
-    low = 0x80;
-    high = 0xBF;
-    value = (value << 6) | (next & 0x3F);
-  }
-  *code_point = value;
-  return static_cast<int>(length);
-}
-
 // Calls visit(code_point, byte_offset) for each code point of `text`, stopping
 // at the first error visit returns. InvalidArgument
 // "<what> is not valid UTF-8 at byte <offset>" on malformed input.
@@ -63,7 +21,7 @@ absl::Status ForEachCodePoint(std::string_view text, const char* what,
                               Visitor visit) {
   for (size_t pos = 0; pos < text.size();) {
     char32_t code_point;
-    const int length = DecodeCodePoint(text, pos, &code_point);
+    const int length = DecodeUtf8(text, pos, &code_point);
     if (length == 0) {
       return absl::InvalidArgumentError(
           absl::StrCat(what, " is not valid UTF-8 at byte ", pos));
@@ -111,6 +69,37 @@ absl::StatusOr<CharTokenizer> CharTokenizer::FromText(std::string_view text) {
   return CharTokenizer(std::move(code_points));
 }
 
+absl::StatusOr<CharTokenizer> CharTokenizer::FromCodePoints(
+    std::vector<char32_t> code_points) {
+  for (const char32_t c : code_points) {
+    if (c > kMaxCodePoint || (c >= 0xD800 && c <= 0xDFFF)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "U+%04X is not a Unicode scalar value", static_cast<uint32_t>(c)));
+    }
+  }
+  std::sort(code_points.begin(), code_points.end());
+  code_points.erase(std::unique(code_points.begin(), code_points.end()),
+                    code_points.end());
+  return CharTokenizer(std::move(code_points));
+}
+
+absl::StatusOr<CharTokenizer> CharTokenizer::Parse(
+    std::string_view code_points_utf8) {
+  std::vector<char32_t> code_points;
+  absl::Status status = ForEachCodePoint(
+      code_points_utf8, "the vocabulary", [&](char32_t c, size_t pos) {
+        if (!code_points.empty() && c <= code_points.back()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "the vocabulary is not in increasing code point order at byte ",
+              pos));
+        }
+        code_points.push_back(c);
+        return absl::OkStatus();
+      });
+  if (!status.ok()) return status;
+  return CharTokenizer(std::move(code_points));
+}
+
 absl::StatusOr<std::vector<int32_t>> CharTokenizer::Encode(
     std::string_view text) const {
   std::vector<int32_t> ids;
@@ -140,6 +129,12 @@ std::string CharTokenizer::Decode(const std::vector<int32_t>& ids) const {
         &text);
   }
   return text;
+}
+
+std::string CharTokenizer::Serialize() const {
+  std::string bytes = TokenizerHeader(kind());
+  for (const char32_t c : code_points_) AppendUtf8(c, &bytes);
+  return bytes;
 }
 
 }  // namespace paci

@@ -1,5 +1,6 @@
 #include "worker/data/char_tokenizer.h"
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -119,6 +120,50 @@ TEST(CharTokenizerTest, EmptyTextGivesEmptyVocabulary) {
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
   EXPECT_EQ(tokenizer->vocab_size(), 0);
   EXPECT_EQ(tokenizer->Decode({0}), "\uFFFD");
+}
+
+TEST(CharTokenizerTest, SerializeThenParseTokenizerGivesTheSameTokenizer) {
+  const std::string text = "In the beginning\n\0αβ 日本 😀";
+  absl::StatusOr<CharTokenizer> tokenizer = CharTokenizer::FromText(text);
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  EXPECT_EQ(tokenizer->kind(), "char");
+  const std::string serialized = tokenizer->Serialize();
+  EXPECT_EQ(serialized.substr(0, 20), "paci-tokenizer char\n");
+  absl::StatusOr<std::unique_ptr<Tokenizer>> parsed = ParseTokenizer(serialized, "tokenizer");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ((*parsed)->kind(), "char");
+  EXPECT_EQ((*parsed)->vocab_size(), tokenizer->vocab_size());
+  EXPECT_EQ((*parsed)->Serialize(), serialized);
+  EXPECT_EQ((*parsed)->Id(), tokenizer->Id());
+  EXPECT_EQ(*(*parsed)->Encode(text), *tokenizer->Encode(text));
+}
+
+TEST(CharTokenizerTest, IdIsSixteenHexDigitsThatDifferForDifferentVocabularies) {
+  const std::string id = CharTokenizer::FromText("abc")->Id();
+  EXPECT_EQ(id.size(), 16u);
+  EXPECT_EQ(id.find_first_not_of("0123456789abcdef"), std::string::npos);
+  EXPECT_EQ(CharTokenizer::FromText("cabbac")->Id(), id);  // the same characters
+  EXPECT_NE(CharTokenizer::FromText("abd")->Id(), id);
+}
+
+TEST(CharTokenizerTest, FromCodePointsSortsAndDropsRepeats) {
+  absl::StatusOr<CharTokenizer> tokenizer =
+      CharTokenizer::FromCodePoints({U'日', U'a', U'α', U'a'});
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  EXPECT_EQ(tokenizer->Serialize(), CharTokenizer::FromText("α日a")->Serialize());
+  EXPECT_EQ(CharTokenizer::FromCodePoints({0xD800}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CharTokenizer::FromCodePoints({0x110000}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CharTokenizerTest, ParseRejectsAVocabularyOutOfOrderOrNotUtf8) {
+  EXPECT_TRUE(CharTokenizer::Parse("abc").ok());
+  EXPECT_THAT(CharTokenizer::Parse("acb").status().message(),
+              HasSubstr("not in increasing code point order at byte 2"));
+  EXPECT_THAT(CharTokenizer::Parse("aa").status().message(), HasSubstr("at byte 1"));
+  EXPECT_THAT(CharTokenizer::Parse("a\xFF").status().message(),
+              HasSubstr("not valid UTF-8 at byte 1"));
 }
 
 }  // namespace

@@ -5,20 +5,26 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <numeric>
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "worker/data/char_tokenizer.h"
+#include "worker/data/sentencepiece_tokenizer.h"
 
 namespace paci {
 namespace {
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  const auto cannot_read = [&path](int error) {
-    return absl::NotFoundError(absl::StrCat("data.corpus_path: cannot read ",
-                                            path, ": ", std::strerror(error)));
+// The bytes of `path`; NotFound "<field>: cannot read <path>: <reason>".
+absl::StatusOr<std::string> ReadFile(const std::string& path, const char* field) {
+  const auto cannot_read = [&](int error) {
+    return absl::NotFoundError(
+        absl::StrCat(field, ": cannot read ", path, ": ", std::strerror(error)));
   };
   std::FILE* file = std::fopen(path.c_str(), "rb");
   if (file == nullptr) return cannot_read(errno);
@@ -34,11 +40,42 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   return text;
 }
 
-absl::Status ValidateOptions(const CorpusOptions& options) {
-  if (options.path.empty()) {
-    return absl::InvalidArgumentError(
-        "data.corpus_path: must name a UTF-8 text file, got an empty path");
+// `status` with "<field>: " in front of its message, its code kept.
+absl::Status Prefixed(const char* field, const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat(field, ": ", status.message()));
+}
+
+absl::Status ValidateSource(const CorpusOptions& options) {
+  if (options.path.empty() == options.dataset.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.corpus_path: exactly one of data.corpus_path (a UTF-8 text file) and "
+        "data.dataset (a folder made by prepare-data) must be set, got ",
+        options.path.empty() ? "neither" : "both"));
   }
+  if (options.tokenizer != "" && options.tokenizer != "char" &&
+      options.tokenizer != "sentencepiece") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.tokenizer: must be \"char\" or \"sentencepiece\", got \"", options.tokenizer,
+        "\""));
+  }
+  const bool needs_model = !options.path.empty() && options.tokenizer == "sentencepiece";
+  if (needs_model != !options.tokenizer_model.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.tokenizer_model: must name a SentencePiece .model file exactly when "
+        "data.corpus_path is tokenized by data.tokenizer \"sentencepiece\", got \"",
+        options.tokenizer_model, "\""));
+  }
+  if (options.validation_shards < 0 ||
+      (options.validation_shards > 0 && options.dataset.empty())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.validation_shards: must be at least 0, and 0 without data.dataset, got ",
+        options.validation_shards));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateOptions(const CorpusOptions& options) {
+  RETURN_IF_ERROR(ValidateSource(options));
   if (options.seq_len < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model.seq_len: must be at least 1, got ", options.seq_len));
@@ -58,6 +95,60 @@ absl::Status ValidateOptions(const CorpusOptions& options) {
   return absl::OkStatus();
 }
 
+// The tokenizer of a text corpus: its characters', or the SentencePiece model.
+absl::StatusOr<std::unique_ptr<Tokenizer>> TextTokenizer(const CorpusOptions& options,
+                                                         std::string_view text) {
+  if (options.tokenizer == "sentencepiece") {
+    absl::StatusOr<SentencePieceTokenizer> model =
+        SentencePieceTokenizer::Load(options.tokenizer_model);
+    if (!model.ok()) return Prefixed("data.tokenizer_model", model.status());
+    if (const size_t bad = FindInvalidUtf8(text); bad != text.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data.corpus_path: ", options.path, ": corpus is not valid UTF-8 at byte ", bad));
+    }
+    return std::make_unique<SentencePieceTokenizer>(*std::move(model));
+  }
+  absl::StatusOr<CharTokenizer> tokenizer = CharTokenizer::FromText(text);
+  if (!tokenizer.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.corpus_path: ", options.path, ": ", tokenizer.status().message()));
+  }
+  return std::make_unique<CharTokenizer>(*std::move(tokenizer));
+}
+
+// The shard files of `dir`, shard-00000.bin first. InvalidArgument when there
+// are none, DataLoss naming the first one missing from the sequence.
+absl::StatusOr<std::vector<std::string>> ListShards(const std::string& dir) {
+  std::vector<int64_t> indices;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    int64_t index;
+    if (absl::StartsWith(name, "shard-") && absl::EndsWith(name, ".bin") &&
+        absl::SimpleAtoi(name.substr(6, name.size() - 10), &index) && index >= 0) {
+      indices.push_back(index);
+    }
+  }
+  if (error) {
+    return absl::NotFoundError(
+        absl::StrCat("data.dataset: cannot list ", dir, ": ", error.message()));
+  }
+  if (indices.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.dataset: ", dir, " holds no token shards (shard-00000.bin, ...)"));
+  }
+  std::sort(indices.begin(), indices.end());
+  std::vector<std::string> paths;
+  for (int64_t i = 0; i < static_cast<int64_t>(indices.size()); ++i) {
+    const std::string path = TokenShardPath(dir, i);
+    if (indices[i] != i) {
+      return absl::DataLossError(absl::StrCat("data.dataset: ", path, " is missing"));
+    }
+    paths.push_back(path);
+  }
+  return paths;
+}
+
 uint64_t SplitMix64(uint64_t x) {
   x += 0x9E3779B97F4A7C15ULL;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
@@ -75,36 +166,87 @@ int64_t ScaleToRange(uint64_t hash, int64_t n) {
 
 absl::StatusOr<Corpus> Corpus::Load(const CorpusOptions& options) {
   RETURN_IF_ERROR(ValidateOptions(options));
-  ASSIGN_OR_RETURN(const std::string text, ReadFile(options.path));
-  absl::StatusOr<CharTokenizer> tokenizer = CharTokenizer::FromText(text);
-  if (!tokenizer.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("data.corpus_path: ", options.path, ": ",
-                     tokenizer.status().message()));
-  }
-  // Cannot fail: every character of `text` is in its own vocabulary.
-  std::vector<int32_t> tokens = *tokenizer->Encode(text);
-
-  const auto total = static_cast<int64_t>(tokens.size());
-  const int64_t validation = std::llround(total * options.validation_fraction);
-  const int64_t train = total - validation;
-  const int64_t needed = int64_t{options.seq_len} + 2;
-  if (train < needed || validation < needed) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "data.corpus_path: ", options.path, " is too small: model.seq_len ",
-        options.seq_len, " needs at least ", needed,
-        " tokens in each split, but its ", total, " tokens split into ", train,
-        " for training and ", validation,
-        " for validation (data.validation_fraction ",
-        options.validation_fraction, ")"));
-  }
-  return Corpus(*std::move(tokenizer), std::move(tokens), train, options);
+  return options.dataset.empty() ? LoadText(options) : LoadDataset(options);
 }
 
-Corpus::Corpus(CharTokenizer tokenizer, std::vector<int32_t> tokens,
+absl::StatusOr<Corpus> Corpus::LoadText(const CorpusOptions& options) {
+  ASSIGN_OR_RETURN(const std::string text, ReadFile(options.path, "data.corpus_path"));
+  ASSIGN_OR_RETURN(std::shared_ptr<const Tokenizer> tokenizer, TextTokenizer(options, text));
+  // Chunk by chunk, as prepare-data does: the same text, the same tokens.
+  Tokens tokens;
+  for (size_t begin = 0, end; begin < text.size(); begin = end) {
+    end = ChunkEnd(text, begin, kTokenizeChunkBytes);
+    ASSIGN_OR_RETURN(const std::vector<int32_t> ids,
+                     tokenizer->Encode(std::string_view(text).substr(begin, end - begin)));
+    tokens.in_memory.insert(tokens.in_memory.end(), ids.begin(), ids.end());
+  }
+  const int64_t total = tokens.size();
+  const int64_t train = total - std::llround(total * options.validation_fraction);
+  return Split(std::move(tokenizer), std::move(tokens), train, options);
+}
+
+absl::StatusOr<Corpus> Corpus::LoadDataset(const CorpusOptions& options) {
+  const std::string tokenizer_path = options.dataset + "/" + kDatasetTokenizerFile;
+  ASSIGN_OR_RETURN(const std::string serialized, ReadFile(tokenizer_path, "data.dataset"));
+  absl::StatusOr<std::unique_ptr<Tokenizer>> parsed =
+      ParseTokenizer(serialized, tokenizer_path);
+  if (!parsed.ok()) return Prefixed("data.dataset", parsed.status());
+  std::shared_ptr<const Tokenizer> tokenizer = *std::move(parsed);
+  if (!options.tokenizer.empty() && options.tokenizer != tokenizer->kind()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.tokenizer: \"", options.tokenizer, "\", but the dataset ", options.dataset,
+        " was made with \"", tokenizer->kind(), "\""));
+  }
+  ASSIGN_OR_RETURN(const std::vector<std::string> paths, ListShards(options.dataset));
+  const std::string id = tokenizer->Id();
+  Tokens tokens;
+  tokens.shard_starts.push_back(0);
+  for (const std::string& path : paths) {
+    absl::StatusOr<TokenShard> shard = TokenShard::Open(path, id, tokenizer->vocab_size());
+    if (!shard.ok()) return Prefixed("data.dataset", shard.status());
+    tokens.shard_starts.push_back(tokens.shard_starts.back() + shard->size());
+    tokens.shards.push_back(*std::move(shard));
+  }
+  const int64_t total = tokens.size();
+  int64_t train = total - std::llround(total * options.validation_fraction);
+  if (options.validation_shards > 0) {
+    const auto shards = static_cast<int>(paths.size());
+    if (options.validation_shards >= shards) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data.validation_shards: must be less than the ", shards, " shards of ",
+          options.dataset, ", got ", options.validation_shards));
+    }
+    train = tokens.shard_starts[shards - options.validation_shards];
+  }
+  return Split(std::move(tokenizer), std::move(tokens), train, options);
+}
+
+absl::StatusOr<Corpus> Corpus::Split(std::shared_ptr<const Tokenizer> tokenizer, Tokens tokens,
+                                     int64_t train, const CorpusOptions& options) {
+  const int64_t total = tokens.size();
+  const int64_t validation = total - train;
+  const int64_t needed = int64_t{options.seq_len} + 2;
+  if (train < needed || validation < needed) {
+    const std::string source = options.dataset.empty()
+                                   ? "data.corpus_path: " + options.path
+                                   : "data.dataset: " + options.dataset;
+    const std::string held_out =
+        options.validation_shards > 0
+            ? absl::StrCat("data.validation_shards ", options.validation_shards)
+            : absl::StrCat("data.validation_fraction ", options.validation_fraction);
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, " is too small: model.seq_len ", options.seq_len, " needs at least ", needed,
+        " tokens in each split, but its ", total, " tokens split into ", train,
+        " for training and ", validation, " for validation (", held_out, ")"));
+  }
+  return Corpus(std::move(tokenizer), std::move(tokens), train, options);
+}
+
+Corpus::Corpus(std::shared_ptr<const Tokenizer> tokenizer, Tokens tokens,
                int64_t train_tokens, const CorpusOptions& options)
     : tokenizer_(std::move(tokenizer)),
       tokens_(std::move(tokens)),
+      total_tokens_(tokens_.size()),
       train_tokens_(train_tokens),
       seed_(options.seed),
       seq_len_(options.seq_len),
@@ -120,8 +262,24 @@ Corpus::Corpus(CharTokenizer tokenizer, std::vector<int32_t> tokens,
 
 void Corpus::CopyWindow(int64_t start, int row,
                         std::vector<int32_t>* out) const {
-  std::copy_n(tokens_.begin() + start, seq_len_ + 1,
-              out->begin() + int64_t{row} * (seq_len_ + 1));
+  int32_t* to = out->data() + int64_t{row} * (seq_len_ + 1);
+  int64_t left = seq_len_ + 1;
+  if (tokens_.shards.empty()) {
+    std::copy_n(tokens_.in_memory.begin() + start, left, to);
+    return;
+  }
+  // A window may run across shards.
+  const std::vector<int64_t>& starts = tokens_.shard_starts;
+  auto shard = std::upper_bound(starts.begin(), starts.end(), start) - starts.begin() - 1;
+  while (left > 0) {
+    const int64_t begin = start - starts[shard];
+    const int64_t n = std::min(left, starts[shard + 1] - start);
+    tokens_.shards[shard].Copy(begin, n, to);
+    to += n;
+    start += n;
+    left -= n;
+    ++shard;
+  }
 }
 
 std::vector<int32_t> Corpus::TrainingWindows(uint64_t micro_batch_id) const {

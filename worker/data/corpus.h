@@ -1,45 +1,63 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "worker/data/char_tokenizer.h"
+#include "worker/data/token_shards.h"
+#include "worker/data/tokenizer.h"
 
 namespace paci {
 
-// Where the text is and how it is cut into samples. Each field names the
-// JobSpec field it comes from.
+// Where the tokens are and how they are cut into samples. Each field names the
+// JobSpec field it comes from. Exactly one of path and dataset is set.
 struct CorpusOptions {
   std::string path;  // data.corpus_path: a UTF-8 text file
+  // data.dataset: a folder written by `pacictl prepare-data`: `tokenizer`
+  // (Tokenizer::Serialize's bytes) and shard-00000.bin, shard-00001.bin, ...
+  std::string dataset;
+  // data.tokenizer: with path "char" (or "") or "sentencepiece"; with
+  // dataset "" or the kind the dataset was made with.
+  std::string tokenizer;
+  std::string tokenizer_model;  // data.tokenizer_model: with path and sentencepiece
   // data.validation_fraction: the tail of the token stream held out.
   double validation_fraction = 0.05;
+  // data.validation_shards: with dataset, hold out its last N shards instead.
+  int validation_shards = 0;
   uint64_t seed = 1;         // data.seed: fixes each micro-batch's windows
   int seq_len = 64;          // model.seq_len
   int micro_batch_size = 8;  // pipeline.micro_batch_size
 };
 
-// A text file tokenized by character and split into a training head and a
-// validation tail. Hands out the windows of a micro-batch as a pure function of
-// its id, so every pipeline stage computes the same samples (stage 0 its
-// inputs, the last stage its targets) without sending them around.
-// Immutable after Load; thread-safe.
+// One token stream, split into a training head and a validation tail: a text
+// file tokenized in memory (by character or SentencePiece), or the shards of a
+// dataset folder, memory-mapped and read as if concatenated. Hands out the
+// windows of a micro-batch as a pure function of its id, so every pipeline
+// stage computes the same samples (stage 0 its inputs, the last stage its
+// targets) without sending them around. The same tokens give the same windows
+// from a text and from shards. Immutable after Load; thread-safe; move-only.
 class Corpus {
  public:
-  // Reads and tokenizes options.path (blocking file I/O). Errors:
-  //   NotFound "data.corpus_path: cannot read <path>: <reason>";
+  // Reads and tokenizes options.path, or opens and checks every shard of
+  // options.dataset (blocking file I/O; a dataset is read once, not kept in
+  // memory). Errors:
+  //   NotFound "data.corpus_path: cannot read <path>: <reason>", or naming
+  //   data.dataset, data.tokenizer_model or the shard that cannot be read;
   //   InvalidArgument "data.corpus_path: ..." when the file is not valid UTF-8
-  //   or either split has fewer than seq_len + 2 tokens;
+  //   or either split has fewer than seq_len + 2 tokens, "data.dataset: ..."
+  //   for a folder without shards or too few tokens, naming data.tokenizer,
+  //   data.tokenizer_model or data.validation_shards when one does not fit;
+  //   DataLoss / FailedPrecondition naming a corrupt shard or one made by
+  //   another tokenizer (token_shards.h);
   //   InvalidArgument naming model.seq_len, pipeline.micro_batch_size or
   //   data.validation_fraction when one is out of range.
   static absl::StatusOr<Corpus> Load(const CorpusOptions& options);
 
-  const CharTokenizer& tokenizer() const { return tokenizer_; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
   int64_t train_tokens() const { return train_tokens_; }
-  int64_t validation_tokens() const {
-    return static_cast<int64_t>(tokens_.size()) - train_tokens_;
-  }
+  int64_t validation_tokens() const { return total_tokens_ - train_tokens_; }
 
   // micro_batch_size rows of seq_len + 1 consecutive token ids, row-major:
   // row r's inputs are [0, seq_len) and its targets [1, seq_len]. Row r starts
@@ -57,14 +75,34 @@ class Corpus {
   std::vector<int32_t> ValidationWindows(uint64_t eval_batch_id) const;
 
  private:
-  Corpus(CharTokenizer tokenizer, std::vector<int32_t> tokens,
+  // The tokens: in memory (a text) or in shards (a dataset), one of the two.
+  struct Tokens {
+    std::vector<int32_t> in_memory;
+    std::vector<TokenShard> shards;
+    std::vector<int64_t> shard_starts;  // shard i is [starts[i], starts[i + 1])
+
+    int64_t size() const {
+      return shards.empty() ? static_cast<int64_t>(in_memory.size()) : shard_starts.back();
+    }
+  };
+
+  Corpus(std::shared_ptr<const Tokenizer> tokenizer, Tokens tokens,
          int64_t train_tokens, const CorpusOptions& options);
+
+  static absl::StatusOr<Corpus> LoadText(const CorpusOptions& options);
+  static absl::StatusOr<Corpus> LoadDataset(const CorpusOptions& options);
+  // Checks that both sides of the split at `train` hold a window, and makes
+  // the corpus.
+  static absl::StatusOr<Corpus> Split(std::shared_ptr<const Tokenizer> tokenizer,
+                                      Tokens tokens, int64_t train,
+                                      const CorpusOptions& options);
 
   // Copies the window of seq_len + 1 tokens starting at `start` into row `row`.
   void CopyWindow(int64_t start, int row, std::vector<int32_t>* out) const;
 
-  CharTokenizer tokenizer_;
-  std::vector<int32_t> tokens_;  // training head, then validation tail
+  std::shared_ptr<const Tokenizer> tokenizer_;
+  Tokens tokens_;  // training head, then validation tail
+  int64_t total_tokens_;
   int64_t train_tokens_;
   uint64_t seed_;
   int seq_len_;

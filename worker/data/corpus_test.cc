@@ -1,14 +1,19 @@
 #include "worker/data/corpus.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "common/temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "worker/data/char_tokenizer.h"
+#include "worker/data/sentencepiece_tokenizer.h"
+#include "worker/data/token_shards.h"
 
 namespace paci {
 namespace {
@@ -282,6 +287,176 @@ TEST(CorpusTest, LoadRejectsOutOfRangeOptionsNamingTheField) {
     EXPECT_EQ(corpus.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(corpus.status().message(),
                 HasSubstr("data.validation_fraction"));
+  }
+}
+
+// Writes `tokens` as a dataset folder of `tokenizer`: its serialized bytes
+// and shards of shard_tokens tokens (the last one shorter).
+void WriteDataset(const std::string& dir, const Tokenizer& tokenizer,
+                  const std::vector<int32_t>& tokens, size_t shard_tokens) {
+  std::ofstream(dir + "/tokenizer", std::ios::binary) << tokenizer.Serialize();
+  for (size_t begin = 0, index = 0; begin < tokens.size(); begin += shard_tokens, ++index) {
+    absl::StatusOr<TokenShardWriter> writer =
+        TokenShardWriter::Create(TokenShardPath(dir, index), tokenizer.Id(),
+                                 tokenizer.vocab_size());
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    const size_t end = std::min(tokens.size(), begin + shard_tokens);
+    ASSERT_TRUE(writer->Append(absl::MakeConstSpan(tokens).subspan(begin, end - begin)).ok());
+    ASSERT_TRUE(writer->Finish().ok());
+  }
+}
+
+// The genesis text as a dataset of char tokens, in shards of shard_tokens.
+CorpusOptions GenesisDataset(const TempDir& dir, size_t shard_tokens) {
+  absl::StatusOr<CharTokenizer> tokenizer = CharTokenizer::FromText(ReadText(kGenesisPath));
+  EXPECT_TRUE(tokenizer.ok()) << tokenizer.status();
+  WriteDataset(dir.path(), *tokenizer, *tokenizer->Encode(ReadText(kGenesisPath)),
+               shard_tokens);
+  CorpusOptions options = GenesisOptions();
+  options.path.clear();
+  options.dataset = dir.path();
+  return options;
+}
+
+TEST(CorpusTest, ADatasetOfTheTextsTokensGivesTheSameWindowsAsTheText) {
+  TempDir dir("corpus-test");
+  // Shards of 1009 tokens: many windows of 65 run across a shard boundary.
+  absl::StatusOr<Corpus> shards = Corpus::Load(GenesisDataset(dir, 1009));
+  absl::StatusOr<Corpus> text = Corpus::Load(GenesisOptions());
+  ASSERT_TRUE(shards.ok()) << shards.status();
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(shards->tokenizer().Id(), text->tokenizer().Id());
+  EXPECT_EQ(shards->train_tokens(), text->train_tokens());
+  EXPECT_EQ(shards->validation_tokens(), text->validation_tokens());
+  for (uint64_t id = 0; id < 200; ++id) {
+    ASSERT_EQ(shards->TrainingWindows(id), text->TrainingWindows(id)) << "micro-batch " << id;
+  }
+  for (uint64_t j = 0; j < 50; ++j) {
+    ASSERT_EQ(shards->ValidationWindows(j), text->ValidationWindows(j)) << "eval batch " << j;
+  }
+}
+
+TEST(CorpusTest, ValidationShardsHoldOutTheLastShards) {
+  TempDir dir("corpus-test");
+  absl::StatusOr<CharTokenizer> tokenizer = CharTokenizer::FromText(PositionText(200));
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  WriteDataset(dir.path(), *tokenizer, *tokenizer->Encode(PositionText(200)), 60);
+  CorpusOptions options;
+  options.dataset = dir.path();
+  options.validation_shards = 2;  // shards [0, 60) [60, 120) | [120, 180) [180, 200)
+  options.seq_len = 8;
+  options.micro_batch_size = 4;
+  absl::StatusOr<Corpus> corpus = Corpus::Load(options);
+  ASSERT_TRUE(corpus.ok()) << corpus.status();
+  EXPECT_EQ(corpus->train_tokens(), 120);
+  EXPECT_EQ(corpus->validation_tokens(), 80);
+  std::set<int32_t> starts;
+  for (uint64_t j = 0; j < 18; ++j) {  // 72 validation starts, 4 rows each
+    const std::vector<int32_t> windows = corpus->ValidationWindows(j);
+    for (int r = 0; r < options.micro_batch_size; ++r) {
+      const std::vector<int32_t> row = Row(windows, r, options.seq_len);
+      for (int i = 0; i <= options.seq_len; ++i) ASSERT_EQ(row[i], row[0] + i);
+      ASSERT_GE(row[0], 120);
+      starts.insert(row[0]);
+    }
+  }
+  EXPECT_EQ(starts.size(), 72u);
+  for (uint64_t id = 0; id < 100; ++id) {
+    for (int32_t token : corpus->TrainingWindows(id)) ASSERT_LT(token, 120);
+  }
+
+  options.validation_shards = 4;
+  corpus = Corpus::Load(options);
+  EXPECT_EQ(corpus.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(corpus.status().message(),
+              HasSubstr("data.validation_shards: must be less than the 4 shards"));
+}
+
+TEST(CorpusTest, ADatasetShardOfAnotherTokenizerIsRefusedNamingIt) {
+  TempDir dir("corpus-test");
+  const CorpusOptions options = GenesisDataset(dir, 100000);
+  std::ofstream(dir.path() + "/tokenizer", std::ios::binary)
+      << CharTokenizer::FromText("abc")->Serialize();
+  absl::StatusOr<Corpus> corpus = Corpus::Load(options);
+  EXPECT_EQ(corpus.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(corpus.status().message(), HasSubstr("data.dataset: "));
+  EXPECT_THAT(corpus.status().message(), HasSubstr(TokenShardPath(dir.path(), 0)));
+}
+
+TEST(CorpusTest, ADatasetWithoutShardsOrWithAGapIsRefused) {
+  TempDir dir("corpus-test");
+  CorpusOptions options = GenesisDataset(dir, 100000);  // shards 0 to 2
+  std::filesystem::remove(TokenShardPath(dir.path(), 1));
+  absl::StatusOr<Corpus> corpus = Corpus::Load(options);
+  EXPECT_EQ(corpus.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(corpus.status().message(), HasSubstr(TokenShardPath(dir.path(), 1)));
+
+  std::filesystem::remove(TokenShardPath(dir.path(), 0));
+  std::filesystem::remove(TokenShardPath(dir.path(), 2));
+  corpus = Corpus::Load(options);
+  EXPECT_EQ(corpus.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(corpus.status().message(), HasSubstr("data.dataset: "));
+  EXPECT_THAT(corpus.status().message(), HasSubstr("holds no token shards"));
+
+  options.dataset = dir.path() + "/no-such-dataset";
+  corpus = Corpus::Load(options);
+  EXPECT_EQ(corpus.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(corpus.status().message(), HasSubstr("data.dataset: cannot read"));
+}
+
+TEST(CorpusTest, ADatasetMadeByAnotherKindOfTokenizerThanTheSpecSaysIsRefused) {
+  TempDir dir("corpus-test");
+  CorpusOptions options = GenesisDataset(dir, 100000);
+  options.tokenizer = "char";
+  EXPECT_TRUE(Corpus::Load(options).ok());
+  options.tokenizer = "sentencepiece";
+  absl::StatusOr<Corpus> corpus = Corpus::Load(options);
+  EXPECT_EQ(corpus.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(corpus.status().message(), HasSubstr("data.tokenizer: \"sentencepiece\""));
+}
+
+TEST(CorpusTest, ATextTokenizedBySentencePieceDecodesBackToTheText) {
+  SentencePieceTrainingOptions training;
+  training.vocab_size = 400;
+  absl::StatusOr<SentencePieceTokenizer> model =
+      SentencePieceTokenizer::Train({kGenesisPath}, training);
+  ASSERT_TRUE(model.ok()) << model.status();
+  TempDir dir("corpus-test");
+  CorpusOptions options = GenesisOptions();
+  options.tokenizer = "sentencepiece";
+  options.tokenizer_model = dir.path() + "/genesis.model";
+  std::ofstream(options.tokenizer_model, std::ios::binary) << model->ModelProto();
+  absl::StatusOr<Corpus> corpus = Corpus::Load(options);
+  ASSERT_TRUE(corpus.ok()) << corpus.status();
+  EXPECT_EQ(corpus->tokenizer().kind(), "sentencepiece");
+  EXPECT_EQ(corpus->tokenizer().Id(), model->Id());
+  const std::string text = ReadText(kGenesisPath);
+  EXPECT_EQ(corpus->train_tokens() + corpus->validation_tokens(),
+            static_cast<int64_t>(model->Encode(text)->size()));
+  const std::vector<int32_t> window = Row(corpus->TrainingWindows(0), 0, options.seq_len);
+  EXPECT_NE(text.find(corpus->tokenizer().Decode(window)), std::string::npos);
+
+  options.tokenizer_model = kGenesisPath;  // not a model
+  corpus = Corpus::Load(options);
+  EXPECT_EQ(corpus.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(corpus.status().message(), HasSubstr("data.tokenizer_model: " + kGenesisPath));
+}
+
+TEST(CorpusTest, LoadRejectsSourceOptionsThatDoNotFitNamingTheField) {
+  const std::pair<std::string, void (*)(CorpusOptions*)> cases[] = {
+      {"data.corpus_path", [](CorpusOptions* o) { o->dataset = "/d"; }},
+      {"data.corpus_path", [](CorpusOptions* o) { o->path.clear(); }},
+      {"data.tokenizer", [](CorpusOptions* o) { o->tokenizer = "bpe"; }},
+      {"data.tokenizer_model", [](CorpusOptions* o) { o->tokenizer = "sentencepiece"; }},
+      {"data.tokenizer_model", [](CorpusOptions* o) { o->tokenizer_model = "m.model"; }},
+      {"data.validation_shards", [](CorpusOptions* o) { o->validation_shards = 1; }},
+  };
+  for (const auto& [field, mutate] : cases) {
+    CorpusOptions options = GenesisOptions();
+    mutate(&options);
+    absl::StatusOr<Corpus> corpus = Corpus::Load(options);
+    EXPECT_EQ(corpus.status().code(), absl::StatusCode::kInvalidArgument) << field;
+    EXPECT_THAT(std::string(corpus.status().message()), ::testing::StartsWith(field + ": "));
   }
 }
 

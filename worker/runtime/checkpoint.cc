@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <sstream>
 
@@ -75,6 +76,86 @@ std::string FirstLine(const std::string& text) {
   return std::string(text.substr(0, text.find('\n')));
 }
 
+// The model config's archive entries, in the order written.
+constexpr const char* kConfigKeys[] = {"vocab_size", "num_layers", "d_model", "num_heads",
+                                       "seq_len"};
+
+std::vector<int*> ConfigFields(GptConfig& c) {
+  return {&c.vocab_size, &c.num_layers, &c.d_model, &c.num_heads, &c.seq_len};
+}
+
+void WriteConfigAndTokenizer(const GptConfig& config, const std::string& tokenizer,
+                             torch::serialize::OutputArchive& archive) {
+  GptConfig copy = config;
+  const std::vector<int*> fields = ConfigFields(copy);
+  for (size_t i = 0; i < fields.size(); ++i) {
+    archive.write(kConfigKeys[i], c10::IValue(static_cast<int64_t>(*fields[i])));
+  }
+  if (!tokenizer.empty()) {
+    // As bytes in a tensor: a SentencePiece model is binary, not a string.
+    archive.write("tokenizer",
+                  torch::from_blob(const_cast<char*>(tokenizer.data()),
+                                   {static_cast<int64_t>(tokenizer.size())}, torch::kUInt8)
+                      .clone());
+  }
+}
+
+// Runs `read` on the archive of the shard at `path`, after checking its
+// footer. LibTorch's exceptions become DataLoss naming the file: c10::Error
+// mostly; its unpickler also throws std::out_of_range and others on an
+// archive whose CRC matches but whose contents were forged (found by
+// fuzz/checkpoint_fuzz.cc).
+absl::Status ReadArchive(const std::string& path,
+                         const std::function<absl::Status(torch::serialize::InputArchive&)>& read) {
+  ASSIGN_OR_RETURN(const std::string bytes, ReadVerified(path));
+  try {
+    torch::serialize::InputArchive archive;
+    archive.load_from(bytes.data(), bytes.size());
+    return read(archive);
+  } catch (const std::exception& e) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", path, " is corrupt or unreadable: ",
+                                            FirstLine(e.what())));
+  }
+}
+
+// The metadata entries of an archive; may throw (inside ReadArchive).
+absl::StatusOr<ShardMeta> ReadMeta(const std::string& path,
+                                   torch::serialize::InputArchive& archive) {
+  ShardMeta meta;
+  c10::IValue value;
+  if (!archive.try_read("format", value) || !value.isString() || value.toStringRef() != kFormat) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint ", path, " is not a paci stage shard (", kFormat, ")"));
+  }
+  archive.read("job_name", value);
+  meta.job_name = value.toStringRef();
+  archive.read("stage", value);
+  meta.stage = static_cast<int>(value.toInt());
+  archive.read("num_stages", value);
+  meta.num_stages = static_cast<int>(value.toInt());
+  archive.read("model", value);
+  meta.model_fingerprint = value.toStringRef();
+  archive.read("step", value);
+  meta.step = value.toInt();
+  archive.read("next_micro_batch", value);
+  meta.next_micro_batch = static_cast<uint64_t>(value.toInt());
+  if (archive.try_read(kConfigKeys[0], value)) {  // shards before the config have none
+    meta.config.emplace();
+    const std::vector<int*> fields = ConfigFields(*meta.config);
+    for (size_t i = 0; i < fields.size(); ++i) {
+      archive.read(kConfigKeys[i], value);
+      *fields[i] = static_cast<int>(value.toInt());
+    }
+  }
+  torch::Tensor tokenizer;
+  if (archive.try_read("tokenizer", tokenizer)) {
+    tokenizer = tokenizer.to(torch::kUInt8).contiguous();
+    meta.tokenizer.assign(reinterpret_cast<const char*>(tokenizer.data_ptr<uint8_t>()),
+                          static_cast<size_t>(tokenizer.numel()));
+  }
+  return meta;
+}
+
 }  // namespace
 
 absl::Status SaveShard(const std::string& path, const ShardMeta& meta, GptStage& model,
@@ -98,9 +179,13 @@ absl::Status SaveShard(const std::string& path, const ShardMeta& meta, GptStage&
     archive.write("step", c10::IValue(meta.step));
     archive.write("next_micro_batch", c10::IValue(static_cast<int64_t>(meta.next_micro_batch)));
     archive.write("optimizer_steps", c10::IValue(optimizer.steps()));
+    WriteConfigAndTokenizer(model->config(), meta.tokenizer, archive);
+    c10::List<std::string> names;
     for (const auto& [name, p] : optimizer.parameters()) {
       archive.write(Key("param", name), p.detach().to(torch::kCPU));
+      names.push_back(name);
     }
+    archive.write("parameter_names", c10::IValue(names));
     for (const auto& [name, t] : optimizer.State()) {
       archive.write(Key("optim", name), t.to(torch::kCPU));
     }
@@ -132,28 +217,9 @@ absl::StatusOr<ShardMeta> LoadShard(const std::string& path, const ShardMeta& ex
   ShardMeta meta;
   std::map<std::string, torch::Tensor> params, state;
   int64_t optimizer_steps = 0;
-  ASSIGN_OR_RETURN(const std::string bytes, ReadVerified(path));
-  try {
-    torch::serialize::InputArchive archive;
-    archive.load_from(bytes.data(), bytes.size());
+  const auto read = [&](torch::serialize::InputArchive& archive) -> absl::Status {
+    ASSIGN_OR_RETURN(meta, ReadMeta(path, archive));
     c10::IValue value;
-    if (!archive.try_read("format", value) || !value.isString() ||
-        value.toStringRef() != kFormat) {
-      return absl::DataLossError(
-          absl::StrCat("checkpoint ", path, " is not a paci stage shard (", kFormat, ")"));
-    }
-    archive.read("job_name", value);
-    meta.job_name = value.toStringRef();
-    archive.read("stage", value);
-    meta.stage = static_cast<int>(value.toInt());
-    archive.read("num_stages", value);
-    meta.num_stages = static_cast<int>(value.toInt());
-    archive.read("model", value);
-    meta.model_fingerprint = value.toStringRef();
-    archive.read("step", value);
-    meta.step = value.toInt();
-    archive.read("next_micro_batch", value);
-    meta.next_micro_batch = static_cast<uint64_t>(value.toInt());
     archive.read("optimizer_steps", value);
     optimizer_steps = value.toInt();
 
@@ -188,19 +254,39 @@ absl::StatusOr<ShardMeta> LoadShard(const std::string& path, const ShardMeta& ex
       }
       state[name] = saved;
     }
-  } catch (const std::exception& e) {
-    // c10::Error mostly; LibTorch's unpickler also throws std::out_of_range and others on
-    // an archive whose CRC matches but whose contents were forged (found by
-    // fuzz/checkpoint_fuzz.cc).
-    return absl::DataLossError(absl::StrCat("checkpoint ", path, " is corrupt or unreadable: ",
-                                            FirstLine(e.what())));
-  }
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(ReadArchive(path, read));
   // Everything is read and checked: now change the model.
   torch::NoGradGuard no_grad;
   for (const auto& [name, p] : optimizer.parameters()) p.data().copy_(params.at(name));
   optimizer.SetState(optimizer_steps,
                      std::vector<std::pair<std::string, torch::Tensor>>(state.begin(), state.end()));
   return meta;
+}
+
+absl::StatusOr<ShardParameters> ReadShard(const std::string& path) {
+  ShardParameters shard;
+  const auto read = [&](torch::serialize::InputArchive& archive) -> absl::Status {
+    ASSIGN_OR_RETURN(shard.meta, ReadMeta(path, archive));
+    c10::IValue names;
+    if (!shard.meta.config || !archive.try_read("parameter_names", names)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("checkpoint ", path,
+                       " records no model config or parameter names (written by an older paci)"));
+    }
+    for (const c10::IValue& name : names.toListRef()) {
+      torch::Tensor t;
+      if (!archive.try_read(Key("param", name.toStringRef()), t)) {
+        return absl::DataLossError(
+            absl::StrCat("checkpoint ", path, " lacks parameter ", name.toStringRef()));
+      }
+      shard.parameters[name.toStringRef()] = t;
+    }
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(ReadArchive(path, read));
+  return shard;
 }
 
 }  // namespace paci

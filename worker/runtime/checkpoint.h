@@ -1,6 +1,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -18,6 +20,14 @@ struct ShardMeta {
   std::string model_fingerprint;  // GptStageImpl::Fingerprint()
   int64_t step = 0;               // optimizer steps taken (the drained point)
   uint64_t next_micro_batch = 0;  // the data position: the next micro-batch id
+  // The model's shape: vocab_size, num_layers, d_model, num_heads and seq_len
+  // (the other fields keep their defaults). SaveShard records the model's
+  // own config and ignores this; nullopt when read from a shard written
+  // before shards recorded it.
+  std::optional<GptConfig> config;
+  // Stage 0's shard: the Tokenizer::Serialize() bytes of the tokenizer that
+  // made the training tokens. Empty on the other stages.
+  std::string tokenizer;
 };
 
 // Writes one stage's shard: parameters, AdamW moments and step, and `meta`,
@@ -34,5 +44,18 @@ absl::Status SaveShard(const std::string& path, const ShardMeta& meta, GptStage&
 // mismatch; on error neither the model, the optimizer nor the file changes.
 absl::StatusOr<ShardMeta> LoadShard(const std::string& path, const ShardMeta& expected,
                                     GptStage& model, AdamW& optimizer);
+
+// A shard read on its own, with no model to match: its metadata and every
+// parameter by its global name, on the CPU (the optimizer state is not read).
+struct ShardParameters {
+  ShardMeta meta;
+  std::map<std::string, torch::Tensor> parameters;
+};
+
+// Reads the shard at `path` (blocking file I/O). DataLoss naming the file for
+// a corrupt, truncated or forged one (the checks of LoadShard);
+// FailedPrecondition naming it when it was written before shards recorded
+// their config and parameter names.
+absl::StatusOr<ShardParameters> ReadShard(const std::string& path);
 
 }  // namespace paci

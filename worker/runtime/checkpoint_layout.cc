@@ -1,12 +1,17 @@
 #include "worker/runtime/checkpoint_layout.h"
 
 #include <filesystem>
+#include <map>
+#include <set>
 #include <system_error>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
+#include "common/status_macros.h"
 
 namespace paci {
 namespace fs = std::filesystem;
@@ -53,6 +58,84 @@ bool HoldsCheckpoints(const std::string& directory) {
     if (absl::StartsWith(entry.path().filename().string(), "step-")) return true;
   }
   return false;
+}
+
+namespace {
+
+// P of a shard name "stage-S-of-P.pt", nullopt for any other name.
+std::optional<int> StageCountOf(const std::string& name) {
+  if (!absl::StartsWith(name, "stage-") || !absl::EndsWith(name, ".pt")) return std::nullopt;
+  const std::vector<std::string> parts =
+      absl::StrSplit(name.substr(6, name.size() - 9), "-of-");
+  int stage, num_stages;
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &stage) ||
+      !absl::SimpleAtoi(parts[1], &num_stages) || num_stages < 1) {
+    return std::nullopt;
+  }
+  return num_stages;
+}
+
+// The stage counts of the shards in each step-* folder, by step.
+absl::StatusOr<std::map<int64_t, std::set<int>>> StageCountsByStep(const std::string& directory) {
+  std::error_code ec;
+  if (!fs::is_directory(directory, ec)) {
+    return absl::NotFoundError(absl::StrCat("checkpoint ", directory, " does not exist"));
+  }
+  std::map<int64_t, std::set<int>> counts;
+  for (const auto& entry : fs::directory_iterator(directory, ec)) {
+    const std::string name = entry.path().filename().string();
+    int64_t step;
+    if (!absl::StartsWith(name, "step-") || !absl::SimpleAtoi(name.substr(5), &step)) continue;
+    std::set<int>& seen = counts[step];
+    std::error_code inner;
+    for (const auto& shard : fs::directory_iterator(entry.path(), inner)) {
+      if (auto p = StageCountOf(shard.path().filename().string())) seen.insert(*p);
+    }
+  }
+  if (ec) {
+    return absl::UnavailableError(
+        absl::StrCat("checkpoint ", directory, ": cannot list it: ", ec.message()));
+  }
+  if (counts.empty()) {
+    return absl::NotFoundError(
+        absl::StrCat("checkpoint ", directory, " holds no checkpoint (no step-* folder)"));
+  }
+  return counts;
+}
+
+}  // namespace
+
+absl::StatusOr<CheckpointStep> FindLatestCheckpoint(const std::string& directory) {
+  ASSIGN_OR_RETURN(const auto counts, StageCountsByStep(directory));
+  std::set<int> all_counts;
+  for (const auto& [step, stage_counts] : counts) {
+    all_counts.insert(stage_counts.begin(), stage_counts.end());
+  }
+  std::optional<CheckpointStep> latest;
+  for (int p : all_counts) {
+    ASSIGN_OR_RETURN(std::optional<int64_t> complete, LatestCompleteStep(directory, p));
+    if (!complete || (latest && *complete < latest->step)) continue;
+    if (latest && *complete == latest->step) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint ", StepDirectory(directory, *complete), " holds complete checkpoints of ",
+          latest->num_stages, " and of ", p, " stages: keep one"));
+    }
+    latest = CheckpointStep{*complete, p};
+  }
+  if (latest) return *latest;
+  // No step is complete: name what the latest one lacks.
+  const auto& [step, stage_counts] = *counts.rbegin();
+  const int p = stage_counts.empty() ? 1 : *stage_counts.rbegin();
+  for (int s = 0; s < p; ++s) {
+    const std::string path = ShardPath(directory, step, s, p);
+    std::error_code missing;
+    if (!fs::is_regular_file(path, missing)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint ", directory, " has no complete step: shard ", path, " is missing"));
+    }
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("checkpoint ", directory, " has no complete step"));
 }
 
 }  // namespace paci

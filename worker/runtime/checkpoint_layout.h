@@ -22,4 +22,17 @@ absl::StatusOr<std::optional<int64_t>> LatestCompleteStep(const std::string& dir
 // Whether `directory` holds any step-* folder.
 bool HoldsCheckpoints(const std::string& directory);
 
+// A complete step of a checkpoint directory and the stage count that wrote it.
+struct CheckpointStep {
+  int64_t step = 0;
+  int num_stages = 0;
+};
+
+// The latest complete step written by any number of stages P, found from the
+// shard names (stage-S-of-P.pt). NotFound naming `directory` when it does not
+// exist or holds no step-* folder; FailedPrecondition naming the first
+// missing shard of the latest step when no step is complete, or the step
+// when it holds complete checkpoints of two stage counts. Pure file-system scan.
+absl::StatusOr<CheckpointStep> FindLatestCheckpoint(const std::string& directory);
+
 }  // namespace paci

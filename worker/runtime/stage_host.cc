@@ -36,24 +36,30 @@ absl::Status CheckFits(const v1::StageAssignment& assignment) {
 }
 
 // The first and the last stage read the corpus (inputs, targets); the others
-// need none. InvalidArgument when it has more characters than the model's
-// vocabulary.
+// need none. InvalidArgument when its tokenizer has more tokens than the
+// model's vocabulary.
 absl::StatusOr<std::optional<Corpus>> LoadCorpus(const v1::StageAssignment& assignment) {
   const v1::JobSpec& spec = assignment.spec();
   if (assignment.stage() != 0 && assignment.stage() != spec.pipeline().num_stages() - 1) {
     return std::nullopt;
   }
+  const v1::DataSpec& data = spec.data();
   CorpusOptions options;
-  options.path = spec.data().corpus_path();
-  options.validation_fraction = spec.data().validation_fraction();
-  options.seed = spec.data().seed();
+  options.path = data.corpus_path();
+  options.dataset = data.dataset();
+  options.tokenizer = data.tokenizer();
+  options.tokenizer_model = data.tokenizer_model();
+  options.validation_fraction = data.validation_fraction();
+  options.validation_shards = data.validation_shards();
+  options.seed = data.seed();
   options.seq_len = spec.model().seq_len();
   options.micro_batch_size = spec.pipeline().micro_batch_size();
   ASSIGN_OR_RETURN(Corpus corpus, Corpus::Load(options));
   if (corpus.tokenizer().vocab_size() > spec.model().vocab_size()) {
+    const std::string& source = options.dataset.empty() ? options.path : options.dataset;
     return absl::InvalidArgumentError(absl::StrCat(
-        "model.vocab_size: the corpus ", options.path, " has ", corpus.tokenizer().vocab_size(),
-        " distinct characters, more than vocab_size ", spec.model().vocab_size()));
+        "model.vocab_size: the tokenizer of ", source, " has ", corpus.tokenizer().vocab_size(),
+        " tokens, more than model.vocab_size ", spec.model().vocab_size()));
   }
   return std::optional<Corpus>(std::move(corpus));
 }

@@ -64,7 +64,14 @@ StageMetrics::StageMetrics(prometheus::Registry& r, const Labels& l, int num_sta
       bytes_backward_(AddCounter(r, "paci_activation_bytes_sent_total", kBytesSent,
                                  With(l, "direction", "backward"))),
       checkpoints_(AddCounter(r, "paci_checkpoints_written_total",
-                              "Checkpoint shards written by this stage", l)) {
+                              "Checkpoint shards written by this stage", l)),
+      gradient_norm_(AddGauge(r, "paci_gradient_norm",
+                              "L2 norm of this stage's gradients at its last optimizer step, "
+                              "before optimizer.clip_norm",
+                              l)),
+      nonfinite_skipped_(AddCounter(r, "paci_nonfinite_steps_skipped_total",
+                                    "Optimizer steps skipped because the gradients held NaN or Inf",
+                                    l)) {
   drift_bound_.Set(static_cast<double>(drift_bound));
   drift_limit_.Set(static_cast<double>(drift_limit));
 }

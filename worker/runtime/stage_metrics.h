@@ -36,6 +36,9 @@ class StageMetrics {
     (forward ? bytes_forward_ : bytes_backward_).Increment(static_cast<double>(bytes));
   }
   void AddCheckpoint() { checkpoints_.Increment(); }
+  // The L2 norm of the stage's gradients at its last step, before clipping.
+  void SetGradientNorm(double norm) { gradient_norm_.Set(norm); }
+  void AddNonfiniteSkip() { nonfinite_skipped_.Increment(); }
 
  private:
   StageMetrics(prometheus::Registry& registry, const std::map<std::string, std::string>& labels,
@@ -53,6 +56,8 @@ class StageMetrics {
   prometheus::Counter& bytes_forward_;
   prometheus::Counter& bytes_backward_;
   prometheus::Counter& checkpoints_;
+  prometheus::Gauge& gradient_norm_;
+  prometheus::Counter& nonfinite_skipped_;
 };
 
 }  // namespace paci

@@ -13,8 +13,10 @@
 #include "common/schedule_kind.h"
 #include "common/status_macros.h"
 #include "worker/model/partition.h"
+#include "worker/model/gpt_weights.h"
 #include "worker/runtime/checkpoint.h"
 #include "worker/runtime/checkpoint_layout.h"
+#include "worker/runtime/checkpoint_reader.h"
 #include "worker/transport/tensor_codec.h"
 
 namespace paci {
@@ -108,27 +110,7 @@ absl::Status StageRuntime::Init() {
   optimizer_ = std::make_unique<AdamW>(std::move(params), adamw);
 
   RETURN_IF_ERROR(ConnectNccl());
-
-  const auto& ckpt = spec_.checkpoint();
-  if (!ckpt.directory().empty()) {
-    ASSIGN_OR_RETURN(std::optional<int64_t> latest,
-                     LatestCompleteStep(ckpt.directory(), num_stages_));
-    if (ckpt.resume() && latest) {
-      ShardMeta expected;
-      expected.stage = stage_;
-      expected.num_stages = num_stages_;
-      expected.model_fingerprint = model_->Fingerprint();
-      const std::string path = ShardPath(ckpt.directory(), *latest, stage_, num_stages_);
-      ASSIGN_OR_RETURN(ShardMeta meta, LoadShard(path, expected, model_, *optimizer_));
-      start_step_ = meta.step;
-      LOG(INFO) << "stage " << stage_ << " resumed from " << path << " at step " << start_step_;
-    } else if (!ckpt.resume() && HoldsCheckpoints(ckpt.directory())) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "checkpoint.directory: ", ckpt.directory(),
-          " already holds checkpoints; set checkpoint.resume: true to continue from the latest, "
-          "or choose another directory (nothing was overwritten)"));
-    }
-  }
+  RETURN_IF_ERROR(RestoreCheckpoint());
   if (start_step_ > spec_.training().steps()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "training.steps: the checkpoint is at step ", start_step_, ", past the ",
@@ -143,12 +125,55 @@ absl::Status StageRuntime::Init() {
   o.total_steps = spec_.training().steps();
   o.start_step = start_step_;
   o.eval_interval = spec_.training().eval_interval();
+  const auto& ckpt = spec_.checkpoint();
   o.checkpoint_interval = ckpt.directory().empty() ? 0 : ckpt.interval();
   scheduler_ = std::make_unique<StageScheduler>(o);
 
   absl::MutexLock lock(&mu_);
   report_.set_drift_bound(scheduler_->drift_bound());
   report_.set_optimizer_steps(start_step_);
+  return absl::OkStatus();
+}
+
+absl::Status StageRuntime::RestoreCheckpoint() {
+  const auto& ckpt = spec_.checkpoint();
+  if (!ckpt.directory().empty()) {
+    ASSIGN_OR_RETURN(std::optional<int64_t> latest,
+                     LatestCompleteStep(ckpt.directory(), num_stages_));
+    if (ckpt.resume() && latest) {  // this job's own checkpoint wins over init_from
+      ShardMeta expected;
+      expected.stage = stage_;
+      expected.num_stages = num_stages_;
+      expected.model_fingerprint = model_->Fingerprint();
+      const std::string path = ShardPath(ckpt.directory(), *latest, stage_, num_stages_);
+      ASSIGN_OR_RETURN(ShardMeta meta, LoadShard(path, expected, model_, *optimizer_));
+      start_step_ = meta.step;
+      LOG(INFO) << "stage " << stage_ << " resumed from " << path << " at step " << start_step_;
+      return absl::OkStatus();
+    }
+    if (!ckpt.resume() && HoldsCheckpoints(ckpt.directory())) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint.directory: ", ckpt.directory(),
+          " already holds checkpoints; set checkpoint.resume: true to continue from the latest, "
+          "or choose another directory (nothing was overwritten)"));
+    }
+  }
+  if (ckpt.init_from().empty()) return absl::OkStatus();
+  // Fine-tuning: the weights by name from a checkpoint of any cut; the
+  // optimizer stays fresh and the job starts at step 0.
+  absl::StatusOr<ModelCheckpoint> source = ReadCheckpoint(ckpt.init_from());
+  if (!source.ok()) {
+    return absl::Status(source.status().code(),
+                        absl::StrCat("checkpoint.init_from: ", source.status().message()));
+  }
+  const std::string where =
+      absl::StrCat("checkpoint.init_from: ", ckpt.init_from(), " (step ", source->step, ")");
+  RETURN_IF_ERROR(CopyWeightsByName(source->parameters, where, *model_));
+  if (first_ && corpus_ != nullptr && source->tokenizer->Id() != corpus_->tokenizer().Id()) {
+    LOG(WARNING) << where << " was trained with another tokenizer than this job's data: "
+                 << "its token ids mean other text";
+  }
+  LOG(INFO) << "stage " << stage_ << " starts from the weights of " << where;
   return absl::OkStatus();
 }
 
@@ -416,15 +441,7 @@ absl::Status StageRuntime::Backward() {
   metrics_.AddBackward(tokens);
   std::optional<double> step_loss;
   if (result.step_now) {
-    const int64_t step = scheduler_->version();  // already advanced
-    optimizer_->Step(LearningRateAt(lr_, step - 1) * lr_factor_);
-    optimizer_->ZeroGrad();
-    if (last_) {  // the one read of the step, after all of its work is queued
-      step_loss = step_loss_sum_.item<double>() / scheduler_->accumulation();
-      step_loss_sum_ = torch::Tensor();
-    }
-    Mark(v1::Span::OPTIMIZER_STEP, std::nullopt, step);
-    metrics_.AddOptimizerStep();
+    ASSIGN_OR_RETURN(step_loss, StepOptimizer());
   }
   absl::MutexLock lock(&mu_);
   report_.set_backward_micro_batches(scheduler_->backwards());
@@ -440,6 +457,55 @@ absl::Status StageRuntime::Backward() {
     point->set_seconds(SecondsSinceStart());
   }
   return absl::OkStatus();
+}
+
+double StageRuntime::GradientNorm() const {
+  torch::NoGradGuard no_grad;
+  double sum_of_squares = 0;
+  for (const auto& [name, parameter] : optimizer_->parameters()) {
+    if (!parameter.grad().defined()) continue;
+    // In double, so that large finite gradients do not overflow to Inf.
+    const double norm =
+        at::linalg_vector_norm(parameter.grad(), 2, c10::nullopt, false, torch::kDouble)
+            .item<double>();
+    sum_of_squares += norm * norm;
+  }
+  return std::sqrt(sum_of_squares);
+}
+
+absl::StatusOr<std::optional<double>> StageRuntime::StepOptimizer() {
+  const int64_t step = scheduler_->version();  // already advanced
+  // The guard and optimizer.clip_norm look at this stage's gradients only: no
+  // stage waits for another's norm (docs/design.md, "Training safety").
+  const double norm = GradientNorm();
+  metrics_.SetGradientNorm(norm);
+  if (!std::isfinite(norm)) {
+    metrics_.AddNonfiniteSkip();
+    absl::MutexLock lock(&mu_);
+    report_.set_nonfinite_steps_skipped(report_.nonfinite_steps_skipped() + 1);
+    LOG(WARNING) << "job=" << spec_.name() << " stage " << stage_ << " step " << step
+                 << ": the gradients hold NaN or Inf; step skipped, weights unchanged";
+  } else {
+    const double clip = spec_.optimizer().clip_norm();
+    if (clip > 0 && norm > clip) ScaleGradients(clip / norm);
+    optimizer_->Step(LearningRateAt(lr_, step - 1) * lr_factor_);
+  }
+  optimizer_->ZeroGrad();
+  Mark(v1::Span::OPTIMIZER_STEP, std::nullopt, step);
+  metrics_.AddOptimizerStep();
+  if (!last_) return std::nullopt;
+  // The one read of the step's loss, after all of its work is queued.
+  const double loss = step_loss_sum_.item<double>() / scheduler_->accumulation();
+  step_loss_sum_ = torch::Tensor();
+  nonfinite_losses_ = std::isfinite(loss) ? 0 : nonfinite_losses_ + 1;
+  const int64_t limit = spec_.training().max_nonfinite_steps();
+  if (limit > 0 && nonfinite_losses_ >= limit) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "training.max_nonfinite_steps: the training loss was NaN or Inf for ", nonfinite_losses_,
+        " optimizer steps in a row (steps ", step - nonfinite_losses_ + 1, " to ", step,
+        "); a lower optimizer.lr or an optimizer.clip_norm may help"));
+  }
+  return loss;
 }
 
 bool StageRuntime::EvalDue(int64_t step) const {
@@ -552,6 +618,8 @@ absl::Status StageRuntime::SaveCheckpoint(int64_t step) {
   meta.model_fingerprint = model_->Fingerprint();
   meta.step = step;
   meta.next_micro_batch = static_cast<uint64_t>(step) * scheduler_->accumulation();
+  // Stage 0's shard says how to turn text into the model's tokens and back.
+  if (first_ && corpus_ != nullptr) meta.tokenizer = corpus_->tokenizer().Serialize();
   const std::string path = ShardPath(spec_.checkpoint().directory(), step, stage_, num_stages_);
   RETURN_IF_ERROR(SaveShard(path, meta, model_, *optimizer_));
   metrics_.AddCheckpoint();

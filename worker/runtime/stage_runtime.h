@@ -52,9 +52,12 @@ class StageRuntime {
                SpanRecorder* spans, std::string link_id);
 
   // Builds the model and optimizer and, when the spec says so, resumes from
-  // the latest complete checkpoint. FailedPrecondition / DataLoss for a
-  // checkpoint that does not fit or is corrupt (nothing is written then), and
-  // for a fresh run into a directory that already holds checkpoints.
+  // the latest complete checkpoint, or else starts from the weights of
+  // checkpoint.init_from's (matched by name, any stage count; fresh
+  // optimizer, step 0). FailedPrecondition / DataLoss for a checkpoint that
+  // does not fit or is corrupt (naming the parameter or the file; nothing is
+  // written then), and for a fresh run into a directory that already holds
+  // checkpoints.
   absl::Status Init();
 
   // Trains to the end. Blocks. Returns the first error: a broken link, a
@@ -89,6 +92,9 @@ class StageRuntime {
   absl::Status HandleDrained();
   absl::Status HandleControl(v1::TensorFrame frame);
   absl::Status EvalForward(const v1::TensorFrame& frame);
+  // Init's checkpoint part: resumes from this job's latest complete
+  // checkpoint, or starts from checkpoint.init_from's weights.
+  absl::Status RestoreCheckpoint();
   absl::Status SaveCheckpoint(int64_t step);
   absl::Status Finish();
   void Send(FrameSender* to, v1::TensorFrame::Kind kind, uint64_t micro_batch_id,
@@ -101,6 +107,13 @@ class StageRuntime {
   double SecondsSinceStart() const;
   // Multiplies every defined gradient of this stage's parameters by `factor`.
   void ScaleGradients(double factor);
+  // The L2 norm of all of this stage's gradients (NaN or Inf when one is).
+  double GradientNorm() const;
+  // The optimizer step when a backward completes one: the non-finite guard
+  // (skip, count), optimizer.clip_norm, AdamW. On the last stage, the step's
+  // mean training loss; FailedPrecondition naming training.max_nonfinite_steps
+  // when the loss has been NaN or Inf for that many steps in a row.
+  absl::StatusOr<std::optional<double>> StepOptimizer();
   // Inputs and targets [B, T] of the windows, on the stage's device.
   std::pair<torch::Tensor, torch::Tensor> Tokens(const std::vector<int32_t>& windows) const;
   // A host tensor on the stage's device. To a GPU from page-locked memory,
@@ -150,6 +163,7 @@ class StageRuntime {
   // Last stage: the sum of the current step's micro-batch losses, on the
   // device (float64), read once per optimizer step: each read waits for the GPU.
   torch::Tensor step_loss_sum_;
+  int64_t nonfinite_losses_ = 0;  // last stage: steps in a row with a NaN or Inf loss
   double eval_loss_sum_ = 0;
   int eval_seen_ = 0;
   absl::Time started_;

@@ -34,7 +34,11 @@ constexpr int kMicroBatches = kSteps * kAccumulation;
 constexpr int kEvalBatches = 2;  // at steps 2 and 4
 constexpr char kLinkId[] = "runtime-test/0";
 
-v1::JobSpec Spec(int num_stages, const std::string& drift_correction = "none") {
+// Edits a spec after its defaults (clip_norm, max_nonfinite_steps); null: none.
+using SpecEdit = std::function<void(v1::JobSpec&)>;
+
+v1::JobSpec Spec(int num_stages, const std::string& drift_correction = "none",
+                 const SpecEdit& edit = nullptr) {
   absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(absl::StrCat(R"(
 name: runtime-test
 model: {vocab_size: 80, num_layers: 2, d_model: 16, num_heads: 2, seq_len: 16}
@@ -46,6 +50,7 @@ runtime: {threads_per_stage: 1}
 data: {corpus_path: )", PACI_SOURCE_DIR, "/tests/data/kjv-genesis.txt}\n"));
   EXPECT_TRUE(spec.ok()) << spec.status();
   ApplyJobSpecDefaults(&*spec);
+  if (edit) edit(*spec);
   EXPECT_TRUE(ValidateJobSpec(*spec).ok());
   return *spec;
 }
@@ -108,8 +113,8 @@ v1::TensorFrame Frame(v1::TensorFrame::Kind kind, int from, uint64_t micro_batch
 // stand for the neighbours it has.
 struct Stage {
   Stage(int num_stages, int stage, FrameSender* previous, FrameSender* next,
-        const std::string& drift_correction = "none")
-      : spec(Spec(num_stages, drift_correction)),
+        const std::string& drift_correction = "none", const SpecEdit& edit = nullptr)
+      : spec(Spec(num_stages, drift_correction, edit)),
         inbox(64),
         metrics(registry, spec.name(), stage, num_stages,
                 DriftBound(ScheduleKind::kPaci, num_stages, stage, kAccumulation),
@@ -129,12 +134,27 @@ struct Stage {
   }
 
   // Init and Run; the report of the whole run.
-  v1::StageReport Train() {
+  v1::StageReport Train(absl::Status* run_status = nullptr) {
     absl::Status status = runtime->Init();
     EXPECT_TRUE(status.ok()) << status;
     status = runtime->Run();
-    EXPECT_TRUE(status.ok()) << status;
+    if (run_status != nullptr) {
+      *run_status = status;
+    } else {
+      EXPECT_TRUE(status.ok()) << status;
+    }
     return runtime->TakeReport();
+  }
+
+  // The value of gauge or counter `name` on /metrics.
+  double Metric(const std::string& name) {
+    for (const prometheus::MetricFamily& family : registry.Collect()) {
+      if (family.name != name || family.metric.empty()) continue;
+      const prometheus::ClientMetric& m = family.metric.front();
+      return family.type == prometheus::MetricType::Counter ? m.counter.value : m.gauge.value;
+    }
+    ADD_FAILURE() << "no metric " << name;
+    return 0;
   }
 
   const v1::JobSpec spec;
@@ -206,7 +226,8 @@ TEST(StageRuntimeTest, FirstStageSendsActivationsAndTakesGradientsOverAFakeLink)
 // (micro-batches 3 and 7), which drains the pipe: a deterministic order in which some
 // micro-batches cross a step (drift 1, the bound) and others none. The activations it sends
 // show its weights; returns them with the drift seen.
-std::pair<std::vector<std::string>, int64_t> FirstStageActivations(const std::string& correction) {
+std::pair<std::vector<std::string>, int64_t> FirstStageActivations(const std::string& correction,
+                                                                   const SpecEdit& edit = nullptr) {
   Inbox* inbox = nullptr;
   std::optional<v1::TensorFrame> held;
   FakeLink next([&inbox, &held](const v1::TensorFrame& frame) {
@@ -223,7 +244,7 @@ std::pair<std::vector<std::string>, int64_t> FirstStageActivations(const std::st
       held = frame;
     }
   });
-  Stage stage(/*num_stages=*/2, /*stage=*/0, nullptr, &next, correction);
+  Stage stage(/*num_stages=*/2, /*stage=*/0, nullptr, &next, correction, edit);
   inbox = &stage.inbox;
   const v1::StageReport report = stage.Train();
   std::vector<std::string> activations;
@@ -252,6 +273,80 @@ TEST(StageRuntimeTest, DriftCorrectionsChangeTheUpdatesNotTheSchedule) {
   EXPECT_NE(staleness.back(), plain.back());
   EXPECT_NE(stage_lr.back(), plain.back());
   EXPECT_NE(staleness.back(), stage_lr.back());
+}
+
+// optimizer.clip_norm scales this stage's gradients down to the norm before AdamW: at a
+// norm near eps the updates shrink, so the weights after the first step differ from the
+// unclipped run's (and do not with a norm no gradient reaches).
+TEST(StageRuntimeTest, ClipNormScalesTheStagesOwnGradients) {
+  const auto [plain, plain_drift] = FirstStageActivations("none");
+  const auto [clipped, clipped_drift] = FirstStageActivations(
+      "none", [](v1::JobSpec& s) { s.mutable_optimizer()->set_clip_norm(1e-9f); });
+  const auto [unreached, unreached_drift] = FirstStageActivations(
+      "none", [](v1::JobSpec& s) { s.mutable_optimizer()->set_clip_norm(1e9f); });
+  ASSERT_EQ(clipped.size(), plain.size());
+  EXPECT_EQ(clipped[0], plain[0]);  // before any step
+  EXPECT_NE(clipped.back(), plain.back());
+  EXPECT_EQ(unreached, plain);
+}
+
+// The data of `frame` re-encoded as a hidden-state-shaped tensor of NaN.
+std::string NanTensorData(v1::TensorFrame frame) {
+  EncodeTensor(torch::full({2, 16, 16}, std::nan("")), &frame);
+  return frame.data();
+}
+
+// The non-finite guard on stage 0: NaN gradients for the first step's micro-batches (0 and
+// 1) make it skip that step (counted in the report and on /metrics); the weights stay
+// finite, so every later activation is finite and training goes on to the end.
+TEST(StageRuntimeTest, AStepWithNanGradientsIsSkippedAndCounted) {
+  Inbox* inbox = nullptr;
+  FakeLink next([&inbox](const v1::TensorFrame& frame) {
+    if (frame.kind() != v1::TensorFrame::ACTIVATION) return;
+    v1::TensorFrame gradient = frame;
+    gradient.set_kind(v1::TensorFrame::GRADIENT);
+    gradient.set_from_stage(1);
+    if (frame.micro_batch_id() < kAccumulation) gradient.set_data(NanTensorData(frame));
+    inbox->Push(Inbox::From::kNext, std::move(gradient));
+  });
+  Stage stage(/*num_stages=*/2, /*stage=*/0, nullptr, &next);
+  inbox = &stage.inbox;
+  const v1::StageReport report = stage.Train();
+  EXPECT_TRUE(report.finished());
+  EXPECT_EQ(report.optimizer_steps(), kSteps);
+  EXPECT_EQ(report.nonfinite_steps_skipped(), 1);
+  EXPECT_EQ(stage.Metric("paci_nonfinite_steps_skipped_total"), 1);
+  EXPECT_GT(stage.Metric("paci_gradient_norm"), 0);  // the last step's, finite
+  for (const v1::TensorFrame& frame : next.frames) {
+    if (frame.kind() != v1::TensorFrame::ACTIVATION) continue;
+    EXPECT_TRUE(torch::isfinite(DecodeTensor(frame)).all().item<bool>())
+        << "micro-batch " << frame.micro_batch_id();
+  }
+}
+
+// The last stage fed NaN activations: its loss is NaN at every step, and after
+// training.max_nonfinite_steps of them the stage fails naming the field and the steps.
+TEST(StageRuntimeTest, ALossNonFiniteForMaxNonfiniteStepsFailsTheStage) {
+  Inbox* inbox = nullptr;
+  auto nan_activation = [](uint64_t id) {
+    v1::TensorFrame frame = Frame(v1::TensorFrame::ACTIVATION, 0, id);
+    EncodeTensor(torch::full({2, 16, 16}, std::nan("")), &frame);
+    return frame;
+  };
+  FakeLink previous([](const v1::TensorFrame&) {});
+  Stage stage(/*num_stages=*/2, /*stage=*/1, &previous, nullptr, "none",
+              [](v1::JobSpec& s) { s.mutable_training()->set_max_nonfinite_steps(2); });
+  inbox = &stage.inbox;
+  for (int id = 0; id < kMicroBatches; ++id) {
+    ASSERT_TRUE(inbox->Push(Inbox::From::kPrevious, nan_activation(id)));
+  }
+  absl::Status status;
+  const v1::StageReport report = stage.Train(&status);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+  EXPECT_THAT(std::string(status.message()),
+              ::testing::HasSubstr("training.max_nonfinite_steps: the training loss was NaN or "
+                                   "Inf for 2 optimizer steps in a row (steps 1 to 2)"));
+  EXPECT_EQ(report.nonfinite_steps_skipped(), 2);
 }
 
 TEST(StageRuntimeTest, LastStageComputesTheLossFromAFakeFirstStage) {

@@ -1,0 +1,256 @@
+#include "tools/prepare_data.h"
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/temp_dir.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "worker/data/corpus.h"
+#include "worker/data/sentencepiece_tokenizer.h"
+#include "worker/data/token_shards.h"
+
+namespace paci {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+const std::string kGenesisPath = std::string(PACI_SOURCE_DIR) + "/tests/data/kjv-genesis.txt";
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::string WriteFile(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+  return path;
+}
+
+// Every file of a folder by name, with its bytes.
+std::map<std::string, std::string> Contents(const std::string& dir) {
+  std::map<std::string, std::string> files;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir)) {
+    files[entry.path().filename().string()] = ReadText(entry.path().string());
+  }
+  return files;
+}
+
+std::vector<std::string> Names(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir)) {
+    names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+class PrepareDataTest : public ::testing::Test {
+ protected:
+  // Small chunks and shards, so that a small text has many of both.
+  PrepareDataOptions Options(const std::string& out_name) const {
+    PrepareDataOptions options;
+    options.inputs = {kGenesisPath};
+    options.out = dir_.path() + "/" + out_name;
+    options.shard_tokens = 30000;
+    options.chunk_bytes = 4096;
+    options.threads = 2;
+    return options;
+  }
+
+  std::string Path(const std::string& name) const { return dir_.path() + "/" + name; }
+
+  // InvalidArgument (or `code`) with `what` in the message, and no folder
+  // but the inputs' left in the test's folder.
+  void ExpectRefused(const PrepareDataOptions& options, const std::string& what,
+                     absl::StatusCode code = absl::StatusCode::kInvalidArgument) {
+    const std::vector<std::string> before = Names(dir_.path());
+    absl::StatusOr<PrepareDataResult> result = PrepareData(options);
+    EXPECT_EQ(result.status().code(), code) << result.status();
+    EXPECT_THAT(result.status().message(), HasSubstr(what));
+    EXPECT_EQ(Names(dir_.path()), before) << "something was left behind";
+  }
+
+  TempDir dir_{"prepare-data-test"};
+};
+
+TEST_F(PrepareDataTest, ACharDatasetGivesTheSameWindowsAsTheTextItWasMadeOf) {
+  absl::StatusOr<PrepareDataResult> result = PrepareData(Options("genesis"));
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->tokenizer_kind, "char");
+  EXPECT_EQ(result->bytes, static_cast<int64_t>(fs::file_size(kGenesisPath)));
+  EXPECT_EQ(result->shards, (result->tokens + 29999) / 30000);
+  EXPECT_GT(result->shards, 3);
+  EXPECT_EQ(Names(Path("genesis")).front(), "shard-00000.bin");
+  EXPECT_EQ(Names(Path("genesis")).back(), "tokenizer");
+
+  CorpusOptions text;
+  text.path = kGenesisPath;
+  CorpusOptions dataset;
+  dataset.dataset = Path("genesis");
+  absl::StatusOr<Corpus> from_text = Corpus::Load(text);
+  absl::StatusOr<Corpus> from_dataset = Corpus::Load(dataset);
+  ASSERT_TRUE(from_text.ok()) << from_text.status();
+  ASSERT_TRUE(from_dataset.ok()) << from_dataset.status();
+  EXPECT_EQ(from_dataset->tokenizer().vocab_size(), result->vocab_size);
+  EXPECT_EQ(from_dataset->train_tokens(), from_text->train_tokens());
+  for (uint64_t id = 0; id < 100; ++id) {
+    ASSERT_EQ(from_dataset->TrainingWindows(id), from_text->TrainingWindows(id)) << id;
+  }
+}
+
+TEST_F(PrepareDataTest, TheOutputIsTheSameWithOneAndFourThreads) {
+  for (const std::string tokenizer : {"char", "bpe", "unigram"}) {
+    PrepareDataOptions one = Options(tokenizer + "-1");
+    PrepareDataOptions four = Options(tokenizer + "-4");
+    for (PrepareDataOptions* options : {&one, &four}) {
+      options->tokenizer = tokenizer;
+      options->vocab_size = tokenizer == "char" ? 0 : 400;
+    }
+    one.threads = 1;
+    four.threads = 4;
+    ASSERT_TRUE(PrepareData(one).ok()) << PrepareData(one).status();
+    ASSERT_TRUE(PrepareData(four).ok()) << PrepareData(four).status();
+    // Not EXPECT_EQ: it would print the shards.
+    EXPECT_TRUE(Contents(one.out) == Contents(four.out)) << tokenizer;
+  }
+}
+
+TEST_F(PrepareDataTest, ABpeDatasetDecodesBackToItsInputsInOrder) {
+  PrepareDataOptions options = Options("bpe");
+  options.inputs = {kGenesisPath, WriteFile(Path("coda.txt"), "The end: 終わり 🙂\n")};
+  options.tokenizer = "bpe";
+  options.vocab_size = 400;
+  absl::StatusOr<PrepareDataResult> result = PrepareData(options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->tokenizer_kind, "sentencepiece");
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
+      ParseTokenizer(ReadText(Path("bpe/tokenizer")), "tokenizer");
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  std::vector<int32_t> ids;
+  for (int64_t i = 0; i < result->shards; ++i) {
+    absl::StatusOr<TokenShard> shard = TokenShard::Open(
+        TokenShardPath(Path("bpe"), i), (*tokenizer)->Id(), (*tokenizer)->vocab_size());
+    ASSERT_TRUE(shard.ok()) << shard.status();
+    std::vector<int32_t> shard_ids(shard->size());
+    shard->Copy(0, shard->size(), shard_ids.data());
+    ids.insert(ids.end(), shard_ids.begin(), shard_ids.end());
+  }
+  EXPECT_EQ(static_cast<int64_t>(ids.size()), result->tokens);
+  EXPECT_EQ((*tokenizer)->Decode(ids), ReadText(kGenesisPath) + "The end: 終わり 🙂\n");
+}
+
+TEST_F(PrepareDataTest, ATokenizerModelFileIsUsedAsItIs) {
+  SentencePieceTrainingOptions training;
+  training.model_type = "unigram";
+  training.vocab_size = 400;
+  absl::StatusOr<SentencePieceTokenizer> model =
+      SentencePieceTokenizer::Train({kGenesisPath}, training);
+  ASSERT_TRUE(model.ok()) << model.status();
+  PrepareDataOptions options = Options("unigram");
+  options.tokenizer_model = WriteFile(Path("genesis.model"), model->ModelProto());
+  ASSERT_TRUE(PrepareData(options).ok()) << PrepareData(options).status();
+  EXPECT_EQ(ReadText(Path("unigram/tokenizer")), model->Serialize());
+}
+
+TEST_F(PrepareDataTest, ItPrintsAFinalLineWithShardsTokensAndVocabulary) {
+  std::ostringstream progress;
+  PrepareDataOptions options = Options("genesis");
+  options.progress = &progress;
+  absl::StatusOr<PrepareDataResult> result = PrepareData(options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_THAT(progress.str(), HasSubstr("tokenizing [##############################] 100%"));
+  EXPECT_THAT(progress.str(),
+              HasSubstr(absl::StrCat("wrote ", options.out, ": ", result->shards, " shards")));
+  EXPECT_THAT(progress.str(), HasSubstr("tokens/s"));
+  EXPECT_THAT(progress.str(), HasSubstr("(char)"));
+  // Not a terminal: the finished bar once, as a line.
+  const std::string done = "tokenizing [##############################] 100%";
+  EXPECT_EQ(progress.str().find(done), progress.str().rfind(done));
+  EXPECT_EQ(progress.str().find('\r'), std::string::npos);
+}
+
+TEST_F(PrepareDataTest, InputsAreFilesFoldersAndGlobsInOrder) {
+  fs::create_directories(Path("texts/sub"));
+  WriteFile(Path("texts/b.txt"), "b");
+  WriteFile(Path("texts/a.txt"), "a");
+  WriteFile(Path("texts/c.md"), "c");
+  WriteFile(Path("texts/sub/d.txt"), "d");
+  EXPECT_THAT(*ExpandInputs({Path("texts")}),
+              ElementsAre(Path("texts/a.txt"), Path("texts/b.txt"), Path("texts/c.md")));
+  EXPECT_THAT(*ExpandInputs({Path("texts/c.md"), Path("texts/*.txt")}),
+              ElementsAre(Path("texts/c.md"), Path("texts/a.txt"), Path("texts/b.txt")));
+
+  EXPECT_THAT(ExpandInputs({}).status().message(), HasSubstr("no inputs"));
+  absl::StatusOr<std::vector<std::string>> none = ExpandInputs({Path("texts/*.json")});
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(none.status().message(), HasSubstr(Path("texts/*.json")));
+}
+
+TEST_F(PrepareDataTest, InvalidUtf8IsRefusedNamingFileAndOffsetAndNothingIsLeft) {
+  for (const std::string tokenizer : {"char", "bpe"}) {
+    PrepareDataOptions options = Options("bad");
+    const std::string bad = WriteFile(Path("bad.txt"), std::string(5000, 'a') + "\nb\xC0\xAF\n");
+    options.inputs = {kGenesisPath, bad};
+    options.tokenizer = tokenizer;
+    options.vocab_size = tokenizer == "bpe" ? 400 : 0;
+    SCOPED_TRACE(tokenizer);
+    ExpectRefused(options, bad + ": not valid UTF-8 at byte 5002");
+  }
+}
+
+TEST_F(PrepareDataTest, AnOutThatExistsAndIsNotEmptyIsRefused) {
+  PrepareDataOptions options = Options("taken");
+  fs::create_directories(options.out);
+  WriteFile(options.out + "/keep.txt", "mine");
+  ExpectRefused(options, "--out: ", absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ReadText(options.out + "/keep.txt"), "mine");
+
+  fs::remove(options.out + "/keep.txt");  // an empty folder is filled
+  absl::StatusOr<PrepareDataResult> result = PrepareData(options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_TRUE(fs::exists(options.out + "/tokenizer"));
+}
+
+TEST_F(PrepareDataTest, AnEmptyCorpusIsRefused) {
+  PrepareDataOptions options = Options("empty");
+  options.inputs = {WriteFile(Path("empty.txt"), "")};
+  ExpectRefused(options, "empty corpus");
+  options.tokenizer = "bpe";
+  options.vocab_size = 400;
+  ExpectRefused(options, "empty corpus");
+}
+
+TEST_F(PrepareDataTest, BadFlagsAreRefusedNamingTheFlag) {
+  PrepareDataOptions options = Options("out");
+  options.tokenizer = "wordpiece";
+  ExpectRefused(options, "--tokenizer: ");
+  options.tokenizer = "bpe";
+  ExpectRefused(options, "--vocab_size: ");
+  options.vocab_size = 10;
+  ExpectRefused(options, "--vocab_size: ");
+  options = Options("out");
+  options.vocab_size = 400;  // not with char
+  ExpectRefused(options, "--vocab_size: ");
+  options = Options("out");
+  options.shard_tokens = 0;
+  ExpectRefused(options, "--shard_tokens: ");
+  options = Options("out");
+  options.tokenizer_model = kGenesisPath;  // not a model
+  ExpectRefused(options, "--tokenizer_model: " + kGenesisPath + ": not a SentencePiece model");
+  options.tokenizer = "bpe";
+  ExpectRefused(options, "--tokenizer_model: ");
+  options = Options("no-such-parent/out");
+  ExpectRefused(options, "--out: ");
+}
+
+}  // namespace
+}  // namespace paci

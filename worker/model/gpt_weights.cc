@@ -1,0 +1,51 @@
+#include "worker/model/gpt_weights.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "worker/model/partition.h"
+
+namespace paci {
+
+absl::Status CopyWeightsByName(const NamedWeights& weights, const std::string& source,
+                               torch::nn::Module& model) {
+  const auto parameters = model.named_parameters(/*recurse=*/true);
+  for (const auto& item : parameters) {  // check everything before changing anything
+    const auto found = weights.find(item.key());
+    if (found == weights.end()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(source, " has no parameter ", item.key()));
+    }
+    if (found->second.sizes() != item.value().sizes()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          source, ": parameter ", item.key(), " has shape ", c10::str(found->second.sizes()),
+          ", this model's has ", c10::str(item.value().sizes())));
+    }
+  }
+  torch::NoGradGuard no_grad;
+  for (const auto& item : parameters) item.value().copy_(weights.at(item.key()));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<GptStage> GptFromWeights(const GptConfig& config, const NamedWeights& weights,
+                                        const std::string& source) {
+  if (config.vocab_size < 1 || config.num_layers < 1 || config.num_heads < 1 ||
+      config.seq_len < 1 || config.d_model < 1 || config.d_model % config.num_heads != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        source, ": not a model shape: vocab_size=", config.vocab_size, " num_layers=",
+        config.num_layers, " d_model=", config.d_model, " num_heads=", config.num_heads,
+        " seq_len=", config.seq_len));
+  }
+  GptStage model(config, PartitionStage(config.num_layers, 1, 0));
+  const auto parameters = model->named_parameters(/*recurse=*/true);
+  for (const auto& [name, tensor] : weights) {
+    if (parameters.find(name) == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          source, " holds parameter ", name, ", which a model of its config has not"));
+    }
+  }
+  RETURN_IF_ERROR(CopyWeightsByName(weights, source, *model));
+  model->eval();
+  return model;
+}
+
+}  // namespace paci

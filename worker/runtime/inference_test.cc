@@ -1,0 +1,385 @@
+// A model put to use: checkpoints of any stage count read back whole, the
+// TorchScript inference module against the training model, decoding with the
+// key/value cache, sampling, export, and checkpoint.init_from in a StageRuntime.
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/script.h>
+#include <torch/torch.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <prometheus/registry.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
+#include "common/schedule_kind.h"
+#include "common/temp_dir.h"
+#include "worker/data/char_tokenizer.h"
+#include "worker/model/gpt_weights.h"
+#include "worker/model/inference_model.h"
+#include "worker/model/model_export.h"
+#include "worker/model/sampler.h"
+#include "worker/runtime/checkpoint.h"
+#include "worker/runtime/checkpoint_layout.h"
+#include "worker/runtime/checkpoint_reader.h"
+#include "worker/runtime/stage_runtime.h"
+
+namespace paci {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+constexpr char kAlphabet[] = "abcdefghijklmnopqrs ";  // 20 characters
+
+GptConfig TinyConfig() {
+  GptConfig c;
+  c.vocab_size = 20;
+  c.num_layers = 2;
+  c.d_model = 16;
+  c.num_heads = 2;
+  c.seq_len = 12;
+  return c;
+}
+
+CharTokenizer Alphabet() { return *CharTokenizer::FromText(kAlphabet); }
+
+// Moves every parameter away from its initial value by a seeded amount that
+// depends on its name only, so any cut of the model gets the same weights
+// (and LayerNorm gains and biases are not the trivial 1 and 0).
+void Perturb(GptStage& model) {
+  torch::NoGradGuard no_grad;
+  for (auto& item : model->named_parameters()) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(std::hash<std::string>()(item.key()));
+    item.value().add_(at::normal(0.0, 0.1, item.value().sizes(), gen));
+  }
+}
+
+GptStage PerturbedStage(const GptConfig& config, int num_stages, int stage) {
+  GptStage model(config, PartitionStage(config.num_layers, num_stages, stage));
+  Perturb(model);
+  model->eval();
+  return model;
+}
+
+// The shards of a checkpoint at `step` of `num_stages` stages of the
+// perturbed model.
+void WriteCheckpoint(const std::string& directory, int64_t step, int num_stages,
+                     const GptConfig& config, const std::string& job = "source") {
+  for (int s = 0; s < num_stages; ++s) {
+    GptStage model = PerturbedStage(config, num_stages, s);
+    std::vector<std::pair<std::string, torch::Tensor>> params;
+    for (auto& item : model->named_parameters()) params.emplace_back(item.key(), item.value());
+    AdamW optimizer(std::move(params), AdamWOptions());
+    ShardMeta meta;
+    meta.job_name = job;
+    meta.stage = s;
+    meta.num_stages = num_stages;
+    meta.model_fingerprint = model->Fingerprint();
+    meta.step = step;
+    if (s == 0) meta.tokenizer = Alphabet().Serialize();
+    ASSERT_TRUE(SaveShard(ShardPath(directory, step, s, num_stages), meta, model, optimizer).ok());
+  }
+}
+
+double MaxDifference(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a - b).abs().max().item<double>();
+}
+
+torch::Tensor Forward(torch::jit::Module& module, const torch::Tensor& idx) {
+  return module.forward({idx}).toTensor();
+}
+
+class InferenceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    torch::manual_seed(7);
+    ASSERT_FALSE(dir_.path().empty());
+  }
+  std::string Path(const std::string& name) const {
+    return (fs::path(dir_.path()) / name).string();
+  }
+
+  TempDir dir_{"paci-inference-test"};
+};
+
+TEST_F(InferenceTest, TheInferenceModuleComputesTheTrainingModelsLogits) {
+  GptStage reference = PerturbedStage(TinyConfig(), 1, 0);
+  absl::StatusOr<torch::jit::Module> module = BuildInferenceModule(reference);
+  ASSERT_TRUE(module.ok()) << module.status();
+  const torch::Tensor idx = torch::randint(20, {3, 12}, torch::kLong);
+  torch::NoGradGuard no_grad;
+  EXPECT_LT(MaxDifference(Forward(*module, idx), reference(idx)), 1e-5);
+  EXPECT_EQ(module->attr("seq_len").toInt(), 12);
+}
+
+TEST_F(InferenceTest, ACheckpointOfTwoStagesIsTheSameModelAsOneStage) {
+  WriteCheckpoint(Path("ckpt"), 30, 2, TinyConfig());
+  absl::StatusOr<ModelCheckpoint> checkpoint = ReadCheckpoint(Path("ckpt"));
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  EXPECT_EQ(checkpoint->step, 30);
+  EXPECT_EQ(checkpoint->num_stages, 2);
+  EXPECT_EQ(checkpoint->job_name, "source");
+  EXPECT_EQ(checkpoint->config.d_model, 16);
+  EXPECT_EQ(checkpoint->tokenizer->Id(), Alphabet().Id());
+  absl::StatusOr<GptStage> model =
+      GptFromWeights(checkpoint->config, checkpoint->parameters, "test");
+  ASSERT_TRUE(model.ok()) << model.status();
+  absl::StatusOr<torch::jit::Module> module = BuildInferenceModule(*model);
+  ASSERT_TRUE(module.ok()) << module.status();
+
+  GptStage reference = PerturbedStage(TinyConfig(), 1, 0);
+  const torch::Tensor idx = torch::randint(20, {2, 12}, torch::kLong);
+  torch::NoGradGuard no_grad;
+  EXPECT_LT(MaxDifference(Forward(*module, idx), reference(idx)), 1e-5);
+}
+
+TEST_F(InferenceTest, DecodingWithTheCacheGivesTheFullForwardsLogitsAtEveryPosition) {
+  GptStage reference = PerturbedStage(TinyConfig(), 1, 0);
+  torch::jit::Module module = *BuildInferenceModule(reference);
+  const torch::Tensor idx = torch::randint(20, {2, 12}, torch::kLong);
+  torch::NoGradGuard no_grad;
+  const torch::Tensor full = Forward(module, idx);
+  using torch::indexing::Slice;
+  // A prefill of three positions, then one token at a time.
+  c10::List<torch::Tensor> k_cache, v_cache;
+  torch::Tensor last = Decode(module, idx.index({Slice(), Slice(0, 3)}), k_cache, v_cache);
+  EXPECT_LT(MaxDifference(last, full.index({Slice(), 2})), 1e-5);
+  for (int64_t t = 3; t < 12; ++t) {
+    last = Decode(module, idx.index({Slice(), Slice(t, t + 1)}), k_cache, v_cache);
+    EXPECT_LT(MaxDifference(last, full.index({Slice(), t})), 1e-5) << "position " << t;
+  }
+  EXPECT_EQ(k_cache.size(), 2u);
+  EXPECT_EQ(k_cache.get(0).size(2), 12);
+  // A thirteenth position is past seq_len.
+  EXPECT_ANY_THROW(Decode(module, idx.index({Slice(), Slice(0, 1)}), k_cache, v_cache));
+}
+
+TEST_F(InferenceTest, GreedySamplingFollowsTheLikeliestTokenAndTheSameSeedGivesTheSameText) {
+  GptStage reference = PerturbedStage(TinyConfig(), 1, 0);
+  torch::jit::Module module = *BuildInferenceModule(reference);
+  const CharTokenizer tokenizer = Alphabet();
+  SampleOptions greedy;
+  greedy.temperature = 0;
+  greedy.max_tokens = 8;  // within seq_len: no cropping
+  absl::StatusOr<std::string> text = Sample(module, tokenizer, "abc", greedy, nullptr);
+  ASSERT_TRUE(text.ok()) << text.status();
+  // The same with the full forward and no cache.
+  std::vector<int32_t> ids = *tokenizer.Encode("abc");
+  torch::NoGradGuard no_grad;
+  for (int i = 0; i < 8; ++i) {
+    const torch::Tensor idx =
+        torch::tensor(std::vector<int64_t>(ids.begin(), ids.end())).unsqueeze(0);
+    ids.push_back(static_cast<int32_t>(reference(idx)[0][-1].argmax().item<int64_t>()));
+  }
+  EXPECT_EQ("abc" + *text, tokenizer.Decode(ids));
+
+  SampleOptions drawn;
+  drawn.temperature = 0.9;
+  drawn.top_k = 5;
+  drawn.seed = 42;
+  drawn.max_tokens = 40;  // past seq_len: the context is cropped and the cache rebuilt
+  std::string streamed;
+  absl::StatusOr<std::string> first =
+      Sample(module, tokenizer, "sea", drawn, [&](std::string_view piece) { streamed += piece; });
+  absl::StatusOr<std::string> second = Sample(module, tokenizer, "sea", drawn, nullptr);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(*first, *second);
+  EXPECT_EQ(first->size(), 40u);
+  EXPECT_EQ(streamed, *first);
+  drawn.seed = 43;
+  EXPECT_NE(*Sample(module, tokenizer, "sea", drawn, nullptr), *first);
+}
+
+TEST_F(InferenceTest, SamplingRefusesAPromptCharacterTheTokenizerDoesNotKnowAndBadOptions) {
+  GptStage reference = PerturbedStage(TinyConfig(), 1, 0);
+  torch::jit::Module module = *BuildInferenceModule(reference);
+  absl::StatusOr<std::string> text = Sample(module, Alphabet(), "abc!", SampleOptions(), nullptr);
+  EXPECT_EQ(text.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(text.status().message(), AllOf(HasSubstr("prompt"), HasSubstr("U+0021")));
+  EXPECT_THAT(Sample(module, Alphabet(), "", SampleOptions(), nullptr).status().message(),
+              HasSubstr("prompt"));
+  SampleOptions bad;
+  bad.temperature = -1;
+  EXPECT_THAT(Sample(module, Alphabet(), "a", bad, nullptr).status().message(),
+              HasSubstr("temperature"));
+  bad = SampleOptions();
+  bad.top_k = -2;
+  EXPECT_THAT(Sample(module, Alphabet(), "a", bad, nullptr).status().message(),
+              HasSubstr("top_k"));
+}
+
+TEST_F(InferenceTest, AnExportLoadsAsTorchScriptWithItsConfigTokenizerAndCheck) {
+  GptStage reference = PerturbedStage(TinyConfig(), 1, 0);
+  torch::jit::Module module = *BuildInferenceModule(reference);
+  const std::string path = Path("model.pt");
+  ASSERT_TRUE(ExportModel(reference, module, Alphabet(), path).ok());
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+
+  torch::jit::ExtraFilesMap extra = {{"config.json", ""}, {"tokenizer", ""}, {"check.json", ""}};
+  torch::jit::Module loaded = torch::jit::load(path, torch::kCPU, extra);
+  EXPECT_EQ(extra["config.json"],
+            "{\"vocab_size\": 20, \"num_layers\": 2, \"d_model\": 16, \"num_heads\": 2, "
+            "\"seq_len\": 12}\n");
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = ParseTokenizer(extra["tokenizer"], "t");
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  EXPECT_EQ((*tokenizer)->Id(), Alphabet().Id());
+  // check.json holds the token ids 1, 18, 15, ... ((1 + 37 i) mod 20) and their logits.
+  EXPECT_THAT(extra["check.json"], HasSubstr("\"tokens\": [[1, 18, 15, 12, 9, 6, 3, 0]]"));
+  EXPECT_THAT(extra["check.json"], HasSubstr("\"logits\": [["));
+  const torch::Tensor idx = torch::randint(20, {1, 12}, torch::kLong);
+  torch::NoGradGuard no_grad;
+  EXPECT_LT(MaxDifference(Forward(loaded, idx), reference(idx)), 1e-5);
+  c10::List<torch::Tensor> k_cache, v_cache;
+  EXPECT_LT(MaxDifference(Decode(loaded, idx, k_cache, v_cache), reference(idx)[0][-1]), 1e-5);
+}
+
+TEST_F(InferenceTest, AnExportThatCannotBeWrittenNamesThePathAndLeavesNothing) {
+  GptStage reference = PerturbedStage(TinyConfig(), 1, 0);
+  torch::jit::Module module = *BuildInferenceModule(reference);
+  const std::string path = Path("no-such-folder/model.pt");
+  const absl::Status status = ExportModel(reference, module, Alphabet(), path);
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(status.message(), HasSubstr(path));
+  EXPECT_FALSE(fs::exists(Path("no-such-folder")));
+}
+
+TEST_F(InferenceTest, ReadingTakesTheLatestCompleteStep) {
+  WriteCheckpoint(Path("ckpt"), 10, 2, TinyConfig());
+  WriteCheckpoint(Path("ckpt"), 20, 2, TinyConfig());
+  fs::remove(ShardPath(Path("ckpt"), 20, 1, 2));  // step 20 is still being written
+  absl::StatusOr<ModelCheckpoint> checkpoint = ReadCheckpoint(Path("ckpt"));
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  EXPECT_EQ(checkpoint->step, 10);
+}
+
+TEST_F(InferenceTest, AMissingShardIsRefusedNamingIt) {
+  WriteCheckpoint(Path("ckpt"), 10, 2, TinyConfig());
+  const std::string missing = ShardPath(Path("ckpt"), 10, 1, 2);
+  fs::remove(missing);
+  const absl::Status status = ReadCheckpoint(Path("ckpt")).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(), HasSubstr(missing));
+}
+
+TEST_F(InferenceTest, ACorruptShardIsRefusedNamingIt) {
+  WriteCheckpoint(Path("ckpt"), 10, 2, TinyConfig());
+  const std::string corrupt = ShardPath(Path("ckpt"), 10, 1, 2);
+  {
+    std::fstream file(corrupt, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(100);
+    file.put('\x5a');
+  }
+  const absl::Status status = ReadCheckpoint(Path("ckpt")).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(status.message(), HasSubstr(corrupt));
+}
+
+TEST_F(InferenceTest, AnEmptyOrMissingFolderIsRefusedNamingIt) {
+  fs::create_directories(Path("empty"));
+  absl::Status status = ReadCheckpoint(Path("empty")).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(status.message(), HasSubstr(Path("empty")));
+  status = ReadCheckpoint(Path("nowhere")).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(status.message(), HasSubstr(Path("nowhere")));
+}
+
+TEST_F(InferenceTest, ShardsOfDifferentJobsAreRefusedNamingTheOddOne) {
+  WriteCheckpoint(Path("ckpt"), 10, 2, TinyConfig(), "one");
+  WriteCheckpoint(Path("other"), 10, 2, TinyConfig(), "two");
+  const std::string odd = ShardPath(Path("ckpt"), 10, 1, 2);
+  fs::copy_file(ShardPath(Path("other"), 10, 1, 2), odd, fs::copy_options::overwrite_existing);
+  const absl::Status status = ReadCheckpoint(Path("ckpt")).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(), AllOf(HasSubstr(odd), HasSubstr("\"two\"")));
+}
+
+// checkpoint.init_from in a whole pipeline of one stage.
+class InitFromTest : public InferenceTest {
+ protected:
+  // The job's model: vocab_size 80 (the corpus' characters), otherwise TinyConfig.
+  static GptConfig JobConfig() {
+    GptConfig c = TinyConfig();
+    c.vocab_size = 80;
+    c.seq_len = 16;
+    return c;
+  }
+
+  v1::JobSpec Spec(const std::string& init_from, const std::string& directory) {
+    absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(absl::StrCat(R"(
+name: fine-tune
+model: {vocab_size: 80, num_layers: 2, d_model: 16, num_heads: 2, seq_len: 16}
+pipeline: {num_stages: 1, schedule: paci, accumulation: 1, micro_batch_size: 2}
+optimizer: {lr: 1e-9, weight_decay: 0}
+training: {steps: 1, eval_micro_batches: 1}
+runtime: {threads_per_stage: 1}
+checkpoint: {directory: )", directory, ", init_from: ", init_from, R"(}
+data: {corpus_path: )", PACI_SOURCE_DIR, "/tests/data/kjv-genesis.txt}\n"));
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    ApplyJobSpecDefaults(&*spec);
+    EXPECT_TRUE(ValidateJobSpec(*spec).ok());
+    return *spec;
+  }
+
+  // Init and, when it succeeds, Run.
+  absl::Status Train(const v1::JobSpec& spec) {
+    CorpusOptions options;
+    options.path = spec.data().corpus_path();
+    options.seq_len = spec.model().seq_len();
+    options.micro_batch_size = spec.pipeline().micro_batch_size();
+    absl::StatusOr<Corpus> corpus = Corpus::Load(options);
+    EXPECT_TRUE(corpus.ok()) << corpus.status();
+    prometheus::Registry registry;
+    Inbox inbox(16);
+    StageMetrics metrics(registry, spec.name(), 0, 1, 0, 0);
+    StageRuntime runtime(spec, 0, &*corpus, inbox, nullptr, nullptr, metrics, nullptr, "t/0");
+    absl::Status status = runtime.Init();
+    return status.ok() ? runtime.Run() : status;
+  }
+};
+
+TEST_F(InitFromTest, AJobStartsFromTheWeightsOfACheckpointOfAnotherStageCount) {
+  WriteCheckpoint(Path("source"), 50, 2, JobConfig());
+  ASSERT_TRUE(Train(Spec(Path("source"), Path("tuned"))).ok());
+  // One step at lr 1e-9 later, the job's own checkpoint holds the source's weights.
+  absl::StatusOr<ModelCheckpoint> source = ReadCheckpoint(Path("source"));
+  absl::StatusOr<ModelCheckpoint> tuned = ReadCheckpoint(Path("tuned"));
+  ASSERT_TRUE(source.ok() && tuned.ok()) << source.status() << tuned.status();
+  EXPECT_EQ(tuned->step, 1);  // counted from 0, not from the source's 50
+  EXPECT_EQ(tuned->num_stages, 1);
+  ASSERT_EQ(tuned->parameters.size(), source->parameters.size());
+  for (const auto& [name, tensor] : source->parameters) {
+    EXPECT_LT(MaxDifference(tuned->parameters.at(name), tensor), 1e-6) << name;
+  }
+}
+
+TEST_F(InitFromTest, ACheckpointOfAnotherShapeIsRefusedNamingTheParameterAndBothShapes) {
+  GptConfig wider = JobConfig();
+  wider.d_model = 32;
+  WriteCheckpoint(Path("source"), 50, 1, wider);
+  const absl::Status status = Train(Spec(Path("source"), Path("tuned")));
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(), AllOf(HasSubstr("checkpoint.init_from"), HasSubstr("wte.weight"),
+                                      HasSubstr("[80, 32]"), HasSubstr("[80, 16]")));
+  EXPECT_FALSE(HoldsCheckpoints(Path("tuned")));
+}
+
+TEST_F(InitFromTest, AMissingSourceIsRefusedNamingTheField) {
+  const absl::Status status = Train(Spec(Path("nowhere"), Path("tuned")));
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(status.message(),
+              AllOf(HasSubstr("checkpoint.init_from"), HasSubstr(Path("nowhere"))));
+  EXPECT_FALSE(HoldsCheckpoints(Path("tuned")));
+}
+
+}  // namespace
+}  // namespace paci
