@@ -47,7 +47,7 @@ def parse_args():
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
     parser.add_argument("--big_mb", type=int, default=110)
     parser.add_argument("--small_mb", type=int, default=10)
-    parser.add_argument("--steps", type=int, default=150)
+    parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--bpe_vocab", type=int, default=4000)
     parser.add_argument("--work", default=os.path.join(ROOT, "runs", "data-volume"))
     parser.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
@@ -67,12 +67,15 @@ def make_corpora(args):
     paths = {}
     for name, size in (("big", args.big_mb * MB), ("small", args.small_mb * MB)):
         path = os.path.join(args.work, "%s-%dmb.txt" % (name, size // MB))
-        if not os.path.exists(path) or os.path.getsize(path) < size:
+        if not os.path.exists(path) or abs(os.path.getsize(path) - size) > 1000:
             with open(path + ".tmp", "wb") as f:
                 written = 0
-                while written < size:
-                    f.write(unit)
-                    written += len(unit)
+                while written < size - 1000:
+                    piece = unit[:size - written]
+                    if len(piece) < len(unit):  # the last piece ends at a line
+                        piece = piece[:piece.rfind(b"\n") + 1]
+                    f.write(piece)
+                    written += len(piece)
             os.rename(path + ".tmp", path)
         paths[name] = path
     return paths
@@ -89,24 +92,18 @@ def prepare(args, corpus, tokenizer, extra=()):
     seconds = time.monotonic() - started
     if proc.returncode != 0:
         sys.exit("prepare-data failed:\n" + proc.stdout[-3000:])
+    # "wrote DIR: N shards, T tokens, M MB in S s (R MB/s, K tokens/s), vocabulary V (kind)"
     last = proc.stdout.strip().splitlines()[-1]
-    tokens = sum(shard_tokens(os.path.join(out, name))
-                 for name in os.listdir(out) if name.endswith(".bin"))
+    found = re.search(r"([\d,]+) tokens, .*vocabulary ([\d,]+)", last)
+    if not found:
+        sys.exit("prepare-data said: " + last)
+    tokens, vocab = (int(group.replace(",", "")) for group in found.groups())
     size = os.path.getsize(corpus)
-    vocab = re.search(r"vocab(?:ulary)?(?: size)?[ =:]+(\d+)", last)
     print("prepare-data %s %s: %.1f s, %.1f MB/s, %.0f tokens/s" % (
         os.path.basename(corpus), tokenizer, seconds, size / MB / seconds, tokens / seconds))
     return dict(dataset=out, tokenizer=tokenizer, corpus_mb=size / MB, seconds=seconds,
                 mb_per_second=size / MB / seconds, tokens=tokens,
-                tokens_per_second=tokens / seconds,
-                vocab=int(vocab.group(1)) if vocab else None, last_line=last)
-
-
-def shard_tokens(path):
-    """The token count in a shard's header: bytes 16-24 after magic, version and dtype."""
-    with open(path, "rb") as f:
-        header = f.read(24)
-    return int.from_bytes(header[16:24], "little")
+                tokens_per_second=tokens / seconds, vocab=vocab, last_line=last)
 
 
 def train(args, tag, source, vocab):
@@ -155,7 +152,7 @@ def main():
     small = prepare(args, corpora["small"], "char")
     big = prepare(args, corpora["big"], "char")
     bpe = prepare(args, corpora["big"], "bpe", ["--vocab_size=%d" % args.bpe_vocab])
-    vocab = 256  # covers the corpus' characters either way
+    vocab = big["vocab"]  # the characters of the corpus, either way
     runs = [
         train(args, "text-%dmb-in-memory" % args.small_mb,
               "corpus_path: " + corpora["small"], vocab),

@@ -260,8 +260,8 @@ Corpus::Corpus(std::shared_ptr<const Tokenizer> tokenizer, Tokens tokens,
   while (std::gcd(validation_stride_, starts) != 1) ++validation_stride_;
 }
 
-void Corpus::CopyWindow(int64_t start, int row,
-                        std::vector<int32_t>* out) const {
+void Corpus::CopyWindow(int64_t start, int row, std::vector<int32_t>* out,
+                        std::vector<int64_t>* touched) const {
   int32_t* to = out->data() + int64_t{row} * (seq_len_ + 1);
   int64_t left = seq_len_ + 1;
   if (tokens_.shards.empty()) {
@@ -275,6 +275,7 @@ void Corpus::CopyWindow(int64_t start, int row,
     const int64_t begin = start - starts[shard];
     const int64_t n = std::min(left, starts[shard + 1] - start);
     tokens_.shards[shard].Copy(begin, n, to);
+    touched->push_back(shard);
     to += n;
     start += n;
     left -= n;
@@ -282,27 +283,37 @@ void Corpus::CopyWindow(int64_t start, int row,
   }
 }
 
+void Corpus::ReleasePages(std::vector<int64_t> touched) const {
+  std::sort(touched.begin(), touched.end());
+  touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
+  for (const int64_t shard : touched) tokens_.shards[shard].ReleasePages();
+}
+
 std::vector<int32_t> Corpus::TrainingWindows(uint64_t micro_batch_id) const {
   std::vector<int32_t> windows(int64_t{micro_batch_size_} * (seq_len_ + 1));
+  std::vector<int64_t> touched;
   const int64_t starts = train_tokens_ - seq_len_;
   const uint64_t batch_key = SplitMix64(SplitMix64(seed_) ^ micro_batch_id);
   for (int row = 0; row < micro_batch_size_; ++row) {
     const uint64_t hash = SplitMix64(batch_key ^ static_cast<uint64_t>(row));
-    CopyWindow(ScaleToRange(hash, starts), row, &windows);
+    CopyWindow(ScaleToRange(hash, starts), row, &windows, &touched);
   }
+  ReleasePages(std::move(touched));
   return windows;
 }
 
 std::vector<int32_t> Corpus::ValidationWindows(uint64_t eval_batch_id) const {
   std::vector<int32_t> windows(int64_t{micro_batch_size_} * (seq_len_ + 1));
+  std::vector<int64_t> touched;
   using uint128 = unsigned __int128;
   const auto starts = static_cast<uint128>(validation_tokens() - seq_len_);
   for (int row = 0; row < micro_batch_size_; ++row) {
     const uint128 k = uint128{eval_batch_id} * micro_batch_size_ + row;
     const auto offset =
         static_cast<int64_t>(k % starts * validation_stride_ % starts);
-    CopyWindow(train_tokens_ + offset, row, &windows);
+    CopyWindow(train_tokens_ + offset, row, &windows, &touched);
   }
+  ReleasePages(std::move(touched));
   return windows;
 }
 

@@ -98,10 +98,20 @@ class Corpus {
                                       const CorpusOptions& options);
 
   // Copies the window of seq_len + 1 tokens starting at `start` into row `row`.
-  void CopyWindow(int64_t start, int row, std::vector<int32_t>* out) const;
+  // With shards, adds the indexes of the shards it read to `touched`.
+  void CopyWindow(int64_t start, int row, std::vector<int32_t>* out,
+                  std::vector<int64_t>* touched) const;
 
   std::shared_ptr<const Tokenizer> tokenizer_;
+  // Shards only: lets go of the pages of the shards `touched` (the indexes
+  // CopyWindow added), so that what a micro-batch read does not stay in this
+  // process' resident set: a fault maps the pages around it too (64 KiB, or
+  // a whole large folio of the page cache, up to 2 MiB), which would add up
+  // over a run to the size of the corpus.
+  void ReleasePages(std::vector<int64_t> touched) const;
+
   Tokens tokens_;  // training head, then validation tail
+
   int64_t total_tokens_;
   int64_t train_tokens_;
   uint64_t seed_;

@@ -1,6 +1,7 @@
 #include "worker/data/corpus.h"
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -334,6 +335,61 @@ TEST(CorpusTest, ADatasetOfTheTextsTokensGivesTheSameWindowsAsTheText) {
   for (uint64_t j = 0; j < 50; ++j) {
     ASSERT_EQ(shards->ValidationWindows(j), text->ValidationWindows(j)) << "eval batch " << j;
   }
+}
+
+// The resident kB of this process' mappings of `path` (/proc/self/smaps).
+int64_t MappedResidentKb(const std::string& path) {
+  std::ifstream smaps("/proc/self/smaps");
+  int64_t kb = 0;
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    const bool header = !line.empty() && std::isxdigit(static_cast<unsigned char>(line[0])) &&
+                        line.find('-') < line.find(' ');
+    if (header) inside = line.size() >= path.size() &&
+                         line.compare(line.size() - path.size(), path.size(), path) == 0;
+    if (inside && line.rfind("Rss:", 0) == 0) kb += std::stoll(line.substr(4));
+  }
+  return kb;
+}
+
+// Windows drawn from a shard map its pages into this process (and the pages
+// around them); the corpus lets them go once a micro-batch is copied, so what
+// stays resident does not add up over a run to the size of the corpus.
+TEST(CorpusTest, ShardPagesReadForWindowsDoNotStayResident) {
+  TempDir dir("corpus-test");
+  absl::StatusOr<CharTokenizer> tokenizer = CharTokenizer::FromText(ReadText(kGenesisPath));
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  const std::vector<int32_t> genesis = *tokenizer->Encode(ReadText(kGenesisPath));
+  std::vector<int32_t> tokens;
+  while (tokens.size() < (size_t{16} << 20)) {
+    tokens.insert(tokens.end(), genesis.begin(), genesis.end());
+  }
+  WriteDataset(dir.path(), *tokenizer, tokens, tokens.size());  // one shard of 32 MiB or more
+  CorpusOptions options = GenesisOptions();
+  options.path.clear();
+  options.dataset = dir.path();
+  absl::StatusOr<Corpus> corpus = Corpus::Load(options);
+  ASSERT_TRUE(corpus.ok()) << corpus.status();
+  const std::string shard = TokenShardPath(dir.path(), 0);
+  EXPECT_EQ(MappedResidentKb(shard), 0);  // checking it read the file, not the mapping
+
+  // What a copy maps, the shard itself shows (so the measure is not blind)...
+  absl::StatusOr<TokenShard> raw = TokenShard::Open(shard, tokenizer->Id(), tokenizer->vocab_size());
+  ASSERT_TRUE(raw.ok()) << raw.status();
+  std::vector<int32_t> window(65);
+  for (int64_t begin = 0; begin + 65 < raw->size(); begin += raw->size() / 64) {
+    raw->Copy(begin, 65, window.data());
+  }
+  EXPECT_GE(MappedResidentKb(shard), 64 * 4);
+  raw->ReleasePages();
+  EXPECT_EQ(MappedResidentKb(shard), 0);
+  // ...and the corpus' copies leave nothing mapped behind.
+  for (uint64_t id = 0; id < 100; ++id) {
+    corpus->TrainingWindows(id);
+    ASSERT_EQ(MappedResidentKb(shard), 0) << "after micro-batch " << id;
+  }
+  corpus->ValidationWindows(0);
+  EXPECT_EQ(MappedResidentKb(shard), 0);
 }
 
 TEST(CorpusTest, ValidationShardsHoldOutTheLastShards) {

@@ -251,6 +251,10 @@ TokenShard::~TokenShard() {
   if (mapping_ != nullptr) munmap(const_cast<uint8_t*>(mapping_), mapped_bytes_);
 }
 
+void TokenShard::ReleasePages() const {
+  if (mapping_ != nullptr) madvise(const_cast<uint8_t*>(mapping_), mapped_bytes_, MADV_DONTNEED);
+}
+
 void TokenShard::Copy(int64_t begin, int64_t n, int32_t* out) const {
   const uint8_t* payload = mapping_ + sizeof(Header);
   if (bytes_per_token_ == 2) {

@@ -108,6 +108,11 @@ class TokenShard {
   // 0 <= begin <= begin + n <= size().
   void Copy(int64_t begin, int64_t n, int32_t* out) const;
 
+  // Takes the pages read so far out of this process' resident set
+  // (madvise MADV_DONTNEED): they stay in the page cache, and a later Copy
+  // maps them again. Safe beside concurrent Copy calls.
+  void ReleasePages() const;
+
  private:
   TokenShard(std::string path, const uint8_t* mapping, size_t mapped_bytes, int64_t count,
              int bytes_per_token);
