@@ -473,6 +473,32 @@ EOF
     ' 2>&1) || rc=$?
   if [[ $rc -eq 0 ]]; then echo "    worker: $(head -1 <<< "$out"); trains: $(tail -1 <<< "$out" | cut -c1-100)"
   else fail "worker corpus or training (exit $rc):"$'\n'"$(tail -10 <<< "$out")"; fi
+  # The worker trains from token shards of a SentencePiece vocabulary, made by
+  # this build's pacictl and mounted read-only as a volume: its loader finds
+  # libpaci_sentencepiece.so in the image, and the shards map as uid 65532.
+  if [[ -x build/tools/pacictl ]]; then
+    shards=$(mktemp -d)
+    build/tools/pacictl prepare-data tests/data/kjv-genesis.txt --out="$shards/genesis" \
+      --tokenizer=bpe --vocab_size=400 > "$shards/prepare.log" 2>&1 ||
+      fail "prepare-data for the shard check:"$'\n'"$(tail -5 "$shards/prepare.log")"
+    rc=0; out=$("${RUN[@]}" -v "$shards/genesis:/data/genesis:ro" --entrypoint sh "${IMAGE[worker]}" -c '
+        set -e
+        printf "%s\n" "name: image-shards" \
+          "model: {vocab_size: 400, num_layers: 1, d_model: 16, num_heads: 2, seq_len: 16}" \
+          "pipeline: {num_stages: 1, schedule: paci, accumulation: 1, micro_batch_size: 2}" \
+          "optimizer: {lr: 3e-3}" \
+          "training: {steps: 3, eval_interval: 3, eval_micro_batches: 1}" \
+          "data: {dataset: /data/genesis}" > /tmp/job.yaml
+        paci_worker --spec=/tmp/job.yaml --stage=0 --peers=127.0.0.1:0 --metrics_address=127.0.0.1:0 \
+          > /tmp/worker.log 2>&1 || { tail -5 /tmp/worker.log; exit 1; }
+        tail -1 /tmp/worker.log
+      ' 2>&1) || rc=$?
+    rm -rf "$shards"
+    if [[ $rc -eq 0 ]]; then echo "    worker: trains from SentencePiece shards on a read-only volume"
+    else fail "worker from shards (exit $rc):"$'\n'"$(tail -10 <<< "$out")"; fi
+  else
+    echo "    worker: shard check skipped (build/tools/pacictl not built)"
+  fi
   ((fails == 0)) || die "$fails check(s) failed"
 fi
 

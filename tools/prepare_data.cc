@@ -2,6 +2,7 @@
 
 #include <glob.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <atomic>
@@ -128,6 +129,11 @@ class StagingFolder {
       return absl::InternalError(absl::StrCat("--out: cannot make a folder beside ",
                                               out.string(), ": ", std::strerror(errno)));
     }
+    // mkdtemp makes it 0700: the dataset becomes what mkdir would have made,
+    // readable by the workers' user (65532 in the images) where the umask allows.
+    const mode_t mask = umask(0);
+    umask(mask);
+    chmod(pattern.c_str(), 0777 & ~mask);
     return std::unique_ptr<StagingFolder>(new StagingFolder(pattern, out));
   }
   ~StagingFolder() {

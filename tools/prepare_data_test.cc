@@ -1,5 +1,7 @@
 #include "tools/prepare_data.h"
 
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -105,6 +107,20 @@ TEST_F(PrepareDataTest, ACharDatasetGivesTheSameWindowsAsTheTextItWasMadeOf) {
   for (uint64_t id = 0; id < 100; ++id) {
     ASSERT_EQ(from_dataset->TrainingWindows(id), from_text->TrainingWindows(id)) << id;
   }
+}
+
+// The dataset is as readable as a folder made with mkdir: the workers that map it run as
+// another user (65532 in the images).
+TEST_F(PrepareDataTest, TheDatasetFolderTakesTheUmaskNotOwnerOnly) {
+  const mode_t mask = umask(022);
+  absl::StatusOr<PrepareDataResult> result = PrepareData(Options("genesis"));
+  umask(mask);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(fs::status(Path("genesis")).permissions() & fs::perms::all,
+            fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                fs::perms::others_read | fs::perms::others_exec);
+  EXPECT_EQ(fs::status(Path("genesis") + "/shard-00000.bin").permissions() & fs::perms::others_read,
+            fs::perms::others_read);
 }
 
 TEST_F(PrepareDataTest, TheOutputIsTheSameWithOneAndFourThreads) {

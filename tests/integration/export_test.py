@@ -121,13 +121,13 @@ class ExportTest(unittest.TestCase):
         self.assertTrue(os.path.exists(
             os.path.join(self.path("tuned"), "step-00000004", "stage-0-of-1.pt")))
 
-    def test_fine_tuning_from_a_model_of_another_shape_is_refused_naming_the_parameter(self):
+    def test_fine_tuning_from_a_model_of_another_shape_is_refused_naming_the_field(self):
         wider = Run(self.dir, spec_text(
             P=1, steps=4, d_model=48,
             checkpoint="{directory: %s, init_from: %s}" % (self.path("wider"), self.ckpt)))
         self.assertNotEqual(wider.returncode, 0)
         self.assertIn("checkpoint.init_from", wider.output)
-        self.assertIn("wte.weight", wider.output)
+        self.assertIn("model.d_model is 32 there, 48 here", wider.output)
         self.assertFalse(os.path.exists(self.path("wider")))
 
 

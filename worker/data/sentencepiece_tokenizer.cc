@@ -155,13 +155,16 @@ absl::Status ValidateTrainingOptions(const SentencePieceTrainingOptions& options
 }  // namespace
 
 SentencePieceTokenizer::SentencePieceTokenizer(SentencePieceTokenizer&& other) noexcept
-    : api_(other.api_), processor_(std::exchange(other.processor_, nullptr)) {}
+    : api_(other.api_),
+      processor_(std::exchange(other.processor_, nullptr)),
+      lines_encode_alike_(other.lines_encode_alike_) {}
 
 SentencePieceTokenizer& SentencePieceTokenizer::operator=(SentencePieceTokenizer&& other) noexcept {
   if (this != &other) {
     if (processor_ != nullptr) api_->destroy(processor_);
     api_ = other.api_;
     processor_ = std::exchange(other.processor_, nullptr);
+    lines_encode_alike_ = other.lines_encode_alike_;
   }
   return *this;
 }
@@ -197,6 +200,12 @@ absl::StatusOr<SentencePieceTokenizer> SentencePieceTokenizer::FromSerializedPro
         "a SentencePiece model without byte fallback: characters it has no piece for would "
         "become <unk>");
   }
+  // A probe of what could differ: leading, doubled and trailing spaces, an empty line.
+  constexpr std::string_view kProbe = "In the  beginning\n God created\n\nthe heaven \nand";
+  ASSIGN_OR_RETURN(const std::vector<int32_t> whole, tokenizer.EncodeSpan(kProbe));
+  tokenizer.lines_encode_alike_ = true;
+  ASSIGN_OR_RETURN(const std::vector<int32_t> by_line, tokenizer.Encode(kProbe));
+  tokenizer.lines_encode_alike_ = whole == by_line;
   return tokenizer;
 }
 
@@ -242,19 +251,25 @@ absl::StatusOr<std::vector<int32_t>> SentencePieceTokenizer::Encode(std::string_
   if (const size_t bad = FindInvalidUtf8(text); bad != text.size()) {
     return absl::InvalidArgumentError(absl::StrCat("text is not valid UTF-8 at byte ", bad));
   }
-  // Line by line: SentencePiece takes several times longer for one long text
-  // than for its lines, and no piece of a model trained here holds a newline.
+  // Line by line where that gives the same ids: SentencePiece takes several
+  // times longer for one long text than for its lines.
+  if (!lines_encode_alike_) return EncodeSpan(text);
   std::vector<int32_t> all;
   for (size_t begin = 0, end; begin < text.size(); begin = end) {
     end = std::min(text.find('\n', begin), text.size() - 1) + 1;
-    ShimBuffer<int32_t> ids{api_};
-    ShimBuffer<char> error{api_};
-    const int64_t count =
-        api_->encode(processor_, text.data() + begin, end - begin, &ids.data, &error.data);
-    if (count < 0) return absl::InternalError(absl::StrCat("SentencePiece: ", error.data));
-    all.insert(all.end(), ids.data, ids.data + count);
+    ASSIGN_OR_RETURN(const std::vector<int32_t> ids, EncodeSpan(text.substr(begin, end - begin)));
+    all.insert(all.end(), ids.begin(), ids.end());
   }
   return all;
+}
+
+absl::StatusOr<std::vector<int32_t>> SentencePieceTokenizer::EncodeSpan(
+    std::string_view text) const {
+  ShimBuffer<int32_t> ids{api_};
+  ShimBuffer<char> error{api_};
+  const int64_t count = api_->encode(processor_, text.data(), text.size(), &ids.data, &error.data);
+  if (count < 0) return absl::InternalError(absl::StrCat("SentencePiece: ", error.data));
+  return std::vector<int32_t>(ids.data, ids.data + count);
 }
 
 std::string SentencePieceTokenizer::Decode(const std::vector<int32_t>& ids) const {

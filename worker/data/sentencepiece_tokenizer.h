@@ -77,8 +77,15 @@ class SentencePieceTokenizer : public Tokenizer {
   SentencePieceTokenizer(const PaciSentencePieceApi* api, void* processor)
       : api_(api), processor_(processor) {}
 
+  // The ids of `text`, in one call of SentencePiece.
+  absl::StatusOr<std::vector<int32_t>> EncodeSpan(std::string_view text) const;
+
   const PaciSentencePieceApi* api_;
   void* processor_;  // owned; null once moved from
+  // Whether encoding line by line gives the ids of the whole text (models
+  // trained here); false for a model that normalizes whitespace or adds a
+  // dummy prefix ("▁") to each text it is given, as SentencePiece's defaults do.
+  bool lines_encode_alike_ = false;
 };
 
 }  // namespace paci

@@ -97,7 +97,8 @@ absl::Status CheckPayload(const std::string& path, int fd, const Header& header,
   while (left > 0) {
     const ssize_t n = read(fd, buffer.data(), std::min<uint64_t>(left, buffer.size()));
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return DataLoss(path, absl::StrCat("cannot read: ", std::strerror(errno)));
+    if (n == 0) return DataLoss(path, "is shorter than its header says: it changed while read");
+    if (n < 0) return DataLoss(path, absl::StrCat("cannot read: ", std::strerror(errno)));
     if (n % header.bytes_per_token != 0) {
       return DataLoss(path, "short read inside a token");  // regular files do not do this
     }

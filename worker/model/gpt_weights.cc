@@ -21,8 +21,9 @@ absl::Status CopyWeightsByName(const NamedWeights& weights, const std::string& s
           ", this model's has ", c10::str(item.value().sizes())));
     }
   }
+  // Through data(), as every writer of parameters (docs/design.md, section 3).
   torch::NoGradGuard no_grad;
-  for (const auto& item : parameters) item.value().copy_(weights.at(item.key()));
+  for (const auto& item : parameters) item.value().data().copy_(weights.at(item.key()));
   return absl::OkStatus();
 }
 

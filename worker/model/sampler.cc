@@ -34,12 +34,15 @@ absl::Status Validate(const SampleOptions& o) {
 
 // The next token from the logits [1, vocab] of the last position.
 int32_t Pick(const torch::Tensor& logits, const SampleOptions& o, at::Generator& generator) {
-  torch::Tensor scores = logits.reshape({-1}).to(torch::kFloat);
+  torch::Tensor scores = logits.reshape({-1}).to(torch::kDouble);
   if (o.temperature == 0) return static_cast<int32_t>(scores.argmax().item<int64_t>());
-  scores = scores / o.temperature;
+  // Shifted by the largest first, so that a tiny temperature gives -Inf, not NaN.
+  scores = (scores - scores.max()) / o.temperature;
   if (o.top_k > 0 && o.top_k < scores.size(0)) {
-    const torch::Tensor kth = std::get<0>(scores.topk(o.top_k)).min();
-    scores = scores.masked_fill(scores < kth, -std::numeric_limits<float>::infinity());
+    // Exactly k tokens keep their score, ties or not.
+    const torch::Tensor kept = std::get<1>(scores.topk(o.top_k));
+    scores = torch::full_like(scores, -std::numeric_limits<double>::infinity())
+                 .index_copy(0, kept, scores.index_select(0, kept));
   }
   const torch::Tensor probs = torch::softmax(scores, -1);
   return static_cast<int32_t>(torch::multinomial(probs, 1, false, generator).item<int64_t>());

@@ -34,6 +34,23 @@ GptConfig ModelConfig(const v1::ModelSpec& m) {
   return c;
 }
 
+// The model shapes of this job and of a checkpoint differ: the first field
+// that does, named as the spec names it.
+std::optional<std::string> ShapeDifference(const GptConfig& job, const GptConfig& source) {
+  const std::pair<const char*, std::pair<int, int>> fields[] = {
+      {"model.vocab_size", {job.vocab_size, source.vocab_size}},
+      {"model.num_layers", {job.num_layers, source.num_layers}},
+      {"model.d_model", {job.d_model, source.d_model}},
+      {"model.num_heads", {job.num_heads, source.num_heads}},
+      {"model.seq_len", {job.seq_len, source.seq_len}}};
+  for (const auto& [field, values] : fields) {
+    if (values.first != values.second) {
+      return absl::StrCat(field, " is ", values.second, " there, ", values.first, " here");
+    }
+  }
+  return std::nullopt;
+}
+
 int64_t PeakRssBytes() {
   struct rusage usage;
   getrusage(RUSAGE_SELF, &usage);
@@ -100,6 +117,8 @@ absl::Status StageRuntime::Init() {
     for (torch::Tensor& p : model_->parameters()) p.set_data(p.data().to(placement_.weight_dtype()));
   }
   model_->train();
+  // Before AdamW: its float32 master weights (bf16-weights) copy what is there.
+  RETURN_IF_ERROR(InitFromSource());
   std::vector<std::pair<std::string, torch::Tensor>> params;
   for (auto& item : model_->named_parameters()) params.emplace_back(item.key(), item.value());
   AdamWOptions adamw;
@@ -158,7 +177,17 @@ absl::Status StageRuntime::RestoreCheckpoint() {
           "or choose another directory (nothing was overwritten)"));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status StageRuntime::InitFromSource() {
+  const auto& ckpt = spec_.checkpoint();
   if (ckpt.init_from().empty()) return absl::OkStatus();
+  if (ckpt.resume() && !ckpt.directory().empty()) {  // this job's own checkpoint wins
+    ASSIGN_OR_RETURN(std::optional<int64_t> latest,
+                     LatestCompleteStep(ckpt.directory(), num_stages_));
+    if (latest) return absl::OkStatus();
+  }
   // Fine-tuning: the weights by name from a checkpoint of any cut; the
   // optimizer stays fresh and the job starts at step 0.
   absl::StatusOr<ModelCheckpoint> source = ReadCheckpoint(ckpt.init_from());
@@ -168,6 +197,10 @@ absl::Status StageRuntime::RestoreCheckpoint() {
   }
   const std::string where =
       absl::StrCat("checkpoint.init_from: ", ckpt.init_from(), " (step ", source->step, ")");
+  if (auto difference = ShapeDifference(ModelConfig(spec_.model()), source->config)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(where, " holds a model of another shape: ", *difference));
+  }
   RETURN_IF_ERROR(CopyWeightsByName(source->parameters, where, *model_));
   if (first_ && corpus_ != nullptr && source->tokenizer->Id() != corpus_->tokenizer().Id()) {
     LOG(WARNING) << where << " was trained with another tokenizer than this job's data: "
@@ -461,16 +494,16 @@ absl::Status StageRuntime::Backward() {
 
 double StageRuntime::GradientNorm() const {
   torch::NoGradGuard no_grad;
-  double sum_of_squares = 0;
+  std::vector<torch::Tensor> norms;
   for (const auto& [name, parameter] : optimizer_->parameters()) {
     if (!parameter.grad().defined()) continue;
     // In double, so that large finite gradients do not overflow to Inf.
-    const double norm =
-        at::linalg_vector_norm(parameter.grad(), 2, c10::nullopt, false, torch::kDouble)
-            .item<double>();
-    sum_of_squares += norm * norm;
+    norms.push_back(
+        at::linalg_vector_norm(parameter.grad(), 2, c10::nullopt, false, torch::kDouble));
   }
-  return std::sqrt(sum_of_squares);
+  if (norms.empty()) return 0;
+  // One read of the device per step, not one per parameter.
+  return torch::stack(norms).norm().item<double>();
 }
 
 absl::StatusOr<std::optional<double>> StageRuntime::StepOptimizer() {

@@ -93,8 +93,13 @@ class StageRuntime {
   absl::Status HandleControl(v1::TensorFrame frame);
   absl::Status EvalForward(const v1::TensorFrame& frame);
   // Init's checkpoint part: resumes from this job's latest complete
-  // checkpoint, or starts from checkpoint.init_from's weights.
+  // checkpoint (checkpoint.resume), or refuses a directory that holds one.
   absl::Status RestoreCheckpoint();
+  // checkpoint.init_from, unless this job has a checkpoint to resume: the
+  // weights of the source's latest step, by name, into the model (before the
+  // optimizer exists). FailedPrecondition naming the first model field whose
+  // value differs, or a parameter missing or of another shape.
+  absl::Status InitFromSource();
   absl::Status SaveCheckpoint(int64_t step);
   absl::Status Finish();
   void Send(FrameSender* to, v1::TensorFrame::Kind kind, uint64_t micro_batch_id,
