@@ -726,7 +726,21 @@ TEST(LoadAndValidateJobSpecTest, ExampleSpecValidates) {
   EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
   EXPECT_EQ(spec->name(), "kjv-small");
   EXPECT_EQ(spec->pipeline().num_stages(), 2);
-  EXPECT_FALSE(spec->has_checkpoint());
+  // The demo checkpoints, for pacictl sample, and resumes when run again.
+  EXPECT_EQ(spec->checkpoint().directory(), "runs/kjv-small");
+  EXPECT_TRUE(spec->checkpoint().resume());
+}
+
+// The examples that train from token shards validate too (the dataset is made by
+// pacictl prepare-data; tests/integration/data_test.py trains from it).
+TEST(LoadAndValidateJobSpecTest, ShardExampleSpecValidates) {
+  absl::StatusOr<v1::JobSpec> spec =
+      LoadJobSpecFile(PACI_SOURCE_DIR "/examples/kjv-bpe-shards.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ApplyJobSpecDefaults(&*spec);
+  EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
+  EXPECT_EQ(spec->data().dataset(), "data/kjv-bpe");
+  EXPECT_EQ(spec->data().validation_shards(), 1);
 }
 
 TEST(LoadAndValidateJobSpecTest, EachBadSpecFileNamesTheBrokenField) {
