@@ -243,6 +243,7 @@ absl::Status ValidatePipeline(const v1::PipelineSpec& p, int num_layers) {
                           "pipeline.drift_correction", "none unless schedule is paci",
                           absl::StrCat("\"", correction, "\"")));
   RETURN_IF_ERROR(RequireBetween("pipeline.micro_batch_size", p.micro_batch_size(), 1, 65536));
+  RETURN_IF_ERROR(RequireBetween("pipeline.data_parallel", p.data_parallel(), 1, 256));
   if (!p.partition().empty() && p.partition() != "balanced" && p.partition() != "even") {
     return ParsePartitionBoundaries(p.partition(), num_layers, p.num_stages()).status();
   }
@@ -454,6 +455,7 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec) {
   if (pipeline->schedule().empty()) pipeline->set_schedule("paci");
   if (pipeline->partition().empty()) pipeline->set_partition("balanced");
   if (pipeline->drift_correction().empty()) pipeline->set_drift_correction("none");
+  if (!pipeline->has_data_parallel()) pipeline->set_data_parallel(1);
   ApplyDriftLimitDefaults(pipeline);
 
   v1::OptimizerSpec* optimizer = spec->mutable_optimizer();
@@ -563,6 +565,15 @@ absl::StatusOr<v1::JobSpec> LoadAndValidateJobSpec(const std::string& path) {
 
   RETURN_IF_ERROR(ResolveDataPaths(spec.mutable_data()));
   return spec;
+}
+
+int WorkersOf(const v1::PipelineSpec& pipeline) {
+  return pipeline.num_stages() * std::max(1, pipeline.data_parallel());
+}
+
+std::string StageName(const v1::PipelineSpec& pipeline, int stage, int replica) {
+  if (pipeline.data_parallel() <= 1) return absl::StrCat("stage ", stage);
+  return absl::StrCat("stage ", stage, " replica ", replica);
 }
 
 int64_t DriftLimit(const v1::PipelineSpec& pipeline) {

@@ -53,6 +53,14 @@ std::string StageDevice(const v1::RuntimeSpec& runtime, int stage);
 // spec can be handed to workers that run elsewhere.
 absl::StatusOr<v1::JobSpec> LoadAndValidateJobSpec(const std::string& path);
 
+// The workers a job runs on: P x R (pipeline.num_stages x data_parallel).
+// Worker w runs stage w % P of replica w / P.
+int WorkersOf(const v1::PipelineSpec& pipeline);
+
+// How messages name a stage's worker: "stage 1", or "stage 1 replica 0" when
+// the pipeline has replicas.
+std::string StageName(const v1::PipelineSpec& pipeline, int stage, int replica);
+
 // The job's drift limit D: pipeline.max_drift when given, else what its
 // schedule and accumulation give (ceil((P-1)/a) for paci, P-1 for async-1f1b,
 // 0 for the flushes). The status, the summary and the alert show this.

@@ -38,6 +38,7 @@ pipeline:
   micro_batch_size: 8
   partition: "6"
   drift_correction: none
+  data_parallel: 2
 optimizer:
   lr: 3e-3
   beta1: 0.8
@@ -284,6 +285,8 @@ TEST(ApplyJobSpecDefaultsTest, FillsEveryUnsetOptionalField) {
   EXPECT_EQ(spec->pipeline().schedule(), "paci");
   EXPECT_EQ(spec->pipeline().partition(), "balanced");
   EXPECT_EQ(spec->pipeline().accumulation(), 2);
+  EXPECT_EQ(spec->pipeline().data_parallel(), 1);
+  EXPECT_EQ(WorkersOf(spec->pipeline()), spec->pipeline().num_stages());
   EXPECT_FLOAT_EQ(spec->optimizer().beta1(), 0.9f);
   EXPECT_FLOAT_EQ(spec->optimizer().beta2(), 0.95f);
   EXPECT_FLOAT_EQ(spec->optimizer().eps(), 1e-8f);
@@ -433,6 +436,18 @@ TEST(ValidateJobSpecTest, MessageGivesTheAllowedRangeAndTheValue) {
   spec.mutable_pipeline()->set_num_stages(0);
   EXPECT_EQ(ValidateJobSpec(spec).message(),
             "pipeline.num_stages: must be between 1 and 64, got 0");
+}
+
+TEST(ValidateJobSpecTest, DataParallelIsAtLeastOneReplicaAndGivesTheWorkerCount) {
+  v1::JobSpec spec = ValidMinimalSpec();
+  for (int bad : {0, -1, 257}) {
+    spec.mutable_pipeline()->set_data_parallel(bad);
+    EXPECT_EQ(ValidateJobSpec(spec).message(),
+              absl::StrCat("pipeline.data_parallel: must be between 1 and 256, got ", bad));
+  }
+  spec.mutable_pipeline()->set_data_parallel(3);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok());
+  EXPECT_EQ(WorkersOf(spec.pipeline()), 3 * spec.pipeline().num_stages());
 }
 
 TEST(ValidateJobSpecTest, PartitionIsBalancedEvenOrUnitBoundaries) {

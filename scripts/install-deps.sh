@@ -13,7 +13,7 @@ BUILD_PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libcpp-httplib-dev libgoogle-glog-dev libyaml-cpp-dev zlib1g-dev
   libgtest-dev libgmock-dev googletest
-  libsqlite3-dev libsentencepiece-dev
+  libsqlite3-dev libsentencepiece-dev libgloo-dev
   nlohmann-json3-dev libssl-dev
   bible-kjv
 )

@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/job_phase.h"
+#include "common/job_spec.h"
 #include "common/status_macros.h"
 #include "server/job_scheduler.h"
 
@@ -36,7 +37,7 @@ PendingJob AsPending(const v1::Job& job, int64_t sequence) {
   pending.name = job.name();
   pending.priority = job.spec().run_policy().priority();
   pending.sequence = sequence;
-  pending.num_stages = job.spec().pipeline().num_stages();
+  pending.num_workers = WorkersOf(job.spec().pipeline());
   for (const auto& [k, v] : job.spec().run_policy().worker_selector()) pending.selector[k] = v;
   return pending;
 }
@@ -45,6 +46,21 @@ constexpr int64_t kTombstone = std::numeric_limits<int64_t>::max();
 constexpr size_t kMaxTombstones = 10000;
 
 bool IsActive(v1::JobPhase phase) { return phase == v1::RUNNING || phase == v1::RESTARTING; }
+
+// Where a stage of a replica is kept: JobState::workers, JobState::stages and
+// the status' stages, replica * P + stage; -1 when it is out of the job's range.
+int SlotOf(const v1::JobSpec& spec, int stage, int replica) {
+  const int P = spec.pipeline().num_stages();
+  if (stage < 0 || stage >= P || replica < 0 || (replica + 1) * P > WorkersOf(spec.pipeline())) {
+    return -1;
+  }
+  return replica * P + stage;
+}
+
+std::string SlotName(const v1::JobSpec& spec, int slot) {
+  const int P = spec.pipeline().num_stages();
+  return StageName(spec.pipeline(), slot % P, slot / P);
+}
 
 uint64_t NewInstance() {
   std::random_device random;
@@ -262,8 +278,8 @@ absl::Status JobManager::Recover() {
       const int P = state.spec().pipeline().num_stages();
       if (state.status().phase() == v1::RUNNING) {
         state.awaiting_reconnect = true;
-        state.workers.assign(P, "");
-        state.stages.assign(P, StageProgress{});
+        state.workers.assign(WorkersOf(state.spec().pipeline()), "");
+        state.stages.assign(state.workers.size(), StageProgress{});
         for (auto& stage : state.stages) stage.last_progress = now;
         state.attempt_started = now;
       }
@@ -478,11 +494,11 @@ void JobManager::AdoptLocked(WorkerRegistry::Worker& worker) {
   const std::string& id = worker.registration.worker_id();
   worker.job = running.job_name();
   worker.attempt = running.attempt();
-  worker.stage = running.stage();
   JobState* state = FindLocked(running.job_name());
+  worker.slot = state == nullptr ? -1 : SlotOf(state->spec(), running.stage(), running.replica());
   const bool ours = state != nullptr && state->awaiting_reconnect &&
-                    state->status().attempt() == running.attempt() && running.stage() >= 0 &&
-                    running.stage() < static_cast<int>(state->workers.size());
+                    state->status().attempt() == running.attempt() && worker.slot >= 0 &&
+                    worker.slot < static_cast<int>(state->workers.size());
   if (!ours) {
     // A job that worker still holds waits for it to let go.
     if (state != nullptr) queue_.Remove(state->name());
@@ -492,7 +508,7 @@ void JobManager::AdoptLocked(WorkerRegistry::Worker& worker) {
                                                    "the coordinator no longer runs this placement"));
     return;
   }
-  state->workers[running.stage()] = id;
+  state->workers[worker.slot] = id;
   if (std::count(state->workers.begin(), state->workers.end(), "") > 0) return;
   state->awaiting_reconnect = false;
   LOG(INFO) << "job " << state->name() << " reconciled with its workers";
@@ -515,17 +531,19 @@ void JobManager::OnReport(const std::string& worker_id, const v1::StageReport& r
     const bool from_its_stage =
         worker->job == report.job_name() && worker->attempt == report.attempt();
     JobState* state = FindLocked(report.job_name());
+    const int slot =
+        state == nullptr ? -1 : SlotOf(state->spec(), report.stage(), report.replica());
     if (state != nullptr && from_its_stage && !worker->stopping &&
         state->status().phase() == v1::RUNNING && state->status().attempt() == report.attempt() &&
-        report.stage() == worker->stage) {
+        slot >= 0 && slot == worker->slot) {
       ApplyReportLocked(*state, report);
       if (!report.error().empty()) {
         FailAttemptLocked(*state, "StageFailed",
-                          absl::StrCat("stage ", report.stage(), " on worker ", worker_id, ": ",
-                                       report.error()),
+                          absl::StrCat(SlotName(state->spec(), slot), " on worker ", worker_id,
+                                       ": ", report.error()),
                           IsPermanentError(report.error_code()));
       } else if (report.finished()) {
-        state->stages[report.stage()].finished = true;
+        state->stages[slot].finished = true;
         if (std::all_of(state->stages.begin(), state->stages.end(),
                         [](const StageProgress& s) { return s.finished; })) {
           FinishLocked(*state, v1::SUCCEEDED, "Completed",
@@ -562,13 +580,13 @@ void JobManager::RemoveWorkerLocked(const std::string& worker_id, const std::str
     EnqueueLocked(*state);  // perhaps the last worker it waited for
     return;
   }
-  if (state->awaiting_reconnect && worker->stage >= 0 &&
-      worker->stage < static_cast<int>(state->workers.size())) {
-    state->workers[worker->stage] = "";
+  if (state->awaiting_reconnect && worker->slot >= 0 &&
+      worker->slot < static_cast<int>(state->workers.size())) {
+    state->workers[worker->slot] = "";
   }
   FailAttemptLocked(*state, "WorkerLost",
-                    absl::StrCat("worker ", worker_id, " running stage ", worker->stage,
-                                 " is gone (", why, ")"),
+                    absl::StrCat("worker ", worker_id, " running ",
+                                 SlotName(state->spec(), worker->slot), " is gone (", why, ")"),
                     /*permanent=*/false);
   EnqueueLocked(*state);
 }
@@ -611,7 +629,8 @@ void JobManager::CheckTimersLocked(JobState& state, absl::Time now) {
   std::vector<std::string> stalled;
   for (size_t s = 0; s < state.stages.size(); ++s) {
     if (!state.stages[s].finished && now - state.stages[s].last_progress > options_.stall_timeout) {
-      stalled.push_back(absl::StrCat("stage ", s, " on worker ", state.workers[s]));
+      stalled.push_back(absl::StrCat(SlotName(state.spec(), static_cast<int>(s)), " on worker ",
+                                     state.workers[s]));
     }
   }
   if (!stalled.empty()) {
@@ -638,7 +657,7 @@ void JobManager::ScheduleLocked() {
   for (const std::string& name : decision.unschedulable) {
     JobState& state = jobs_.at(name);
     SetConditionLocked(state, "Unschedulable", true, "NoMatchingWorkers",
-                       absl::StrCat("fewer than ", state.spec().pipeline().num_stages(),
+                       absl::StrCat("fewer than ", WorkersOf(state.spec().pipeline()),
                                     " connected workers match the job's worker selector"));
   }
 }
@@ -648,35 +667,31 @@ void JobManager::PlaceLocked(JobState& state, const std::vector<std::string>& wo
   const absl::Time now = clock_();
   v1::JobStatus& status = state.status();
   status.set_attempt(status.attempt() + 1);
-  const int P = static_cast<int>(worker_ids.size());
+  const int P = state.spec().pipeline().num_stages();
+  const int slots = static_cast<int>(worker_ids.size());  // P x R
   state.workers = worker_ids;
-  state.stages.assign(P, StageProgress{});
+  state.stages.assign(slots, StageProgress{});
   for (auto& stage : state.stages) stage.last_progress = now;
   state.attempt_started = now;
   status.clear_stages();
   state.trace.Clear();
   state.trace.set_name(state.name());
-  for (int s = 0; s < P; ++s) state.trace.add_stages()->set_stage(s);
-  v1::StageAssignment assignment;
-  assignment.set_job_name(state.name());
-  assignment.set_attempt(status.attempt());
-  *assignment.mutable_spec() = state.spec();
-  if (status.attempt() > 1 && !state.spec().checkpoint().directory().empty()) {
-    assignment.mutable_spec()->mutable_checkpoint()->set_resume(true);
+  for (int w = 0; w < slots; ++w) {
+    v1::StageTrace* trace = state.trace.add_stages();
+    trace->set_stage(w % P);
+    trace->set_replica(w / P);
   }
-  for (const std::string& id : worker_ids) {
-    assignment.add_stage_addresses(workers_.at(id).registration.link_address());
-  }
-  for (int s = 0; s < P; ++s) {
-    workers_.Assign(worker_ids[s], state.name(), status.attempt(), s);
-    const WorkerRegistry::Worker& worker = workers_.at(worker_ids[s]);
-    assignment.set_stage(s);
+  for (int w = 0; w < slots; ++w) {
+    const v1::StageAssignment assignment = AssignmentLocked(state, worker_ids, w);
+    workers_.Assign(worker_ids[w], state.name(), status.attempt(), w);
+    const WorkerRegistry::Worker& worker = workers_.at(worker_ids[w]);
     v1::CoordinatorMessage message;
     *message.mutable_assign() = assignment;
     pending_.messages.emplace_back(worker.sender, std::move(message));
     v1::StageStatus* stage = status.add_stages();
-    stage->set_stage(s);
-    stage->set_worker_id(worker_ids[s]);
+    stage->set_stage(w % P);
+    stage->set_replica(w / P);
+    stage->set_worker_id(worker_ids[w]);
     stage->set_link_address(worker.registration.link_address());
     stage->set_metrics_address(worker.registration.metrics_address());
     stage->set_pid(worker.registration.pid());
@@ -692,6 +707,33 @@ void JobManager::PlaceLocked(JobState& state, const std::vector<std::string>& wo
   LOG(INFO) << "job " << state.name() << " attempt " << status.attempt() << " placed on "
             << placed;
   ChangedLocked(state, true);
+}
+
+v1::StageAssignment JobManager::AssignmentLocked(const JobState& state,
+                                                 const std::vector<std::string>& worker_ids,
+                                                 int slot) const {
+  const int P = state.spec().pipeline().num_stages();
+  const int stage = slot % P, replica = slot / P;
+  v1::StageAssignment assignment;
+  assignment.set_job_name(state.name());
+  assignment.set_attempt(state.job.status().attempt());
+  *assignment.mutable_spec() = state.spec();
+  if (assignment.attempt() > 1 && !state.spec().checkpoint().directory().empty()) {
+    assignment.mutable_spec()->mutable_checkpoint()->set_resume(true);
+  }
+  assignment.set_stage(stage);
+  assignment.set_replica(replica);
+  for (int s = 0; s < P; ++s) {
+    assignment.add_stage_addresses(
+        workers_.at(worker_ids[replica * P + s]).registration.link_address());
+  }
+  if (static_cast<int>(worker_ids.size()) > P) {
+    assignment.set_replica_store_address(workers_.at(worker_ids[stage]).registration.store_address());
+    for (size_t w = stage; w < worker_ids.size(); w += P) {
+      assignment.add_replica_addresses(workers_.at(worker_ids[w]).registration.link_address());
+    }
+  }
+  return assignment;
 }
 
 void JobManager::StopWorkersLocked(JobState& state, const std::string& reason) {
@@ -753,7 +795,7 @@ void JobManager::SetConditionLocked(JobState& state, const std::string& type, bo
 }
 
 void JobManager::ApplyReportLocked(JobState& state, const v1::StageReport& report) {
-  const int s = report.stage();
+  const int s = SlotOf(state.spec(), report.stage(), report.replica());
   if (s < 0 || s >= static_cast<int>(state.stages.size()) || s >= state.status().stages_size()) {
     return;
   }

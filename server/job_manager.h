@@ -126,7 +126,7 @@ class JobManager {
   struct JobState {
     v1::Job job;
     int64_t sequence = 0;
-    std::vector<std::string> workers;  // the current attempt's worker per stage
+    std::vector<std::string> workers;  // the current attempt's worker per slot (replica * P + stage)
     std::vector<StageProgress> stages;
     CheckpointShards shards;
     absl::Time attempt_started;
@@ -197,7 +197,13 @@ class JobManager {
   // A worker that was running a stage before the coordinator restarted.
   void AdoptLocked(WorkerRegistry::Worker& worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // worker_ids[replica * P + stage] runs that stage of that replica.
   void PlaceLocked(JobState& state, const std::vector<std::string>& worker_ids)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What the worker of `slot` is told: its stage and replica, its replica's
+  // stage addresses and, with replicas, where its stage's replicas meet.
+  v1::StageAssignment AssignmentLocked(const JobState& state,
+                                       const std::vector<std::string>& worker_ids, int slot) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The reconnect grace, the deadline and stall detection of one job.
   void CheckTimersLocked(JobState& state, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -9,6 +9,7 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/job_spec.h"
 #include "gtest/gtest.h"
@@ -126,6 +127,7 @@ class JobManagerTest : public ::testing::Test {
     v1::WorkerRegistration r;
     r.set_worker_id(id);
     r.set_link_address(id + ":1");
+    r.set_store_address(id + ":2");
     for (const auto& [k, v] : labels) (*r.mutable_labels())[k] = v;
     *r.mutable_running() = running;
     ASSERT_TRUE(manager_->Connect(r, [this, id](const v1::CoordinatorMessage& m) {
@@ -260,6 +262,58 @@ TEST_F(JobManagerTest, ALostWorkerRestartsTheJobFromItsCheckpointOnFreeWorkers) 
   // A late report of the dead attempt changes nothing.
   manager_->OnReport("w1", Report("a", 1, 0, 9));
   EXPECT_EQ(manager_->Get("a")->status().attempt(), 2);
+}
+
+TEST_F(JobManagerTest, ReplicasAreOneGangPlacedTogetherAndRestartedTogether) {
+  v1::JobSpec spec = Spec("dp");  // P = 2
+  spec.mutable_pipeline()->set_data_parallel(2);
+  ASSERT_TRUE(manager_->Submit(spec).ok());
+  for (const char* w : {"w0", "w1", "w2"}) ConnectWorker(w);
+  EXPECT_EQ(Phase("dp"), v1::QUEUED);  // 3 of the 4 workers it needs: nothing starts
+  EXPECT_TRUE(Take("w0").empty());
+  ConnectWorker("w3");
+  ASSERT_EQ(Phase("dp"), v1::RUNNING);
+  // Worker w runs stage w % P of replica w / P.
+  std::vector<v1::StageAssignment> assigned;
+  for (const char* w : {"w0", "w1", "w2", "w3"}) {
+    auto messages = Take(w);
+    ASSERT_EQ(messages.size(), 1u) << w;
+    assigned.push_back(messages[0].assign());
+  }
+  const v1::StageAssignment& r1s1 = assigned[3];
+  EXPECT_EQ(r1s1.stage(), 1);
+  EXPECT_EQ(r1s1.replica(), 1);
+  EXPECT_EQ(r1s1.stage_addresses(0), "w2:1");  // its own replica's pipeline
+  EXPECT_EQ(r1s1.stage_addresses(1), "w3:1");
+  EXPECT_EQ(r1s1.replica_store_address(), "w1:2");  // stage 1's replica 0 serves the store
+  ASSERT_EQ(r1s1.replica_addresses_size(), 2);
+  EXPECT_EQ(r1s1.replica_addresses(0), "w1:1");
+  EXPECT_EQ(r1s1.replica_addresses(1), "w3:1");
+  EXPECT_EQ(assigned[2].replica_store_address(), "w0:2");
+  EXPECT_EQ(assigned[0].replica(), 0);
+  const v1::Job running = *manager_->Get("dp");
+  ASSERT_EQ(running.status().stages_size(), 4);
+  EXPECT_EQ(running.status().stages(3).replica(), 1);
+  EXPECT_EQ(running.status().stages(3).worker_id(), "w3");
+  // Progress counts only when every replica's stage has it.
+  for (int w = 0; w < 3; ++w) {
+    v1::StageReport r = Report("dp", 1, w % 2, 5);
+    r.set_replica(w / 2);
+    manager_->OnReport(absl::StrCat("w", w), r);
+  }
+  EXPECT_EQ(manager_->Get("dp")->status().step(), 0);
+  // One worker of one replica dies: the whole gang stops and the job restarts.
+  manager_->Disconnect("w3");
+  const v1::Job restarting = *manager_->Get("dp");
+  EXPECT_EQ(restarting.status().phase(), v1::RESTARTING);
+  EXPECT_NE(restarting.status().message().find("running stage 1 replica 1 is gone"),
+            std::string::npos)
+      << restarting.status().message();
+  for (const char* w : {"w0", "w1", "w2"}) {
+    auto stop = Take(w);
+    ASSERT_EQ(stop.size(), 1u) << w;
+    EXPECT_TRUE(stop[0].has_stop()) << w;
+  }
 }
 
 TEST_F(JobManagerTest, MetricsLabelJobsTrainingJobAndSpellPhasesAsTheStatus) {

@@ -34,7 +34,7 @@ bool JobQueue::Remove(const std::string& name) {
   const PendingJob& job = it->second.job;
   if (it->second.parked) {
     auto group = parked_.find(job.selector);
-    auto [first, last] = group->second.equal_range(job.num_stages);
+    auto [first, last] = group->second.equal_range(job.num_workers);
     for (auto member = first; member != last; ++member) {
       if (member->second == name) {
         group->second.erase(member);
@@ -61,7 +61,7 @@ void JobQueue::Park(Entry& entry) {
   const PendingJob& job = entry.job;
   ready_.erase(Key{job.priority, job.sequence, job.name});
   entry.parked = true;
-  parked_[job.selector].emplace(job.num_stages, job.name);
+  parked_[job.selector].emplace(job.num_workers, job.name);
   IndexOf(job.selector).insert(job.selector);
 }
 
@@ -123,16 +123,16 @@ SchedulingDecision JobQueue::Schedule(const std::vector<WorkerSlot>& workers) {
       ++matching;
       if (pool[i]->idle && !taken[i]) free.push_back(i);
     }
-    if (job.num_stages < 1 || matching < static_cast<size_t>(job.num_stages)) {
+    if (job.num_workers < 1 || matching < static_cast<size_t>(job.num_workers)) {
       decision.unschedulable.push_back(job.name);
       Park(entry);
-    } else if (free.size() < static_cast<size_t>(job.num_stages)) {
+    } else if (free.size() < static_cast<size_t>(job.num_workers)) {
       decision.waiting.push_back(job.name);
       break;
     } else {
       Placement& placement = decision.placements.emplace_back();
       placement.job_name = job.name;
-      for (int s = 0; s < job.num_stages; ++s) {
+      for (int s = 0; s < job.num_workers; ++s) {
         taken[free[s]] = true;
         placement.worker_ids.push_back(pool[free[s]]->worker_id);
       }

@@ -11,9 +11,9 @@ namespace {
 
 using Labels = std::map<std::string, std::string>;
 
-PendingJob Job(std::string name, int64_t sequence, int num_stages, int priority = 0,
+PendingJob Job(std::string name, int64_t sequence, int num_workers, int priority = 0,
                Labels selector = {}) {
-  return {std::move(name), priority, sequence, num_stages, std::move(selector)};
+  return {std::move(name), priority, sequence, num_workers, std::move(selector)};
 }
 
 WorkerSlot Idle(std::string id, Labels labels = {}) { return {std::move(id), std::move(labels), true}; }

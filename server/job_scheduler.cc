@@ -40,15 +40,15 @@ SchedulingDecision ScheduleJobs(std::vector<PendingJob> queue, const std::vector
       ++matching;
       if (pool[i]->idle && !taken[i]) free.push_back(i);
     }
-    if (job.num_stages < 1 || matching < static_cast<size_t>(job.num_stages)) {
+    if (job.num_workers < 1 || matching < static_cast<size_t>(job.num_workers)) {
       decision.unschedulable.push_back(std::move(job.name));
-    } else if (blocked || free.size() < static_cast<size_t>(job.num_stages)) {
+    } else if (blocked || free.size() < static_cast<size_t>(job.num_workers)) {
       blocked = true;
       decision.waiting.push_back(std::move(job.name));
     } else {
       Placement& placement = decision.placements.emplace_back();
       placement.job_name = std::move(job.name);
-      for (int s = 0; s < job.num_stages; ++s) {
+      for (int s = 0; s < job.num_workers; ++s) {
         taken[free[s]] = true;
         placement.worker_ids.push_back(pool[free[s]]->worker_id);
       }

@@ -19,7 +19,7 @@ struct PendingJob {
   std::string name;
   int priority = 0;       // higher runs first
   int64_t sequence = 0;   // submission order; FIFO within a priority
-  int num_stages = 1;     // P: the job needs P workers at once
+  int num_workers = 1;    // P x R: the job needs all of them at once
   std::map<std::string, std::string> selector;  // every worker must carry these labels
 };
 
@@ -31,7 +31,7 @@ struct Placement {
 struct SchedulingDecision {
   std::vector<Placement> placements;
   // Jobs that no set of registered workers could ever run: fewer workers match the selector than
-  // num_stages (or num_stages < 1), in queue order.
+  // num_workers (or num_workers < 1), in queue order.
   std::vector<std::string> unschedulable;
   // Jobs that fit the pool but not the idle workers now, in queue order.
   std::vector<std::string> waiting;
@@ -42,7 +42,7 @@ struct SchedulingDecision {
 // (server/job_queue.h), whose tests check its placements against this function.
 //
 // Orders jobs by priority (higher first), then sequence (FIFO), then name. Walks the queue: a job
-// whose selector matches at least num_stages idle workers gets them all at once (gang: all stages
+// whose selector matches at least num_workers idle workers gets them all at once (gang: all stages
 // or none). The first job that fits the pool but not the idle workers stops the walk (strict FIFO
 // within the order: no later job jumps it); it and all later schedulable jobs are waiting.
 // Unschedulable jobs are skipped and never block. Workers are taken in the order given (the

@@ -26,9 +26,9 @@ using Labels = std::map<std::string, std::string>;
 WorkerSlot Idle(std::string id, Labels labels = {}) { return {std::move(id), std::move(labels), true}; }
 WorkerSlot Busy(std::string id, Labels labels = {}) { return {std::move(id), std::move(labels), false}; }
 
-PendingJob Job(std::string name, int64_t sequence, int num_stages, int priority = 0,
+PendingJob Job(std::string name, int64_t sequence, int num_workers, int priority = 0,
                Labels selector = {}) {
-  return {std::move(name), priority, sequence, num_stages, std::move(selector)};
+  return {std::move(name), priority, sequence, num_workers, std::move(selector)};
 }
 
 struct Case {
@@ -176,7 +176,7 @@ TEST(ScheduleJobsPropertyTest, PlacementsRespectGangIdlenessSelectorsAndFifo) {
     std::set<std::string> used, outcomes;
     for (const Placement& p : decision.placements) {
       const PendingJob& job = *jobs.at(p.job_name);
-      EXPECT_EQ(p.worker_ids.size(), static_cast<size_t>(job.num_stages)) << "round " << round;
+      EXPECT_EQ(p.worker_ids.size(), static_cast<size_t>(job.num_workers)) << "round " << round;
       for (const std::string& id : p.worker_ids) {
         EXPECT_TRUE(used.insert(id).second) << "round " << round << ": " << id << " placed twice";
         const WorkerSlot& w = *first.at(id);

@@ -102,11 +102,20 @@ void AppendLossPoint(const v1::LossPoint& point,
   *history->Add() = point;
 }
 
+int NumStages(const v1::JobStatus& status) {
+  return static_cast<int>(std::count_if(status.stages().begin(), status.stages().end(),
+                                        [](const v1::StageStatus& s) { return s.replica() == 0; }));
+}
+
 void ApplyStageReport(const v1::StageReport& report, absl::Duration attempt_elapsed,
                       v1::JobStatus& status, CheckpointShards& shards) {
-  const int s = report.stage();
-  const int P = status.stages_size();
-  v1::StageStatus& stage = *status.mutable_stages(s);
+  const int P = NumStages(status);
+  const int slot = report.replica() * P + report.stage();
+  if (P == 0 || report.stage() < 0 || report.stage() >= P || report.replica() < 0 ||
+      slot >= status.stages_size()) {
+    return;
+  }
+  v1::StageStatus& stage = *status.mutable_stages(slot);
   stage.set_optimizer_steps(report.optimizer_steps());
   stage.set_drift_max(report.drift_max());
   stage.set_drift_bound(report.drift_bound());
@@ -121,33 +130,43 @@ void ApplyStageReport(const v1::StageReport& report, absl::Duration attempt_elap
   stage.set_partition_units(report.partition_units());
   stage.set_predicted_cost_share(report.predicted_cost_share());
   stage.set_nonfinite_steps_skipped(report.nonfinite_steps_skipped());
+  stage.set_weights_hash(report.weights_hash());
+  stage.set_tokens(report.tokens());
   double busy = 0;
   for (const auto& st : status.stages()) busy += st.busy_seconds();
   for (auto& st : *status.mutable_stages()) {
     st.set_predicted_busy_seconds(busy * st.predicted_cost_share());
   }
-  for (const auto& point : report.train_loss()) {
-    AppendLossPoint(point, status.mutable_train_loss_history());
-    status.set_train_loss(point.loss());
-  }
-  for (const auto& point : report.validation_loss()) {
-    AppendLossPoint(point, status.mutable_validation_loss_history());
-    status.set_validation_loss(point.loss());
-  }
-  ThinLossHistory(status.mutable_train_loss_history());
-  ThinLossHistory(status.mutable_validation_loss_history());
-  for (int64_t step : report.checkpoint_steps()) {
-    std::set<int>& saved = shards[step];
-    saved.insert(s);
-    if (static_cast<int>(saved.size()) == P && step > status.checkpoint_step()) {
-      status.set_checkpoint_step(step);
+  // Replica 0 speaks for the job: its loss is the mean over every replica's
+  // micro-batches, and it writes the checkpoints.
+  if (report.replica() == 0) {
+    for (const auto& point : report.train_loss()) {
+      AppendLossPoint(point, status.mutable_train_loss_history());
+      status.set_train_loss(point.loss());
+    }
+    for (const auto& point : report.validation_loss()) {
+      AppendLossPoint(point, status.mutable_validation_loss_history());
+      status.set_validation_loss(point.loss());
+    }
+    ThinLossHistory(status.mutable_train_loss_history());
+    ThinLossHistory(status.mutable_validation_loss_history());
+    for (int64_t step : report.checkpoint_steps()) {
+      std::set<int>& saved = shards[step];
+      saved.insert(report.stage());
+      if (static_cast<int>(saved.size()) == P && step > status.checkpoint_step()) {
+        status.set_checkpoint_step(step);
+      }
     }
   }
   int64_t step = std::numeric_limits<int64_t>::max();
   for (const auto& st : status.stages()) step = std::min(step, st.optimizer_steps());
   status.set_step(step);
-  if (s == P - 1 && attempt_elapsed > absl::ZeroDuration()) {
-    status.set_tokens_per_second(report.tokens() / absl::ToDoubleSeconds(attempt_elapsed));
+  if (report.stage() == P - 1 && attempt_elapsed > absl::ZeroDuration()) {
+    int64_t tokens = 0;  // through the last stage of every replica
+    for (const auto& st : status.stages()) {
+      if (st.stage() == P - 1) tokens += st.tokens();
+    }
+    status.set_tokens_per_second(tokens / absl::ToDoubleSeconds(attempt_elapsed));
   }
 }
 

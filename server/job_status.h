@@ -59,11 +59,17 @@ void AppendLossPoint(const v1::LossPoint& point,
 // Checkpoint step -> the stages that reported saving their shard of it.
 using CheckpointShards = std::map<int64_t, std::set<int>>;
 
-// Applies one stage's report to the job's status: the stage's counters and
-// drift, the loss histories (thinned), the job's step (its slowest stage's),
-// tokens per second (counted at the last stage over the attempt's time so
-// far), and the newest checkpoint step that every stage has saved (recorded
-// in `shards`). report.stage() must index status.stages().
+// The stages P of a status whose stages() hold P x R entries (replica * P +
+// stage): those of replica 0.
+int NumStages(const v1::JobStatus& status);
+
+// Applies one stage's report to the job's status: the counters, drift and
+// weights hash of its entry (replica * P + stage), the loss histories
+// (thinned; replica 0's), the job's step (its slowest stage's), tokens per
+// second (counted at the last stage of every replica over the attempt's time
+// so far), and the newest checkpoint step that every stage has saved
+// (replica 0's shards, recorded in `shards`). A report whose stage and
+// replica name no entry is ignored.
 void ApplyStageReport(const v1::StageReport& report, absl::Duration attempt_elapsed,
                       v1::JobStatus& status, CheckpointShards& shards);
 

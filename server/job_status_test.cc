@@ -133,6 +133,52 @@ TEST(ApplyStageReportTest, ACheckpointCountsOnlyOnceEveryStageSavedIt) {
   EXPECT_EQ(status.checkpoint_step(), 10);
 }
 
+TEST(ApplyStageReportTest, ReplicasHaveTheirOwnEntriesAndReplicaZeroSpeaksForTheJob) {
+  v1::JobStatus status;  // P = 2, R = 2: entries replica * 2 + stage
+  for (int w = 0; w < 4; ++w) {
+    v1::StageStatus* stage = status.add_stages();
+    stage->set_stage(w % 2);
+    stage->set_replica(w / 2);
+  }
+  EXPECT_EQ(NumStages(status), 2);
+  CheckpointShards shards;
+  auto report = [](int stage, int replica, int64_t steps) {
+    v1::StageReport r;
+    r.set_stage(stage);
+    r.set_replica(replica);
+    r.set_optimizer_steps(steps);
+    r.set_weights_hash(100 + stage);
+    r.set_tokens(stage == 1 ? 600 : 0);
+    return r;
+  };
+  v1::StageReport loss_of_replica_1 = report(1, 1, 4);
+  loss_of_replica_1.add_train_loss()->set_loss(9.0);
+  loss_of_replica_1.add_checkpoint_steps(4);
+  ApplyStageReport(loss_of_replica_1, absl::Seconds(2), status, shards);
+  EXPECT_EQ(status.stages(3).optimizer_steps(), 4);
+  EXPECT_EQ(status.stages(3).weights_hash(), 101u);
+  EXPECT_EQ(status.train_loss_history_size(), 0);  // the loss is replica 0's to report
+  EXPECT_TRUE(shards.empty());                     // and so are the checkpoints
+  EXPECT_DOUBLE_EQ(status.tokens_per_second(), 300);
+  v1::StageReport last = report(1, 0, 4);
+  last.add_train_loss()->set_loss(2.0);
+  last.add_checkpoint_steps(4);
+  ApplyStageReport(last, absl::Seconds(2), status, shards);
+  ApplyStageReport(report(0, 0, 5), absl::Seconds(2), status, shards);
+  EXPECT_EQ(status.step(), 0);  // stage 0 of replica 1 has not reported
+  ApplyStageReport(report(0, 1, 5), absl::Seconds(2), status, shards);
+  EXPECT_EQ(status.step(), 4);
+  EXPECT_DOUBLE_EQ(status.train_loss(), 2.0);
+  EXPECT_DOUBLE_EQ(status.tokens_per_second(), 600);  // both replicas' last stages
+  EXPECT_EQ(status.checkpoint_step(), 0);             // stage 0 has not saved step 4
+  v1::StageReport saved = report(0, 0, 5);
+  saved.add_checkpoint_steps(4);
+  ApplyStageReport(saved, absl::Seconds(2), status, shards);
+  EXPECT_EQ(status.checkpoint_step(), 4);
+  ApplyStageReport(report(0, 2, 9), absl::Seconds(2), status, shards);  // no replica 2
+  EXPECT_EQ(status.step(), 4);
+}
+
 TEST(AppendLossPointTest, AStepTrainedAgainReplacesTheEarlierAttemptsPoints) {
   google::protobuf::RepeatedPtrField<v1::LossPoint> history;
   auto point = [](int64_t step, double loss) {

@@ -47,17 +47,17 @@ std::vector<std::string> WorkerRegistry::Silent(absl::Time now, absl::Duration t
 }
 
 void WorkerRegistry::Assign(const std::string& id, const std::string& job, int64_t attempt,
-                            int stage) {
+                            int slot) {
   Worker& worker = workers_.at(id);
   worker.job = job;
   worker.attempt = attempt;
-  worker.stage = stage;
+  worker.slot = slot;
   worker.stopping = false;
 }
 
 void WorkerRegistry::Release(Worker& worker) {
   worker.job.clear();
-  worker.stage = -1;
+  worker.slot = -1;
   worker.stopping = false;
 }
 

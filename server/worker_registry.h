@@ -32,7 +32,7 @@ class WorkerRegistry {
     absl::Time last_seen;
     std::string job;  // the job it runs or is stopping, "" when idle
     int64_t attempt = 0;
-    int stage = -1;
+    int slot = -1;  // replica * P + stage of the attempt it runs (JobManager)
     bool stopping = false;  // told to stop; idle once it reports its end
   };
 
@@ -48,8 +48,9 @@ class WorkerRegistry {
   // The workers not heard from for longer than `timeout`.
   std::vector<std::string> Silent(absl::Time now, absl::Duration timeout) const;
 
-  // The worker runs stage `stage` of the job's attempt from now on.
-  void Assign(const std::string& id, const std::string& job, int64_t attempt, int stage);
+  // The worker runs slot `slot` (replica * P + stage) of the job's attempt
+  // from now on.
+  void Assign(const std::string& id, const std::string& job, int64_t attempt, int slot);
   // The worker's stage ended: it is idle again.
   static void Release(Worker& worker);
   // Tells every worker of the job that is not already stopping to stop, with

@@ -41,13 +41,15 @@ std::string SpanKindName(v1::Span::Kind kind) {
     case v1::Span::IDLE: return "idle";
     case v1::Span::EVAL: return "eval";
     case v1::Span::CHECKPOINT: return "checkpoint";
+    case v1::Span::ALL_REDUCE: return "all_reduce";
     default: return "unspecified";
   }
 }
 
 std::string ChromeTraceJson(const std::string& job_name,
                             const std::vector<std::vector<v1::Span>>& spans_by_stage,
-                            const std::vector<int64_t>& dropped_by_stage) {
+                            const std::vector<int64_t>& dropped_by_stage,
+                            const std::vector<std::string>& thread_names) {
   int64_t origin = std::numeric_limits<int64_t>::max();
   for (const auto& spans : spans_by_stage) {
     for (const v1::Span& span : spans) origin = std::min(origin, span.start_unix_micros());
@@ -66,10 +68,12 @@ std::string ChromeTraceJson(const std::string& job_name,
                         "\"args\": {\"name\": ",
                   JsonString(absl::StrCat("job ", job_name)), "}}");
   for (size_t s = 0; s < spans_by_stage.size(); ++s) {
+    const std::string name =
+        s < thread_names.size() ? thread_names[s] : absl::StrCat("stage ", s);
     absl::StrAppendFormat(&out,
                           ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": %d, "
-                          "\"args\": {\"name\": \"stage %d\"}}",
-                          s, s);
+                          "\"args\": {\"name\": %s}}",
+                          s, JsonString(name));
     absl::StrAppendFormat(&out,
                           ",\n{\"name\": \"thread_sort_index\", \"ph\": \"M\", \"pid\": 1, "
                           "\"tid\": %d, \"args\": {\"sort_index\": %d}}",
@@ -96,12 +100,13 @@ std::string ChromeTraceJson(const std::string& job_name,
 
 absl::Status WriteChromeTrace(const std::string& path, const std::string& job_name,
                               const std::vector<std::vector<v1::Span>>& spans_by_stage,
-                              const std::vector<int64_t>& dropped_by_stage) {
+                              const std::vector<int64_t>& dropped_by_stage,
+                              const std::vector<std::string>& thread_names) {
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   std::error_code ignored;
   if (!parent.empty()) std::filesystem::create_directories(parent, ignored);
   std::ofstream file(path, std::ios::trunc);
-  file << ChromeTraceJson(job_name, spans_by_stage, dropped_by_stage);
+  file << ChromeTraceJson(job_name, spans_by_stage, dropped_by_stage, thread_names);
   file.close();
   if (!file) return absl::UnavailableError(absl::StrCat("cannot write the trace to ", path));
   return absl::OkStatus();

@@ -34,7 +34,7 @@ std::string Loss(double loss, bool known) { return known ? absl::StrFormat("%.3f
 ProgressView ViewOfJob(const v1::Job& job, absl::Time now) {
   const v1::JobStatus& status = job.status();
   ProgressView view;
-  view.num_stages = job.spec().pipeline().num_stages();
+  view.num_stages = WorkersOf(job.spec().pipeline());
   view.joined = status.stages_size();
   view.step = status.step();
   view.total_steps = status.total_steps();
@@ -56,6 +56,7 @@ v1::RunSummary SummaryOfJob(const v1::Job& job, double wall_seconds) {
   summary.set_job_name(job.name());
   summary.set_schedule(spec.pipeline().schedule());
   summary.set_num_stages(spec.pipeline().num_stages());
+  summary.set_data_parallel(spec.pipeline().data_parallel());
   summary.set_accumulation(spec.pipeline().accumulation());
   summary.set_drift_limit(DriftLimit(spec.pipeline()));
   summary.set_micro_batch_size(spec.pipeline().micro_batch_size());
@@ -78,6 +79,8 @@ v1::RunSummary SummaryOfJob(const v1::Job& job, double wall_seconds) {
   for (const v1::StageStatus& s : status.stages()) {
     v1::StageSummary* out = summary.add_stages();
     out->set_stage(s.stage());
+    out->set_replica(s.replica());
+    out->set_weights_hash(s.weights_hash());
     out->set_drift_max(s.drift_max());
     out->set_drift_mean(s.drift_mean());
     out->set_drift_bound(s.drift_bound());
@@ -153,11 +156,16 @@ std::string FormatJobDetails(const v1::Job& job, absl::Time now) {
                                           c.status() ? "True" : "False", c.reason(), c.message()));
   }
   absl::StrAppend(&out, "stages:\n");
+  const v1::PipelineSpec& pipeline = job.spec().pipeline();
   for (const auto& st : s.stages()) {
     absl::StrAppend(&out, absl::StrFormat(
-        "  %d  worker %-16s step %-8d drift %d/%d  busy %.1fs idle %.1fs  metrics http://%s/metrics\n",
-        st.stage(), st.worker_id(), st.optimizer_steps(), st.drift_max(), st.drift_bound(),
-        st.busy_seconds(), st.idle_seconds(), st.metrics_address()));
+        "  %s  worker %-16s step %-8d drift %d/%d  busy %.1fs idle %.1fs  metrics http://%s/metrics\n",
+        StageName(pipeline, st.stage(), st.replica()).substr(6), st.worker_id(),
+        st.optimizer_steps(), st.drift_max(), st.drift_bound(), st.busy_seconds(),
+        st.idle_seconds(), st.metrics_address()));
+    if (pipeline.data_parallel() > 1) {
+      absl::StrAppend(&out, absl::StrFormat("     weights hash %08x\n", st.weights_hash()));
+    }
     if (st.nonfinite_steps_skipped() > 0) {
       absl::StrAppend(&out, "     skipped ", st.nonfinite_steps_skipped(),
                       " optimizer steps: NaN or Inf gradients\n");

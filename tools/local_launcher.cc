@@ -54,17 +54,22 @@ absl::StatusOr<std::string> WriteSummary(const v1::RunSummary& summary, const st
 // The job's timeline as Chrome trace JSON at `path`; the line that says so.
 absl::StatusOr<std::string> WriteTrace(const v1::JobTrace& trace, const v1::JobSpec& spec,
                                        const std::string& path) {
+  // One timeline per stage of each replica, at replica * P + stage.
   const int num_stages = spec.pipeline().num_stages();
-  std::vector<std::vector<v1::Span>> spans(num_stages);
-  std::vector<int64_t> dropped(num_stages, 0);
+  const int workers = WorkersOf(spec.pipeline());
+  std::vector<std::vector<v1::Span>> spans(workers);
+  std::vector<int64_t> dropped(workers, 0);
+  std::vector<std::string> names;
+  for (int w = 0; w < workers; ++w) names.push_back(StageName(spec.pipeline(), w % num_stages, w / num_stages));
   size_t count = 0;
   for (const v1::StageTrace& stage : trace.stages()) {
-    if (stage.stage() < 0 || stage.stage() >= num_stages) continue;
-    spans[stage.stage()].assign(stage.spans().begin(), stage.spans().end());
-    dropped[stage.stage()] = stage.spans_dropped();
+    const int w = stage.replica() * num_stages + stage.stage();
+    if (stage.stage() < 0 || stage.stage() >= num_stages || w < 0 || w >= workers) continue;
+    spans[w].assign(stage.spans().begin(), stage.spans().end());
+    dropped[w] = stage.spans_dropped();
     count += stage.spans_size();
   }
-  RETURN_IF_ERROR(WriteChromeTrace(path, spec.name(), spans, dropped));
+  RETURN_IF_ERROR(WriteChromeTrace(path, spec.name(), spans, dropped, names));
   return absl::StrCat("trace of ", count, " spans written to ", path,
                       " (open it in ui.perfetto.dev or chrome://tracing)");
 }
@@ -167,8 +172,11 @@ absl::Status LocalRun::StartCoordinator() {
       return absl::UnavailableError("the coordinator did not start");
     }
   }
-  out_ << "pacictl: job " << spec_.name() << ": " << spec_.pipeline().num_stages() << " stages, "
-       << spec_.pipeline().schedule() << ", coordinator at " << address_ << "\n";
+  out_ << "pacictl: job " << spec_.name() << ": " << spec_.pipeline().num_stages() << " stages"
+       << (spec_.pipeline().data_parallel() > 1
+               ? absl::StrCat(" x ", spec_.pipeline().data_parallel(), " replicas")
+               : "")
+       << ", " << spec_.pipeline().schedule() << ", coordinator at " << address_ << "\n";
   stub_ = v1::Coordinator::NewStub(
       grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
   return absl::OkStatus();
@@ -176,7 +184,7 @@ absl::Status LocalRun::StartCoordinator() {
 
 absl::Status LocalRun::StartWorkers() {
   const std::string threads = absl::StrCat(spec_.runtime().threads_per_stage());
-  for (int s = 0; s < spec_.pipeline().num_stages(); ++s) {
+  for (int s = 0; s < WorkersOf(spec_.pipeline()); ++s) {
     ProcessCommand worker{options_.worker_binary,
                           {"--coordinator=" + address_,
                            absl::StrCat("--worker_id=", spec_.name(), "-w", s)},
@@ -218,7 +226,10 @@ absl::Status LocalRun::FailureOf(const std::vector<ProcessExit>& exits) {
   const std::string id = absl::StrCat(spec_.name(), "-w", exit.index - 1);
   std::string who = absl::StrCat("worker ", id);
   for (const auto& stage : job_.status().stages()) {
-    if (stage.worker_id() == id) who = absl::StrCat("stage ", stage.stage(), ": worker ", id);
+    if (stage.worker_id() == id) {
+      who = absl::StrCat(StageName(spec_.pipeline(), stage.stage(), stage.replica()), ": worker ",
+                         id);
+    }
   }
   const std::string failure = absl::StrCat(who, " ", exit.ToString());
   printer_.BreakLine();
@@ -236,7 +247,8 @@ void LocalRun::Refresh() {
     told_stages_ = true;
     printer_.BreakLine();
     for (const auto& stage : job_.status().stages()) {
-      out_ << "pacictl: stage " << stage.stage() << ": worker " << stage.worker_id() << " pid "
+      out_ << "pacictl: " << StageName(spec_.pipeline(), stage.stage(), stage.replica())
+           << ": worker " << stage.worker_id() << " pid "
            << stage.pid() << " metrics=http://" << stage.metrics_address() << "/metrics\n";
     }
   }

@@ -53,6 +53,7 @@ std::string FormatSummaryTable(const v1::RunSummary& s) {
   absl::StrAppendFormat(&out, "%-18s %s\n", "job", s.job_name());
   absl::StrAppendFormat(&out, "%-18s %s\n", "schedule", s.schedule());
   absl::StrAppendFormat(&out, "%-18s %d\n", "stages (P)", s.num_stages());
+  if (s.data_parallel() > 1) absl::StrAppendFormat(&out, "%-18s %d\n", "replicas (R)", s.data_parallel());
   absl::StrAppendFormat(&out, "%-18s %d\n", "accumulation (a)", s.accumulation());
   absl::StrAppendFormat(&out, "%-18s %d\n", "drift limit (D)", s.drift_limit());
   absl::StrAppendFormat(&out, "%-18s %d/%d\n", "steps", s.steps_completed(), s.steps());
@@ -76,7 +77,10 @@ std::string FormatSummaryTable(const v1::RunSummary& s) {
                         "mean drift", "opt steps", "busy s", "idle s", "idle %", "peak RSS MiB");
   absl::StrAppend(&out, cut ? absl::StrFormat(" %11s  %s\n", "pred busy s", "units") : "\n");
   for (const v1::StageSummary& st : s.stages()) {
-    absl::StrAppendFormat(&out, "%5d %11s %10.2f %9d %8.1f %8.1f %6.1f %13.1f", st.stage(),
+    // With replicas, "1/r0": stage 1 of replica 0.
+    const std::string stage = s.data_parallel() > 1 ? absl::StrCat(st.stage(), "/r", st.replica())
+                                                    : absl::StrCat(st.stage());
+    absl::StrAppendFormat(&out, "%5s %11s %10.2f %9d %8.1f %8.1f %6.1f %13.1f", stage,
                           absl::StrCat(st.drift_max(), "/", st.drift_bound()), st.drift_mean(),
                           st.optimizer_steps(), st.busy_seconds(), st.idle_seconds(),
                           100.0 * st.idle_fraction(), st.peak_rss_bytes() / kMiB);

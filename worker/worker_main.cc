@@ -35,6 +35,7 @@
 #include "worker/agent/worker_agent.h"
 #include "worker/model/partition.h"
 #include "worker/model/unit_profile.h"
+#include "worker/runtime/replica_group.h"
 #include "worker/runtime/stage_host.h"
 #include "worker/transport/stage_link_service.h"
 
@@ -62,6 +63,9 @@ ABSL_FLAG(bool, profile_units, false,
           "with --spec: time each partition unit's forward, backward and optimizer step at the "
           "spec's shapes on stage 0's device, print them as JSON beside the FLOP model's "
           "prediction and the cuts both give, and exit (trains nothing)");
+ABSL_FLAG(double, replica_join_timeout_seconds, 120,
+          "pipeline.data_parallel > 1: seconds the replicas of a stage have to meet before the "
+          "stage fails");
 ABSL_FLAG(double, exit_delay_seconds, 0,
           "started by hand: keep /metrics up this long after the stage ends, for a last scrape");
 
@@ -83,6 +87,11 @@ absl::StatusOr<v1::StageAssignment> AssignmentFromFlags() {
     return absl::InvalidArgumentError(absl::StrCat(
         "--peers: need one address per stage (pipeline.num_stages = ", P, "), got ",
         peers.size(), "; --stage is ", stage));
+  }
+  if (assignment.spec().pipeline().data_parallel() > 1) {
+    return absl::InvalidArgumentError(
+        "pipeline.data_parallel: replicas run under a coordinator (pacictl train starts one), "
+        "not by hand");
   }
   assignment.set_job_name(assignment.spec().name());
   assignment.set_stage(stage);
@@ -114,8 +123,12 @@ std::string WorkerId(const v1::StageAssignment* by_hand) {
   return absl::StrCat(hostname, "-", getpid());
 }
 
-absl::StatusOr<StageHostOptions> HostOptionsFromFlags() {
+// `host`: where the other workers reach this one.
+absl::StatusOr<StageHostOptions> HostOptionsFromFlags(const std::string& host) {
   StageHostOptions options;
+  options.replica_hostname = host;
+  options.replica_join_timeout =
+      absl::Seconds(absl::GetFlag(FLAGS_replica_join_timeout_seconds));
   options.report_interval = absl::Seconds(absl::GetFlag(FLAGS_report_interval_seconds));
   // The stage links speak TLS when this worker serves them over TLS (every
   // stage is given the same flags).
@@ -129,8 +142,10 @@ absl::StatusOr<StageHostOptions> HostOptionsFromFlags() {
 // How to reach the coordinator (TLS whenever a CA is given) and what to
 // register with it.
 absl::StatusOr<WorkerAgentOptions> AgentOptionsFromFlags(const std::string& id,
+                                                         const std::string& host,
                                                          const std::string& link_address,
-                                                         const std::string& metrics_address) {
+                                                         const std::string& metrics_address,
+                                                         const std::string& store_address) {
   WorkerAgentOptions options;
   options.coordinator = absl::GetFlag(FLAGS_coordinator);
   ASSIGN_OR_RETURN(options.credentials,
@@ -140,10 +155,11 @@ absl::StatusOr<WorkerAgentOptions> AgentOptionsFromFlags(const std::string& id,
   if (!absl::GetFlag(FLAGS_auth_token_file).empty()) {
     ASSIGN_OR_RETURN(options.token, ReadTokenFile(absl::GetFlag(FLAGS_auth_token_file)));
   }
-  ASSIGN_OR_RETURN(options.host, HostOptionsFromFlags());
+  ASSIGN_OR_RETURN(options.host, HostOptionsFromFlags(host));
   v1::WorkerRegistration& r = options.registration;
   r.set_worker_id(id);
   r.set_link_address(link_address);
+  r.set_store_address(store_address);
   r.set_metrics_address(metrics_address);
   r.set_device(absl::GetFlag(FLAGS_device));
   r.set_capacity(1);
@@ -242,14 +258,18 @@ absl::Status Main(ShutdownSignal* shutdown) {
 
   absl::Status status;
   if (by_hand) {
-    ASSIGN_OR_RETURN(const StageHostOptions host_options, HostOptionsFromFlags());
+    ASSIGN_OR_RETURN(const StageHostOptions host_options, HostOptionsFromFlags(host));
     // Nobody to report to: the stage logs its validation losses itself.
     StageHost stage_host(*by_hand, links, *registry, /*sink=*/nullptr, host_options);
     status = stage_host.Run();
     absl::SleepFor(absl::Seconds(absl::GetFlag(FLAGS_exit_delay_seconds)));
   } else {
+    // The replicas of the stages this worker runs as replica 0 meet here.
+    ASSIGN_OR_RETURN(const std::unique_ptr<ReplicaStoreServer> store,
+                     ReplicaStoreServer::Start(host));
     ASSIGN_OR_RETURN(const WorkerAgentOptions options,
-                     AgentOptionsFromFlags(id, link_address, metrics_address));
+                     AgentOptionsFromFlags(id, host, link_address, metrics_address,
+                                           store->address()));
     ServeCoordinator(options, links, *registry, *shutdown);
   }
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));

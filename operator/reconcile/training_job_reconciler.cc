@@ -73,6 +73,7 @@ void MirrorCoordinator(const v1::Job& job, json& status) {
   for (const v1::StageStatus& stage : s.stages()) {
     const double active = stage.busy_seconds() + stage.idle_seconds();
     json entry = {{"stage", stage.stage()},
+                  {"replica", stage.replica()},
                   {"maxDrift", stage.drift_max()},
                   {"driftBound", stage.drift_bound()}};
     SetRounded(entry, "idleFraction", active > 0 ? stage.idle_seconds() / active : 0.0, 1e4);
@@ -250,7 +251,7 @@ void ReconcileSuspended(Reconciliation& r) {
 
 // The worker pods (one per stage) and their Service: missing ones are
 // created, ended ones deleted (and created again once gone), strays deleted.
-void EnsureWorkers(Reconciliation& r, int stages) {
+void EnsureWorkers(Reconciliation& r, int workers) {
   if (!r.world.service_exists) r.actions.create_service = WorkerService(r.world.job, r.options);
   std::map<int, const json*> by_index;
   for (const json& pod : r.world.pods) {
@@ -261,7 +262,7 @@ void EnsureWorkers(Reconciliation& r, int stages) {
     }
     const std::string pod_name = MetaString(pod, "name");
     const std::string pod_phase = StringField(Field(pod, "status"), "phase");
-    if (index < 0 || index >= stages) {
+    if (index < 0 || index >= workers) {
       if (!BeingDeleted(pod)) r.actions.delete_pods.push_back(pod_name);
       continue;
     }
@@ -272,7 +273,7 @@ void EnsureWorkers(Reconciliation& r, int stages) {
               absl::StrCat("worker pod ", pod_name, " ended (", pod_phase, "); replacing it"));
     }
   }
-  for (int index = 0; index < stages; ++index) {
+  for (int index = 0; index < workers; ++index) {
     if (by_index.count(index) == 0) {
       r.actions.create_pods.push_back(WorkerPod(r.world.job, index, r.options));
     }
@@ -293,7 +294,7 @@ void ApplySubmitResult(Reconciliation& r, const absl::Status& submitted) {
 // Not submitted yet, or the coordinator lost it: submitting is idempotent.
 void SubmitToCoordinator(Reconciliation& r, v1::JobSpec job_spec) {
   const std::string submit_name = job_spec.name();
-  const int stages = job_spec.pipeline().num_stages();
+  const int workers = WorkersOf(job_spec.pipeline());
   if (!r.world.submit_result) {
     r.actions.submit = std::move(job_spec);
     if (r.phase_before == kPhaseSuspended && !r.actions.submit->checkpoint().directory().empty()) {
@@ -305,7 +306,7 @@ void SubmitToCoordinator(Reconciliation& r, v1::JobSpec job_spec) {
     r.desired["phase"] = kPhasePending;
     r.SetCondition("Submitted", true, "Submitted", "submitted to the coordinator as " + submit_name);
     r.Event("Normal", "Submitted",
-            absl::StrCat("submitted as ", submit_name, " for ", stages, " worker pods"));
+            absl::StrCat("submitted as ", submit_name, " for ", workers, " worker pods"));
   }
   if (r.world.submit_result) ApplySubmitResult(r, *r.world.submit_result);
 }
@@ -332,17 +333,17 @@ void CoordinatorFinished(Reconciliation& r, const std::string& phase) {
 
 // The coordinator's view of the job in .status: the Running condition, an
 // Event when it starts running or restarts, and the end when it has finished.
-void MirrorStatus(Reconciliation& r, int stages) {
+void MirrorStatus(Reconciliation& r, int workers) {
   const v1::JobStatus& s = r.coordinator->status();
   MirrorCoordinator(*r.coordinator, r.desired);
   const std::string phase = StringField(r.desired, "phase");
   const bool running = phase == kPhaseRunning;
   r.SetCondition("Running", running,
                  running ? "Training" : (s.reason().empty() ? phase : s.reason()),
-                 running ? absl::StrCat("attempt ", s.attempt(), " on ", stages, " workers") : "");
+                 running ? absl::StrCat("attempt ", s.attempt(), " on ", workers, " workers") : "");
   if (phase != r.phase_before && running) {
     r.Event("Normal", "Running",
-            absl::StrCat("training on ", stages, " workers (attempt ", s.attempt(), ")"));
+            absl::StrCat("training on ", workers, " workers (attempt ", s.attempt(), ")"));
   } else if (phase != r.phase_before && phase == kPhaseRestarting) {
     r.Event("Warning", "Restarting",
             absl::StrCat("a stage failed; restart ", s.restarts(), ": ", s.message()));
@@ -353,13 +354,14 @@ void MirrorStatus(Reconciliation& r, int stages) {
 // A job that is to run: its workers, and its job at the coordinator.
 void ReconcileRunning(Reconciliation& r, v1::JobSpec job_spec) {
   r.ClearCondition("Suspended", "Resumed");
-  const int stages = job_spec.pipeline().num_stages();
-  EnsureWorkers(r, stages);
+  // P x R pods: every stage of every replica (pipeline.data_parallel).
+  const int workers = WorkersOf(job_spec.pipeline());
+  EnsureWorkers(r, workers);
   r.actions.requeue_after = r.options.poll_interval;
   if (r.coordinator == nullptr) {
     SubmitToCoordinator(r, std::move(job_spec));
   } else {
-    MirrorStatus(r, stages);
+    MirrorStatus(r, workers);
   }
 }
 

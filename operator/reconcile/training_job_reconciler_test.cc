@@ -120,6 +120,26 @@ TEST(TrainingJobReconcilerTest, NewJobGetsFinalizerPodsServiceAndIsSubmitted) {
   EXPECT_TRUE(actions.requeue_after.has_value());
 }
 
+TEST(TrainingJobReconcilerTest, ReplicasMakeOnePodPerStageOfEachReplica) {
+  json job = Job();
+  job["spec"]["pipeline"]["dataParallel"] = 3;
+  ReconcileActions actions = ReconcileTrainingJob(World(job), ReconcilerOptions{});
+  EXPECT_THAT(Names(actions.create_pods),
+              ElementsAre("kjv-worker-0", "kjv-worker-1", "kjv-worker-2", "kjv-worker-3",
+                          "kjv-worker-4", "kjv-worker-5"));
+  ASSERT_TRUE(actions.submit.has_value());
+  EXPECT_EQ(actions.submit->pipeline().data_parallel(), 3);
+  ASSERT_EQ(actions.events.size(), 1u);
+  EXPECT_EQ(actions.events[0].message, "submitted as kjv-01234567-g1 for 6 worker pods");
+  job["spec"]["pipeline"]["dataParallel"] = 0;
+  ReconcileActions refused = ReconcileTrainingJob(World(job), ReconcilerOptions{});
+  EXPECT_TRUE(refused.create_pods.empty());
+  ASSERT_TRUE(refused.status.has_value());
+  EXPECT_EQ((*refused.status)["phase"], "Failed");
+  EXPECT_NE((*refused.status).dump().find("pipeline.data_parallel"), std::string::npos)
+      << (*refused.status).dump();
+}
+
 // spec.pipeline.maxDrift alone: the submitted spec carries the accumulation derived from
 // it; the status shows the limit and that accumulation. A contradiction fails the job.
 TEST(TrainingJobReconcilerTest, ADriftLimitDerivesTheAccumulationAndIsShownInTheStatus) {

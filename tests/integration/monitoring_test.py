@@ -41,18 +41,19 @@ HEALTH_DASHBOARD = os.path.join(DEPLOY, "grafana", "dashboards", "paci-health.js
 # figure once, by its owner, and no label named like a target label but the
 # operator's namespace (the TrainingJob's, as kube-state-metrics has it).
 WORKER_METRICS = {
-    "paci_weight_drift_steps": {"training_job", "stage"},
-    "paci_weight_drift_bound_steps": {"training_job", "stage"},
-    "paci_weight_drift_limit_steps": {"training_job", "stage"},
-    "paci_optimizer_steps_total": {"training_job", "stage"},
-    "paci_microbatches_total": {"training_job", "stage", "pass"},
-    "paci_stage_busy_seconds_total": {"training_job", "stage"},
-    "paci_stage_idle_seconds_total": {"training_job", "stage"},
-    "paci_activation_bytes_sent_total": {"training_job", "stage", "direction"},
-    "paci_tokens_total": {"training_job", "stage"},
-    "paci_checkpoints_written_total": {"training_job", "stage"},
-    "paci_gradient_norm": {"training_job", "stage"},
-    "paci_nonfinite_steps_skipped_total": {"training_job", "stage"}}
+    "paci_weight_drift_steps": {"training_job", "stage", "replica"},
+    "paci_weight_drift_bound_steps": {"training_job", "stage", "replica"},
+    "paci_weight_drift_limit_steps": {"training_job", "stage", "replica"},
+    "paci_optimizer_steps_total": {"training_job", "stage", "replica"},
+    "paci_microbatches_total": {"training_job", "stage", "replica", "pass"},
+    "paci_stage_busy_seconds_total": {"training_job", "stage", "replica"},
+    "paci_stage_idle_seconds_total": {"training_job", "stage", "replica"},
+    "paci_activation_bytes_sent_total": {"training_job", "stage", "replica", "direction"},
+    "paci_tokens_total": {"training_job", "stage", "replica"},
+    "paci_checkpoints_written_total": {"training_job", "stage", "replica"},
+    "paci_gradient_norm": {"training_job", "stage", "replica"},
+    "paci_nonfinite_steps_skipped_total": {"training_job", "stage", "replica"},
+    "paci_allreduce_seconds": {"training_job", "stage", "replica"}}
 COORDINATOR_METRICS = {
     "paci_coordinator_jobs": {"phase"},
     "paci_coordinator_workers": {"state"},

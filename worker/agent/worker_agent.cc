@@ -77,6 +77,7 @@ void WorkerAgent::Session() {
       ended->set_job_name(pending_final_->job_name());
       ended->set_attempt(pending_final_->attempt());
       ended->set_stage(pending_final_->stage());
+      ended->set_replica(pending_final_->replica());
     }
     bool ok = WriteLocked(hello);
     if (ok && pending_final_) {

@@ -376,7 +376,7 @@ data: {corpus_path: )", PACI_SOURCE_DIR, "/tests/data/kjv-genesis.txt}\n"));
     EXPECT_TRUE(corpus.ok()) << corpus.status();
     prometheus::Registry registry;
     Inbox inbox(16);
-    StageMetrics metrics(registry, spec.name(), 0, 1, 0, 0);
+    StageMetrics metrics(registry, spec.name(), 0, 0, 1, 0, 0);
     StageRuntime runtime(spec, 0, &*corpus, inbox, nullptr, nullptr, metrics, nullptr, "t/0");
     absl::Status status = runtime.Init();
     return status.ok() ? runtime.Run() : status;

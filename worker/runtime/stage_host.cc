@@ -32,7 +32,36 @@ absl::Status CheckFits(const v1::StageAssignment& assignment) {
         absl::StrCat("stage ", stage, " does not fit a job of ", P, " stages with ",
                      assignment.stage_addresses_size(), " addresses"));
   }
+  const int R = assignment.spec().pipeline().data_parallel();
+  const int replica = assignment.replica();
+  if (replica < 0 || replica >= std::max(R, 1) ||
+      (R > 1 && (assignment.replica_addresses_size() != R ||
+                 assignment.replica_store_address().empty()))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "replica ", replica, " does not fit a job of ", R, " replicas with ",
+        assignment.replica_addresses_size(), " replica addresses and store \"",
+        assignment.replica_store_address(), "\""));
+  }
   return absl::OkStatus();
+}
+
+// pipeline.data_parallel > 1: the group of this stage's replicas, met.
+absl::StatusOr<std::unique_ptr<ReplicaGroup>> JoinReplicas(const v1::StageAssignment& assignment,
+                                                           const StageHostOptions& options) {
+  const int R = assignment.spec().pipeline().data_parallel();
+  if (R <= 1) return nullptr;
+  ReplicaGroupOptions o;
+  o.store_address = assignment.replica_store_address();
+  o.prefix = absl::StrCat(RunId(assignment.job_name(), assignment.attempt()), "/stage-",
+                          assignment.stage());
+  o.stage = assignment.stage();
+  o.replica = assignment.replica();
+  o.num_replicas = R;
+  o.hostname = options.replica_hostname;
+  o.peer_addresses.assign(assignment.replica_addresses().begin(),
+                          assignment.replica_addresses().end());
+  o.join_timeout = options.replica_join_timeout;
+  return ReplicaGroup::Join(o);
 }
 
 // The first and the last stage read the corpus (inputs, targets); the others
@@ -112,10 +141,13 @@ absl::Status StageHost::Train() {
   absl::StatusOr<ScheduleKind> kind = ParseScheduleKind(spec.pipeline().schedule());
   if (!kind.ok()) return Fail(kind.status());
 
+  absl::StatusOr<std::unique_ptr<ReplicaGroup>> replicas = JoinReplicas(assignment_, options_);
+  if (!replicas.ok()) return Fail(replicas.status());
+
   const LinkExpectations expect = ExpectationsOf(assignment_);
   auto inbox = std::make_shared<Inbox>(64);
   links_.Attach(expect, inbox);
-  StageMetrics metrics(registry_, spec.name(), stage, P,
+  StageMetrics metrics(registry_, spec.name(), stage, assignment_.replica(), P,
                        DriftBound(*kind, P, stage, spec.pipeline().accumulation()),
                        DriftLimit(spec.pipeline()));
   const std::unique_ptr<PeerSender> previous = OpenLink(stage - 1, inbox);
@@ -127,6 +159,7 @@ absl::Status StageHost::Train() {
   StageRuntime runtime(spec, stage, corpus->has_value() ? &**corpus : nullptr, *inbox,
                        previous.get(), next.get(), metrics, spans.get(), expect.job_name);
   runtime.UseNccl(NcclWithPeer(assignment_, stage - 1), NcclWithPeer(assignment_, stage + 1));
+  if (*replicas) runtime.UseReplicas(replicas->get());
   const absl::Status status = RunReporting(runtime);
   inbox->Close();
   v1::StageReport final_report = Report(runtime);
@@ -142,6 +175,7 @@ absl::Status StageHost::Fail(const absl::Status& status) {
   v1::StageReport failure;
   failure.set_job_name(assignment_.spec().name());
   failure.set_stage(assignment_.stage());
+  failure.set_replica(assignment_.replica());
   failure.set_attempt(assignment_.attempt());
   failure.set_error(std::string(status.message()));
   failure.set_error_code(static_cast<int>(status.code()));

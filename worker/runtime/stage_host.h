@@ -33,10 +33,16 @@ struct StageHostOptions {
   absl::Duration report_interval = absl::Milliseconds(500);
   // Credentials for the links to the neighbours (TLS); null: plaintext.
   std::shared_ptr<grpc::ChannelCredentials> link_credentials;
+  // pipeline.data_parallel > 1: the host this worker's Gloo sockets listen on
+  // (the one the other workers reach it at), and how long the replicas of a
+  // stage have to meet before the stage fails.
+  std::string replica_hostname = "127.0.0.1";
+  absl::Duration replica_join_timeout = absl::Seconds(120);
 };
 
 // Runs one assigned stage from start to end: loads the corpus (first and last
-// stage) and checks the vocabulary, attaches the stage to the worker's link
+// stage) and checks the vocabulary, meets the stage's other replicas (when
+// pipeline.data_parallel > 1), attaches the stage to the worker's link
 // service under the run id "<job>/<attempt>", opens the links to its
 // neighbours, builds the StageRuntime (resuming from a checkpoint when the
 // spec says so), trains, and reports progress every report_interval plus a

@@ -35,8 +35,11 @@ constexpr char kBytesSent[] = "Tensor bytes sent to the neighbouring stages";
 }  // namespace
 
 StageMetrics::StageMetrics(prometheus::Registry& r, const std::string& training_job, int stage,
-                           int num_stages, int64_t drift_bound, int64_t drift_limit)
-    : StageMetrics(r, Labels{{"training_job", training_job}, {"stage", std::to_string(stage)}},
+                           int replica, int num_stages, int64_t drift_bound, int64_t drift_limit)
+    : StageMetrics(r,
+                   Labels{{"training_job", training_job},
+                          {"stage", std::to_string(stage)},
+                          {"replica", std::to_string(replica)}},
                    num_stages, drift_bound, drift_limit) {}
 
 StageMetrics::StageMetrics(prometheus::Registry& r, const Labels& l, int num_stages,
@@ -71,7 +74,15 @@ StageMetrics::StageMetrics(prometheus::Registry& r, const Labels& l, int num_sta
                               l)),
       nonfinite_skipped_(AddCounter(r, "paci_nonfinite_steps_skipped_total",
                                     "Optimizer steps skipped because the gradients held NaN or Inf",
-                                    l)) {
+                                    l)),
+      allreduce_(prometheus::BuildHistogram()
+                     .Name("paci_allreduce_seconds")
+                     .Help("Seconds of each optimizer step's gradient all-reduce with the other "
+                           "replicas of the stage (pipeline.data_parallel > 1)")
+                     .Register(r)
+                     .Add(l, prometheus::Histogram::BucketBoundaries{
+                                 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                                 1, 2.5})) {
   drift_bound_.Set(static_cast<double>(drift_bound));
   drift_limit_.Set(static_cast<double>(drift_limit));
 }

@@ -12,7 +12,8 @@
 namespace paci {
 
 // The Prometheus series of one stage, labelled training_job (the coordinator's
-// job name; not `job`, which is the scrape target's label) and stage: counters
+// job name; not `job`, which is the scrape target's label), stage and replica
+// (pipeline.data_parallel; "0" with one): counters
 // and the drift histogram, from which Prometheus derives rates. The job's loss
 // and step are the coordinator's series (paci_job_*), not repeated here.
 // Thread-safe (prometheus-cpp metrics are).
@@ -21,7 +22,7 @@ class StageMetrics {
   // drift_bound: this stage's ceil((P-1-s)/a); drift_limit: the job's D
   // (pipeline.max_drift, or what a gives), the same on every stage.
   StageMetrics(prometheus::Registry& registry, const std::string& training_job, int stage,
-               int num_stages, int64_t drift_bound, int64_t drift_limit);
+               int replica, int num_stages, int64_t drift_bound, int64_t drift_limit);
 
   void ObserveDrift(int64_t drift) { drift_.Observe(static_cast<double>(drift)); }
   void AddForward() { forward_.Increment(); }
@@ -39,6 +40,8 @@ class StageMetrics {
   // The L2 norm of the stage's gradients at its last step, before clipping.
   void SetGradientNorm(double norm) { gradient_norm_.Set(norm); }
   void AddNonfiniteSkip() { nonfinite_skipped_.Increment(); }
+  // One optimizer step's gradient all-reduce with the other replicas.
+  void ObserveAllReduce(double seconds) { allreduce_.Observe(seconds); }
 
  private:
   StageMetrics(prometheus::Registry& registry, const std::map<std::string, std::string>& labels,
@@ -58,6 +61,7 @@ class StageMetrics {
   prometheus::Counter& checkpoints_;
   prometheus::Gauge& gradient_norm_;
   prometheus::Counter& nonfinite_skipped_;
+  prometheus::Histogram& allreduce_;
 };
 
 }  // namespace paci

@@ -90,11 +90,21 @@ StageRuntime::StageRuntime(const v1::JobSpec& spec, int stage, const Corpus* cor
   report_.set_stage(stage_);
 }
 
+void StageRuntime::UseReplicas(ReplicaGroup* group) {
+  replicas_ = group;
+  replica_ = group->replica();
+  num_replicas_ = group->num_replicas();
+  absl::MutexLock lock(&mu_);
+  report_.set_replica(replica_);
+}
+
 absl::Status StageRuntime::Init() {
   ASSIGN_OR_RETURN(placement_, ResolvePlacement(StageDevice(spec_.runtime(), stage_),
                                                 spec_.runtime().precision()));
   const GptConfig config = ModelConfig(spec_.model());
-  torch::manual_seed(config.init_seed + stage_);  // dropout masks differ per stage
+  // Dropout masks differ per stage and replica (the weights are initialised
+  // per name, whatever the seed).
+  torch::manual_seed(config.init_seed + stage_ + 7919 * replica_);
   // Every stage computes the same plan from the same spec (a pure function of
   // the shapes, no measurement), so the cut needs no agreement protocol.
   ASSIGN_OR_RETURN(const PartitionPlan plan, PlanPartition(spec_));
@@ -403,7 +413,7 @@ absl::Status StageRuntime::Forward() {
   torch::Tensor input;
   if (first_) {
     id = scheduler_->next_micro_batch();
-    input = Tokens(corpus_->TrainingWindows(id)).first;
+    input = Tokens(corpus_->TrainingWindows(SampleId(id))).first;
   } else {
     v1::TensorFrame frame = *inbox_.Pop(Inbox::From::kPrevious);
     id = frame.micro_batch_id();
@@ -415,7 +425,7 @@ absl::Status StageRuntime::Forward() {
   {
     AutocastScope autocast(placement_);
     output = model_(input);
-    if (last_) output = Loss(output, Tokens(corpus_->TrainingWindows(id)).second);
+    if (last_) output = Loss(output, Tokens(corpus_->TrainingWindows(SampleId(id))).second);
   }
   if (last_) {
     Mark(v1::Span::FORWARD, id);
@@ -479,11 +489,12 @@ absl::Status StageRuntime::Backward() {
   absl::MutexLock lock(&mu_);
   report_.set_backward_micro_batches(scheduler_->backwards());
   report_.set_optimizer_steps(scheduler_->version());
+  report_.set_weights_hash(weights_hash_);
   report_.set_drift_max(std::max(report_.drift_max(), result.drift));
   report_.set_drift_sum(report_.drift_sum() + result.drift);
   report_.set_drift_count(report_.drift_count() + 1);
   report_.set_tokens(report_.tokens() + tokens);
-  if (step_loss) {
+  if (step_loss && replica_ == 0) {  // every replica's loss is the same mean
     auto* point = report_.add_train_loss();
     point->set_step(scheduler_->version());
     point->set_loss(*step_loss);
@@ -506,8 +517,25 @@ double StageRuntime::GradientNorm() const {
   return torch::stack(norms).norm().item<double>();
 }
 
+absl::Status StageRuntime::AverageOverReplicas(int64_t step) {
+  if (replicas_ == nullptr) return absl::OkStatus();
+  std::vector<torch::Tensor> tensors;
+  for (const auto& [name, parameter] : optimizer_->parameters()) {
+    if (parameter.grad().defined()) tensors.push_back(parameter.grad());
+  }
+  if (last_) tensors.push_back(step_loss_sum_);
+  const absl::Time start = absl::Now();
+  RETURN_IF_ERROR(replicas_->Average(tensors));
+  metrics_.ObserveAllReduce(absl::ToDoubleSeconds(absl::Now() - start));
+  Mark(v1::Span::ALL_REDUCE, std::nullopt, step);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::optional<double>> StageRuntime::StepOptimizer() {
   const int64_t step = scheduler_->version();  // already advanced
+  // Replicas first: the guard, the clipping and AdamW then see the same
+  // gradients on every replica and leave the same weights.
+  RETURN_IF_ERROR(AverageOverReplicas(step));
   // The guard and optimizer.clip_norm look at this stage's gradients only: no
   // stage waits for another's norm (docs/design.md, "Training safety").
   const double norm = GradientNorm();
@@ -524,6 +552,11 @@ absl::StatusOr<std::optional<double>> StageRuntime::StepOptimizer() {
     optimizer_->Step(LearningRateAt(lr_, step - 1) * lr_factor_);
   }
   optimizer_->ZeroGrad();
+  if (replicas_ != nullptr) {
+    std::vector<torch::Tensor> weights;
+    for (const auto& [name, parameter] : optimizer_->parameters()) weights.push_back(parameter);
+    weights_hash_ = HashTensors(weights, weights_hash_);  // reported with the step
+  }
   Mark(v1::Span::OPTIMIZER_STEP, std::nullopt, step);
   metrics_.AddOptimizerStep();
   if (!last_) return std::nullopt;
@@ -542,13 +575,14 @@ absl::StatusOr<std::optional<double>> StageRuntime::StepOptimizer() {
 }
 
 bool StageRuntime::EvalDue(int64_t step) const {
+  if (replica_ != 0) return false;  // the replicas hold the same weights
   const int64_t interval = spec_.training().eval_interval();
   return step == spec_.training().steps() || (interval > 0 && step % interval == 0);
 }
 
 bool StageRuntime::CheckpointDue(int64_t step) const {
   const auto& c = spec_.checkpoint();
-  if (c.directory().empty() || step == start_step_) return false;
+  if (c.directory().empty() || step == start_step_ || replica_ != 0) return false;
   return step == spec_.training().steps() || (c.interval() > 0 && step % c.interval() == 0);
 }
 

@@ -20,6 +20,7 @@
 #include "worker/model/lr_schedule.h"
 #include "worker/model/precision.h"
 #include "worker/pipeline/stage_scheduler.h"
+#include "worker/runtime/replica_group.h"
 #include "worker/runtime/span_recorder.h"
 #include "worker/runtime/stage_metrics.h"
 #include "worker/transport/frame_sender.h"
@@ -74,6 +75,12 @@ class StageRuntime {
     nccl_next_wanted_ = with_next;
   }
 
+  // Before Init: this stage is one of pipeline.data_parallel replicas, which
+  // average their gradients through `group` at every optimizer step (it must
+  // outlive the runtime). Replica r's local micro-batch m reads sample
+  // m * R + r; only replica 0 evaluates, reports the loss and checkpoints.
+  void UseReplicas(ReplicaGroup* group);
+
   // Counters so far, plus the loss points, checkpoints and timeline spans
   // recorded since the last call.
   v1::StageReport TakeReport();
@@ -114,6 +121,13 @@ class StageRuntime {
   void ScaleGradients(double factor);
   // The L2 norm of all of this stage's gradients (NaN or Inf when one is).
   double GradientNorm() const;
+  // With replicas: the step's gradients (and, on the last stage, its loss
+  // sum) averaged over them.
+  absl::Status AverageOverReplicas(int64_t step);
+  // The corpus sample of this replica's micro-batch `micro_batch_id`.
+  uint64_t SampleId(uint64_t micro_batch_id) const {
+    return micro_batch_id * num_replicas_ + replica_;
+  }
   // The optimizer step when a backward completes one: the non-finite guard
   // (skip, count), optimizer.clip_norm, AdamW. On the last stage, the step's
   // mean training loss; FailedPrecondition naming training.max_nonfinite_steps
@@ -144,6 +158,9 @@ class StageRuntime {
   StageMetrics& metrics_;
   SpanRecorder* spans_;
   const std::string link_id_;
+  ReplicaGroup* replicas_ = nullptr;
+  int replica_ = 0, num_replicas_ = 1;
+  uint32_t weights_hash_ = 0;  // with replicas: HashTensors chained over the steps
   LrScheduleOptions lr_;
   // pipeline.drift_correction: "staleness" weights each backward's gradient by
   // 1/(1+drift); "stage-lr" multiplies this stage's learning rate by lr_factor_.

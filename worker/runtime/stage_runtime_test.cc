@@ -9,10 +9,12 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include <torch/torch.h>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <prometheus/registry.h>
@@ -116,7 +118,7 @@ struct Stage {
         const std::string& drift_correction = "none", const SpecEdit& edit = nullptr)
       : spec(Spec(num_stages, drift_correction, edit)),
         inbox(64),
-        metrics(registry, spec.name(), stage, num_stages,
+        metrics(registry, spec.name(), stage, 0, num_stages,
                 DriftBound(ScheduleKind::kPaci, num_stages, stage, kAccumulation),
                 DriftBound(ScheduleKind::kPaci, num_stages, 0, kAccumulation)),
         spans(1000) {
@@ -189,6 +191,59 @@ TEST(StageRuntimeTest, OneStageTrainsEvaluatesAndReports) {
   EXPECT_EQ(report.bytes_sent(), 0);
   EXPECT_GT(report.spans_size(), kMicroBatches);  // a forward and a backward each, at least
   EXPECT_GT(report.busy_seconds(), 0);
+}
+
+// pipeline.data_parallel: two replicas of a one-stage job, accumulation 2 each, in this
+// process, train as one replica with accumulation 4: the same loss at every step (only the
+// order of the float sums differs), the same weights on both replicas (by their hash), and
+// only replica 0 reports losses.
+TEST(StageRuntimeTest, TwoReplicasTrainAsOneWithTwiceTheAccumulation) {
+  Stage one(1, 0, nullptr, nullptr, "none",
+            [](v1::JobSpec& s) { s.mutable_pipeline()->set_accumulation(2 * kAccumulation); });
+  const v1::StageReport alone = one.Train();
+  auto store = ReplicaStoreServer::Start("127.0.0.1");
+  ASSERT_TRUE(store.ok()) << store.status();
+  const SpecEdit replicated = [](v1::JobSpec& s) { s.mutable_pipeline()->set_data_parallel(2); };
+  std::vector<std::unique_ptr<Stage>> replicas;
+  for (int r = 0; r < 2; ++r) {
+    replicas.push_back(std::make_unique<Stage>(1, 0, nullptr, nullptr, "none", replicated));
+  }
+  std::vector<std::unique_ptr<ReplicaGroup>> groups(2);
+  std::vector<v1::StageReport> reports(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      ReplicaGroupOptions o;
+      o.store_address = (*store)->address();
+      o.prefix = "runtime-test/1/stage-0";
+      o.replica = r;
+      o.num_replicas = 2;
+      o.peer_addresses = {(*store)->address(), (*store)->address()};
+      auto joined = ReplicaGroup::Join(o);
+      ASSERT_TRUE(joined.ok()) << joined.status();
+      groups[r] = std::move(*joined);
+      replicas[r]->runtime->UseReplicas(groups[r].get());
+      reports[r] = replicas[r]->Train();
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_THAT(Steps(reports[0].train_loss()), ElementsAre(1, 2, 3, 4));
+  ASSERT_EQ(reports[0].train_loss_size(), alone.train_loss_size());
+  for (int i = 0; i < alone.train_loss_size(); ++i) {
+    const double expected = alone.train_loss(i).loss();
+    EXPECT_NEAR(reports[0].train_loss(i).loss(), expected, 1e-5 * expected) << "step " << i + 1;
+  }
+  EXPECT_THAT(Steps(reports[0].validation_loss()), ElementsAre(2, 4));
+  EXPECT_EQ(reports[1].train_loss_size(), 0);  // replica 0 speaks for the job
+  EXPECT_EQ(reports[1].validation_loss_size(), 0);
+  EXPECT_EQ(reports[1].replica(), 1);
+  EXPECT_EQ(reports[0].forward_micro_batches(), kMicroBatches);
+  EXPECT_NE(reports[0].weights_hash(), 0u);
+  EXPECT_EQ(reports[0].weights_hash(), reports[1].weights_hash());
+  EXPECT_EQ(alone.weights_hash(), 0u);  // one replica: nothing to compare
+  int reduces = 0;
+  for (const v1::Span& span : reports[1].spans()) reduces += span.kind() == v1::Span::ALL_REDUCE;
+  EXPECT_EQ(reduces, kSteps);
 }
 
 TEST(StageRuntimeTest, FirstStageSendsActivationsAndTakesGradientsOverAFakeLink) {

@@ -1,0 +1,195 @@
+#include "worker/runtime/replica_group.h"
+
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <chrono>
+#include <fcntl.h>
+#include <map>
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/net_address.h"
+
+namespace paci {
+namespace {
+
+std::chrono::milliseconds Millis(absl::Duration d) {
+  return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
+}
+
+// "host:port" -> host without brackets, and the port; false when it has none.
+bool SplitAddress(const std::string& address, std::string* host, uint16_t* port) {
+  const std::string with_brackets = HostOfAddress(address);
+  uint32_t value = 0;
+  if (with_brackets.size() + 1 >= address.size() ||
+      !absl::SimpleAtoi(address.substr(with_brackets.size() + 1), &value) || value > 65535) {
+    return false;
+  }
+  *host = with_brackets;
+  if (host->size() >= 2 && host->front() == '[') *host = host->substr(1, host->size() - 2);
+  *port = static_cast<uint16_t>(value);
+  return true;
+}
+
+// Whether a TCP connection to `address` opens within `timeout`.
+bool Answers(const std::string& address, absl::Duration timeout) {
+  std::string host;
+  uint16_t port = 0;
+  if (!SplitAddress(address, &host, &port)) return false;
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return false;
+  bool open = false;
+  for (addrinfo* a = found; a != nullptr && !open; a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    if (connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+      open = true;
+    } else if (errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      int error = 0;
+      socklen_t length = sizeof(error);
+      open = poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout))) == 1 &&
+             getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) == 0 && error == 0;
+    }
+    close(fd);
+  }
+  freeaddrinfo(found);
+  return open;
+}
+
+}  // namespace
+
+struct ReplicaStoreServer::Impl {
+  c10::intrusive_ptr<c10d::TCPStore> store;
+};
+
+ReplicaStoreServer::ReplicaStoreServer(std::unique_ptr<Impl> impl, std::string address)
+    : impl_(std::move(impl)), address_(std::move(address)) {}
+
+ReplicaStoreServer::~ReplicaStoreServer() = default;
+
+absl::StatusOr<std::unique_ptr<ReplicaStoreServer>> ReplicaStoreServer::Start(
+    const std::string& advertise_host) {
+  c10d::TCPStoreOptions options;
+  options.port = 0;  // any free port
+  options.isServer = true;
+  options.waitWorkers = false;
+  auto impl = std::make_unique<Impl>();
+  std::string host = advertise_host;
+  if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  try {
+    impl->store = c10::make_intrusive<c10d::TCPStore>(host, options);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve the replicas' rendezvous store on ", advertise_host, ": ",
+                     e.what()));
+  }
+  const std::string address = absl::StrCat(advertise_host, ":", impl->store->getPort());
+  return std::unique_ptr<ReplicaStoreServer>(new ReplicaStoreServer(std::move(impl), address));
+}
+
+struct ReplicaGroup::Impl {
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
+};
+
+ReplicaGroup::ReplicaGroup(const ReplicaGroupOptions& options, std::unique_ptr<Impl> impl)
+    : options_(options), impl_(std::move(impl)) {}
+
+ReplicaGroup::~ReplicaGroup() = default;
+
+absl::StatusOr<std::unique_ptr<ReplicaGroup>> ReplicaGroup::Join(
+    const ReplicaGroupOptions& options) {
+  std::string host;
+  uint16_t port = 0;
+  if (!SplitAddress(options.store_address, &host, &port)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("replica store address \"", options.store_address, "\" is not host:port"));
+  }
+  auto impl = std::make_unique<Impl>();
+  std::unique_ptr<ReplicaGroup> group(new ReplicaGroup(options, std::move(impl)));
+  try {
+    c10d::TCPStoreOptions store_options;
+    store_options.port = port;
+    store_options.waitWorkers = false;
+    store_options.timeout = Millis(options.join_timeout);
+    auto store = c10::make_intrusive<c10d::TCPStore>(host, store_options);
+    auto prefixed = c10::make_intrusive<c10d::PrefixStore>(options.prefix, store);
+    prefixed->setTimeout(Millis(options.join_timeout));
+    auto gloo = c10d::ProcessGroupGloo::Options::create(Millis(options.collective_timeout));
+    gloo->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(options.hostname));
+    gloo->threads = 1;  // the reduction is small beside a step; one core per stage
+    group->impl_->group = c10::make_intrusive<c10d::ProcessGroupGloo>(
+        prefixed, options.replica, options.num_replicas, gloo);
+  } catch (const std::exception& e) {
+    return group->Failed(absl::StrCat("meeting at the store ", options.store_address), e.what());
+  }
+  return group;
+}
+
+absl::Status ReplicaGroup::Average(const std::vector<torch::Tensor>& tensors) {
+  torch::NoGradGuard no_grad;
+  // One flat host buffer per element type, in the order given.
+  std::map<torch::ScalarType, std::vector<const torch::Tensor*>> by_type;
+  for (const torch::Tensor& t : tensors) {
+    by_type[t.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat].push_back(&t);
+  }
+  for (auto& [type, group] : by_type) {
+    std::vector<torch::Tensor> flat_parts;
+    for (const torch::Tensor* t : group) {
+      flat_parts.push_back(t->detach().to(torch::kCPU, type).reshape({-1}));
+    }
+    std::vector<torch::Tensor> buffer{torch::cat(flat_parts)};
+    try {
+      impl_->group->allreduce(buffer)->wait();
+    } catch (const std::exception& e) {
+      return Failed("the all-reduce", e.what());
+    }
+    buffer[0].div_(options_.num_replicas);
+    int64_t offset = 0;
+    for (const torch::Tensor* t : group) {
+      const int64_t n = t->numel();
+      t->copy_(buffer[0].slice(0, offset, offset + n).view(t->sizes()));
+      offset += n;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReplicaGroup::Failed(const std::string& what, const std::string& error) const {
+  std::vector<std::string> silent;
+  for (int r = 0; r < static_cast<int>(options_.peer_addresses.size()); ++r) {
+    if (r == options_.replica) continue;
+    const std::string& peer = options_.peer_addresses[r];
+    if (!Answers(peer, absl::Seconds(1))) silent.push_back(absl::StrCat("replica ", r, " at ", peer));
+  }
+  // c10d's messages carry a C++ backtrace after their first line.
+  const std::string first_line = error.substr(0, error.find('\n'));
+  return absl::UnavailableError(absl::StrCat(
+      "stage ", options_.stage, " replica ", options_.replica, ": ", what, " with the ",
+      options_.num_replicas, " replicas of stage ", options_.stage, " failed (", first_line,
+      "); ",
+      silent.empty() ? "every peer's worker still answers"
+                     : absl::StrCat("not answering: ", absl::StrJoin(silent, ", "))));
+}
+
+uint32_t HashTensors(const std::vector<torch::Tensor>& tensors, uint32_t seed) {
+  uLong crc = seed;
+  for (const torch::Tensor& t : tensors) {
+    const torch::Tensor host = t.detach().to(torch::kCPU).contiguous();
+    crc = crc32_z(crc, static_cast<const Bytef*>(host.data_ptr()), host.nbytes());
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+}  // namespace paci

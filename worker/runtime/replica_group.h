@@ -1,0 +1,82 @@
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace paci {
+
+// The rendezvous store (torch.distributed's TCPStore) a worker serves for the
+// replica groups of the stages whose replica 0 it runs. It listens on every
+// interface; `address()` is `advertise_host` with the port it was given.
+class ReplicaStoreServer {
+ public:
+  // Unavailable when it cannot listen.
+  static absl::StatusOr<std::unique_ptr<ReplicaStoreServer>> Start(
+      const std::string& advertise_host);
+  ~ReplicaStoreServer();
+
+  const std::string& address() const { return address_; }
+
+ private:
+  struct Impl;
+  explicit ReplicaStoreServer(std::unique_ptr<Impl> impl, std::string address);
+  std::unique_ptr<Impl> impl_;
+  std::string address_;
+};
+
+struct ReplicaGroupOptions {
+  std::string store_address;  // host:port of replica 0's ReplicaStoreServer
+  std::string prefix;         // the group's keys: "<job>/<attempt>/stage-<s>"
+  int stage = 0;
+  int replica = 0;
+  int num_replicas = 1;
+  std::string hostname = "127.0.0.1";  // where this process's Gloo sockets listen
+  // Every replica's worker of this stage (its link address), by replica: a
+  // failure names the ones that do not answer.
+  std::vector<std::string> peer_addresses;
+  absl::Duration join_timeout = absl::Seconds(120);     // the rendezvous
+  absl::Duration collective_timeout = absl::Minutes(30);  // one all-reduce
+};
+
+// The replicas of one pipeline stage (pipeline.data_parallel): a c10d
+// ProcessGroupGloo over a TCPStore, so the all-reduce is LibTorch's own.
+// Used by one thread, the stage's compute thread.
+class ReplicaGroup {
+ public:
+  // Meets the other replicas. Unavailable, naming the store and the peers that
+  // do not answer, when they do not all come within join_timeout.
+  static absl::StatusOr<std::unique_ptr<ReplicaGroup>> Join(const ReplicaGroupOptions& options);
+  ~ReplicaGroup();
+
+  // Replaces each tensor by its mean over the replicas, in one all-reduce per
+  // element type (float64 tensors in float64, every other in float32, then
+  // back to its own type). Any device: the values travel through host memory.
+  // Every replica must pass tensors of the same shapes in the same order, and
+  // ends with the same bits. Unavailable naming the peers that do not answer
+  // when a replica is gone.
+  absl::Status Average(const std::vector<torch::Tensor>& tensors);
+
+  int replica() const { return options_.replica; }
+  int num_replicas() const { return options_.num_replicas; }
+
+ private:
+  struct Impl;
+  ReplicaGroup(const ReplicaGroupOptions& options, std::unique_ptr<Impl> impl);
+  // `what` failed: Unavailable with the peers that do not answer a connect.
+  absl::Status Failed(const std::string& what, const std::string& error) const;
+
+  const ReplicaGroupOptions options_;
+  std::unique_ptr<Impl> impl_;
+};
+
+// A CRC-32 of the tensors' bytes (as they are in host memory), continuing
+// `seed`: the weights' fingerprint, chained step after step.
+uint32_t HashTensors(const std::vector<torch::Tensor>& tensors, uint32_t seed);
+
+}  // namespace paci
