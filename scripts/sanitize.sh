@@ -16,7 +16,7 @@ if [[ ! -f build-asan/build.ninja ]]; then
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_COMPILER=clang++ -DPACI_SANITIZE=address,undefined -DPACI_FUZZ=ON
 fi
-TORCH_TESTS='^(worker_model_test|worker_runtime_test|worker_stage_runtime_test|worker_inference_test)$'
+TORCH_TESTS='^(worker_model_test|worker_runtime_test|worker_stage_runtime_test|worker_inference_test|worker_replica_group_test)$'
 mapfile -t TESTS < <(ninja -C build-asan -t targets all | grep -v '^cmake_' |
                      sed -n 's/^\([a-z_]*_test\): phony$/\1/p' | grep -Ev "$TORCH_TESTS" | sort -u)
 FUZZERS=(frame_fuzz job_spec_fuzz training_job_fuzz checkpoint_fuzz dataset_fuzz)

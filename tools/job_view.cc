@@ -103,8 +103,9 @@ v1::RunSummary SummaryOfJob(const v1::Job& job, double wall_seconds) {
   const absl::StatusOr<PartitionPlan> plan = PlanPartition(spec);
   if (plan.ok()) {
     for (int b : plan->boundaries) summary.add_partition_boundaries(b);
-    double busy = 0;
+    double busy = 0;  // of one replica's pipeline: the replicas' mean
     for (const v1::StageSummary& st : summary.stages()) busy += st.busy_seconds();
+    busy /= std::max(1, spec.pipeline().data_parallel());
     for (v1::StageSummary& st : *summary.mutable_stages()) {
       const int s = st.stage();
       if (s < 0 || s + 1 >= static_cast<int>(plan->boundaries.size())) continue;

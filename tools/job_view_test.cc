@@ -65,6 +65,39 @@ TEST(JobViewTest, SummaryCarriesStagesAndIdleFractionAndTheReasonOfAFailure) {
   EXPECT_EQ(summary.drift_limit(), 1);  // ceil((2-1)/2), from the accumulation
 }
 
+TEST(JobViewTest, ReplicasHaveTheirOwnLinesAndSplitNoMoreBusyTimeThanOnePipeline) {
+  v1::Job job = RunningJob(absl::FromUnixSeconds(1000));
+  job.mutable_spec()->mutable_pipeline()->set_data_parallel(2);
+  v1::ModelSpec& model = *job.mutable_spec()->mutable_model();  // a cut needs the shapes
+  model.set_vocab_size(80);
+  model.set_num_layers(2);
+  model.set_d_model(32);
+  model.set_num_heads(4);
+  model.set_seq_len(16);
+  job.mutable_spec()->mutable_pipeline()->set_micro_batch_size(2);
+  job.mutable_spec()->mutable_pipeline()->set_partition("balanced");
+  for (int stage = 0; stage < 2; ++stage) {  // replica 1's entries
+    v1::StageStatus* st = job.mutable_status()->add_stages();
+    st->set_stage(stage);
+    st->set_replica(1);
+    st->set_busy_seconds(5);
+  }
+  for (auto& st : *job.mutable_status()->mutable_stages()) st.set_weights_hash(0xabc + st.stage());
+  const v1::RunSummary summary = SummaryOfJob(job, 1);
+  EXPECT_EQ(summary.data_parallel(), 2);
+  ASSERT_EQ(summary.stages_size(), 4);
+  EXPECT_EQ(summary.stages(3).replica(), 1);
+  EXPECT_EQ(summary.stages(3).weights_hash(), 0xabdu);
+  // The shares split one pipeline's busy time: the replicas' mean, (3+3+5+5)/2.
+  double predicted = 0;
+  for (const auto& st : summary.stages()) predicted += st.predicted_busy_seconds();
+  EXPECT_DOUBLE_EQ(predicted, 2 * 8.0);
+  const std::string details = FormatJobDetails(job, absl::FromUnixSeconds(1010));
+  EXPECT_NE(details.find("  1 replica 1  worker"), std::string::npos) << details;
+  EXPECT_NE(details.find("weights hash 00000abd"), std::string::npos) << details;
+  EXPECT_EQ(ViewOfJob(job, absl::FromUnixSeconds(1010)).num_stages, 4);  // workers to place
+}
+
 TEST(JobViewTest, TheDriftLimitIsShownGivenOrDerived) {
   v1::Job job = RunningJob(absl::FromUnixSeconds(1000));
   job.mutable_spec()->mutable_pipeline()->set_num_stages(8);
