@@ -729,6 +729,11 @@ v1::StageAssignment JobManager::AssignmentLocked(const JobState& state,
   }
   if (static_cast<int>(worker_ids.size()) > P) {
     assignment.set_replica_store_address(workers_.at(worker_ids[stage]).registration.store_address());
+    // This coordinator run, the job's submission and its attempt: no other
+    // placement shares it, not even one of a later job of the same name.
+    assignment.set_replica_group(absl::StrCat(absl::Hex(instance_), "/", state.sequence, "/",
+                                              state.name(), "/", assignment.attempt(), "/stage-",
+                                              stage));
     for (size_t w = stage; w < worker_ids.size(); w += P) {
       assignment.add_replica_addresses(workers_.at(worker_ids[w]).registration.link_address());
     }

@@ -9,6 +9,7 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/job_spec.h"
@@ -290,6 +291,10 @@ TEST_F(JobManagerTest, ReplicasAreOneGangPlacedTogetherAndRestartedTogether) {
   EXPECT_EQ(r1s1.replica_addresses(0), "w1:1");
   EXPECT_EQ(r1s1.replica_addresses(1), "w3:1");
   EXPECT_EQ(assigned[2].replica_store_address(), "w0:2");
+  // Each stage's group has its own keys, ending in the attempt and stage.
+  EXPECT_TRUE(absl::EndsWith(r1s1.replica_group(), "/dp/1/stage-1")) << r1s1.replica_group();
+  EXPECT_NE(assigned[2].replica_group(), r1s1.replica_group());
+  EXPECT_EQ(assigned[1].replica_group(), r1s1.replica_group());
   EXPECT_EQ(assigned[0].replica(), 0);
   const v1::Job running = *manager_->Get("dp");
   ASSERT_EQ(running.status().stages_size(), 4);

@@ -38,7 +38,7 @@ std::string FormatEta(absl::Duration duration) {
 
 std::string FormatProgressLine(const ProgressView& view) {
   if (view.joined < view.num_stages) {
-    return absl::StrCat("waiting for workers: ", view.joined, "/", view.num_stages, " stages placed");
+    return absl::StrCat("waiting for workers: ", view.joined, "/", view.num_stages, " workers placed");
   }
   return absl::StrCat(
       "step ", view.step, "/", view.total_steps, " | train ", LossOrDash(view.train_loss),

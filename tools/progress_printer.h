@@ -13,8 +13,8 @@ namespace paci {
 
 // What the live progress line shows.
 struct ProgressView {
-  int num_stages = 0;
-  int joined = 0;               // stages placed on workers so far
+  int num_stages = 0;           // workers the job needs: P x R (pipeline.data_parallel)
+  int joined = 0;               // of them, placed so far
   int64_t step = 0;             // min optimizer steps over all stages
   int64_t total_steps = 0;      // training.steps
   std::optional<double> train_loss;       // the latest point, if any

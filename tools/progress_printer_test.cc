@@ -59,7 +59,7 @@ TEST(FormatProgressLineTest, UnknownValuesAreDashes) {
 TEST(FormatProgressLineTest, SaysHowManyStagesJoinedBeforeAllHave) {
   ProgressView view = RunningView();
   view.joined = 1;
-  EXPECT_EQ(FormatProgressLine(view), "waiting for workers: 1/2 stages placed");
+  EXPECT_EQ(FormatProgressLine(view), "waiting for workers: 1/2 workers placed");
 }
 
 TEST(FormatSummaryTableTest, ShowsTheRunAndOneRowPerStage) {
@@ -132,8 +132,8 @@ TEST(ProgressPrinterTest, RedrawsInPlaceOnATerminal) {
   printer.BreakLine();  // nothing drawn since: no empty line
   printer.Finish(RunningView());
   const std::string running = FormatProgressLine(RunningView());
-  const std::string one_joined = "waiting for workers: 1/2 stages placed";
-  EXPECT_EQ(out.str(), "\rwaiting for workers: 0/2 stages placed\r" + running + "\r" + one_joined +
+  const std::string one_joined = "waiting for workers: 1/2 workers placed";
+  EXPECT_EQ(out.str(), "\rwaiting for workers: 0/2 workers placed\r" + running + "\r" + one_joined +
                            std::string(running.size() - one_joined.size(), ' ') +
                            "\nstage 1 failed\n\r" + running + "\n");
 }

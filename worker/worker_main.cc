@@ -66,6 +66,10 @@ ABSL_FLAG(bool, profile_units, false,
 ABSL_FLAG(double, replica_join_timeout_seconds, 120,
           "pipeline.data_parallel > 1: seconds the replicas of a stage have to meet before the "
           "stage fails");
+ABSL_FLAG(double, replica_timeout_seconds, 300,
+          "pipeline.data_parallel > 1: seconds one gradient all-reduce waits for the slowest "
+          "replica (replica 0 evaluates and writes the checkpoints meanwhile) before the stage "
+          "fails");
 ABSL_FLAG(double, exit_delay_seconds, 0,
           "started by hand: keep /metrics up this long after the stage ends, for a last scrape");
 
@@ -129,6 +133,7 @@ absl::StatusOr<StageHostOptions> HostOptionsFromFlags(const std::string& host) {
   options.replica_hostname = host;
   options.replica_join_timeout =
       absl::Seconds(absl::GetFlag(FLAGS_replica_join_timeout_seconds));
+  options.replica_timeout = absl::Seconds(absl::GetFlag(FLAGS_replica_timeout_seconds));
   options.report_interval = absl::Seconds(absl::GetFlag(FLAGS_report_interval_seconds));
   // The stage links speak TLS when this worker serves them over TLS (every
   // stage is given the same flags).

@@ -196,7 +196,7 @@ class PipelineTest(unittest.TestCase):
         m0, m1 = run.metrics[0], run.metrics[1]
         counts = metric_values(m0, "paci_weight_drift_steps_count")
         self.assertEqual(list(counts.values()), [80.0])
-        self.assertIn('paci_weight_drift_steps_bucket{stage="0",training_job="tiny",le="1"}', m0)
+        self.assertIn('paci_weight_drift_steps_bucket{replica="0",stage="0",training_job="tiny",le="1"}', m0)
         self.assertEqual(list(metric_values(m0, "paci_weight_drift_bound_steps").values()), [1.0])
         self.assertEqual(list(metric_values(m1, "paci_weight_drift_limit_steps").values()), [1.0])
         self.assertNotIn("paci_train_loss", m1)

@@ -19,7 +19,9 @@ struct ShardMeta {
   int num_stages = 1;
   std::string model_fingerprint;  // GptStageImpl::Fingerprint()
   int64_t step = 0;               // optimizer steps taken (the drained point)
-  uint64_t next_micro_batch = 0;  // the data position: the next micro-batch id
+  // The data position: the samples consumed so far by every replica (with one
+  // replica, the next micro-batch id).
+  uint64_t next_micro_batch = 0;
   // The model's shape: vocab_size, num_layers, d_model, num_heads and seq_len
   // (the other fields keep their defaults). SaveShard records the model's
   // own config and ignores this; nullopt when read from a shard written

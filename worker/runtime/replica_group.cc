@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/net_address.h"
+#include "common/status_macros.h"
 
 namespace paci {
 namespace {
@@ -126,6 +127,9 @@ absl::StatusOr<std::unique_ptr<ReplicaGroup>> ReplicaGroup::Join(
     auto store = c10::make_intrusive<c10d::TCPStore>(host, store_options);
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>(options.prefix, store);
     prefixed->setTimeout(Millis(options.join_timeout));
+    // Every replica arrives, within join_timeout, before Gloo connects (whose
+    // own rendezvous waits as long as a collective may).
+    RETURN_IF_ERROR(group->Arrive(*prefixed));
     auto gloo = c10d::ProcessGroupGloo::Options::create(Millis(options.collective_timeout));
     gloo->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(options.hostname));
     gloo->threads = 1;  // the reduction is small beside a step; one core per stage
@@ -135,6 +139,24 @@ absl::StatusOr<std::unique_ptr<ReplicaGroup>> ReplicaGroup::Join(
     return group->Failed(absl::StrCat("meeting at the store ", options.store_address), e.what());
   }
   return group;
+}
+
+absl::Status ReplicaGroup::Arrive(c10d::Store& store) const {
+  store.set(absl::StrCat("arrived/", options_.replica), std::vector<uint8_t>{1});
+  const absl::Time deadline = absl::Now() + options_.join_timeout;
+  std::vector<std::string> missing;
+  while (true) {
+    missing.clear();
+    for (int r = 0; r < options_.num_replicas; ++r) {
+      if (!store.check({absl::StrCat("arrived/", r)})) missing.push_back(absl::StrCat(r));
+    }
+    if (missing.empty()) return absl::OkStatus();
+    if (absl::Now() > deadline) break;
+    absl::SleepFor(absl::Milliseconds(50));  // polling interval
+  }
+  return Failed(absl::StrCat("meeting at the store ", options_.store_address),
+                absl::StrCat("replica ", absl::StrJoin(missing, ", "), " did not arrive within ",
+                             absl::FormatDuration(options_.join_timeout)));
 }
 
 absl::Status ReplicaGroup::Average(const std::vector<torch::Tensor>& tensors) {
@@ -168,6 +190,9 @@ absl::Status ReplicaGroup::Average(const std::vector<torch::Tensor>& tensors) {
 
 absl::Status ReplicaGroup::Failed(const std::string& what, const std::string& error) const {
   std::vector<std::string> silent;
+  if (!Answers(options_.store_address, absl::Seconds(1))) {
+    silent.push_back(absl::StrCat("the store at ", options_.store_address));
+  }
   for (int r = 0; r < static_cast<int>(options_.peer_addresses.size()); ++r) {
     if (r == options_.replica) continue;
     const std::string& peer = options_.peer_addresses[r];

@@ -9,6 +9,10 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
+namespace c10d {
+class Store;
+}  // namespace c10d
+
 namespace paci {
 
 // The rendezvous store (torch.distributed's TCPStore) a worker serves for the
@@ -32,7 +36,7 @@ class ReplicaStoreServer {
 
 struct ReplicaGroupOptions {
   std::string store_address;  // host:port of replica 0's ReplicaStoreServer
-  std::string prefix;         // the group's keys: "<job>/<attempt>/stage-<s>"
+  std::string prefix;         // the group's keys: unique to the placement and stage
   int stage = 0;
   int replica = 0;
   int num_replicas = 1;
@@ -40,8 +44,10 @@ struct ReplicaGroupOptions {
   // Every replica's worker of this stage (its link address), by replica: a
   // failure names the ones that do not answer.
   std::vector<std::string> peer_addresses;
-  absl::Duration join_timeout = absl::Seconds(120);     // the rendezvous
-  absl::Duration collective_timeout = absl::Minutes(30);  // one all-reduce
+  absl::Duration join_timeout = absl::Seconds(120);  // every replica arrives
+  // One all-reduce: how long a replica waits for the slowest, which may be
+  // replica 0 evaluating or writing a checkpoint.
+  absl::Duration collective_timeout = absl::Minutes(5);
 };
 
 // The replicas of one pipeline stage (pipeline.data_parallel): a c10d
@@ -49,8 +55,9 @@ struct ReplicaGroupOptions {
 // Used by one thread, the stage's compute thread.
 class ReplicaGroup {
  public:
-  // Meets the other replicas. Unavailable, naming the store and the peers that
-  // do not answer, when they do not all come within join_timeout.
+  // Meets the other replicas. Unavailable, naming the replicas that did not
+  // arrive and the peers (or the store) that do not answer, when they do not
+  // all come within join_timeout.
   static absl::StatusOr<std::unique_ptr<ReplicaGroup>> Join(const ReplicaGroupOptions& options);
   ~ReplicaGroup();
 
@@ -68,6 +75,8 @@ class ReplicaGroup {
  private:
   struct Impl;
   ReplicaGroup(const ReplicaGroupOptions& options, std::unique_ptr<Impl> impl);
+  // Marks this replica arrived and waits up to join_timeout for the others.
+  absl::Status Arrive(c10d::Store& store) const;
   // `what` failed: Unavailable with the peers that do not answer a connect.
   absl::Status Failed(const std::string& what, const std::string& error) const;
 

@@ -112,7 +112,29 @@ TEST(ReplicaGroupTest, AStoreNobodyServesFailsTheJoinNamingIt) {
   EXPECT_EQ(joined.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(joined.status().message(),
               AllOf(HasSubstr("stage 1 replica 1: meeting at the store " + o.store_address),
-                    HasSubstr("not answering: replica 0 at " + o.store_address)));
+                    HasSubstr("not answering: the store at " + o.store_address +
+                              ", replica 0 at " + o.store_address)));
+}
+
+TEST(ReplicaGroupTest, AReplicaThatNeverArrivesFailsTheJoinWithinItsTimeoutNamingIt) {
+  auto store = ReplicaStoreServer::Start("127.0.0.1");
+  ASSERT_TRUE(store.ok()) << store.status();
+  const std::string gone = ClosedAddress();  // replica 2's worker died before it joined
+  ReplicaGroupOptions o = Options(**store, 0, 3, {(*store)->address(), (*store)->address(), gone});
+  o.join_timeout = absl::Seconds(2);
+  std::thread second([&] {  // replica 1 comes, and times out as well
+    ReplicaGroupOptions p = o;
+    p.replica = 1;
+    EXPECT_FALSE(ReplicaGroup::Join(p).ok());
+  });
+  auto joined = ReplicaGroup::Join(o);  // bounded by join_timeout, not the collective's
+  second.join();
+  ASSERT_FALSE(joined.ok());
+  EXPECT_EQ(joined.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(joined.status().message(),
+              AllOf(HasSubstr("stage 0 replica 0: meeting at the store"),
+                    HasSubstr("replica 2 did not arrive within 2s"),
+                    HasSubstr("not answering: replica 2 at " + gone)));
 }
 
 TEST(ReplicaGroupTest, AReplicaThatLeavesFailsTheAllReduceNamingIt) {

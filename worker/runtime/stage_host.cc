@@ -36,11 +36,13 @@ absl::Status CheckFits(const v1::StageAssignment& assignment) {
   const int replica = assignment.replica();
   if (replica < 0 || replica >= std::max(R, 1) ||
       (R > 1 && (assignment.replica_addresses_size() != R ||
-                 assignment.replica_store_address().empty()))) {
+                 assignment.replica_store_address().empty() ||
+                 assignment.replica_group().empty()))) {
     return absl::InvalidArgumentError(absl::StrCat(
         "replica ", replica, " does not fit a job of ", R, " replicas with ",
-        assignment.replica_addresses_size(), " replica addresses and store \"",
-        assignment.replica_store_address(), "\""));
+        assignment.replica_addresses_size(), " replica addresses, store \"",
+        assignment.replica_store_address(), "\" and group \"", assignment.replica_group(),
+        "\""));
   }
   return absl::OkStatus();
 }
@@ -52,15 +54,18 @@ absl::StatusOr<std::unique_ptr<ReplicaGroup>> JoinReplicas(const v1::StageAssign
   if (R <= 1) return nullptr;
   ReplicaGroupOptions o;
   o.store_address = assignment.replica_store_address();
-  o.prefix = absl::StrCat(RunId(assignment.job_name(), assignment.attempt()), "/stage-",
-                          assignment.stage());
+  o.prefix = assignment.replica_group();
   o.stage = assignment.stage();
   o.replica = assignment.replica();
   o.num_replicas = R;
-  o.hostname = options.replica_hostname;
+  o.hostname = options.replica_hostname;  // Gloo resolves it: an IPv6 host without brackets
+  if (o.hostname.size() >= 2 && o.hostname.front() == '[') {
+    o.hostname = o.hostname.substr(1, o.hostname.size() - 2);
+  }
   o.peer_addresses.assign(assignment.replica_addresses().begin(),
                           assignment.replica_addresses().end());
   o.join_timeout = options.replica_join_timeout;
+  o.collective_timeout = options.replica_timeout;
   return ReplicaGroup::Join(o);
 }
 

@@ -38,6 +38,9 @@ struct StageHostOptions {
   // stage have to meet before the stage fails.
   std::string replica_hostname = "127.0.0.1";
   absl::Duration replica_join_timeout = absl::Seconds(120);
+  // How long one all-reduce waits for the slowest replica (replica 0 may be
+  // evaluating or writing a checkpoint meanwhile).
+  absl::Duration replica_timeout = absl::Minutes(5);
 };
 
 // Runs one assigned stage from start to end: loads the corpus (first and last

@@ -82,7 +82,7 @@ StageMetrics::StageMetrics(prometheus::Registry& r, const Labels& l, int num_sta
                      .Register(r)
                      .Add(l, prometheus::Histogram::BucketBoundaries{
                                  0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
-                                 1, 2.5})) {
+                                 1, 2.5, 10, 60})) {
   drift_bound_.Set(static_cast<double>(drift_bound));
   drift_limit_.Set(static_cast<double>(drift_limit));
 }

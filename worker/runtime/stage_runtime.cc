@@ -177,6 +177,7 @@ absl::Status StageRuntime::RestoreCheckpoint() {
       const std::string path = ShardPath(ckpt.directory(), *latest, stage_, num_stages_);
       ASSIGN_OR_RETURN(ShardMeta meta, LoadShard(path, expected, model_, *optimizer_));
       start_step_ = meta.step;
+      sample_base_ = meta.next_micro_batch;
       LOG(INFO) << "stage " << stage_ << " resumed from " << path << " at step " << start_step_;
       return absl::OkStatus();
     }
@@ -517,6 +518,11 @@ double StageRuntime::GradientNorm() const {
   return torch::stack(norms).norm().item<double>();
 }
 
+uint64_t StageRuntime::SampleId(uint64_t micro_batch_id) const {
+  const uint64_t first = static_cast<uint64_t>(start_step_) * spec_.pipeline().accumulation();
+  return sample_base_ + (micro_batch_id - first) * num_replicas_ + replica_;
+}
+
 absl::Status StageRuntime::AverageOverReplicas(int64_t step) {
   if (replicas_ == nullptr) return absl::OkStatus();
   std::vector<torch::Tensor> tensors;
@@ -684,7 +690,9 @@ absl::Status StageRuntime::SaveCheckpoint(int64_t step) {
   meta.num_stages = num_stages_;
   meta.model_fingerprint = model_->Fingerprint();
   meta.step = step;
-  meta.next_micro_batch = static_cast<uint64_t>(step) * scheduler_->accumulation();
+  // The samples consumed by every replica: a resume on another R continues after them.
+  meta.next_micro_batch =
+      SampleId(static_cast<uint64_t>(step) * scheduler_->accumulation()) - replica_;
   // Stage 0's shard says how to turn text into the model's tokens and back.
   if (first_ && corpus_ != nullptr) meta.tokenizer = corpus_->tokenizer().Serialize();
   const std::string path = ShardPath(spec_.checkpoint().directory(), step, stage_, num_stages_);

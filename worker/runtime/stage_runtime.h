@@ -124,10 +124,10 @@ class StageRuntime {
   // With replicas: the step's gradients (and, on the last stage, its loss
   // sum) averaged over them.
   absl::Status AverageOverReplicas(int64_t step);
-  // The corpus sample of this replica's micro-batch `micro_batch_id`.
-  uint64_t SampleId(uint64_t micro_batch_id) const {
-    return micro_batch_id * num_replicas_ + replica_;
-  }
+  // The corpus sample of this replica's micro-batch `micro_batch_id`: the
+  // samples consumed before this run (every replica's), then R per local
+  // micro-batch, r-th of them.
+  uint64_t SampleId(uint64_t micro_batch_id) const;
   // The optimizer step when a backward completes one: the non-finite guard
   // (skip, count), optimizer.clip_norm, AdamW. On the last stage, the step's
   // mean training loss; FailedPrecondition naming training.max_nonfinite_steps
@@ -182,6 +182,7 @@ class StageRuntime {
   std::unique_ptr<AdamW> optimizer_;
   std::deque<Pending> pending_;
   int64_t start_step_ = 0;
+  uint64_t sample_base_ = 0;  // samples consumed before start_step_ (a resumed checkpoint's)
   // Last stage: the sum of the current step's micro-batch losses, on the
   // device (float64), read once per optimizer step: each read waits for the GPU.
   torch::Tensor step_loss_sum_;
