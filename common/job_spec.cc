@@ -488,14 +488,21 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec) {
   if (!policy->has_backoff_limit()) policy->set_backoff_limit(3);
 }
 
-static absl::Status ValidateRuntimeDevices(const v1::RuntimeSpec& runtime, int num_stages) {
+static absl::Status ValidateRuntimeDevices(const v1::RuntimeSpec& runtime, int num_stages,
+                                           int num_replicas) {
   RETURN_IF_ERROR(Require(runtime.device().empty() || IsValidDevice(runtime.device()), "runtime.device",
                           "\"cpu\", \"cuda\" or \"cuda:N\"",
                           absl::StrCat("\"", runtime.device(), "\"")));
   if (runtime.stage_devices_size() > 0) {
-    RETURN_IF_ERROR(Require(runtime.stage_devices_size() == num_stages, "runtime.stage_devices",
-                            absl::StrCat("one device per stage (", num_stages, ")"),
-                            absl::StrCat(runtime.stage_devices_size(), " devices")));
+    const int workers = num_stages * std::max(1, num_replicas);
+    RETURN_IF_ERROR(Require(
+        runtime.stage_devices_size() == num_stages || runtime.stage_devices_size() == workers,
+        "runtime.stage_devices",
+        workers == num_stages
+            ? absl::StrCat("one device per stage (", num_stages, ")")
+            : absl::StrCat("one device per stage (", num_stages, ") or per stage of each replica (",
+                           workers, ")"),
+        absl::StrCat(runtime.stage_devices_size(), " devices")));
     for (int s = 0; s < runtime.stage_devices_size(); ++s) {
       RETURN_IF_ERROR(Require(IsValidDevice(runtime.stage_devices(s)),
                               absl::StrCat("runtime.stage_devices[", s, "]"),
@@ -527,7 +534,8 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   RETURN_IF_ERROR(ValidateCheckpoint(spec.checkpoint()));
   RETURN_IF_ERROR(
       RequireBetween("runtime.threads_per_stage", spec.runtime().threads_per_stage(), 1, 256));
-  RETURN_IF_ERROR(ValidateRuntimeDevices(spec.runtime(), spec.pipeline().num_stages()));
+  RETURN_IF_ERROR(ValidateRuntimeDevices(spec.runtime(), spec.pipeline().num_stages(),
+                                         spec.pipeline().data_parallel()));
   const v1::RunPolicy& policy = spec.run_policy();
   RETURN_IF_ERROR(RequireBetween("run_policy.backoff_limit", policy.backoff_limit(), 0, 1000));
   RETURN_IF_ERROR(RequireBetween<int64_t>("run_policy.active_deadline_seconds",
@@ -546,8 +554,14 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   return absl::OkStatus();
 }
 
-std::string StageDevice(const v1::RuntimeSpec& runtime, int stage) {
-  if (stage >= 0 && stage < runtime.stage_devices_size()) return runtime.stage_devices(stage);
+std::string StageDevice(const v1::JobSpec& spec, int stage, int replica) {
+  const v1::RuntimeSpec& runtime = spec.runtime();
+  const int P = spec.pipeline().num_stages();
+  // One entry per stage of each replica, or one per stage that every replica shares.
+  const int index = runtime.stage_devices_size() > P ? replica * P + stage : stage;
+  if (stage >= 0 && index >= 0 && index < runtime.stage_devices_size()) {
+    return runtime.stage_devices(index);
+  }
   return runtime.device().empty() ? "cpu" : runtime.device();
 }
 

@@ -42,9 +42,11 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec);
 absl::StatusOr<std::vector<int>> ParsePartitionBoundaries(std::string_view text, int num_layers,
                                                           int num_stages);
 
-// The device stage `stage` runs on: runtime.stage_devices[stage] when given,
+// The device stage `stage` of replica `replica` runs on: from
+// runtime.stage_devices when given (entry replica * P + stage when it has one
+// per stage of each replica, else entry `stage`, which every replica shares),
 // else runtime.device ("cpu" when empty).
-std::string StageDevice(const v1::RuntimeSpec& runtime, int stage);
+std::string StageDevice(const v1::JobSpec& spec, int stage, int replica = 0);
 
 // Parse, apply defaults, validate; also checks that data.corpus_path and
 // data.tokenizer_model name readable files and data.dataset a folder with a

@@ -450,6 +450,24 @@ TEST(ValidateJobSpecTest, DataParallelIsAtLeastOneReplicaAndGivesTheWorkerCount)
   EXPECT_EQ(WorkersOf(spec.pipeline()), 3 * spec.pipeline().num_stages());
 }
 
+TEST(StageDeviceTest, ReplicasShareAStagesDeviceOrHaveTheirOwn) {
+  v1::JobSpec spec = ValidMinimalSpec();  // P = 2
+  EXPECT_EQ(StageDevice(spec, 1, 0), "cpu");
+  spec.mutable_pipeline()->set_data_parallel(2);
+  for (const char* d : {"cuda:0", "cuda:1"}) spec.mutable_runtime()->add_stage_devices(d);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok());
+  EXPECT_EQ(StageDevice(spec, 1, 0), "cuda:1");  // one per stage: every replica's stage 1
+  EXPECT_EQ(StageDevice(spec, 1, 1), "cuda:1");
+  for (const char* d : {"cuda:2", "cuda:3"}) spec.mutable_runtime()->add_stage_devices(d);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok());
+  EXPECT_EQ(StageDevice(spec, 0, 1), "cuda:2");  // one per stage of each replica
+  EXPECT_EQ(StageDevice(spec, 1, 1), "cuda:3");
+  spec.mutable_runtime()->add_stage_devices("cuda:4");
+  EXPECT_EQ(ValidateJobSpec(spec).message(),
+            "runtime.stage_devices: must be one device per stage (2) or per stage of each "
+            "replica (4), got 5 devices");
+}
+
 TEST(ValidateJobSpecTest, PartitionIsBalancedEvenOrUnitBoundaries) {
   v1::JobSpec spec = ValidMinimalSpec();  // 4 layers: units 0 .. 9
   for (const char* ok : {"balanced", "even", "1", "5", "9"}) {

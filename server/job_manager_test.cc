@@ -471,6 +471,42 @@ TEST_F(JobManagerTest, ARestartedCoordinatorKeepsItsJobsAndReconcilesRunningOnes
   EXPECT_TRUE(Take("w1").empty());
 }
 
+TEST_F(JobManagerTest, ARestartedCoordinatorReconcilesEveryReplicasWorkers) {
+  v1::JobSpec spec = Spec("dp");  // P = 2, R = 2
+  spec.mutable_pipeline()->set_data_parallel(2);
+  for (const char* w : {"w0", "w1", "w2", "w3"}) ConnectWorker(w);
+  ASSERT_TRUE(manager_->Submit(spec).ok());
+  ASSERT_EQ(Phase("dp"), v1::RUNNING);
+  Restart();
+  v1::StageAssignment running;
+  running.set_job_name("dp");
+  running.set_attempt(1);
+  for (int w = 0; w < 4; ++w) {  // each comes back saying which stage of which replica it runs
+    running.set_stage(w % 2);
+    running.set_replica(w / 2);
+    ConnectWorker(absl::StrCat("w", w), {}, running);
+  }
+  // A worker that claims a replica the job does not have is told to stop.
+  running.set_replica(2);
+  ConnectWorker("stray", {}, running);
+  auto stray = Take("stray");
+  ASSERT_EQ(stray.size(), 1u);
+  EXPECT_TRUE(stray[0].has_stop());
+  v1::StageReport r = Report("dp", 1, 1, 7);
+  r.set_replica(1);
+  r.set_weights_hash(42);
+  manager_->OnReport("w3", r);
+  now_ += absl::Seconds(30);
+  for (const char* w : {"w0", "w1", "w2", "w3"}) manager_->OnHeartbeat(w);
+  manager_->Tick();
+  const v1::Job job = *manager_->Get("dp");
+  EXPECT_EQ(job.status().phase(), v1::RUNNING);
+  EXPECT_EQ(job.status().restarts(), 0);
+  EXPECT_EQ(job.status().stages(3).weights_hash(), 42u);  // replica 1's stage 1
+  EXPECT_EQ(job.status().stages(3).optimizer_steps(), 7);
+  for (const char* w : {"w0", "w1", "w2", "w3"}) EXPECT_TRUE(Take(w).empty()) << w;
+}
+
 TEST_F(JobManagerTest, RunningJobsWhoseWorkersDoNotComeBackRestart) {
   ASSERT_TRUE(manager_->Submit(Spec("a")).ok());
   ConnectWorker("w1");

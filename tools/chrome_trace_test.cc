@@ -116,6 +116,16 @@ TEST(ChromeTraceTest, ArgsCarryTheMicroBatchOrTheStep) {
   EXPECT_THAT(json, ::testing::HasSubstr("\"args\": {\"step\": 1}"));
 }
 
+TEST(ChromeTraceTest, ReplicasAreNamedThreadsAndTheirAllReducesSpans) {
+  std::vector<std::vector<v1::Span>> spans = TwoStages();
+  spans[1].push_back(MakeSpan(v1::Span::ALL_REDUCE, 1400, 1450, std::nullopt, 1));
+  const std::string json =
+      ChromeTraceJson("j", spans, {}, {"stage 0 replica 0", "stage 0 replica 1"});
+  EXPECT_THAT(json, ::testing::HasSubstr("\"tid\": 1, \"args\": {\"name\": \"stage 0 replica 1\"}"));
+  EXPECT_THAT(json, ::testing::HasSubstr("{\"name\": \"all_reduce\", \"cat\": \"all_reduce\""));
+  Parse(json);  // still valid JSON
+}
+
 TEST(ChromeTraceTest, EmptyRunAndOddJobNamesStillGiveValidJson) {
   const Struct root = Parse(ChromeTraceJson("a \"quoted\"\n\\name", {{}, {}}));
   // One process_name and two metadata events per stage, no spans.

@@ -209,7 +209,7 @@ absl::Status ProfileUnits() {
   UnitProfileOptions options;
   options.micro_batch_size = spec.pipeline().micro_batch_size();
   options.accumulation = spec.pipeline().accumulation();
-  options.device = torch::Device(StageDevice(spec.runtime(), 0));
+  options.device = torch::Device(StageDevice(spec, 0));
   const std::vector<UnitCost> measured = ProfileUnitCosts(config, options);
   const std::vector<UnitCost> model = FlopUnitCosts(ModelShapeFromSpec(spec));
   std::vector<double> measured_total, model_total;

@@ -11,7 +11,7 @@ namespace {
 
 // The stage's device, a bare "cuda" spelled out as the GPU it means.
 std::string GpuOf(const v1::StageAssignment& assignment, int stage) {
-  const std::string device = StageDevice(assignment.spec().runtime(), stage);
+  const std::string device = StageDevice(assignment.spec(), stage, assignment.replica());
   return device == "cuda" ? std::string("cuda:0") : device;
 }
 

@@ -56,6 +56,17 @@ TEST(NcclPlacementTest, HostsAreComparedWithoutTheirPorts) {
   EXPECT_FALSE(NcclWithPeer(assignment, 2));
 }
 
+TEST(NcclPlacementTest, EachReplicaUsesItsOwnDevices) {
+  // Two replicas, one device per stage of each: replica 1's stages are on cuda:3 .. cuda:5.
+  auto assignment = Assignment({"cuda:0", "cuda:1", "cuda:2", "cuda:3", "cuda:3", "cuda:5"},
+                               kOneHost);
+  assignment.mutable_spec()->mutable_pipeline()->set_data_parallel(2);
+  EXPECT_TRUE(NcclWithPeer(assignment, 0));  // replica 0: cuda:1 with cuda:0
+  assignment.set_replica(1);
+  EXPECT_FALSE(NcclWithPeer(assignment, 0));  // replica 1: stages 0 and 1 share cuda:3
+  EXPECT_TRUE(NcclWithPeer(assignment, 2));   // cuda:3 with cuda:5
+}
+
 TEST(NcclPlacementTest, OnlyWithAStageOfTheJob) {
   const auto assignment = Assignment({"cuda:0", "cuda:1", "cuda:2"}, kOneHost);
   EXPECT_FALSE(NcclWithPeer(assignment, -1));

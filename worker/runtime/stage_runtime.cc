@@ -99,7 +99,7 @@ void StageRuntime::UseReplicas(ReplicaGroup* group) {
 }
 
 absl::Status StageRuntime::Init() {
-  ASSIGN_OR_RETURN(placement_, ResolvePlacement(StageDevice(spec_.runtime(), stage_),
+  ASSIGN_OR_RETURN(placement_, ResolvePlacement(StageDevice(spec_, stage_, replica_),
                                                 spec_.runtime().precision()));
   const GptConfig config = ModelConfig(spec_.model());
   // Dropout masks differ per stage and replica (the weights are initialised
