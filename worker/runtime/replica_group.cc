@@ -27,6 +27,11 @@ std::chrono::milliseconds Millis(absl::Duration d) {
   return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
 }
 
+// "[::1]" -> "::1", as sockets and Gloo take an IPv6 host; others as they are.
+std::string Unbracketed(const std::string& host) {
+  return host.size() >= 2 && host.front() == '[' ? host.substr(1, host.size() - 2) : host;
+}
+
 // "host:port" -> host without brackets, and the port; false when it has none.
 bool SplitAddress(const std::string& address, std::string* host, uint16_t* port) {
   const std::string with_brackets = HostOfAddress(address);
@@ -35,8 +40,7 @@ bool SplitAddress(const std::string& address, std::string* host, uint16_t* port)
       !absl::SimpleAtoi(address.substr(with_brackets.size() + 1), &value) || value > 65535) {
     return false;
   }
-  *host = with_brackets;
-  if (host->size() >= 2 && host->front() == '[') *host = host->substr(1, host->size() - 2);
+  *host = Unbracketed(with_brackets);
   *port = static_cast<uint16_t>(value);
   return true;
 }
@@ -87,10 +91,8 @@ absl::StatusOr<std::unique_ptr<ReplicaStoreServer>> ReplicaStoreServer::Start(
   options.isServer = true;
   options.waitWorkers = false;
   auto impl = std::make_unique<Impl>();
-  std::string host = advertise_host;
-  if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
   try {
-    impl->store = c10::make_intrusive<c10d::TCPStore>(host, options);
+    impl->store = c10::make_intrusive<c10d::TCPStore>(Unbracketed(advertise_host), options);
   } catch (const std::exception& e) {
     return absl::UnavailableError(
         absl::StrCat("cannot serve the replicas' rendezvous store on ", advertise_host, ": ",
@@ -131,7 +133,8 @@ absl::StatusOr<std::unique_ptr<ReplicaGroup>> ReplicaGroup::Join(
     // own rendezvous waits as long as a collective may).
     RETURN_IF_ERROR(group->Arrive(*prefixed));
     auto gloo = c10d::ProcessGroupGloo::Options::create(Millis(options.collective_timeout));
-    gloo->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(options.hostname));
+    gloo->devices.push_back(
+        c10d::ProcessGroupGloo::createDeviceForHostname(Unbracketed(options.hostname)));
     gloo->threads = 1;  // the reduction is small beside a step; one core per stage
     group->impl_->group = c10::make_intrusive<c10d::ProcessGroupGloo>(
         prefixed, options.replica, options.num_replicas, gloo);
@@ -142,18 +145,20 @@ absl::StatusOr<std::unique_ptr<ReplicaGroup>> ReplicaGroup::Join(
 }
 
 absl::Status ReplicaGroup::Arrive(c10d::Store& store) const {
-  store.set(absl::StrCat("arrived/", options_.replica), std::vector<uint8_t>{1});
-  const absl::Time deadline = absl::Now() + options_.join_timeout;
-  std::vector<std::string> missing;
-  while (true) {
-    missing.clear();
-    for (int r = 0; r < options_.num_replicas; ++r) {
-      if (!store.check({absl::StrCat("arrived/", r)})) missing.push_back(absl::StrCat(r));
-    }
-    if (missing.empty()) return absl::OkStatus();
-    if (absl::Now() > deadline) break;
-    absl::SleepFor(absl::Milliseconds(50));  // polling interval
+  std::vector<std::string> keys;
+  for (int r = 0; r < options_.num_replicas; ++r) keys.push_back(absl::StrCat("arrived/", r));
+  store.set(keys[options_.replica], std::vector<uint8_t>{1});
+  try {
+    store.wait(keys, Millis(options_.join_timeout));
+    return absl::OkStatus();
+  } catch (const std::exception&) {
+    // Timed out: name who is missing, below.
   }
+  std::vector<std::string> missing;
+  for (int r = 0; r < options_.num_replicas; ++r) {
+    if (!store.check({keys[r]})) missing.push_back(absl::StrCat(r));
+  }
+  if (missing.empty()) return absl::OkStatus();  // the last came just as the wait ended
   return Failed(absl::StrCat("meeting at the store ", options_.store_address),
                 absl::StrCat("replica ", absl::StrJoin(missing, ", "), " did not arrive within ",
                              absl::FormatDuration(options_.join_timeout)));

@@ -40,7 +40,7 @@ struct ReplicaGroupOptions {
   int stage = 0;
   int replica = 0;
   int num_replicas = 1;
-  std::string hostname = "127.0.0.1";  // where this process's Gloo sockets listen
+  std::string hostname = "127.0.0.1";  // where this process's Gloo sockets listen; "[::1]" too
   // Every replica's worker of this stage (its link address), by replica: a
   // failure names the ones that do not answer.
   std::vector<std::string> peer_addresses;

@@ -58,10 +58,7 @@ absl::StatusOr<std::unique_ptr<ReplicaGroup>> JoinReplicas(const v1::StageAssign
   o.stage = assignment.stage();
   o.replica = assignment.replica();
   o.num_replicas = R;
-  o.hostname = options.replica_hostname;  // Gloo resolves it: an IPv6 host without brackets
-  if (o.hostname.size() >= 2 && o.hostname.front() == '[') {
-    o.hostname = o.hostname.substr(1, o.hostname.size() - 2);
-  }
+  o.hostname = options.replica_hostname;
   o.peer_addresses.assign(assignment.replica_addresses().begin(),
                           assignment.replica_addresses().end());
   o.join_timeout = options.replica_join_timeout;

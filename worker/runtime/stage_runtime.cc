@@ -690,9 +690,9 @@ absl::Status StageRuntime::SaveCheckpoint(int64_t step) {
   meta.num_stages = num_stages_;
   meta.model_fingerprint = model_->Fingerprint();
   meta.step = step;
-  // The samples consumed by every replica: a resume on another R continues after them.
-  meta.next_micro_batch =
-      SampleId(static_cast<uint64_t>(step) * scheduler_->accumulation()) - replica_;
+  // The samples every replica consumed: a resume on another R reads on after them.
+  meta.next_micro_batch = sample_base_ + static_cast<uint64_t>(step - start_step_) *
+                                             scheduler_->accumulation() * num_replicas_;
   // Stage 0's shard says how to turn text into the model's tokens and back.
   if (first_ && corpus_ != nullptr) meta.tokenizer = corpus_->tokenizer().Serialize();
   const std::string path = ShardPath(spec_.checkpoint().directory(), step, stage_, num_stages_);
