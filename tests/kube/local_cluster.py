@@ -1,29 +1,36 @@
-"""A whole paci cluster on 127.0.0.1 for tests and benchmarks: the test API
-server, the test kubelet (pods as containers of the images that
-scripts/build-images.sh built, each on its own loopback IP; or as plain
-processes with runtime="process"), a real paci_coordinator and paci_operator
-replicas that elect a leader, with the TrainingJob CRD installed through the
-real kubectl. The coordinator and the operators run as processes of the host
-(they are not pods here); the worker pods reach the coordinator on 127.0.0.1.
+"""A whole paci cluster on 127.0.0.1 for tests and benchmarks: the real
+Kubernetes control plane (etcd, kube-apiserver with TLS, RBAC and its admission
+plugins, kube-controller-manager, kube-scheduler: tests/kube/control_plane.py),
+the node agent (tests/kube/node_agent.py: the pods the scheduler binds to its
+Node run as containers of the images that scripts/build-images.sh built, each on
+its own loopback IP; or as plain processes with runtime="process"), a real
+paci_coordinator and paci_operator replicas that elect a leader. The TrainingJob
+CRD, the operator's ServiceAccount and its RBAC are the chart's, rendered by the
+real helm (`helm template`, release "paci" in "default") and applied with the
+real kubectl; the operators run with a token the API server issued to that
+ServiceAccount, so they can do exactly what the chart grants. The coordinator
+and the operators run as processes of the host (tests kill and restart them;
+tests/integration/helm_chart_test.py installs the whole chart as pods); the
+worker pods reach the coordinator on 127.0.0.1.
 
     cluster = LocalCluster(workdir, build_dir, source_dir).start()
     cluster.kubectl("apply", "-f", "examples/trainingjob.yaml")
     ...
     cluster.stop()
 
-Every process logs to <workdir>/<name>.log. Uses only the standard library
-(plus kubectl on PATH).
+Every process logs to <workdir>/<name>.log. Uses only the standard library.
 """
 import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
 
-from kubeconfig import write_kubeconfig
+from control_plane import ControlPlane, free_port as _free_port
+
+OPERATOR_ACCOUNT = "paci-operator"  # the chart's operator ServiceAccount for the release "paci"
 
 
 def wait_until(what, predicate, timeout=120, interval=0.2):
@@ -63,12 +70,6 @@ def container_env():
         "CONTAINERS_CONF", os.path.join(source, "deploy", "docker", "containers.conf")))
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class LocalCluster:
     def __init__(self, workdir, build_dir, source_dir, replicas=("operator-a", "operator-b"),
                  runtime="container", operator_args=(), coordinator_args=()):
@@ -83,6 +84,7 @@ class LocalCluster:
         self.replicas = list(replicas)
         self.procs = {}
         self.operator_ports = {}
+        self.plane = None
 
     def spawn(self, name, args, env=None, append=False):
         log = open(os.path.join(self.dir, name + ".log"), "a" if append else "w")
@@ -101,9 +103,12 @@ class LocalCluster:
                 return int(f.read().strip() or 0)
         return wait_until("port file of " + name, lambda: os.path.exists(path) and ready(), timeout)
 
-    def kubectl(self, *args, stdin=None, check=True, timeout=120):
-        return subprocess.run(["kubectl", "--kubeconfig", self.kubeconfig, *args], input=stdin,
-                              capture_output=True, text=True, check=check, timeout=timeout)
+    def kubectl(self, *args, stdin=None, check=True, timeout=120, kubeconfig=None):
+        """The real kubectl as cluster-admin (or with `kubeconfig`): a CompletedProcess."""
+        return self.plane.kubectl(*args, stdin=stdin, check=check, timeout=timeout, kubeconfig=kubeconfig)
+
+    def helm(self, *args, check=True, timeout=300):
+        return self.plane.helm(*args, check=check, timeout=timeout)
 
     def __enter__(self):
         return self.start()
@@ -123,14 +128,17 @@ class LocalCluster:
         return self
 
     def _start(self):
-        kube = os.path.join(self.source, "tests", "kube")
-        self.spawn("apiserver", ["/usr/bin/python3", os.path.join(kube, "apiserver.py"), "--port",
-                                 "0", "--port-file", os.path.join(self.dir, "apiserver.port")])
-        self.api_url = "http://127.0.0.1:%d" % self.read_port("apiserver")
-        self.kubeconfig = os.path.join(self.dir, "kubeconfig")
-        write_kubeconfig(self.kubeconfig, self.api_url)
-        self.kubectl("apply", "-f", os.path.join(self.source, "deploy", "crd",
-                                                 "paci.dev_trainingjobs.yaml"))
+        self.plane = ControlPlane(self.dir, self.build).start()
+        self.api_url = self.plane.url
+        self.kubeconfig = self.plane.kubeconfig
+        chart = os.path.join(self.source, "helm", "paci")
+        self.kubectl("apply", "-f", os.path.join(chart, "crds"))
+        rendered = self.helm("template", "paci", chart, "--namespace", "default",
+                             "--show-only", "templates/serviceaccounts.yaml",
+                             "--show-only", "templates/rbac.yaml").stdout
+        self.kubectl("apply", "-f", "-", stdin=rendered)
+        self.kubectl("wait", "--for=condition=Established", "crd/trainingjobs.paci.dev", "--timeout=60s")
+        self.operator_kubeconfig = self.plane.service_account_kubeconfig("default", OPERATOR_ACCOUNT)
         self.coordinator_metrics_port = _free_port()
         self.spawn("coordinator", self.coordinator_command("127.0.0.1:0"))
         self.coordinator_port = self.read_port("coordinator")
@@ -139,13 +147,23 @@ class LocalCluster:
             r"metrics=http://([\d.:]+)/metrics",
             wait_until("coordinator metrics address", lambda: open(
                 os.path.join(self.dir, "coordinator.log")).read(), timeout=10)).group(1)
-        kubelet = ["/usr/bin/python3", os.path.join(kube, "kubelet.py"), "--server", self.api_url,
-                   "--work-dir", os.path.join(self.dir, "pods"), "--runtime", self.runtime]
-        if self.runtime == "container":
-            kubelet += ["--claims-dir", self.claims_dir]
-        else:
-            kubelet += ["--bin-dir", os.path.join(self.build, "worker"), "--pod-cwd", self.source]
-        self.spawn("kubelet", kubelet, env=container_env())
+        kube = os.path.join(self.source, "tests", "kube")
+        tokens = {}
+        for identity in ("node", "provisioner"):
+            tokens[identity] = os.path.join(self.dir, identity + ".token")
+            with open(os.open(tokens[identity], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+                f.write(self.plane.tokens[identity])
+        agent = ["/usr/bin/python3", os.path.join(kube, "node_agent.py"), "--server", self.api_url,
+                 "--ca-file", self.plane.ca_file, "--token-file", tokens["node"],
+                 "--provisioner-token-file", tokens["provisioner"], "--node-name", self.plane.node_name,
+                 "--work-dir", os.path.join(self.dir, "pods"), "--runtime", self.runtime,
+                 "--claims-dir", self.claims_dir]
+        if self.runtime == "process":
+            agent += ["--bin-dir", os.path.join(self.build, "worker"), "--pod-cwd", self.source]
+        self.spawn("node-agent", agent, env=container_env())
+        wait_until("node %s Ready" % self.plane.node_name, lambda: any(
+            c["type"] == "Ready" and c["status"] == "True"
+            for c in self.get("node", self.plane.node_name)["status"].get("conditions", [])), timeout=60)
         for replica in self.replicas:
             self.start_operator(replica)
 
@@ -176,7 +194,7 @@ class LocalCluster:
             os.remove(port_file)
         self.spawn(replica, [
             os.path.join(self.build, "operator", "paci_operator"),
-            "--kubeconfig=" + self.kubeconfig, "--coordinator=" + self.coordinator_address,
+            "--kubeconfig=" + self.operator_kubeconfig, "--coordinator=" + self.coordinator_address,
             "--metrics_address=127.0.0.1:0",
             "--metrics_port_file=" + os.path.join(self.dir, replica + ".port"),
             "--leader_election=true", "--leader_election_namespace=default",
@@ -199,7 +217,7 @@ class LocalCluster:
         return "\n".join(out)
 
     def claim_path(self, namespace, claim):
-        """The host folder the kubelet binds a PersistentVolumeClaim to."""
+        """The host folder of the volume the node agent provisioned for a PersistentVolumeClaim."""
         return os.path.join(self.claims_dir, namespace, claim)
 
     def get(self, kind, name):
@@ -207,7 +225,7 @@ class LocalCluster:
 
     def stop(self):
         # What spawn() started beside the cluster first, then the cluster.
-        named = self.replicas + ["kubelet", "coordinator", "apiserver"]
+        named = self.replicas + ["node-agent", "coordinator"]
         for name in [n for n in self.procs if n not in named] + named:
             proc = self.procs.get(name)
             if proc and proc.poll() is None:
@@ -217,3 +235,5 @@ class LocalCluster:
                 except subprocess.TimeoutExpired:
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
+        if self.plane is not None:
+            self.plane.stop()

@@ -1,60 +1,78 @@
 #!/usr/bin/python3
-"""A test kubelet: runs the pods of a (test) Kubernetes API server as containers.
+"""The node agent of the tests' cluster: a stand-in for the kubelet, a client of
+the real kube-apiserver (tests/kube/control_plane.py) with a node's credentials.
 
-It lists and watches pods in every namespace (re-listing after 410 Expired or a
-dropped stream). Each pod whose spec.nodeName is empty or this node's name, still
-Pending and not being deleted, is started once:
+Why a stand-in: a real kubelet needs a CRI runtime (containerd), cgroup
+management and a CNI network; this sandbox gives podman with runc on the host's
+network and no systemd (docs/kubernetes-testing.md says what was tried). So this
+agent does a kubelet's job towards the API server as the real one does, and runs
+containers with podman:
 
-* it gets a pod IP of its own on loopback: a random 127.A.B.0/24 chosen at start,
-  handing out .2, .3, ... (Linux routes all of 127/8 to lo), so pods may listen
-  on the same fixed ports; containers share the host's network (podman
-  --network host), as hostNetwork pods would, and bind their pod IP;
-* --runtime container (the default): the first container runs as a real
-  container of its image (podman with runc), with a fresh root filesystem from
-  the image; command replaces the image's ENTRYPOINT and args its CMD, as on a
-  cluster; workingDir, env (value; valueFrom fieldRef for metadata.name/
-  namespace/uid, status.podIP, status.hostIP, spec.nodeName,
-  spec.serviceAccountName, metadata.labels['k'], metadata.annotations['k'];
-  configMapKeyRef and secretKeyRef read from the server; envFrom configMapRef and
-  secretRef with prefix) and securityContext (pod level, overridden per key by the
-  container's: runAsUser, runAsGroup, runAsNonRoot checked against the image's
-  USER with the kubelet's own wording, supplementalGroups, fsGroup,
-  readOnlyRootFilesystem, allowPrivilegeEscalation, privileged, capabilities,
-  seccompProfile Unconfined). The image must already be in local storage (no
-  registry is reachable): else the pod waits with ErrImageNeverPull.
-  Volumes are bind mounts (volumeMounts with readOnly and subPath): emptyDir (a
-  fresh 0777 folder per pod), hostPath (with its type), secret and configMap
-  (files written per pod, items and defaultMode honoured, mounted read-only) and
-  persistentVolumeClaim: the claim must exist (else the pod stays Pending with
-  the scheduler's message, and is tried again); it is bound to one host folder
-  per claim under --claims-dir that every pod using it sees (ReadWriteMany).
-  fsGroup makes emptyDir and claim folders group-owned and group-writable, as
-  the kubelet's volume ownership management does. No pod sees the host's
-  filesystem except through a volume;
-* --runtime process: command + args run as a plain process in its own process
-  group (command[0] without a slash is looked up in --bin-dir, then PATH; with no
-  command, an --image PREFIX=COMMAND mapping supplies one), in --pod-cwd, with
-  this process's environment plus the container's. No volumes or security
-  context: kept for tests of the kubelet's pod lifecycle that run no image.
-* $(VAR) in command and args expands from the container's env; $$ escapes.
-  stdout+stderr go to WORK_DIR/NAMESPACE_POD.log;
-* status goes through the pods/status subresource: Running (podIP, podIPs, hostIP,
-  startTime, conditions, containerStatuses running), then Succeeded (exit 0) or
-  Failed with the container terminated (exitCode, reason Completed or Error).
-  Pods are never restarted, whatever their restartPolicy.
+* registers its Node (system:node:NAME through the Node authorizer and
+  NodeRestriction), Ready with the capacity it advertises, and renews its Lease
+  in kube-node-lease every few seconds, so the node lifecycle controller keeps
+  it Ready and the real kube-scheduler binds pods to it;
+* lists and watches the pods bound to it (fieldSelector spec.nodeName), re-listing
+  after 410 Expired or a dropped stream, and starts each one once:
+  - it gets a pod IP of its own on loopback: a random 127.A.B.0/24 chosen at start,
+    handing out .2, .3, ... (Linux routes all of 127/8 to lo), so pods may listen
+    on the same fixed ports; containers share the host's network (podman
+    --network host), as hostNetwork pods would, and bind their pod IP;
+  - --runtime container (the default): the first container runs as a real
+    container of its image (podman with runc), with a fresh root filesystem from
+    the image; command replaces the image's ENTRYPOINT and args its CMD, as on a
+    cluster; workingDir, env (value; valueFrom fieldRef for metadata.name/
+    namespace/uid, status.podIP, status.hostIP, spec.nodeName,
+    spec.serviceAccountName, metadata.labels['k'], metadata.annotations['k'];
+    configMapKeyRef and secretKeyRef read from the server; envFrom configMapRef and
+    secretRef with prefix) and securityContext (pod level, overridden per key by the
+    container's: runAsUser, runAsGroup, runAsNonRoot checked against the image's
+    USER with the kubelet's own wording, supplementalGroups, fsGroup,
+    readOnlyRootFilesystem, allowPrivilegeEscalation, privileged, capabilities,
+    seccompProfile Unconfined). The image must already be in local storage (no
+    registry is reachable): else the pod waits with ErrImageNeverPull.
+    Volumes are bind mounts (volumeMounts with readOnly and subPath): emptyDir (a
+    fresh 0777 folder per pod), hostPath (with its type), secret and configMap
+    (files written per pod, items and defaultMode honoured, mounted read-only),
+    projected (serviceAccountToken through the TokenRequest API bound to the pod,
+    configMap, secret, downwardAPI: the kube-api-access volume the real
+    ServiceAccount admission adds) and persistentVolumeClaim: the claim's
+    PersistentVolume (hostPath, made by the provisioner below and bound by the
+    controller manager) is mounted, one host folder per claim that every pod using
+    it sees. fsGroup makes emptyDir and claim folders group-owned and
+    group-writable, as the kubelet's volume ownership management does. No pod sees
+    the host's filesystem except through a volume; the API server is reached
+    through KUBERNETES_SERVICE_HOST/PORT, set to its address (no Service virtual IPs
+    here);
+  - --runtime process: command + args run as a plain process in its own process
+    group (command[0] without a slash is looked up in --bin-dir, then PATH; with no
+    command, an --image PREFIX=COMMAND mapping supplies one), in --pod-cwd, with
+    this process's environment plus the container's. No volumes or security
+    context: for tests of the pod lifecycle that run no image.
+  - $(VAR) in command and args expands from the container's env; $$ escapes.
+    stdout+stderr go to WORK_DIR/NAMESPACE_POD.log;
+  - status goes through the pods/status subresource: Running (podIP, podIPs, hostIP,
+    startTime, conditions, containerStatuses running), then Succeeded (exit 0) or
+    Failed with the container terminated (exitCode, reason Completed or Error).
+    Pods are never restarted, whatever their restartPolicy;
+* a pod given a deletionTimestamp gets SIGTERM, then SIGKILL after
+  min(terminationGracePeriodSeconds, --max-grace) seconds, and is then removed
+  with a zero grace period, as the kubelet ends a graceful deletion;
+* with --provisioner-token-file, a local volume provisioner as well (the role
+  system:persistent-volume-provisioner): each Pending PersistentVolumeClaim gets a
+  hostPath PersistentVolume under --claims-dir pre-bound to it.
 
-A pod that is deleted (or gets a deletionTimestamp) gets SIGTERM, then SIGKILL
-after min(terminationGracePeriodSeconds, --max-grace) seconds. On SIGTERM or
-SIGINT the kubelet kills every pod it started and exits. Process pods also get
-SIGKILL should the kubelet itself die (PR_SET_PDEATHSIG); containers left by a
-kubelet that died are removed by the next one to start.
+On SIGTERM or SIGINT the agent kills every pod it started and exits. Process pods
+also get SIGKILL should the agent itself die (PR_SET_PDEATHSIG); containers left by
+an agent that died are removed by the next one to start.
 
 What it does not model: image pulls, resource limits (cgroups), probes,
 restarts, init and sidecar containers, pod DNS and Services' virtual IPs.
 
-Run: /usr/bin/python3 tests/kube/kubelet.py --server http://127.0.0.1:PORT \\
-         --work-dir DIR [--runtime container|process] [--claims-dir DIR] \\
-         [--bin-dir DIR[:DIR...]] [--node-name test-node] [--pod-cwd DIR]
+Run: /usr/bin/python3 tests/kube/node_agent.py --server https://127.0.0.1:PORT \\
+         --ca-file CA --token-file TOKEN --work-dir DIR [--runtime container|process] \\
+         [--claims-dir DIR] [--provisioner-token-file TOKEN] [--bin-dir DIR[:DIR...]] \\
+         [--node-name paci-node] [--pod-cwd DIR]
 """
 
 import argparse
@@ -69,6 +87,7 @@ import random
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -142,13 +161,23 @@ class PodRun:
         self.monitor = None
 
 
-class Kubelet:
-    """Owns the watch loop, the pods' processes and the threads that wait on them.
-    run() blocks until stop(); stop() may be called from any thread or a signal handler."""
+class NodeAgent:
+    """Owns the Node and its Lease, the watch loop, the pods' processes and the threads
+    that wait on them. run() blocks until stop(); stop() may be called from any thread
+    or a signal handler."""
 
-    def __init__(self, server, bin_dirs, work_dir, node_name="test-node", pod_cwd=None, max_grace=5.0,
-                 images=None, log=sys.stderr, runtime="container", claims_dir=None, podman="podman"):
+    LEASE_SECONDS = 40
+    RENEW_SECONDS = 5
+
+    def __init__(self, server, ca_file, token, bin_dirs, work_dir, node_name="paci-node", pod_cwd=None,
+                 max_grace=5.0, images=None, log=sys.stderr, runtime="container", claims_dir=None,
+                 podman="podman", provisioner_token=None, capacity=None):
         self.server = server.rstrip("/")
+        self.context = ssl.create_default_context(cafile=ca_file)
+        self.token = token
+        self.provisioner_token = provisioner_token
+        self.capacity = capacity or {"cpu": "16", "memory": "64Gi", "pods": "110",
+                                     "ephemeral-storage": "100Gi"}
         self.bin_dirs = [d for d in bin_dirs if d]
         self.work_dir = work_dir
         self.node_name = node_name
@@ -171,19 +200,121 @@ class Kubelet:
         os.makedirs(work_dir, exist_ok=True)
 
     def log(self, text):
-        self._log.write("kubelet: %s\n" % text)
+        self._log.write("node agent: %s\n" % text)
         self._log.flush()
 
     # -- API access ----------------------------------------------------------
 
-    def request(self, method, path, body=None, content_type="application/json"):
+    def request(self, method, path, body=None, content_type="application/json", token=None):
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(self.server + path, data=data, method=method)
         if data is not None:
             req.add_header("Content-Type", content_type)
         req.add_header("Accept", "application/json")
-        with urllib.request.urlopen(req, timeout=30) as resp:
+        req.add_header("Authorization", "Bearer " + (token or self.token))
+        with urllib.request.urlopen(req, timeout=30, context=self.context) as resp:
             return json.loads(resp.read() or b"null")
+
+    # -- the node --------------------------------------------------------------
+
+    def register(self):
+        """Creates the Node (or takes the one of the same name) and reports it Ready."""
+        labels = {"kubernetes.io/hostname": self.node_name, "kubernetes.io/os": "linux",
+                  "kubernetes.io/arch": "amd64"}
+        try:
+            self.request("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {
+                "name": self.node_name, "labels": labels}})
+        except urllib.error.HTTPError as error:
+            if error.code != 409:
+                raise
+        self.report_node()
+
+    def report_node(self):
+        when = now_rfc3339()
+        conditions = [{"type": t, "status": "False", "reason": "KubeletHas" + r, "message": m,
+                       "lastHeartbeatTime": when}
+                      for t, r, m in (("MemoryPressure", "SufficientMemory", "no memory pressure"),
+                                      ("DiskPressure", "NoDiskPressure", "no disk pressure"),
+                                      ("PIDPressure", "SufficientPID", "enough PIDs"))]
+        conditions.append({"type": "Ready", "status": "True", "reason": "KubeletReady",
+                           "message": "the paci test node agent is posting ready status",
+                           "lastHeartbeatTime": when})
+        self.request("PATCH", "/api/v1/nodes/%s/status" % self.node_name, {"status": {
+            "conditions": conditions, "capacity": self.capacity, "allocatable": self.capacity,
+            "addresses": [{"type": "InternalIP", "address": self.host_ip},
+                          {"type": "Hostname", "address": self.node_name}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
+            "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux",
+                         "containerRuntimeVersion": "podman://", "kubeletVersion": "",
+                         "kubeProxyVersion": "", "osImage": "", "kernelVersion": os.uname().release,
+                         "machineID": "", "systemUUID": "", "bootID": ""}}},
+            "application/strategic-merge-patch+json")
+
+    def renew_lease(self):
+        path = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/" + self.node_name
+        renew = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        spec = {"holderIdentity": self.node_name, "leaseDurationSeconds": self.LEASE_SECONDS,
+                "renewTime": renew}
+        try:
+            self.request("PATCH", path, {"spec": spec}, "application/merge-patch+json")
+        except urllib.error.HTTPError as error:
+            if error.code != 404:
+                raise
+            self.request("POST", path.rsplit("/", 1)[0], {
+                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": self.node_name, "namespace": "kube-node-lease"}, "spec": spec})
+
+    def heartbeat(self):
+        """Renews the Lease every RENEW_SECONDS and the Node's status every minute."""
+        last_status = time.monotonic()
+        while not self.stopping.is_set():
+            try:
+                self.renew_lease()
+                if time.monotonic() - last_status > 60:
+                    self.report_node()
+                    last_status = time.monotonic()
+            except (OSError, ValueError, http.client.HTTPException) as error:
+                self.log("heartbeat: %s" % error)
+            self.stopping.wait(self.RENEW_SECONDS)
+
+    # -- the provisioner -------------------------------------------------------
+
+    def provision(self):
+        """Gives each Pending claim a hostPath PersistentVolume pre-bound to it, every half second."""
+        while not self.stopping.wait(0.5):
+            try:
+                claims = self.request("GET", "/api/v1/persistentvolumeclaims", token=self.provisioner_token)
+                for claim in claims["items"]:
+                    if (claim.get("status") or {}).get("phase") == "Pending" and \
+                            not claim["spec"].get("volumeName"):
+                        self.make_volume(claim)
+            except (OSError, ValueError, KeyError, http.client.HTTPException) as error:
+                self.log("provisioner: %s" % error)
+
+    def make_volume(self, claim):
+        m, spec = claim["metadata"], claim["spec"]
+        path = os.path.join(self.claims_dir, m["namespace"], m["name"])
+        if not os.path.isdir(path):
+            os.makedirs(path)
+            os.chmod(path, 0o755)  # root-owned, as a fresh file system is: fsGroup opens it up
+        storage = ((spec.get("resources") or {}).get("requests") or {}).get("storage", "1Gi")
+        volume = {"apiVersion": "v1", "kind": "PersistentVolume",
+                  "metadata": {"name": "pvc-" + m["uid"], "labels": {"paci.dev/provisioned-by": "node-agent"}},
+                  "spec": {"capacity": {"storage": storage},
+                           "accessModes": spec.get("accessModes") or ["ReadWriteOnce"],
+                           "persistentVolumeReclaimPolicy": "Retain",
+                           "storageClassName": spec.get("storageClassName") or "",
+                           "volumeMode": spec.get("volumeMode", "Filesystem"),
+                           "hostPath": {"path": path, "type": "Directory"},
+                           "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                                        "namespace": m["namespace"], "name": m["name"], "uid": m["uid"]}}}
+        try:
+            self.request("POST", "/api/v1/persistentvolumes", volume, token=self.provisioner_token)
+            self.log("claim %s/%s: volume %s at %s" % (m["namespace"], m["name"], volume["metadata"]["name"],
+                                                        path))
+        except urllib.error.HTTPError as error:
+            if error.code != 409:
+                raise
 
     def patch_status(self, run, status):
         path = "/api/v1/namespaces/%s/pods/%s/status" % (run.namespace, run.name)
@@ -201,13 +332,18 @@ class Kubelet:
     def run(self):
         if self.runtime == "container":
             self.remove_orphans()
-        retry = threading.Thread(target=self.retry_waiting, daemon=True, name="retry")
-        retry.start()
+        self.register()
+        helpers = [threading.Thread(target=self.retry_waiting, daemon=True, name="retry"),
+                   threading.Thread(target=self.heartbeat, daemon=True, name="heartbeat")]
+        if self.provisioner_token:
+            helpers.append(threading.Thread(target=self.provision, daemon=True, name="provisioner"))
+        for thread in helpers:
+            thread.start()
         rv = None
         while not self.stopping.is_set():
             try:
                 if rv is None:
-                    pods = self.request("GET", "/api/v1/pods")
+                    pods = self.request("GET", "/api/v1/pods?" + self.selector)
                     rv = pods["metadata"]["resourceVersion"]
                     self.sync(pods["items"])
                 rv = self.watch(rv)
@@ -234,11 +370,12 @@ class Kubelet:
     def watch(self, rv):
         """Streams events from `rv`; returns the last resourceVersion seen when the stream ends."""
         url = urllib.parse.urlsplit(self.server)
-        conn = http.client.HTTPConnection(url.hostname, url.port, timeout=None)
+        conn = http.client.HTTPSConnection(url.hostname, url.port, timeout=None, context=self.context)
         self.conn = conn
         try:
-            conn.request("GET", "/api/v1/pods?watch=true&allowWatchBookmarks=true&timeoutSeconds=300"
-                         "&resourceVersion=%s" % rv, headers={"Accept": "application/json"})
+            conn.request("GET", "/api/v1/pods?%s&watch=true&allowWatchBookmarks=true&timeoutSeconds=300"
+                         "&resourceVersion=%s" % (self.selector, rv),
+                         headers={"Accept": "application/json", "Authorization": "Bearer " + self.token})
             resp = conn.getresponse()
             if resp.status != 200:
                 raise OSError("watch answered HTTP %d" % resp.status)
@@ -262,17 +399,26 @@ class Kubelet:
             self.conn = None
             conn.close()
 
+    @property
+    def selector(self):
+        return "fieldSelector=" + urllib.parse.quote("spec.nodeName=" + self.node_name)
+
     def handle(self, etype, pod):
         m, spec = pod.get("metadata", {}), pod.get("spec", {})
-        if spec.get("nodeName") not in (None, "", self.node_name):
+        if spec.get("nodeName") != self.node_name:
             return
         with self.lock:
             run = self.pods.get(m.get("uid"))
         if etype == "DELETED" or m.get("deletionTimestamp"):
             with self.lock:
                 self.waiting.pop(m.get("uid"), None)
-            if run is not None:
-                self.kill(run)
+            if etype == "DELETED":
+                if run is not None:
+                    self.kill(run)
+            elif run is not None and run.proc is not None and run.proc.poll() is None:
+                self.kill(run, finalize=True)
+            else:
+                self.finalize(m["namespace"], m["name"], m["uid"])
             return
         if run is None and (pod.get("status") or {}).get("phase", "Pending") == "Pending":
             self.start(pod)
@@ -320,7 +466,10 @@ class Kubelet:
         return base64.b64decode(value).decode() if kind == "secrets" else value
 
     def environment(self, pod, container, ip):
-        variables = {}
+        url = urllib.parse.urlsplit(self.server)
+        # The kubelet sets these from the kubernetes Service; there are no Service IPs here.
+        variables = {"KUBERNETES_SERVICE_HOST": url.hostname, "KUBERNETES_SERVICE_PORT": str(url.port),
+                     "KUBERNETES_PORT": "tcp://%s:%d" % (url.hostname, url.port)}
         for item in container.get("env") or []:
             name = item["name"]
             source = item.get("valueFrom")
@@ -408,7 +557,7 @@ class Kubelet:
         except OSError as error:
             self.log("pod %s/%s cannot start: %s" % (run.namespace, run.name, error))
             with open(run.log_path, "a") as out:
-                out.write("kubelet: cannot start: %s\n" % error)
+                out.write("node agent: cannot start: %s\n" % error)
             self.patch_status(run, self.final_status(run, 128, "StartError", str(error)))
             return
         self.log("pod %s/%s started: pid %d ip %s: %s" % (run.namespace, run.name, run.proc.pid, run.ip,
@@ -448,7 +597,7 @@ class Kubelet:
         self.patch_status(run, status)
 
     def process_command(self, pod, container, variables):
-        if pod["spec"].get("volumes"):
+        if any("projected" not in v for v in pod["spec"].get("volumes") or []):
             raise Waiting("CreateContainerConfigError", "volumes need --runtime container", retry=False)
         command = list(container.get("command") or [])
         if not command:
@@ -497,21 +646,48 @@ class Kubelet:
                 raise Waiting("Unschedulable", 'persistentvolumeclaim "%s" not found' % claim_name,
                               scheduling=True)
             raise
-        path = os.path.join(self.claims_dir, namespace, claim_name)
-        if not os.path.isdir(path):
-            os.makedirs(path)
-            os.chmod(path, 0o755)  # root-owned, as a fresh file system is: fsGroup opens it up
-        if (claim.get("status") or {}).get("phase") != "Bound":
-            spec = claim.get("spec") or {}
-            storage = ((spec.get("resources") or {}).get("requests") or {}).get("storage", "1Gi")
-            body = {"status": {"phase": "Bound", "accessModes": spec.get("accessModes", ["ReadWriteOnce"]),
-                               "capacity": {"storage": storage}}}
-            try:
-                self.request("PATCH", "/api/v1/namespaces/%s/persistentvolumeclaims/%s/status"
-                             % (namespace, claim_name), body, "application/merge-patch+json")
-            except urllib.error.HTTPError as error:
-                self.log("binding claim %s/%s: HTTP %d" % (namespace, claim_name, error.code))
+        volume_name = (claim.get("spec") or {}).get("volumeName")
+        if (claim.get("status") or {}).get("phase") != "Bound" or not volume_name:
+            raise Waiting("ContainerCreating", 'persistentvolumeclaim "%s" is not bound' % claim_name)
+        volume = self.request("GET", "/api/v1/persistentvolumes/" + volume_name)
+        path = ((volume.get("spec") or {}).get("hostPath") or {}).get("path")
+        if not path or not os.path.isdir(path):
+            raise Waiting("ContainerCreating", 'volume "%s" of claim "%s" has no hostPath folder on this node'
+                          % (volume_name, claim_name))
         return path
+
+    def projected_files(self, pod, volume, name):
+        """The files of a projected volume: {relative path: (bytes, mode)}."""
+        source = volume["projected"]
+        mode = source.get("defaultMode", 0o644)
+        files = {}
+        for item in source.get("sources") or []:
+            if "serviceAccountToken" in item:
+                token = item["serviceAccountToken"]
+                m = pod["metadata"]
+                request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {
+                    "expirationSeconds": token.get("expirationSeconds", 3607),
+                    "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": m["name"], "uid": m["uid"]}}}
+                if token.get("audience"):
+                    request["spec"]["audiences"] = [token["audience"]]
+                answer = self.request("POST", "/api/v1/namespaces/%s/serviceaccounts/%s/token" % (
+                    m["namespace"], pod["spec"].get("serviceAccountName") or "default"), request)
+                files[token["path"]] = (answer["status"]["token"].encode(), mode)
+            elif "configMap" in item or "secret" in item:
+                kind = "secrets" if "secret" in item else "configmaps"
+                inner = dict(item.get("secret") or item.get("configMap"))
+                inner.setdefault("defaultMode", mode)
+                if kind == "secrets":
+                    inner["secretName"] = inner.get("name")
+                files.update(self.key_files(pod, kind, inner, name))
+            elif "downwardAPI" in item:
+                for entry in item["downwardAPI"].get("items") or []:
+                    if "fieldRef" not in entry:
+                        raise Waiting("ContainerCreating", 'volume "%s": only fieldRef items of downwardAPI are '
+                                      "modelled" % name, retry=False)
+                    value = self.field_ref(pod, "", entry["fieldRef"]["fieldPath"])
+                    files[entry["path"]] = (value.encode(), entry.get("mode", mode))
+        return files
 
     def key_files(self, pod, kind, source, name):
         """The files of a secret or configMap volume: {relative path: (bytes, mode)}."""
@@ -567,9 +743,12 @@ class Kubelet:
                 source = volume["persistentVolumeClaim"]
                 path = self.claim_dir(pod, source["claimName"])
                 owned, read_only = True, bool(source.get("readOnly"))
-            elif "secret" in volume or "configMap" in volume:
-                kind = "secrets" if "secret" in volume else "configmaps"
-                files = self.key_files(pod, kind, volume.get("secret") or volume.get("configMap"), name)
+            elif "secret" in volume or "configMap" in volume or "projected" in volume:
+                if "projected" in volume:
+                    files = self.projected_files(pod, volume, name)
+                else:
+                    kind = "secrets" if "secret" in volume else "configmaps"
+                    files = self.key_files(pod, kind, volume.get("secret") or volume.get("configMap"), name)
                 path = self.volume_dir(pod, name)
                 for relative, (content, mode) in files.items():
                     target = os.path.join(path, relative)
@@ -581,8 +760,8 @@ class Kubelet:
                         os.chown(target, -1, fs_group)
                 owned, read_only = False, True
             else:
-                raise Waiting("ContainerCreating", 'volume "%s": only emptyDir, hostPath, secret, configMap '
-                              "and persistentVolumeClaim volumes are modelled" % name, retry=False)
+                raise Waiting("ContainerCreating", 'volume "%s": only emptyDir, hostPath, secret, configMap, '
+                              "projected and persistentVolumeClaim volumes are modelled" % name, retry=False)
             if owned and fs_group is not None:
                 _own_by_group(path, fs_group)
             made[name] = (path, read_only)
@@ -665,13 +844,13 @@ class Kubelet:
         return [self.podman, "start", "--attach", run.container_id], dict(os.environ), self.work_dir
 
     def remove_orphans(self):
-        """Removes the containers of test kubelets that are no longer running."""
+        """Removes the containers of node agents that are no longer running."""
         out = self.podman_run("ps", "-a", "--filter", "label=io.paci.test-kubelet", "--format",
                               '{{.Names}} {{index .Labels "io.paci.test-kubelet"}}')
         stale = [line.split()[0] for line in out.stdout.splitlines()
                  if len(line.split()) == 2 and not _pid_alive(int(line.split()[1]))]
         if stale:
-            self.log("removing %d containers of a kubelet that died: %s" % (len(stale), " ".join(stale)))
+            self.log("removing %d containers of a node agent that died: %s" % (len(stale), " ".join(stale)))
             self.podman_run("rm", "--force", "--time", "0", *stale, timeout=120)
 
     def conditions(self, ready, when):
@@ -707,20 +886,32 @@ class Kubelet:
         if not run.killing:
             self.patch_status(run, self.final_status(run, exit_code, "Completed" if exit_code == 0 else "Error"))
 
-    def kill(self, run):
+    def finalize(self, namespace, name, uid):
+        """Ends a graceful deletion once the pod's containers are gone (the kubelet's last step)."""
+        try:
+            self.request("DELETE", "/api/v1/namespaces/%s/pods/%s" % (namespace, name),
+                         {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0,
+                          "preconditions": {"uid": uid}})
+        except urllib.error.HTTPError as error:
+            if error.code not in (404, 409):
+                self.log("removing %s/%s: HTTP %d" % (namespace, name, error.code))
+        except OSError as error:
+            self.log("removing %s/%s: %s" % (namespace, name, error))
+
+    def kill(self, run, finalize=False):
         with self.lock:
             if run.killing or run.proc is None or run.proc.poll() is not None:
                 return
             run.killing = True
         grace = max(0.0, min(run.grace, self.max_grace))
         self.log("pod %s/%s deleted: SIGTERM, SIGKILL after %gs" % (run.namespace, run.name, grace))
-        thread = threading.Thread(target=self.terminate, args=(run, grace), daemon=True,
+        thread = threading.Thread(target=self.terminate, args=(run, grace, finalize), daemon=True,
                                   name="kill-%s" % run.name)
         with self.lock:
             self.threads.append(thread)
         thread.start()
 
-    def terminate(self, run, grace):
+    def terminate(self, run, grace, finalize):
         if self.runtime == "container":
             # podman stop: the image's stop signal (SIGTERM), SIGKILL after the grace period.
             self.podman_run("stop", "--time", str(int(math.ceil(grace))), run.container_name,
@@ -729,15 +920,16 @@ class Kubelet:
                 run.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 _kill_group(run.proc.pid, signal.SIGKILL)
-            run.proc.wait()
-            return
-        _kill_group(run.proc.pid, signal.SIGTERM)
-        try:
-            run.proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            pass
-        _kill_group(run.proc.pid, signal.SIGKILL)
+        else:
+            _kill_group(run.proc.pid, signal.SIGTERM)
+            try:
+                run.proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                pass
+            _kill_group(run.proc.pid, signal.SIGKILL)
         run.proc.wait()
+        if finalize:
+            self.finalize(run.namespace, run.name, run.uid)
 
     # -- shutdown ------------------------------------------------------------
 
@@ -751,7 +943,7 @@ class Kubelet:
                 pass
 
     def shutdown(self):
-        """Kills every process this kubelet started and joins its threads."""
+        """Kills every process this agent started and joins its threads."""
         with self.lock:
             runs = list(self.pods.values())
         live = [run for run in runs if run.proc is not None and run.proc.poll() is None]
@@ -814,17 +1006,21 @@ _LIBC = ctypes.CDLL(None, use_errno=True)
 
 
 def _die_with_parent():
-    """Runs in the child before exec: SIGKILL it if the kubelet's thread that forked it dies."""
+    """Runs in the child before exec: SIGKILL it if the agent's thread that forked it dies."""
     _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--server", required=True, help="the API server, http://127.0.0.1:PORT")
+    parser.add_argument("--server", required=True, help="the API server, https://127.0.0.1:PORT")
+    parser.add_argument("--ca-file", required=True, help="the CA that signed the API server's certificate")
+    parser.add_argument("--token-file", required=True, help="the node's bearer token (system:node:NAME)")
+    parser.add_argument("--provisioner-token-file", help="a token with system:persistent-volume-provisioner: "
+                                                         "provision claims too")
     parser.add_argument("--bin-dir", default="", help="colon-separated directories for command[0]")
     parser.add_argument("--work-dir", required=True, help="where the pods' logs go")
-    parser.add_argument("--node-name", default="test-node")
-    parser.add_argument("--pod-cwd", help="the pods' working directory (default: the kubelet's)")
+    parser.add_argument("--node-name", default="paci-node")
+    parser.add_argument("--pod-cwd", help="the pods' working directory (default: the agent's)")
     parser.add_argument("--max-grace", type=float, default=5.0,
                         help="cap on terminationGracePeriodSeconds, in seconds")
     parser.add_argument("--image", action="append", default=[], metavar="PREFIX=COMMAND",
@@ -832,19 +1028,23 @@ def main():
                              "PREFIX")
     parser.add_argument("--runtime", choices=("container", "process"), default="container",
                         help="run pods as containers of their images (podman), or as plain processes")
-    parser.add_argument("--claims-dir", help="host folders bound to PersistentVolumeClaims "
-                                             "(default WORK_DIR/claims)")
+    parser.add_argument("--claims-dir", help="host folders of provisioned volumes (default WORK_DIR/claims)")
     parser.add_argument("--podman", default="podman", help="the podman command")
     args = parser.parse_args()
     images = dict(item.split("=", 1) for item in args.image)
-    kubelet = Kubelet(args.server, args.bin_dir.split(":"), args.work_dir, args.node_name, args.pod_cwd,
-                      args.max_grace, images, runtime=args.runtime, claims_dir=args.claims_dir,
-                      podman=args.podman)
+
+    def read(path):
+        with open(path) as f:
+            return f.read().strip()
+    agent = NodeAgent(args.server, args.ca_file, read(args.token_file), args.bin_dir.split(":"), args.work_dir,
+                      args.node_name, args.pod_cwd, args.max_grace, images, runtime=args.runtime,
+                      claims_dir=args.claims_dir, podman=args.podman,
+                      provisioner_token=read(args.provisioner_token_file) if args.provisioner_token_file else None)
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: kubelet.stop())
-    kubelet.log("node %s, %s runtime, pod IPs %s.0/24, api %s" % (args.node_name, args.runtime, kubelet.net,
-                                                                   args.server))
-    loop = threading.Thread(target=kubelet.run, name="kubelet")
+        signal.signal(sig, lambda *_: agent.stop())
+    agent.log("node %s, %s runtime, pod IPs %s.0/24, api %s" % (args.node_name, args.runtime, agent.net,
+                                                                 args.server))
+    loop = threading.Thread(target=agent.run, name="node-agent")
     loop.start()
     while loop.is_alive():
         loop.join(timeout=0.5)

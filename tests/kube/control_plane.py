@@ -1,0 +1,268 @@
+"""A real Kubernetes control plane on 127.0.0.1 for tests and benchmarks: etcd,
+kube-apiserver, kube-controller-manager and kube-scheduler, the binaries that
+scripts/kube-toolchain.sh built from their Go modules (BUILD_DIR/kube-bin).
+
+    plane = ControlPlane(workdir, build_dir).start()
+    plane.kubectl("get", "nodes")               # as cluster-admin
+    plane.kubeconfig_for("node")                # a kubeconfig of another identity
+    plane.stop()
+
+The API server serves TLS with a certificate of a CA made for the run, has RBAC
+and Node authorization, its default admission plugins (PodSecurity,
+ServiceAccount, ...) plus NodeRestriction, and issues service-account tokens.
+Identities (static bearer tokens, one per component, as a cluster's bootstrap
+would give them):
+    admin        user "paci-test:admin" in system:masters
+    controller   system:kube-controller-manager (its bootstrap role)
+    scheduler    system:kube-scheduler
+    node         system:node:NODE in system:nodes (the node agent)
+    provisioner  "paci-test:provisioner", bound to system:persistent-volume-provisioner
+The controller manager uses a service account per controller
+(--use-service-account-credentials), so garbage collection, namespace deletion,
+tokens and the root CA ConfigMap run as on a cluster.
+
+Every process logs to WORKDIR/<name>.log. Uses the standard library and openssl.
+"""
+import json
+import os
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+NODE_NAME = "paci-node"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def kube_bin(build_dir):
+    """BUILD_DIR/kube-bin; AssertionError naming the script when it is not there."""
+    path = os.path.join(os.path.abspath(build_dir), "kube-bin")
+    if not os.path.exists(os.path.join(path, "kube-apiserver")):
+        raise AssertionError("%s is missing: build it first (scripts/kube-toolchain.sh)" % path)
+    return path
+
+
+def write_kubeconfig(path, server, ca_file, token, namespace="default", name="paci-test"):
+    """A standard kubeconfig (JSON is YAML) for `server` trusting `ca_file`, with a bearer token."""
+    config = {
+        "apiVersion": "v1", "kind": "Config", "preferences": {},
+        "clusters": [{"name": name, "cluster": {"server": server, "certificate-authority": ca_file}}],
+        "users": [{"name": name, "user": {"token": token}}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": name, "namespace": namespace}}],
+        "current-context": name,
+    }
+    tmp = path + ".tmp"
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+        json.dump(config, f, indent=1)
+    os.replace(tmp, path)
+    return path
+
+
+def _openssl(*args, cwd):
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def make_pki(folder):
+    """A CA, the API server's certificate (127.0.0.1, localhost and the kubernetes
+    Service's names) and the service-account signing key pair, in `folder`."""
+    os.makedirs(folder, exist_ok=True)
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt",
+             "-days", "3", "-subj", "/CN=paci-test-ca", cwd=folder)
+    with open(os.path.join(folder, "san.cnf"), "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,"
+                "DNS:kubernetes.default,DNS:kubernetes.default.svc,"
+                "DNS:kubernetes.default.svc.cluster.local\n"
+                "extendedKeyUsage=serverAuth\n")
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "apiserver.key", "-out",
+             "apiserver.csr", "-subj", "/CN=kube-apiserver", cwd=folder)
+    _openssl("x509", "-req", "-in", "apiserver.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+             "-CAcreateserial", "-out", "apiserver.crt", "-days", "3", "-extfile", "san.cnf", cwd=folder)
+    _openssl("genrsa", "-out", "sa.key", "2048", cwd=folder)
+    _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=folder)
+
+
+class ControlPlane:
+    IDENTITIES = {
+        # name: (user, groups)
+        "admin": ("paci-test:admin", ["system:masters"]),
+        "controller": ("system:kube-controller-manager", []),
+        "scheduler": ("system:kube-scheduler", []),
+        "node": ("system:node:" + NODE_NAME, ["system:nodes"]),
+        "provisioner": ("paci-test:provisioner", []),
+    }
+
+    def __init__(self, workdir, build_dir, log=sys.stderr):
+        self.dir = workdir
+        self.bin = kube_bin(build_dir)
+        self.pki = os.path.join(workdir, "pki")
+        self.ca_file = os.path.join(self.pki, "ca.crt")
+        self.procs = {}
+        self.tokens = {}
+        self.kubeconfigs = {}
+        self.node_name = NODE_NAME
+        self._log = log
+
+    # -- processes -------------------------------------------------------------
+
+    def spawn(self, name, args):
+        log = open(os.path.join(self.dir, name + ".log"), "w")
+        self.procs[name] = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
+                                            start_new_session=True)
+        return self.procs[name]
+
+    def _check_alive(self, name):
+        proc = self.procs[name]
+        if proc.poll() is not None:
+            with open(os.path.join(self.dir, name + ".log"), errors="replace") as f:
+                tail = "".join(f.readlines()[-20:])
+            raise AssertionError("%s exited with %s:\n%s" % (name, proc.returncode, tail))
+
+    def _wait(self, what, name, predicate, timeout=120):
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            self._check_alive(name)
+            try:
+                if predicate():
+                    return
+            except (OSError, ValueError) as e:
+                last = e
+            time.sleep(0.2)  # polling interval
+        raise AssertionError("timed out waiting for %s (last: %r)" % (what, last))
+
+    def start(self):
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self):
+        make_pki(self.pki)
+        with open(os.path.join(self.pki, "tokens.csv"), "w") as f:
+            for name, (user, groups) in self.IDENTITIES.items():
+                token = os.urandom(16).hex()
+                self.tokens[name] = token
+                f.write('%s,%s,%s,"%s"\n' % (token, user, user, ",".join(groups)))
+        etcd_port, peer_port = free_port(), free_port()
+        self.spawn("etcd", [
+            os.path.join(self.bin, "etcd"), "--name=paci-test",
+            "--data-dir=" + os.path.join(self.dir, "etcd"),
+            "--listen-client-urls=http://127.0.0.1:%d" % etcd_port,
+            "--advertise-client-urls=http://127.0.0.1:%d" % etcd_port,
+            "--listen-peer-urls=http://127.0.0.1:%d" % peer_port,
+            "--initial-advertise-peer-urls=http://127.0.0.1:%d" % peer_port,
+            "--initial-cluster=paci-test=http://127.0.0.1:%d" % peer_port,
+            "--unsafe-no-fsync", "--log-level=warn"])
+        self.etcd_url = "http://127.0.0.1:%d" % etcd_port
+        self._wait("etcd", "etcd", lambda: urllib.request.urlopen(self.etcd_url + "/health", timeout=2)
+                   .status == 200, timeout=60)
+
+        port = free_port()
+        self.url = "https://127.0.0.1:%d" % port
+        pki = lambda name: os.path.join(self.pki, name)  # noqa: E731
+        self.spawn("kube-apiserver", [
+            os.path.join(self.bin, "kube-apiserver"),
+            "--etcd-servers=" + self.etcd_url,
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port=%d" % port,
+            "--cert-dir=" + pki("serving"),
+            "--tls-cert-file=" + pki("apiserver.crt"), "--tls-private-key-file=" + pki("apiserver.key"),
+            "--client-ca-file=" + pki("ca.crt"),
+            "--token-auth-file=" + pki("tokens.csv"),
+            "--authorization-mode=Node,RBAC",
+            "--enable-admission-plugins=NodeRestriction",
+            "--allow-privileged=true",  # so that Pod Security admission, not validation, judges them
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            "--service-account-key-file=" + pki("sa.pub"),
+            "--service-account-signing-key-file=" + pki("sa.key"),
+            "--service-cluster-ip-range=10.96.0.0/16",
+            "--profiling=false", "--v=1"])
+        self.kubeconfig = self.kubeconfig_for("admin")
+        self._wait("kube-apiserver /readyz", "kube-apiserver", lambda: self.request("GET", "/readyz"),
+                   timeout=180)
+
+        self.spawn("kube-controller-manager", [
+            os.path.join(self.bin, "kube-controller-manager"),
+            "--kubeconfig=" + self.kubeconfig_for("controller"),
+            "--authentication-kubeconfig=" + self.kubeconfig_for("controller"),
+            "--authorization-kubeconfig=" + self.kubeconfig_for("controller"),
+            "--bind-address=127.0.0.1", "--secure-port=0", "--leader-elect=false",
+            "--use-service-account-credentials=true",
+            "--service-account-private-key-file=" + pki("sa.key"), "--root-ca-file=" + pki("ca.crt"),
+            "--cluster-signing-cert-file=" + pki("ca.crt"), "--cluster-signing-key-file=" + pki("ca.key"),
+            "--concurrent-gc-syncs=5", "--v=1"])
+        self.spawn("kube-scheduler", [
+            os.path.join(self.bin, "kube-scheduler"),
+            "--kubeconfig=" + self.kubeconfig_for("scheduler"),
+            "--authentication-kubeconfig=" + self.kubeconfig_for("scheduler"),
+            "--authorization-kubeconfig=" + self.kubeconfig_for("scheduler"),
+            "--bind-address=127.0.0.1", "--secure-port=0", "--leader-elect=false", "--v=1"])
+        self.kubectl("create", "clusterrolebinding", "paci-test:provisioner",
+                     "--clusterrole=system:persistent-volume-provisioner",
+                     "--user=" + self.IDENTITIES["provisioner"][0])
+        # The controller manager made the default namespace's ServiceAccount: pods can be created.
+        self._wait("the default ServiceAccount", "kube-controller-manager",
+                   lambda: self.request("GET", "/api/v1/namespaces/default/serviceaccounts/default"))
+
+    def kubeconfig_for(self, identity, token=None, namespace="default"):
+        """A kubeconfig for one of IDENTITIES (or for `token`, under the name `identity`)."""
+        if identity not in self.kubeconfigs or token is not None:
+            path = os.path.join(self.dir, "%s.kubeconfig" % identity.replace(":", "-").replace("/", "-"))
+            self.kubeconfigs[identity] = write_kubeconfig(
+                path, self.url, self.ca_file, token or self.tokens[identity], namespace=namespace)
+        return self.kubeconfigs[identity]
+
+    def ssl_context(self):
+        return ssl.create_default_context(cafile=self.ca_file)
+
+    def request(self, method, path, body=None, identity="admin", content_type="application/json"):
+        """One call of the API as `identity`; the decoded JSON answer (urllib's HTTPError on refusal)."""
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.url + path, data=data, method=method)
+        req.add_header("Authorization", "Bearer " + self.tokens[identity])
+        req.add_header("Accept", "application/json")
+        if data is not None:
+            req.add_header("Content-Type", content_type)
+        with urllib.request.urlopen(req, timeout=30, context=self.ssl_context()) as resp:
+            text = resp.read()
+        try:
+            return json.loads(text or b"null")
+        except ValueError:
+            return text.decode()
+
+    def kubectl(self, *args, stdin=None, check=True, timeout=120, kubeconfig=None):
+        return subprocess.run([os.path.join(self.bin, "kubectl"), "--kubeconfig",
+                               kubeconfig or self.kubeconfig, *args], input=stdin, capture_output=True,
+                              text=True, check=check, timeout=timeout)
+
+    def helm(self, *args, check=True, timeout=300):
+        env = dict(os.environ, HELM_CACHE_HOME=os.path.join(self.dir, "helm", "cache"),
+                   HELM_CONFIG_HOME=os.path.join(self.dir, "helm", "config"),
+                   HELM_DATA_HOME=os.path.join(self.dir, "helm", "data"))
+        return subprocess.run([os.path.join(self.bin, "helm"), "--kubeconfig", self.kubeconfig, *args],
+                              capture_output=True, text=True, check=check, timeout=timeout, env=env)
+
+    def service_account_kubeconfig(self, namespace, name, duration="24h"):
+        """A kubeconfig holding a token the real server issued for a ServiceAccount."""
+        token = self.kubectl("create", "token", name, "-n", namespace, "--duration=" + duration).stdout.strip()
+        return self.kubeconfig_for("sa-%s-%s" % (namespace, name), token=token, namespace=namespace)
+
+    def stop(self):
+        for name in ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
+            proc = self.procs.get(name)
+            if proc and proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
