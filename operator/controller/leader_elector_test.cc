@@ -18,7 +18,7 @@ using nlohmann::json;
 class LeaderElectorTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_GT(server_.port(), 0) << "the test API server did not start";
+    ASSERT_TRUE(server_.ok()) << "the API server did not start; see " << server_.log_path();
     options_.lease_namespace = "default";
     options_.clock = &clock_;
   }
@@ -85,8 +85,8 @@ TEST_F(LeaderElectorTest, ALeaderThatCannotRenewStepsDownAfterTheRenewDeadline) 
 
   // The next six renewals fail: five retry periods (10 s) without one is
   // still within the renew deadline, the sixth (12 s) is past it.
-  server_.Control("inject-error", {{"verb", "update"}, {"resource", "leases"}, {"code", 500},
-                                   {"count", 6}});
+  ASSERT_TRUE(server_.Control("inject-error", {{"verb", "update"}, {"resource", "leases"}, {"code", 500},
+                                   {"count", 6}}));
   for (int retry = 1; retry <= 5; ++retry) {
     NextRetry();
     EXPECT_TRUE(elector.IsLeader()) << "after " << retry << " failed renewals";

@@ -26,6 +26,7 @@ using nlohmann::json;
 using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
+using ::testing::UnorderedElementsAre;
 
 // The coordinator as the operator sees it, in memory. Thread-safe.
 class FakeCoordinatorJobs : public CoordinatorJobs {
@@ -115,11 +116,18 @@ json NewTrainingJob(const std::string& name) {
 class ControllerTestBase : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_GT(server_.port(), 0) << "the test API server did not start";
+    ASSERT_TRUE(server_.ok()) << "the API server did not start; see " << server_.log_path();
     absl::Status crd =
         kube_.Create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", TrainingJobCrd())
             .status();
     ASSERT_TRUE(crd.ok()) << crd;
+    // The real server serves the new resource once the CRD is Established (moments later).
+    absl::Status served = kube_.List(Jobs()).status();
+    for (int i = 0; i < 200 && !served.ok(); ++i) {
+      absl::SleepFor(absl::Milliseconds(50));
+      served = kube_.List(Jobs()).status();
+    }
+    ASSERT_TRUE(served.ok()) << served;
   }
 
   static std::string Jobs() { return CollectionPath("paci.dev", "v1alpha1", "default", "trainingjobs"); }
@@ -178,7 +186,9 @@ TEST_F(ActionExecutorTest, CarriesOutANewJobsActions) {
   ASSERT_TRUE(result.status.ok()) << result.status;
 
   EXPECT_THAT(Names(Pods()), ElementsAre("kjv-worker-0", "kjv-worker-1"));
-  EXPECT_THAT(Names(CollectionPath("", "v1", "default", "services")), ElementsAre("kjv-workers"));
+  // Beside the API server's own Service.
+  EXPECT_THAT(Names(CollectionPath("", "v1", "default", "services")),
+              UnorderedElementsAre("kjv-workers", "kubernetes"));
   const std::string coordinator_job = CoordinatorJobName(world.job);
   EXPECT_THAT(coordinator_.submitted(), ElementsAre(coordinator_job));
   absl::StatusOr<json> job = GetJob("kjv");
@@ -223,7 +233,7 @@ TEST_F(ActionExecutorTest, ASubmitTheCoordinatorCouldNotTakeIsRetriedAfterTheSta
 }
 
 TEST_F(ActionExecutorTest, AFailedChangeStopsBeforeTheSubmit) {
-  server_.Control("inject-error", {{"verb", "create"}, {"resource", "pods"}, {"code", 500}});
+  ASSERT_TRUE(server_.Control("inject-error", {{"verb", "create"}, {"resource", "pods"}, {"code", 500}}));
   const ObservedWorld world = Observe(CreateJob(NewTrainingJob("kjv")));
   const ActionExecutor::Result result = ReconcileAndExecute(world);
   EXPECT_FALSE(result.status.ok());

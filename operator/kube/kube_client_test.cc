@@ -24,7 +24,7 @@ using nlohmann::json;
 class KubeClientTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_GT(server_.port(), 0) << "the test API server did not start";
+    ASSERT_TRUE(server_.ok()) << "the API server did not start; see " << server_.log_path();
     client_ = std::make_unique<KubeClient>(server_.client_options());
   }
 
@@ -99,7 +99,7 @@ TEST_F(KubeClientTest, WatchFromATooOldVersionIsOutOfRange) {
   absl::StatusOr<json> created = client_->Create(pods, Pod("a"));
   ASSERT_TRUE(created.ok());
   ASSERT_TRUE(client_->Create(pods, Pod("b")).ok());
-  server_.Control("compact");
+  ASSERT_TRUE(server_.Control("compact"));
   WatchOptions options;
   options.resource_version = (*created)["metadata"]["resourceVersion"];
   absl::Status status = client_->Watch(pods, options, [](const WatchEvent&) { return true; });
@@ -117,7 +117,7 @@ TEST_F(KubeClientTest, InformerResumesAfterADroppedWatchWithoutListingAgain) {
   // The watch is open at the server, so cutting it below does cut it.
   ASSERT_TRUE(WaitFor([&] { return server_.OpenWatches() >= 1; }));
 
-  server_.Control("drop-watches");
+  ASSERT_TRUE(server_.Control("drop-watches"));
   ASSERT_TRUE(client_->Create(pods, Pod("b")).ok());
   ASSERT_TRUE(WaitFor([&] { return informer.Get("default", "b").has_value(); }));
   EXPECT_TRUE(informer.Get("default", "a").has_value());
@@ -145,10 +145,10 @@ TEST_F(KubeClientTest, InformerListsAgainAfter410AndMissesNothing) {
 
   // Cut the stream; while the informer backs off, the world changes and the
   // server forgets that history: its resourceVersion is now too old.
-  server_.Control("drop-watches");
+  ASSERT_TRUE(server_.Control("drop-watches"));
   ASSERT_TRUE(client_->Delete(PodPath("a")).ok());
   ASSERT_TRUE(client_->Create(pods, Pod("c")).ok());
-  server_.Control("compact");
+  ASSERT_TRUE(server_.Control("compact"));
   ASSERT_TRUE(WaitFor([&] { return informer.stats().expired >= 1; }));
   ASSERT_TRUE(WaitFor([&] { return informer.stats().lists >= 2; }));
   EXPECT_TRUE(informer.Get("default", "c").has_value());

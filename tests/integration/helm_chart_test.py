@@ -1,26 +1,24 @@
 #!/usr/bin/python3
-"""The Helm chart (helm/paci), rendered as Helm renders it and applied.
+"""The Helm chart (helm/paci), rendered by the real helm (scripts/kube-toolchain.sh
+builds it from its Go module) and installed on the real control plane
+(tests/kube/control_plane.py):
 
-No helm binary is packaged for Debian, so tests/helm/render.go, a small
-`helm template` built on the libraries Helm's engine is built on (Go's
-text/template, sprig, sigs.k8s.io/yaml, gojsonschema for values.schema.json),
-renders the chart; the test builds it with Debian's Go (GOPATH mode, no
-network) into the build directory. Then:
-
-* the chart's copies of deploy/ files (CRD, dashboards, alert rules) are real
-  files, byte for byte the originals, and its monitoring objects scrape as
-  deploy/prometheus/prometheus.yml does;
-* default values render valid objects, every name derived from the release,
-  with the app.kubernetes.io labels and stable selectors; two releases in one
-  namespace share no name, cluster-scoped objects included;
+* `helm lint` passes; the chart's copies of deploy/ files (CRD, dashboards, alert
+  rules) are real files, byte for byte the originals, and its monitoring objects
+  scrape as deploy/prometheus/prometheus.yml does;
+* `helm template` with default values renders valid objects, every name derived
+  from the release, with the app.kubernetes.io labels and stable selectors; two
+  releases in one namespace share no name, cluster-scoped objects included;
 * optional maps left empty render valid YAML; values.schema.json refuses a wrong
   type with the key named; NOTES.txt renders;
 * the TLS values produce the flags and mounts of mutual TLS end to end
   (coordinator, operator, worker pods through the operator's --worker_secret),
   every flag one that the binaries define;
-* `kubectl apply --dry-run=client` accepts the output, and the test API server
-  (tests/kube/apiserver.py) takes two releases side by side, every object
-  created, none shared; the documented CRD upgrade step works.
+* on the real kube-apiserver: two releases install side by side (every object
+  created, none shared), one upgrades and rolls back while the other is
+  untouched, and uninstall leaves nothing but the CRD; the operator's
+  ServiceAccount may do what the operator does and no more (`kubectl auth can-i`
+  as that account); the documented CRD upgrade step works.
 
 Run by ctest with PACI_BUILD_DIR and PACI_SOURCE_DIR set.
 """
@@ -40,12 +38,12 @@ SOURCE = os.path.abspath(os.environ.get("PACI_SOURCE_DIR", "."))
 BUILD = os.path.abspath(os.environ.get("PACI_BUILD_DIR", "build"))
 CHART = os.path.join(SOURCE, "helm", "paci")
 KUBE = os.path.join(SOURCE, "tests", "kube")
-RENDER_DIR = os.path.join(BUILD, "helm-render")
-RENDERER = os.path.join(RENDER_DIR, "paci-helm-render")
 PYTHON = "/usr/bin/python3"
 sys.path.insert(0, KUBE)
 
-from apiserver_process import ApiServerProcess  # noqa: E402
+from control_plane import ControlPlane, kube_bin  # noqa: E402
+
+HELM = os.path.join(kube_bin(BUILD), "helm")
 
 # The chart's copies of files kept in deploy/ (the one source: edit there, then copy).
 COPIES = {
@@ -60,24 +58,9 @@ CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition
 TLS_MUTUAL = ["--set", "tls.enabled=true", "--set", "tls.requireClientCerts=true"]
 
 
-def build_renderer():
-    """Builds tests/helm into build/helm-render (Go's cache there too); seconds when cached."""
-    go = shutil.which("go")
-    if not go:
-        raise AssertionError("go is not installed: scripts/install-deps.sh installs golang-go and the "
-                             "Go libraries the renderer needs")
-    os.makedirs(RENDER_DIR, exist_ok=True)
-    env = dict(os.environ, GO111MODULE="off", GOPATH="/usr/share/gocode", GOFLAGS="",
-               GOCACHE=os.path.join(RENDER_DIR, "go-cache"), CGO_ENABLED="0")
-    r = subprocess.run([go, "build", "-o", RENDERER, "."], cwd=os.path.join(SOURCE, "tests", "helm"),
-                       env=env, capture_output=True, text=True, timeout=600)
-    if r.returncode != 0:
-        raise AssertionError("building the chart renderer failed:\n" + r.stderr)
-    return RENDERER
-
-
 def run_renderer(args, release="paci", namespace="paci-system"):
-    return subprocess.run([RENDERER, "--name", release, "--namespace", namespace] + list(args) + [CHART],
+    """`helm template RELEASE CHART --namespace NAMESPACE ARGS...` with the real helm."""
+    return subprocess.run([HELM, "template", release, CHART, "--namespace", namespace] + list(args),
                           capture_output=True, text=True, timeout=60)
 
 
@@ -232,9 +215,10 @@ class ChartFilesTest(unittest.TestCase):
 
 
 class RenderTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        build_renderer()
+    def test_helm_lint_passes(self):
+        r = subprocess.run([HELM, "lint", "--strict", CHART], capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("1 chart(s) linted, 0 chart(s) failed", r.stdout)
 
     def test_default_values_name_every_object_after_the_release_with_standard_labels(self):
         with open(os.path.join(CHART, "Chart.yaml")) as f:
@@ -394,17 +378,18 @@ class RenderTest(unittest.TestCase):
     def test_the_schema_refuses_a_wrong_type_naming_the_key(self):
         cases = [
             (["--set", "operator.leaderElection.replicas=two"],
-             "operator.leaderElection.replicas: Invalid type. Expected: integer, given: string"),
-            (["--set", "tls.enabled=yes"], "tls.enabled: Invalid type. Expected: boolean, given: string"),
+             "at '/operator/leaderElection/replicas': got string, want integer"),
+            (["--set", "tls.enabled=yes"], "at '/tls/enabled': got string, want boolean"),
             (["--set", "dashboards.labels.grafana_dashboard=1"],
-             "dashboards.labels.grafana_dashboard: Invalid type. Expected: string, given: integer"),
-            (["--set", "imagePullSecrets=regcred"], "imagePullSecrets: Invalid type. Expected: array"),
-            (["--set", "coordinator.image.pullPolicy=Sometimes"], "coordinator.image.pullPolicy"),
+             "at '/dashboards/labels/grafana_dashboard': got number, want string"),
+            (["--set", "imagePullSecrets=regcred"], "at '/imagePullSecrets': got string, want array"),
+            (["--set", "coordinator.image.pullPolicy=Sometimes"],
+             "at '/coordinator/image/pullPolicy': value must be one of 'Always', 'IfNotPresent', 'Never'"),
             (["--set", "tls.requireClientCert=true"],
-             "tls: Additional property requireClientCert is not allowed"),
+             "at '/tls': additional properties 'requireClientCert' not allowed"),
             (["--set", "worker.image.pullPolicy=Always"],
-             "worker.image: Additional property pullPolicy is not allowed"),
-            (["--set", "operator.watchNamespace=Team_A"], "operator.watchNamespace"),
+             "at '/worker/image': additional properties 'pullPolicy' not allowed"),
+            (["--set", "operator.watchNamespace=Team_A"], "at '/operator/watchNamespace'"),
         ]
         for args, message in cases:
             error = render_error(*args)
@@ -471,12 +456,6 @@ class RenderTest(unittest.TestCase):
         self.assertEqual(operator["worker_secret_flags"],
                          "ca.crt=tls_ca,tls.crt=coordinator_tls_cert,tls.key=coordinator_tls_key")
 
-        # The names the NOTES ask for are the names mounted.
-        notes = render_text("--notes", *TLS_MUTUAL, release="alpha", namespace="ml")
-        for secret in ("alpha-paci-coordinator-tls", "alpha-paci-operator-client-tls", "alpha-paci-worker-tls",
-                       "DNS:alpha-paci-coordinator.ml.svc"):
-            self.assertIn(secret, notes)
-
         # TLS without client certificates: the server asks for none, nobody presents one.
         kinds = by_kind(render("--set", "tls.enabled=true", "--set", "tls.secretName=my-tls",
                                "--set", "tls.workerSecretName=my-workers"))
@@ -495,14 +474,6 @@ class RenderTest(unittest.TestCase):
         self.assertFalse({"coordinator_tls_ca", "worker_secret"}
                          & set(flags(container(kinds["Deployment"]["paci-operator"])["args"])))
         self.assertIn("grpc", container(kinds["Deployment"]["paci-coordinator"])["readinessProbe"])
-
-    def test_notes_render_with_the_release_names_and_the_crd_upgrade_step(self):
-        notes = render_text("--notes", release="alpha", namespace="ml")
-        self.assertIn('release "alpha" in namespace "ml"', notes)
-        self.assertIn("alpha-paci-coordinator.ml.svc", notes)
-        self.assertIn("kubectl apply --server-side --force-conflicts", notes)
-        self.assertIn("every namespace", notes)
-        self.assertNotIn("<no value>", notes)
 
     def test_monitoring_objects_scrape_as_the_shipped_prometheus_config(self):
         with open(os.path.join(SOURCE, "deploy", "prometheus", "prometheus.yml")) as f:
@@ -555,41 +526,17 @@ class RenderTest(unittest.TestCase):
         self.assertEqual(podmonitor["spec"]["selector"],
                          {"matchExpressions": [{"key": "paci.dev/trainingjob", "operator": "Exists"}]})
 
-    def test_renderer_fails_as_helm_does_on_invalid_yaml_and_required_values(self):
-        with tempfile.TemporaryDirectory() as tmp:
-            chart = os.path.join(tmp, "bad")
-            os.makedirs(os.path.join(chart, "templates"))
-            with open(os.path.join(chart, "Chart.yaml"), "w") as f:
-                f.write("apiVersion: v2\nname: bad\nversion: 0.1.0\n")
-            with open(os.path.join(chart, "values.yaml"), "w") as f:
-                f.write("labels: {}\nname: \"\"\n")
-            with open(os.path.join(chart, "templates", "cm.yaml"), "w") as f:
-                f.write("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n  labels:\n"
-                        "    a: b\n    {{- toYaml .Values.labels | nindent 4 }}\n")
-            with open(os.path.join(chart, "templates", "req.yaml"), "w") as f:
-                f.write("{{- if .Values.check }}\nname: {{ required \"name is required\" .Values.name }}\n"
-                        "{{- end }}\n")
-            r = subprocess.run([RENDERER, chart], capture_output=True, text=True)
-            self.assertNotEqual(r.returncode, 0)
-            self.assertIn("YAML parse error on bad/templates/cm.yaml", r.stderr)
-            r = subprocess.run([RENDERER, "--set", "check=true", "--set", "labels=null", chart],
-                               capture_output=True, text=True)
-            self.assertNotEqual(r.returncode, 0)
-            self.assertRegex(r.stderr, r"execution error at \(bad/templates/req.yaml:2:\d+\): name is required")
-
 
 class ClusterTest(unittest.TestCase):
-    """The rendered objects against kubectl and the test API server."""
+    """The chart installed with the real helm on the real control plane. No node agent runs
+    here: the chart's pods stay Pending (operator_e2e_test.py runs pods)."""
 
     @classmethod
     def setUpClass(cls):
-        if not shutil.which("kubectl"):
-            raise unittest.SkipTest("kubectl not installed")
-        build_renderer()
         cls.dir = tempfile.mkdtemp(prefix="helm-chart-test-")
-        cls.api = ApiServerProcess(cls.dir)
-        cls.url, cls.kubeconfig, cls.env = cls.api.url, cls.api.kubeconfig, cls.api.env
-        # The Prometheus Operator's kinds, as far as applying the chart needs them.
+        cls.plane = ControlPlane(cls.dir, BUILD).start()
+        # The Prometheus Operator's kinds, as far as installing the chart needs them (their
+        # schemas are not checked here: any object of these kinds is accepted).
         for plural, kind in (("servicemonitors", "ServiceMonitor"), ("podmonitors", "PodMonitor"),
                              ("prometheusrules", "PrometheusRule")):
             crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
@@ -601,22 +548,19 @@ class ClusterTest(unittest.TestCase):
                                 "openAPIV3Schema": {"type": "object",
                                                     "x-kubernetes-preserve-unknown-fields": True}}}]}}
             cls.kubectl_ok("apply", "-f", "-", stdin=json.dumps(crd))
-        for namespace in ("ml", "team-a"):
-            cls.kubectl_ok("apply", "-f", "-", stdin=json.dumps(
-                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}))
+        for namespace in ("ml", "team-a", "team-b"):
+            cls.kubectl_ok("create", "namespace", namespace)
 
     @classmethod
     def tearDownClass(cls):
         try:
-            cls.api.stop()
+            cls.plane.stop()
         finally:
             shutil.rmtree(cls.dir, ignore_errors=True)
 
     @classmethod
     def kubectl(cls, *args, stdin=None):
-        return subprocess.run(["kubectl", "--kubeconfig", cls.kubeconfig, "--cache-dir",
-                               os.path.join(cls.dir, "cache"), "--request-timeout", "20s"] + list(args),
-                              input=stdin, capture_output=True, text=True, env=cls.env, timeout=120)
+        return cls.plane.kubectl(*args, stdin=stdin, check=False)
 
     @classmethod
     def kubectl_ok(cls, *args, stdin=None):
@@ -624,59 +568,121 @@ class ClusterTest(unittest.TestCase):
         assert r.returncode == 0, "kubectl %s: %s" % (" ".join(args), r.stderr)
         return r.stdout
 
-    def apply(self, manifest, *args):
-        """kubectl apply of the manifest; {"kind/name": verb} from kubectl's lines."""
-        out = self.kubectl_ok("apply", "-f", "-", *args, stdin=manifest)
-        result = {}
-        for line in out.splitlines():
-            m = re.match(r"^(\S+) (created|configured|unchanged|serverside-applied)", line)
-            self.assertTrue(m, line)
-            result[m.group(1)] = m.group(2)
-        return result
+    def helm(self, *args):
+        r = self.plane.helm(*args, check=False)
+        self.assertEqual(r.returncode, 0, "helm %s: %s%s" % (" ".join(args), r.stdout, r.stderr))
+        return r.stdout
 
-    def test_two_releases_side_by_side_in_one_namespace(self):
+    def release_objects(self, release):
+        """(kind, namespace, name) of every object labelled with the release, and its CRD."""
+        listed = json.loads(self.kubectl_ok(
+            "get", "deployments,services,serviceaccounts,configmaps,persistentvolumeclaims,roles,rolebindings,"
+            "poddisruptionbudgets,servicemonitors,podmonitors,prometheusrules,clusterroles,"
+            "clusterrolebindings", "-A", "-l", "app.kubernetes.io/instance=" + release, "-o", "json"))
+        return sorted(identity(d) for d in listed["items"])
+
+    def test_two_releases_side_by_side_upgrade_rollback_and_uninstall(self):
         monitoring = ["--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.prometheusRule.enabled=true"]
-        alpha = render_text("--include-crds", *monitoring, release="alpha", namespace="ml")
-        beta = render_text("--include-crds", *monitoring, *TLS_MUTUAL, release="beta", namespace="ml")
+        self.helm("install", "alpha", CHART, "--namespace", "ml", *monitoring)
+        self.helm("install", "beta", CHART, "--namespace", "ml", *monitoring, *TLS_MUTUAL)
+        # The CRD is the one object releases share (Helm installs crds/ once, never upgrades them).
+        self.assertIn("trainingjobs.paci.dev", self.kubectl_ok("get", "crd", "-o", "name"))
+        for release, extra in (("alpha", []), ("beta", TLS_MUTUAL)):
+            docs = render(*monitoring, *extra, release=release, namespace="ml")
+            self.assertEqual(self.release_objects(release), sorted(identity(d) for d in docs), release)
+        self.assertFalse(set(self.release_objects("alpha")) & set(self.release_objects("beta")))
+        listed = self.helm("list", "--namespace", "ml", "-o", "json")
+        self.assertEqual(sorted((r["name"], r["status"], r["revision"]) for r in json.loads(listed)
+                                if r["name"] in ("alpha", "beta")),
+                         [("alpha", "deployed", "1"), ("beta", "deployed", "1")])
 
-        # The CRD is the one object releases share (Helm installs crds/ once).
-        crd = "customresourcedefinition.apiextensions.k8s.io/trainingjobs.paci.dev"
+        # An upgrade of one release (replicas, an image tag): its objects change, the other's do not.
+        def snapshot(release):
+            out = json.loads(self.kubectl_ok("get", "deployments", "-n", "ml", "-l",
+                                             "app.kubernetes.io/instance=" + release, "-o", "json"))
+            return {d["metadata"]["name"]: (d["spec"]["replicas"], d["spec"]["template"]["spec"]["containers"][0]
+                                            ["image"], d["metadata"]["generation"]) for d in out["items"]}
+        alpha_before, beta_before = snapshot("alpha"), snapshot("beta")
+        self.helm("upgrade", "alpha", CHART, "--namespace", "ml", *monitoring,
+                  "--set", "operator.leaderElection.replicas=3", "--set", "coordinator.image.tag=0.2.0")
+        alpha_after = snapshot("alpha")
+        self.assertEqual(alpha_after["alpha-paci-operator"][0], 3)
+        self.assertEqual(alpha_after["alpha-paci-coordinator"][1], "paci-coordinator:0.2.0")
+        self.assertEqual(snapshot("beta"), beta_before)
+        # Rollback to revision 1 restores it (a third revision).
+        self.helm("rollback", "alpha", "1", "--namespace", "ml")
+        restored = snapshot("alpha")
+        self.assertEqual({k: v[:2] for k, v in restored.items()}, {k: v[:2] for k, v in alpha_before.items()})
+        history = json.loads(self.helm("history", "alpha", "--namespace", "ml", "-o", "json"))
+        self.assertEqual([(h["revision"], h["status"]) for h in history],
+                         [(1, "superseded"), (2, "superseded"), (3, "deployed")])
 
-        # kubectl's client-side dry run takes every object of both.
-        for manifest in (alpha, beta):
-            dry = self.apply(manifest, "--dry-run=client")
-            dry.pop(crd)
-            self.assertEqual(set(dry.values()), {"created"}, dry)
+        # Uninstall leaves nothing of the release but the CRD (and the claim-less namespace).
+        for release in ("alpha", "beta"):
+            self.helm("uninstall", release, "--namespace", "ml", "--wait", "--timeout", "120s")
+            self.assertEqual(self.release_objects(release), [], release)
+        self.assertIn("trainingjobs.paci.dev", self.kubectl_ok("get", "crd", "-o", "name"))
+        self.assertFalse({"alpha", "beta"} & set(self.helm("list", "--namespace", "ml", "-q").split()))
 
-        # For real: every object of each release is created; none of beta's existed.
-        first = self.apply(alpha)
-        self.assertIn(first.pop(crd), ("created", "configured", "unchanged"))
-        self.assertEqual(set(first.values()), {"created"}, first)
-        second = self.apply(beta)
-        self.assertEqual(second.pop(crd), "unchanged")
-        self.assertEqual(set(second.values()), {"created"}, second)
-        self.assertEqual(len(first), len(second))
-        for release, manifest in (("alpha", alpha), ("beta", beta)):
-            docs = [d for d in yaml.safe_load_all(manifest) if d and d["kind"] != "CustomResourceDefinition"]
-            listed = json.loads(self.kubectl_ok(
-                "get", "deployments,services,serviceaccounts,configmaps,persistentvolumeclaims,roles,rolebindings,"
-                "poddisruptionbudgets,servicemonitors,podmonitors,prometheusrules,clusterroles,"
-                "clusterrolebindings", "-A", "-l", "app.kubernetes.io/instance=" + release, "-o", "json"))
-            self.assertEqual(sorted(identity(d) for d in listed["items"]), sorted(identity(d) for d in docs))
+    def test_notes_name_the_release_its_secrets_and_the_crd_upgrade_step(self):
+        notes = self.helm("install", "alpha", CHART, "--namespace", "ml", "--dry-run=server")
+        notes = notes[notes.index("NOTES:"):]
+        self.assertIn('release "alpha" in namespace "ml"', notes)
+        self.assertIn("alpha-paci-coordinator.ml.svc", notes)
+        self.assertIn("kubectl apply --server-side --force-conflicts", notes)
+        self.assertIn("every namespace", notes)
+        self.assertNotIn("<no value>", notes)
+        # With TLS, the names the NOTES ask for are the names mounted.
+        notes = self.helm("install", "alpha", CHART, "--namespace", "ml", "--dry-run=server", *TLS_MUTUAL)
+        notes = notes[notes.index("NOTES:"):]
+        for secret in ("alpha-paci-coordinator-tls", "alpha-paci-operator-client-tls", "alpha-paci-worker-tls",
+                       "DNS:alpha-paci-coordinator.ml.svc"):
+            self.assertIn(secret, notes)
 
-        # An upgrade of one release (new replicas, image tag): its objects change, the
-        # immutable selectors and role references stay, the other release is untouched.
-        upgraded = render_text(*monitoring, "--set", "operator.leaderElection.replicas=3",
-                               "--set", "coordinator.image.tag=0.2.0", release="alpha", namespace="ml")
-        changed = self.apply(upgraded)
-        self.assertEqual(changed["deployment.apps/alpha-paci-operator"], "configured")
-        self.assertEqual(changed["deployment.apps/alpha-paci-coordinator"], "configured")
-        untouched = self.apply(beta)
-        # kubectl always patches a PodDisruptionBudget's selector (its patch strategy is
-        # "replace"), so it says "configured" for an unchanged one, on a real server too.
-        self.assertEqual(untouched.pop("poddisruptionbudget.policy/beta-paci-operator"), "configured")
-        self.assertEqual(set(untouched.values()), {"unchanged"}, untouched)
-        self.assertEqual(len(untouched), len(second))
+    def test_the_operator_account_may_do_what_the_operator_does_and_no_more(self):
+        # One release watching team-a only: a Role there, not a ClusterRole.
+        self.helm("install", "scoped", CHART, "--namespace", "ml", "--set", "operator.watchNamespace=team-a")
+        account = "system:serviceaccount:ml:scoped-paci-operator"
+
+        def can(*args):
+            r = self.kubectl("auth", "can-i", "--as=" + account, *args)
+            self.assertIn(r.stdout.strip(), ("yes", "no"), r.stderr)
+            return r.stdout.strip() == "yes"
+
+        # What the operator does, in the namespace it serves.
+        for verb, resource in (("watch", "trainingjobs.paci.dev"), ("patch", "trainingjobs.paci.dev/status"),
+                               ("update", "trainingjobs.paci.dev/finalizers"), ("create", "pods"),
+                               ("delete", "pods"), ("list", "pods"), ("create", "services"),
+                               ("create", "events")):
+            self.assertTrue(can(verb, resource, "-n", "team-a"), "%s %s in team-a" % (verb, resource))
+        self.assertTrue(can("update", "leases.coordination.k8s.io", "-n", "ml"))
+        # Nothing else: no Secrets anywhere, no pods outside the namespace it serves, no RBAC.
+        for verb, resource, namespace, *more in (("get", "secrets", "team-a"), ("list", "secrets", "ml"),
+                                          ("create", "pods", "team-b"), ("create", "pods", "ml"),
+                                          ("list", "trainingjobs.paci.dev", "team-b"),
+                                          ("create", "trainingjobs.paci.dev", "team-a"),
+                                          ("create", "rolebindings", "team-a"), ("update", "leases", "team-a"),
+                                          ("get", "pods", "team-a", "--subresource=exec"),
+                                          ("get", "pods", "team-a", "--subresource=log")):
+            self.assertFalse(can(verb, resource, "-n", namespace, *more),
+                             "%s %s in %s %s" % (verb, resource, namespace, " ".join(more)))
+        # A token the server issued for that account is refused the same way, by the real server.
+        kubeconfig = self.plane.service_account_kubeconfig("ml", "scoped-paci-operator")
+        r = self.plane.kubectl("get", "secrets", "-n", "team-a", kubeconfig=kubeconfig, check=False)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn('secrets is forbidden: User "system:serviceaccount:ml:scoped-paci-operator" cannot list '
+                      'resource "secrets" in API group "" in the namespace "team-a"', r.stderr)
+        r = self.plane.kubectl("get", "trainingjobs", "-n", "team-a", kubeconfig=kubeconfig, check=False)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        # Watching every namespace: a ClusterRole, still without Secrets.
+        self.helm("install", "wide", CHART, "--namespace", "team-b")
+        wide = "system:serviceaccount:team-b:wide-paci-operator"
+        r = self.kubectl("auth", "can-i", "--as=" + wide, "create", "pods", "-n", "team-b")
+        self.assertEqual(r.stdout.strip(), "yes")
+        r = self.kubectl("auth", "can-i", "--as=" + wide, "get", "secrets", "-n", "team-b")
+        self.assertEqual(r.stdout.strip(), "no")
+        for release, namespace in (("scoped", "ml"), ("wide", "team-b")):
+            self.helm("uninstall", release, "--namespace", namespace)
 
     def test_the_server_refuses_a_deployment_whose_selector_misses_its_pods(self):
         docs = render(release="gamma", namespace="ml")

@@ -43,8 +43,8 @@ def free_port():
 
 
 def kube_bin(build_dir):
-    """BUILD_DIR/kube-bin; AssertionError naming the script when it is not there."""
-    path = os.path.join(os.path.abspath(build_dir), "kube-bin")
+    """BUILD_DIR/kube-bin (or $PACI_KUBE_BIN); AssertionError naming the script when it is not there."""
+    path = os.environ.get("PACI_KUBE_BIN") or os.path.join(os.path.abspath(build_dir), "kube-bin")
     if not os.path.exists(os.path.join(path, "kube-apiserver")):
         raise AssertionError("%s is missing: build it first (scripts/kube-toolchain.sh)" % path)
     return path
@@ -99,9 +99,12 @@ class ControlPlane:
         "provisioner": ("paci-test:provisioner", []),
     }
 
-    def __init__(self, workdir, build_dir, log=sys.stderr):
+    def __init__(self, workdir, build_dir, log=sys.stderr, controllers=True, apiserver_args=()):
+        """controllers=False: etcd and kube-apiserver only (no controller manager, scheduler)."""
         self.dir = workdir
         self.bin = kube_bin(build_dir)
+        self.controllers = controllers
+        self.apiserver_args = list(apiserver_args)
         self.pki = os.path.join(workdir, "pki")
         self.ca_file = os.path.join(self.pki, "ca.crt")
         self.procs = {}
@@ -113,9 +116,9 @@ class ControlPlane:
     # -- processes -------------------------------------------------------------
 
     def spawn(self, name, args):
-        log = open(os.path.join(self.dir, name + ".log"), "w")
-        self.procs[name] = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
-                                            start_new_session=True)
+        with open(os.path.join(self.dir, name + ".log"), "w") as log:
+            self.procs[name] = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
+                                                start_new_session=True)
         return self.procs[name]
 
     def _check_alive(self, name):
@@ -185,10 +188,14 @@ class ControlPlane:
             "--service-account-key-file=" + pki("sa.pub"),
             "--service-account-signing-key-file=" + pki("sa.key"),
             "--service-cluster-ip-range=10.96.0.0/16",
-            "--profiling=false", "--v=1"])
+            "--profiling=false", "--v=1"] + self.apiserver_args)
         self.kubeconfig = self.kubeconfig_for("admin")
         self._wait("kube-apiserver /readyz", "kube-apiserver", lambda: self.request("GET", "/readyz"),
                    timeout=180)
+        if not self.controllers:
+            # What the controller manager would make, so that pods can be created.
+            self.kubectl("create", "serviceaccount", "default", "-n", "default")
+            return
 
         self.spawn("kube-controller-manager", [
             os.path.join(self.bin, "kube-controller-manager"),
@@ -266,3 +273,43 @@ class ControlPlane:
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
+
+
+def main():
+    """Serves a control plane until SIGTERM, for tests in other languages: writes
+    {"url", "token", "server", "ca_file", "etcd"} as JSON to --ready-file once it serves
+    (url: a fault proxy in front of the API server, tests/kube/fault_proxy.py)."""
+    import argparse
+    import signal
+    import threading
+    from fault_proxy import FaultProxy
+    parser = argparse.ArgumentParser(description=main.__doc__.split("\n")[0])
+    parser.add_argument("--workdir", required=True)
+    parser.add_argument("--build-dir", default="build")
+    parser.add_argument("--ready-file", required=True)
+    parser.add_argument("--controllers", action="store_true", help="run the controller manager and scheduler")
+    parser.add_argument("--apiserver-arg", action="append", default=[])
+    args = parser.parse_args()
+    plane = ControlPlane(args.workdir, args.build_dir, controllers=args.controllers,
+                         apiserver_args=args.apiserver_arg)
+    done = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: done.set())
+    plane.start()
+    try:
+        proxy = FaultProxy(plane.url, plane.ca_file, plane.etcd_url)
+        tmp = args.ready_file + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump({"url": proxy.url, "token": plane.tokens["admin"], "server": plane.url,
+                       "ca_file": plane.ca_file, "etcd": plane.etcd_url}, f)
+        os.replace(tmp, args.ready_file)
+        while not done.wait(0.5):
+            if any(p.poll() is not None for p in plane.procs.values()):
+                sys.exit("a control-plane process exited; see %s" % args.workdir)
+        proxy.stop()
+    finally:
+        plane.stop()
+
+
+if __name__ == "__main__":
+    main()
