@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Chaos soak: a stream of small checkpointed TrainingJobs through the local
-cluster of tests/kube/local_cluster.py (test API server enforcing the
-restricted Pod Security level, test kubelet running worker pods as containers,
+cluster of tests/kube/local_cluster.py (the real control plane enforcing the
+restricted Pod Security level, the node agent running worker pods as containers,
 a real coordinator, two operator replicas electing a leader), while SIGKILLs
 hit, at random moments, worker pods, the coordinator (started again on its
 address and store, as its Deployment would) and the leading operator (started
@@ -98,8 +98,7 @@ class Soak:
     # ---- the API server and the coordinator, as a user reads them ----
 
     def api(self, path):
-        with urllib.request.urlopen(self.cluster.api_url + path, timeout=10) as response:
-            return json.loads(response.read())
+        return self.cluster.plane.request("GET", path)
 
     def training_jobs(self):
         return {j["metadata"]["name"]: j for j in

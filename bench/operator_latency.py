@@ -2,8 +2,8 @@
 """What the Kubernetes path costs: kubectl apply of a TrainingJob against a
 direct SubmitJob to the coordinator, and how fast the operator reconciles.
 
-Starts the local cluster of tests/kube/local_cluster.py (test API server, test
-kubelet, a real coordinator, one operator) and measures, in one run:
+Starts the local cluster of tests/kube/local_cluster.py (the real control plane, the
+node agent, a real coordinator, one operator) and measures, in one run:
   1. baseline: SubmitJob over gRPC with two workers already registered, to the
      job RUNNING and to its first optimizer step;
   2. the operator: `kubectl apply` of the same job (kubectl's own start-up
@@ -123,8 +123,7 @@ def run_cluster(args):
             stub = cgrpc.CoordinatorStub(grpc.insecure_channel(cluster.coordinator_address))
 
             def api_get(path):
-                with urllib.request.urlopen(cluster.api_url + path, timeout=10) as response:
-                    return json.loads(response.read())
+                return cluster.plane.request("GET", path)
             # Two workers for the direct path, placed by their own label.
             for i in range(2):
                 cluster.spawn("direct-worker-%d" % i, [

@@ -2,7 +2,7 @@
 """The operator holding many TrainingJobs: reconcile latency, API load, memory,
 and how long a new leader takes to catch up.
 
-Starts the local cluster of tests/kube/local_cluster.py (test API server, a
+Starts the local cluster of tests/kube/local_cluster.py (the real control plane, a
 real coordinator, two operator replicas electing a leader; pods as processes,
 though none is made: the jobs are suspended, so each reconcile reads, decides
 and writes status with no pod and no training) and, in one run:
@@ -10,7 +10,7 @@ and writes status with no pod and no training) and, in one run:
      every one shows phase Suspended: the reconcile latency p50/p99 of that
      phase from the leader's own histogram (paci_operator_reconcile_duration_seconds),
      its API requests per second (paci_operator_kube_requests_total), and the
-     CPU the test API server and the leader used meanwhile (a share near 1.0
+     CPU kube-apiserver and the leader used meanwhile (a share near 1.0
      of a core means that process was the bottleneck);
   2. holds them for --steady_seconds: requests per second and each replica's
      resident memory at the start and the end (growth there would be a leak);
@@ -64,13 +64,16 @@ class Probe:
     def __init__(self, cluster):
         self.cluster = cluster
 
+    def pid(self, name):
+        return self.cluster.process(name).pid
+
     def cpu_seconds(self, name):
-        with open("/proc/%d/stat" % self.cluster.procs[name].pid) as f:
+        with open("/proc/%d/stat" % self.pid(name)) as f:
             fields = f.read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def rss_mb(self, name):
-        with open("/proc/%d/status" % self.cluster.procs[name].pid) as f:
+        with open("/proc/%d/status" % self.pid(name)) as f:
             return round(int(re.search(r"VmRSS:\s+(\d+) kB", f.read()).group(1)) / 1024, 1)
 
     def metrics(self, replica):
@@ -86,8 +89,7 @@ class Probe:
         return None
 
     def suspended(self):
-        with urllib.request.urlopen(self.cluster.api_url + TRAININGJOBS, timeout=60) as r:
-            items = json.loads(r.read())["items"]
+        items = self.cluster.plane.request("GET", TRAININGJOBS)["items"]
         return sum(1 for j in items if j.get("status", {}).get("phase") == "Suspended")
 
 
@@ -123,7 +125,7 @@ def quantile(q, before, after):
 def apply_phase(args, cluster, probe, leader):
     """1. --jobs suspended TrainingJobs applied in batches: latency, API load, CPU."""
     before = probe.metrics(leader)
-    cpu0 = {n: probe.cpu_seconds(n) for n in ("apiserver", leader)}
+    cpu0 = {n: probe.cpu_seconds(n) for n in ("kube-apiserver", leader)}
     start = time.monotonic()
     for first in range(0, args.jobs, 100):
         docs = [manifest("scale-%05d" % i) for i in range(first, min(args.jobs, first + 100))]
@@ -142,7 +144,7 @@ def apply_phase(args, cluster, probe, leader):
         "reconcile_p50_ms": round(1000 * quantile(0.5, buckets(before), buckets(after)), 2),
         "reconcile_p99_ms": round(1000 * quantile(0.99, buckets(before), buckets(after)), 2),
         "operator_requests_per_second": round(requests / elapsed, 1),
-        "apiserver_cpu_share": round((probe.cpu_seconds("apiserver") - cpu0["apiserver"]) / elapsed, 2),
+        "apiserver_cpu_share": round((probe.cpu_seconds("kube-apiserver") - cpu0["kube-apiserver"]) / elapsed, 2),
         "leader_cpu_share": round((probe.cpu_seconds(leader) - cpu0[leader]) / elapsed, 2),
     }
 
@@ -166,7 +168,7 @@ def steady_phase(args, probe, leader):
         "leader_rss_mb_by_quarter": [rss[len(rss) * q // 4] for q in range(4)] + [rss[-1]],
         "leader_rss_mb": [rss0[leader], probe.rss_mb(leader)],
         "standby_rss_mb": [rss0[standby], probe.rss_mb(standby)],
-        "apiserver_rss_mb": probe.rss_mb("apiserver"),
+        "apiserver_rss_mb": probe.rss_mb("kube-apiserver"),
     }
 
 
@@ -200,7 +202,7 @@ def table(r):
         "| reconcile p50 / p99 (the leader's histogram) | %s / %s ms |" % (
             r["reconcile_p50_ms"], r["reconcile_p99_ms"]),
         "| the leader's API requests | %s /s |" % r["operator_requests_per_second"],
-        "| CPU share meanwhile: test API server / leader | %s / %s of a core |" % (
+        "| CPU share meanwhile: kube-apiserver / leader | %s / %s of a core |" % (
             r["apiserver_cpu_share"], r["leader_cpu_share"]),
         "| held %ds: API requests, largest queue depth | %s /s, %d |" % (
             r["steady_seconds"], r["steady_requests_per_second"], r["max_queue_depth"]),
@@ -208,7 +210,7 @@ def table(r):
             *r["leader_rss_mb"], *r["standby_rss_mb"]),
         "| the leader's RSS at each quarter of the hold | %s MB |" % " -> ".join(
             str(v) for v in r["leader_rss_mb_by_quarter"]),
-        "| RSS of the test API server | %s MB |" % r["apiserver_rss_mb"],
+        "| RSS of kube-apiserver | %s MB |" % r["apiserver_rss_mb"],
         "| SIGKILL of the leader: the standby leads after | %s s |" % r["new_leader_s"],
         "| ... has reconciled every job, queue empty, after | %s s |" % r["caught_up_s"],
         "| ... a job applied after the kill is Suspended after | %s s |" % r["new_job_served_s"],

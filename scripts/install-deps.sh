@@ -17,18 +17,16 @@ BUILD_PACKAGES=(
   nlohmann-json3-dev libssl-dev
   bible-kjv
 )
-# Tests, tools and images: plots, the Python test servers, certificates,
-# Prometheus, podman with runc and debootstrap for scripts/build-images.sh, and
-# Go with the libraries Helm's engine is built from, for the chart renderer of
-# tests/helm (no helm binary is packaged), and clang for its thread-safety
-# analysis of the lock annotations (tests/static).
+# Tests, tools and images: plots, the Python test servers, certificates (the
+# test control plane's PKI), Prometheus, podman with runc and debootstrap for
+# scripts/build-images.sh, and clang for its thread-safety analysis of the lock
+# annotations (tests/static). Kubernetes and helm are built from their Go
+# modules by scripts/kube-toolchain.sh, with the machine's Go (1.21 or newer).
 HOST_PACKAGES=(
   gnuplot-nox clang
   python3-grpcio python3-protobuf python3-yaml python3-torch openssl
   prometheus
   podman runc debootstrap
-  golang-go golang-github-masterminds-sprig-dev golang-k8s-sigs-yaml-dev
-  golang-github-xeipuuv-gojsonschema-dev
 )
 
 case "${1:-}" in

@@ -1,5 +1,5 @@
-// The Kubernetes client and informer against the test API server
-// (tests/kube/apiserver.py), started as a real process on 127.0.0.1. Leader
+// The Kubernetes client and informer against a real kube-apiserver on
+// 127.0.0.1, behind the fault proxy (operator/kube/test_api_server.h). Leader
 // election is tested in operator/controller/leader_elector_test.cc.
 
 #include "operator/kube/kube_client.h"

@@ -13,7 +13,6 @@ import glob
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,10 @@ import coordinator_test as ct  # noqa: E402  (sets up build/python on sys.path)
 import monitoring  # noqa: E402
 
 SOURCE = ct.SOURCE
+sys.path.insert(0, os.path.join(SOURCE, "tests", "kube"))
+from control_plane import kube_bin  # noqa: E402
+
+BUILD = os.path.abspath(os.environ.get("PACI_BUILD_DIR", "build"))
 DEPLOY = os.path.join(SOURCE, "deploy")
 PROMETHEUS_DIR = os.path.join(DEPLOY, "prometheus")
 DASHBOARDS = sorted(glob.glob(os.path.join(DEPLOY, "grafana", "dashboards", "*.json")))
@@ -105,9 +108,7 @@ def markdown_anchors(path):
 
 
 def render_kustomize():
-    kubectl = shutil.which("kubectl")
-    if not kubectl:
-        raise unittest.SkipTest("kubectl not installed")
+    kubectl = os.path.join(kube_bin(BUILD), "kubectl")  # scripts/kube-toolchain.sh builds it
     r = subprocess.run([kubectl, "kustomize", DEPLOY], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True)
     if r.returncode != 0:

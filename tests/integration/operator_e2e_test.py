@@ -1,12 +1,13 @@
 #!/usr/bin/python3
 """The operator end to end on one machine, driven with the real kubectl.
 
-Starts the test API server (tests/kube/apiserver.py) enforcing the restricted
-Pod Security level on the jobs' namespace, the test kubelet (which runs the
-pods it is given as containers of the worker image that scripts/build-images.sh
-built, each on its own loopback IP, checkpoints on a ReadWriteMany claim), a
-real paci_coordinator, two paci_operator replicas that elect a leader with a
-Lease, and a real Prometheus scraping all of them. Then:
+Starts the real Kubernetes control plane (tests/kube/local_cluster.py) enforcing
+the restricted Pod Security level on the jobs' namespace, the node agent (which
+runs the pods the real scheduler binds to its Node as containers of the worker
+image that scripts/build-images.sh built, each on its own loopback IP,
+checkpoints on a ReadWriteMany claim), a real paci_coordinator, two paci_operator
+replicas that elect a leader with a Lease, running with the chart's RBAC, and a
+real Prometheus scraping all of them. Then:
 `kubectl apply -f examples/trainingjob.yaml` trains to Succeeded with its loss
 in `kubectl get trainingjobs`; a longer job is watched on the dashboards, the
 leading operator is killed and the other takes over, and `kubectl delete`
@@ -207,6 +208,16 @@ class OperatorEndToEnd(unittest.TestCase):
         wait_until("finished job's pods removed", lambda: not self.pods_of("kjv-tiny"), timeout=60)
         at_coordinator = self.coordinator.GetJob(cpb.GetJobRequest(name=status["coordinatorJob"]))
         self.assertEqual(at_coordinator.status.phase, cpb.SUCCEEDED)
+
+        # The operator never deletes the job's Service: the real controller manager's garbage
+        # collector does, through its owner reference, once the TrainingJob is deleted.
+        service = self.cluster.get("service", "kjv-tiny-workers")
+        self.assertEqual([(r["kind"], r["name"]) for r in service["metadata"]["ownerReferences"]],
+                         [("TrainingJob", "kjv-tiny")])
+        self.kubectl("delete", "trainingjob", "kjv-tiny", "--timeout=60s")
+        wait_until("the garbage collector to delete kjv-tiny's Service", lambda: self.kubectl(
+            "get", "service", "kjv-tiny-workers", check=False).returncode != 0, timeout=60)
+        self.assertIn("NotFound", self.kubectl("get", "service", "kjv-tiny-workers", check=False).stderr)
 
     def test_2_dashboards_failover_and_delete(self):
         """A longer job: every dashboard panel has data; the leader dies and the

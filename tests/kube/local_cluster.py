@@ -174,6 +174,11 @@ class LocalCluster:
                 "--metrics_address=127.0.0.1:%d" % self.coordinator_metrics_port,
                 "--heartbeat_timeout_seconds=3"] + self.coordinator_args
 
+    def process(self, name):
+        """A process of the cluster by name: the coordinator, an operator replica, the node agent,
+        or one of the control plane's (etcd, kube-apiserver, ...)."""
+        return self.procs.get(name) or self.plane.procs[name]
+
     def kill(self, name):
         """SIGKILL of a process of the cluster (the coordinator, an operator replica) and its group."""
         proc = self.procs[name]
