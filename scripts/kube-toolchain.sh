@@ -6,17 +6,25 @@
 # those pins, so a warm machine takes no time and a fresh one builds once;
 # BUILD_DIR/kube-bin links to it.
 #
-#   scripts/kube-toolchain.sh [BUILD_DIR]      (default: build)
+#   scripts/kube-toolchain.sh [--node] [BUILD_DIR]      (default: build)
+#
+# --node also builds what a real node needs, for the full-node test
+# (tests/integration/full_node_e2e.py): kubelet, containerd with its runc shim
+# and ctr (third_party/containerd), and the pause image's program from the
+# Kubernetes module's pause.c (gcc, static).
 #
 # The cache is ${PACI_CACHE_DIR:-$HOME/.cache/paci}/kube-toolchain/KEY. Go's
 # own module and build caches make a rebuild after a change of pins quick.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+NODE=0
+if [[ ${1:-} == --node ]]; then NODE=1; shift; fi
 BUILD_DIR=${1:-build}
 
 KUBERNETES_VERSION=v1.36.3
 ETCD_VERSION=v3.6.16
 HELM_VERSION=v3.22.0
+CONTAINERD_VERSION=v2.2.9
 
 if ! command -v go >/dev/null; then
   echo "kube-toolchain: no go command on PATH (Go 1.21 or newer fetches the toolchain go.mod names)" >&2
@@ -27,7 +35,7 @@ export GOTOOLCHAIN=${GOTOOLCHAIN:-auto}
 export GOFLAGS=${GOFLAGS:--buildvcs=false}
 
 key=$(cat scripts/kube-toolchain.sh third_party/kubernetes/go.{mod,sum} third_party/etcd/go.{mod,sum} \
-        third_party/helm/go.{mod,sum} | sha256sum | cut -c1-16)
+        third_party/helm/go.{mod,sum} third_party/containerd/go.{mod,sum} | sha256sum | cut -c1-16)
 cache=${PACI_CACHE_DIR:-$HOME/.cache/paci}/kube-toolchain/$key
 bin=$cache/bin
 
@@ -60,6 +68,20 @@ for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
   build kubernetes "$cmd" "k8s.io/kubernetes/cmd/$cmd" "$(k8s_ldflags)"
 done
 
+if ((NODE)); then
+  build kubernetes kubelet k8s.io/kubernetes/cmd/kubelet "$(k8s_ldflags)"
+  ctd_ldflags="-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION"
+  for cmd in containerd containerd-shim-runc-v2 ctr; do
+    build containerd "$cmd" "github.com/containerd/containerd/v2/cmd/$cmd" "$ctd_ldflags"
+  done
+  if [[ ! -x $bin/pause ]]; then
+    pause_c=$(cd third_party/kubernetes && go list -m -f '{{.Dir}}' k8s.io/kubernetes)/build/pause/linux/pause.c
+    gcc -static -O2 -DVERSION=3.10 -o "$bin/pause.tmp" "$pause_c"
+    mv "$bin/pause.tmp" "$bin/pause"
+  fi
+fi
+
 mkdir -p "$BUILD_DIR"
 ln -sfn "$bin" "$BUILD_DIR/kube-bin"
-echo "kube-toolchain: Kubernetes $KUBERNETES_VERSION, etcd $ETCD_VERSION, helm $HELM_VERSION in $BUILD_DIR/kube-bin"
+echo "kube-toolchain: Kubernetes $KUBERNETES_VERSION, etcd $ETCD_VERSION, helm $HELM_VERSION$( ((NODE)) &&
+  echo ", containerd $CONTAINERD_VERSION") in $BUILD_DIR/kube-bin"

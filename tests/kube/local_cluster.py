@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 
+import kubelet_node
 from control_plane import ControlPlane, free_port as _free_port
 
 OPERATOR_ACCOUNT = "paci-operator"  # the chart's operator ServiceAccount for the release "paci"
@@ -72,8 +73,13 @@ def container_env():
 
 class LocalCluster:
     def __init__(self, workdir, build_dir, source_dir, replicas=("operator-a", "operator-b"),
-                 runtime="container", operator_args=(), coordinator_args=()):
+                 runtime="container", operator_args=(), coordinator_args=(), node="agent"):
+        """node: "agent", the node agent; or "kubelet", a real kubelet with containerd
+        (tests/kube/kubelet_node.py; pods on a CNI bridge, the coordinator reached at its
+        gateway)."""
         self.dir = workdir
+        self.node = node
+        self.kubelet_node = None
         self.runtime = runtime
         self.operator_args = list(operator_args)
         self.coordinator_args = list(coordinator_args)
@@ -140,13 +146,32 @@ class LocalCluster:
         self.kubectl("wait", "--for=condition=Established", "crd/trainingjobs.paci.dev", "--timeout=60s")
         self.operator_kubeconfig = self.plane.service_account_kubeconfig("default", OPERATOR_ACCOUNT)
         self.coordinator_metrics_port = _free_port()
-        self.spawn("coordinator", self.coordinator_command("127.0.0.1:0"))
-        self.coordinator_port = self.read_port("coordinator")
-        self.coordinator_address = "127.0.0.1:%d" % self.coordinator_port
+        if self.node == "kubelet":
+            self.spawn("coordinator", self.coordinator_command("0.0.0.0:0"))
+            self.coordinator_port = self.read_port("coordinator")
+            self.coordinator_address = "127.0.0.1:%d" % self.coordinator_port
+            self.worker_coordinator = "%s:%d" % (kubelet_node.GATEWAY, self.coordinator_port)
+        else:
+            self.spawn("coordinator", self.coordinator_command("127.0.0.1:0"))
+            self.coordinator_port = self.read_port("coordinator")
+            self.coordinator_address = "127.0.0.1:%d" % self.coordinator_port
+            self.worker_coordinator = self.coordinator_address
         self.coordinator_metrics = re.search(
             r"metrics=http://([\d.:]+)/metrics",
             wait_until("coordinator metrics address", lambda: open(
                 os.path.join(self.dir, "coordinator.log")).read(), timeout=10)).group(1)
+        if self.node == "kubelet":
+            self.kubelet_node = kubelet_node.KubeletNode(self.dir, self.plane, [self.worker_image],
+                                                         container_env()).start()
+        else:
+            self.start_node_agent()
+        wait_until("node %s Ready" % self.plane.node_name, lambda: any(
+            c["type"] == "Ready" and c["status"] == "True"
+            for c in self.get("node", self.plane.node_name)["status"].get("conditions", [])), timeout=120)
+        for replica in self.replicas:
+            self.start_operator(replica)
+
+    def start_node_agent(self):
         kube = os.path.join(self.source, "tests", "kube")
         tokens = {}
         for identity in ("node", "provisioner"):
@@ -161,11 +186,6 @@ class LocalCluster:
         if self.runtime == "process":
             agent += ["--bin-dir", os.path.join(self.build, "worker"), "--pod-cwd", self.source]
         self.spawn("node-agent", agent, env=container_env())
-        wait_until("node %s Ready" % self.plane.node_name, lambda: any(
-            c["type"] == "Ready" and c["status"] == "True"
-            for c in self.get("node", self.plane.node_name)["status"].get("conditions", [])), timeout=60)
-        for replica in self.replicas:
-            self.start_operator(replica)
 
     def coordinator_command(self, listen):
         return [os.path.join(self.build, "server", "paci_coordinator"), "--listen=" + listen,
@@ -200,6 +220,7 @@ class LocalCluster:
         self.spawn(replica, [
             os.path.join(self.build, "operator", "paci_operator"),
             "--kubeconfig=" + self.operator_kubeconfig, "--coordinator=" + self.coordinator_address,
+            "--worker_coordinator_address=" + self.worker_coordinator,
             "--metrics_address=127.0.0.1:0",
             "--metrics_port_file=" + os.path.join(self.dir, replica + ".port"),
             "--leader_election=true", "--leader_election_namespace=default",
@@ -240,5 +261,7 @@ class LocalCluster:
                 except subprocess.TimeoutExpired:
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
+        if self.kubelet_node is not None:
+            self.kubelet_node.stop()
         if self.plane is not None:
             self.plane.stop()
