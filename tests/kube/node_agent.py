@@ -2,11 +2,13 @@
 """The node agent of the tests' cluster: a stand-in for the kubelet, a client of
 the real kube-apiserver (tests/kube/control_plane.py) with a node's credentials.
 
-Why a stand-in: a real kubelet needs a CRI runtime (containerd), cgroup
-management and a CNI network; this sandbox gives podman with runc on the host's
-network and no systemd (docs/kubernetes-testing.md says what was tried). So this
-agent does a kubelet's job towards the API server as the real one does, and runs
-containers with podman:
+Why a stand-in: the suite's end-to-end tests were written against it (pods on
+loopback addresses of the host's network, containers podman can kill), and a real
+node costs minutes more of building. A real kubelet with containerd does run here
+(tests/kube/kubelet_node.py, tests/integration/full_node_e2e.py; docs/kubernetes.md
+says what it needed); moving the suite onto it is the next step. This agent does
+a kubelet's job towards the API server as the real one does, and runs containers
+with podman:
 
 * registers its Node (system:node:NAME through the Node authorizer and
   NodeRestriction), Ready with the capacity it advertises, and renews its Lease
