@@ -28,7 +28,6 @@ Not part of ctest: run it in one command, for as long as you like
   /usr/bin/python3 bench/chaos_soak.py [--minutes 10] [--seed 1] [--concurrent 2]
 """
 import argparse
-import json
 import os
 import random
 import subprocess

@@ -21,13 +21,16 @@ BUILD_PACKAGES=(
 # test control plane's PKI), Prometheus, podman with runc and debootstrap for
 # scripts/build-images.sh, and clang for its thread-safety analysis of the lock
 # annotations (tests/static). Kubernetes and helm are built from their Go
-# modules by scripts/kube-toolchain.sh, with the machine's Go (1.21 or newer).
+# modules by scripts/kube-toolchain.sh (Go: see below).
 HOST_PACKAGES=(
   gnuplot-nox clang
   python3-grpcio python3-protobuf python3-yaml python3-torch openssl
   prometheus
-  podman runc debootstrap
+  podman runc debootstrap containernetworking-plugins
 )
+# Go for scripts/kube-toolchain.sh: the machine's own when it has one, else Debian's
+# (which fetches the newer toolchain the modules name).
+if ! command -v go >/dev/null; then HOST_PACKAGES+=(golang-go); fi
 
 case "${1:-}" in
   "") PACKAGES=("${BUILD_PACKAGES[@]}" "${HOST_PACKAGES[@]}") ;;

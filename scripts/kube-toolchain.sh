@@ -18,25 +18,46 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NODE=0
-if [[ ${1:-} == --node ]]; then NODE=1; shift; fi
-BUILD_DIR=${1:-build}
+BUILD_DIR=build
+for arg in "$@"; do
+  case "$arg" in
+    --node) NODE=1 ;;
+    -*) echo "usage: $0 [--node] [BUILD_DIR]" >&2; exit 2 ;;
+    *) BUILD_DIR=$arg ;;
+  esac
+done
 
 KUBERNETES_VERSION=v1.36.3
 ETCD_VERSION=v3.6.16
 HELM_VERSION=v3.22.0
 CONTAINERD_VERSION=v2.2.9
 
+CACHE_ROOT=${PACI_CACHE_DIR:-${HOME:-/root}/.cache/paci}
+GO_TOOLCHAIN=go1.26.8
 if ! command -v go >/dev/null; then
-  echo "kube-toolchain: no go command on PATH (Go 1.21 or newer fetches the toolchain go.mod names)" >&2
+  echo "kube-toolchain: no go command on PATH (scripts/install-deps.sh installs Debian's)" >&2
   exit 1
 fi
-# go.mod names go 1.26.0: an older go (1.21 or newer) fetches that toolchain itself.
+# go.mod names go 1.26.0. Go 1.21 or newer fetches that toolchain itself; an older go
+# (Debian 12's is 1.19) downloads it as the module golang.org/toolchain, once.
+if [[ $(go env GOVERSION) =~ ^go1\.([0-9]+) ]] && ((BASH_REMATCH[1] < 21)); then
+  goroot=$CACHE_ROOT/$GO_TOOLCHAIN
+  if [[ ! -x $goroot/bin/go ]]; then
+    echo "kube-toolchain: $(go env GOVERSION) is too old; fetching $GO_TOOLCHAIN"
+    dir=$(cd /tmp && GOFLAGS= go mod download -json "golang.org/toolchain@v0.0.1-$GO_TOOLCHAIN.linux-amd64" |
+            sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+    rm -rf "$goroot.tmp" && mkdir -p "$(dirname "$goroot")" && cp -r "$dir" "$goroot.tmp"
+    chmod -R u+w "$goroot.tmp" && chmod u+x "$goroot.tmp"/bin/* "$goroot.tmp"/pkg/tool/*/*
+    mv "$goroot.tmp" "$goroot"
+  fi
+  export PATH=$goroot/bin:$PATH
+fi
 export GOTOOLCHAIN=${GOTOOLCHAIN:-auto}
 export GOFLAGS=${GOFLAGS:--buildvcs=false}
 
 key=$(cat scripts/kube-toolchain.sh third_party/kubernetes/go.{mod,sum} third_party/etcd/go.{mod,sum} \
         third_party/helm/go.{mod,sum} third_party/containerd/go.{mod,sum} | sha256sum | cut -c1-16)
-cache=${PACI_CACHE_DIR:-$HOME/.cache/paci}/kube-toolchain/$key
+cache=$CACHE_ROOT/kube-toolchain/$key
 bin=$cache/bin
 
 k8s_ldflags() {
@@ -75,7 +96,9 @@ if ((NODE)); then
     build containerd "$cmd" "github.com/containerd/containerd/v2/cmd/$cmd" "$ctd_ldflags"
   done
   if [[ ! -x $bin/pause ]]; then
-    pause_c=$(cd third_party/kubernetes && go list -m -f '{{.Dir}}' k8s.io/kubernetes)/build/pause/linux/pause.c
+    k8s_dir=$(cd third_party/kubernetes && go mod download -json k8s.io/kubernetes |
+                sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+    pause_c=$k8s_dir/build/pause/linux/pause.c
     gcc -static -O2 -DVERSION=3.10 -o "$bin/pause.tmp" "$pause_c"
     mv "$bin/pause.tmp" "$bin/pause"
   fi

@@ -1,4 +1,4 @@
-// Leader election against the test API server, timed by a FakeClock: the
+// Leader election against a real kube-apiserver, timed by a FakeClock: the
 // tests move the electors' time on instead of sleeping.
 
 #include "operator/controller/leader_elector.h"

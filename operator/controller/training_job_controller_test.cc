@@ -1,4 +1,4 @@
-// The controller's stateful half against the test API server and a fake
+// The controller's stateful half against a real kube-apiserver and a fake
 // coordinator: ActionExecutor carrying out what ReconcileTrainingJob decided
 // (a rejected submit included), then the whole controller, informers to
 // status, with its requeues timed by a FakeClock.

@@ -6,7 +6,7 @@
 // every request and adds faults on command (cut watches, injected errors,
 // etcd compaction). The server's watch cache is off, so a compacted
 // resourceVersion is 410 Expired at once, as the server answers when its
-// history is gone. Stopped when the TestApiServer goes. Needs PACI_SOURCE_DIR
+// history is gone. Stopped, and its folder removed, when the TestApiServer goes. Needs PACI_SOURCE_DIR
 // (every paci_cc_test defines it) and links cpp-httplib.
 
 #include <fcntl.h>
@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -73,10 +74,18 @@ class TestApiServer {
   ~TestApiServer() {
     if (pid_ > 0) {
       kill(pid_, SIGTERM);  // it stops etcd and the API server, then exits
-      for (int i = 0; i < 300 && waitpid(pid_, nullptr, WNOHANG) != pid_; ++i) {
-        absl::SleepFor(absl::Milliseconds(100));
+      bool ended = false;
+      for (int i = 0; i < 300 && !ended; ++i) {
+        ended = waitpid(pid_, nullptr, WNOHANG) == pid_;
+        if (!ended) absl::SleepFor(absl::Milliseconds(100));
+      }
+      if (!ended) {  // its children die with it (PR_SET_PDEATHSIG)
+        kill(pid_, SIGKILL);
+        waitpid(pid_, nullptr, 0);
       }
     }
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
   }
   TestApiServer(const TestApiServer&) = delete;
   TestApiServer& operator=(const TestApiServer&) = delete;

@@ -535,6 +535,14 @@ class ClusterTest(unittest.TestCase):
     def setUpClass(cls):
         cls.dir = tempfile.mkdtemp(prefix="helm-chart-test-")
         cls.plane = ControlPlane(cls.dir, BUILD).start()
+        try:
+            cls.install_prerequisites()
+        except BaseException:
+            cls.tearDownClass()
+            raise
+
+    @classmethod
+    def install_prerequisites(cls):
         # The Prometheus Operator's kinds, as far as installing the chart needs them (their
         # schemas are not checked here: any object of these kinds is accepted).
         for plural, kind in (("servicemonitors", "ServiceMonitor"), ("podmonitors", "PodMonitor"),

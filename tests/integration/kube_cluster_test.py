@@ -80,10 +80,14 @@ class KubeClusterTest(unittest.TestCase):
     def setUpClass(cls):
         cls.dir = tempfile.mkdtemp(prefix="kube-cluster-test-")
         cls.plane = ControlPlane(cls.dir, BUILD).start()
-        cls.url = cls.plane.url
-        out = cls.kubectl_run("apply", "-f", CRD)
-        assert out.returncode == 0, out.stderr
-        cls.kubectl_run("wait", "--for=condition=Established", "crd/trainingjobs.paci.dev")
+        try:
+            cls.url = cls.plane.url
+            for args in (("apply", "-f", CRD), ("wait", "--for=condition=Established", "crd/trainingjobs.paci.dev")):
+                out = cls.kubectl_run(*args)
+                assert out.returncode == 0, out.stderr
+        except BaseException:
+            cls.tearDownClass()
+            raise
 
     @classmethod
     def tearDownClass(cls):
@@ -300,7 +304,10 @@ class KubeClusterTest(unittest.TestCase):
              "accumulation of at least ceil((numStages-1)/maxDrift), or leave it out to have it derived"),
             ("drift-zero", lambda s: s["pipeline"].update(maxDrift=0),
              "spec.pipeline.maxDrift: Invalid value: 0 with schedule paci needs a single stage"),
-            ("async-drift", lambda s: s["pipeline"].update(schedule="async-1f1b", numStages=3, maxDrift=1),
+            ("async-accumulation", lambda s: s["pipeline"].update(schedule="async-1f1b", accumulation=2),
+             "spec.pipeline.accumulation: Invalid value: must be 1 with schedule async-1f1b"),
+            ("async-drift", lambda s: s["pipeline"].update(schedule="async-1f1b", numStages=3, accumulation=1,
+                                                           maxDrift=1),
              "spec.pipeline.maxDrift: Invalid value: async-1f1b lets a micro-batch cross "
              "numStages-1 optimizer steps at stage 0, more than maxDrift; use schedule paci"),
         ]

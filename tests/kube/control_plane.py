@@ -23,8 +23,10 @@ tokens and the root CA ConfigMap run as on a cluster.
 
 Every process logs to WORKDIR/<name>.log. Uses the standard library and openssl.
 """
+import ctypes
 import json
 import os
+import signal
 import socket
 import ssl
 import subprocess
@@ -34,6 +36,15 @@ import urllib.error
 import urllib.request
 
 NODE_NAME = "paci-node"
+
+
+_LIBC = ctypes.CDLL(None, use_errno=True)  # loaded before any fork: the child only calls into it
+
+
+def _die_with_parent():
+    """In the child before exec: SIGKILL it when the thread that started it ends, so that a
+    test killed before it could stop the control plane leaves none of it running."""
+    _LIBC.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def free_port():
@@ -118,7 +129,7 @@ class ControlPlane:
     def spawn(self, name, args):
         with open(os.path.join(self.dir, name + ".log"), "w") as log:
             self.procs[name] = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
-                                                start_new_session=True)
+                                                start_new_session=True, preexec_fn=_die_with_parent)
         return self.procs[name]
 
     def _check_alive(self, name):
@@ -280,7 +291,6 @@ def main():
     {"url", "token", "server", "ca_file", "etcd"} as JSON to --ready-file once it serves
     (url: a fault proxy in front of the API server, tests/kube/fault_proxy.py)."""
     import argparse
-    import signal
     import threading
     from fault_proxy import FaultProxy
     parser = argparse.ArgumentParser(description=main.__doc__.split("\n")[0])

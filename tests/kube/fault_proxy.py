@@ -87,6 +87,7 @@ class FaultProxy:
 
     def stop(self):
         self.server.shutdown()
+        self.server.server_close()
         self.drop_watches()
 
     # -- faults ------------------------------------------------------------------

@@ -51,6 +51,14 @@ class KubeletNode:
                               capture_output=True, text=True, timeout=timeout, env=self.env)
 
     def start(self):
+        """Starts containerd and the kubelet; on failure, stops what it started."""
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self):
         for tool in ("kubelet", "containerd", "containerd-shim-runc-v2", "ctr", "pause"):
             if not os.path.exists(os.path.join(self.bin, tool)):
                 raise AssertionError("%s/%s is missing: run scripts/kube-toolchain.sh --node" % (self.bin, tool))
@@ -130,7 +138,11 @@ state = "%(d)s/containerd-state"
         kubelet = self.procs.get("kubelet")
         if kubelet and kubelet.poll() is None:
             kubelet.terminate()
-            kubelet.wait(timeout=30)
+            try:
+                kubelet.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                kubelet.kill()
+                kubelet.wait()
         if self.procs.get("containerd") and self.procs["containerd"].poll() is None:
             for task in self.ctr("tasks", "ls", "-q").stdout.split():
                 self.ctr("tasks", "kill", "--signal", "SIGKILL", task)

@@ -162,7 +162,8 @@ class LocalCluster:
                 os.path.join(self.dir, "coordinator.log")).read(), timeout=10)).group(1)
         if self.node == "kubelet":
             self.kubelet_node = kubelet_node.KubeletNode(self.dir, self.plane, [self.worker_image],
-                                                         container_env()).start()
+                                                         container_env())
+            self.kubelet_node.start()
         else:
             self.start_node_agent()
         wait_until("node %s Ready" % self.plane.node_name, lambda: any(

@@ -196,6 +196,7 @@ class NodeAgent:
         self.host_ip = "127.0.0.1"
         self.lock = threading.Lock()
         self.pods = {}  # uid -> PodRun
+        self.starting = set()  # uids start() is at work on
         self.threads = []
         self.stopping = threading.Event()
         self.conn = None
@@ -379,6 +380,8 @@ class NodeAgent:
                          "&resourceVersion=%s" % (self.selector, rv),
                          headers={"Accept": "application/json", "Authorization": "Bearer " + self.token})
             resp = conn.getresponse()
+            if resp.status == 410:
+                raise Expired()
             if resp.status != 200:
                 raise OSError("watch answered HTTP %d" % resp.status)
             while not self.stopping.is_set():
@@ -520,9 +523,19 @@ class NodeAgent:
         m = pod["metadata"]
         uid = m["uid"]
         with self.lock:
-            if uid in self.pods:
-                return
+            if uid in self.pods or uid in self.starting:
+                return  # started, or being started by another thread
+            self.starting.add(uid)
             waiting = self.waiting.get(uid)
+        try:
+            self._start(pod, uid, waiting)
+        finally:
+            with self.lock:
+                self.starting.discard(uid)
+
+    def _start(self, pod, uid, waiting):
+        m = pod["metadata"]
+        with self.lock:
             ip = waiting["ip"] if waiting else None
         ip = ip or self.allocate_ip()
         container = (pod["spec"].get("containers") or [{}])[0]
