@@ -19,11 +19,12 @@ BUILD_PACKAGES=(
 )
 # Tests, tools and images: plots, the Python test servers, certificates (the
 # test control plane's PKI), Prometheus, podman with runc and debootstrap for
-# scripts/build-images.sh, and clang for its thread-safety analysis of the lock
+# scripts/build-images.sh, and clang (with its sanitizer runtime, which clang only
+# recommends, for scripts/sanitize.sh) for its thread-safety analysis of the lock
 # annotations (tests/static). Kubernetes and helm are built from their Go
 # modules by scripts/kube-toolchain.sh (Go: see below).
 HOST_PACKAGES=(
-  gnuplot-nox clang
+  gnuplot-nox clang libclang-rt-14-dev
   python3-grpcio python3-protobuf python3-yaml python3-torch openssl
   prometheus
   podman runc debootstrap containernetworking-plugins
