@@ -47,6 +47,18 @@ def _die_with_parent():
     _LIBC.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
+def stop_process(proc, timeout=20):
+    """SIGTERM, then SIGKILL if it has not ended within `timeout` seconds."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -276,14 +288,7 @@ class ControlPlane:
 
     def stop(self):
         for name in ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):
-            proc = self.procs.get(name)
-            if proc and proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            stop_process(self.procs.get(name))
 
 
 def main():

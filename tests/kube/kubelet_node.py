@@ -24,7 +24,7 @@ import os
 import subprocess
 import time
 
-from control_plane import NODE_NAME
+from control_plane import NODE_NAME, stop_process
 
 PAUSE_IMAGE = "localhost/paci-pause:3.10"
 GATEWAY = "10.88.0.1"
@@ -135,26 +135,11 @@ state = "%(d)s/containerd-state"
                 raise AssertionError("ctr images import %s: %s" % (image, out.stderr))
 
     def stop(self):
-        kubelet = self.procs.get("kubelet")
-        if kubelet and kubelet.poll() is None:
-            kubelet.terminate()
-            try:
-                kubelet.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                kubelet.kill()
-                kubelet.wait()
+        stop_process(self.procs.get("kubelet"), timeout=30)
         if self.procs.get("containerd") and self.procs["containerd"].poll() is None:
             for task in self.ctr("tasks", "ls", "-q").stdout.split():
                 self.ctr("tasks", "kill", "--signal", "SIGKILL", task)
-        for name in ("kubelet", "containerd"):
-            proc = self.procs.get(name)
-            if proc and proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+        stop_process(self.procs.get("containerd"), timeout=30)
         # The pods' processes: containerd's shims outlive it by design.
         subprocess.run(["pkill", "-f", "containerd-shim-runc-v2 -namespace k8s.io -id .* -address " + self.socket],
                        capture_output=True)
