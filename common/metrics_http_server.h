@@ -19,8 +19,8 @@ namespace paci {
 
 // Serves GET /metrics (Prometheus text format) of one registry over HTTP, on
 // its own thread. We use cpp-httplib rather than prometheus-cpp's civetweb
-// Exposer, which cannot start its threads in a process that links LibTorch
-// 1.13 ("Cannot create threads").
+// Exposer, which could not start its threads in a process that linked
+// Debian's LibTorch 1.13 ("Cannot create threads"), and needs civetweb.
 //
 // Owns its thread: Start() begins serving, the destructor stops and joins.
 class MetricsHttpServer {

@@ -299,7 +299,15 @@ else
 fi
 BASE_IDS="$(podman image inspect --format '{{.Id}}' "$BASE_FULL") $(podman image inspect --format '{{.Id}}' "$BASE_SLIM")"
 
-# ---- content hash of the build context (its files, the Dockerfile, the base images)
+# ---- LibTorch: the Python environment's site-packages (its folder is named by
+# a hash of its pins), mounted into the build stage.
+phase "LibTorch (scripts/python-env.sh)"
+scripts/python-env.sh build > /dev/null || die "scripts/python-env.sh"
+SITE_PACKAGES=$(dirname "$(readlink -f build/python-env/libtorch)")
+echo "$SITE_PACKAGES"
+
+# ---- content hash of the build context (its files, the Dockerfile, the base
+# images, the LibTorch)
 phase "content hash"
 CONTENT_HASH=$( {
   printf '%s\n' "${FILES[@]}" | LC_ALL=C sort -u | while IFS= read -r f; do
@@ -308,12 +316,14 @@ CONTENT_HASH=$( {
   printf '%s\0' "${FILES[@]}" | LC_ALL=C sort -zu | xargs -0 sha256sum
   sha256sum "$DOCKERFILE" .dockerignore
   echo "base $BASE_IDS"
+  echo "libtorch $SITE_PACKAGES"
 } | sha256sum | cut -c1-16)
 echo "${#FILES[@]} files in the context; content $CONTENT_HASH"
 
 # ---- the images
 CCACHE_HOST=${PACI_CCACHE_DIR:-$(ccache -k cache_dir 2>/dev/null || true)}
-BUILD_FLAGS=(-f "$DOCKERFILE")  # runc and the host network: containers.conf
+BUILD_FLAGS=(-f "$DOCKERFILE"  # runc and the host network: containers.conf
+             --volume "$SITE_PACKAGES:/opt/paci/site-packages:ro")
 if [[ -n $CCACHE_HOST ]]; then
   mkdir -p "$CCACHE_HOST"
   BUILD_FLAGS+=(--volume "$CCACHE_HOST:/ccache")

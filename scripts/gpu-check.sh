@@ -82,7 +82,7 @@ if ! command -v nvcc > /dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
 fi
 
 # ---- 1. env -----------------------------------------------------------------
-torch_dir='' torch_root='' capability=''
+torch_root='' capability=''
 env_phase() {
   date -u; uname -a; head -2 /etc/os-release 2>/dev/null
   echo "cores: $(nproc)"; free -g | head -2; df -h "$root" | tail -1
@@ -122,7 +122,6 @@ if torch_info=$("$PYTHON" -c 'import os, torch
 print(torch.utils.cmake_prefix_path)
 print(os.path.dirname(torch.__file__))
 print("%d%d" % torch.cuda.get_device_capability(0) if torch.cuda.is_available() else "")' 2>/dev/null); then
-  torch_dir=$(sed -n 1p <<< "$torch_info")/Torch
   torch_root=$(sed -n 2p <<< "$torch_info")
   capability=$(sed -n 3p <<< "$torch_info")
 fi
@@ -217,7 +216,7 @@ configure_phase() {
     -DCMAKE_SHARED_LINKER_FLAGS="-Wl,--disable-new-dtags -Wl,-rpath-link,$lib")
   command -v ninja > /dev/null && args+=(-G Ninja)
   if [ "$CPU_ONLY" != 1 ]; then
-    args+=(-DPACI_CUDA=ON -DTorch_DIR="$torch_dir")
+    args+=(-DPACI_CUDA=ON -DPACI_LIBTORCH="$torch_root")
     [ -n "$capability" ] && { args+=(-DCMAKE_CUDA_ARCHITECTURES="$capability"); export TORCH_CUDA_ARCH_LIST="${capability:0:-1}.${capability: -1}"; }
     # NCCL: the one PyTorch loads (its pip package), else CMake's own search.
     local nvidia inc so
@@ -230,8 +229,8 @@ configure_phase() {
       [ -n "$inc" ] && [ -n "$so" ] && args+=(-DNCCL_INCLUDE_DIR="$(dirname "$inc")" -DNCCL_LIBRARY="$so")
       echo "NCCL of PyTorch: ${inc:-no nccl.h} ${so:-no libnccl}"
     fi
-  elif [ -n "$torch_dir" ]; then
-    args+=(-DTorch_DIR="$torch_dir")
+  elif [ -n "$torch_root" ]; then
+    args+=(-DPACI_LIBTORCH="$torch_root")
   fi
   # A LibTorch that asks for C++20 gets it (paci's default is C++17).
   if grep -qs "__cplusplus < 202002L" "$torch_root/include/torch/csrc/api/include/torch/all.h" \
@@ -241,7 +240,7 @@ configure_phase() {
   echo "cmake ${args[*]}"
   cmake "${args[@]}" || { tail -50 "$BUILD_DIR/CMakeFiles/CMakeError.log" 2>/dev/null; return 1; }
   echo "--- found:"
-  grep -E "^(Protobuf_INCLUDE_DIR|Protobuf_LIBRARY_RELEASE|Protobuf_PROTOC_EXECUTABLE|gRPC_DIR|absl_DIR|glog_DIR|gflags_DIR|prometheus-cpp_DIR|yaml-cpp_DIR|GTest_DIR|nlohmann_json_DIR|SQLite3_INCLUDE_DIR|SQLite3_LIBRARY|ZLIB_LIBRARY_RELEASE|OPENSSL_SSL_LIBRARY|CURL_LIBRARY_RELEASE|NCCL_INCLUDE_DIR|NCCL_LIBRARY|Torch_DIR|CMAKE_CXX_STANDARD|GRPC_PYTHON_PLUGIN|PKG_CONFIG_EXECUTABLE|CMAKE_CUDA_ARCHITECTURES)[:=]" \
+  grep -E "^(Protobuf_INCLUDE_DIR|Protobuf_LIBRARY_RELEASE|Protobuf_PROTOC_EXECUTABLE|gRPC_DIR|absl_DIR|glog_DIR|gflags_DIR|prometheus-cpp_DIR|yaml-cpp_DIR|GTest_DIR|nlohmann_json_DIR|SQLite3_INCLUDE_DIR|SQLite3_LIBRARY|ZLIB_LIBRARY_RELEASE|OPENSSL_SSL_LIBRARY|CURL_LIBRARY_RELEASE|NCCL_INCLUDE_DIR|NCCL_LIBRARY|PACI_LIBTORCH|CMAKE_CXX_STANDARD|GRPC_PYTHON_PLUGIN|PKG_CONFIG_EXECUTABLE|CMAKE_CUDA_ARCHITECTURES)[:=]" \
     "$BUILD_DIR/CMakeCache.txt"
 }
 phase configure "$out/build.log" configure_phase

@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# Installs what paci builds and runs with, all from Debian's packages.
+# Installs what paci builds and runs with from Debian's packages. LibTorch and
+# the Python tools come from the package index, pinned, into a cache:
+# scripts/python-env.sh (scripts/build.sh runs it).
 # Idempotent: quick when everything is already there.
 #   scripts/install-deps.sh           everything: build, tests, tools, images
 #   scripts/install-deps.sh --build   only what building the binaries and the
 #                                     corpus needs (the images' build stage)
 set -euo pipefail
 
-# Building: compilers, libraries, and the corpus (bible-kjv).
+# Building: compilers, libraries, and the corpus (bible-kjv). libgloo-dev: the
+# Gloo headers c10d's ProcessGroupGloo.hpp includes (LibTorch carries Gloo
+# compiled in, not its headers). python3-venv: scripts/python-env.sh.
 BUILD_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config
-  libtorch-dev libopenblas0-openmp
+  python3-venv
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libcpp-httplib-dev libgoogle-glog-dev libyaml-cpp-dev zlib1g-dev
   libgtest-dev libgmock-dev googletest
@@ -25,7 +29,7 @@ BUILD_PACKAGES=(
 # modules by scripts/kube-toolchain.sh (Go: see below).
 HOST_PACKAGES=(
   gnuplot-nox clang libclang-rt-14-dev
-  python3-grpcio python3-protobuf python3-yaml python3-torch openssl
+  python3-grpcio python3-protobuf python3-yaml openssl
   prometheus
   podman runc debootstrap containernetworking-plugins
 )

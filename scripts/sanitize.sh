@@ -12,6 +12,7 @@ cd "$(dirname "$0")/.."
 JOBS="${JOBS:-$(nproc)}"
 FUZZ_SECONDS="${FUZZ_SECONDS:-60}"
 export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
+scripts/python-env.sh build-asan  # the LibTorch (a link to the cached environment)
 if [[ ! -f build-asan/build.ninja ]]; then
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_COMPILER=clang++ -DPACI_SANITIZE=address,undefined -DPACI_FUZZ=ON

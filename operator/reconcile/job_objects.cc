@@ -15,6 +15,7 @@ constexpr char kWorkerField[] = "spec.worker";
 // The operator's own volumes; spec.worker may not use the prefix.
 constexpr char kReservedVolumePrefix[] = "paci-";
 constexpr char kTmpVolume[] = "paci-tmp";
+constexpr char kShmVolume[] = "paci-shm";
 constexpr char kSecretVolume[] = "paci-coordinator";
 // The env variables the operator sets from the downward API.
 constexpr const char* kOwnEnv[] = {"POD_NAME", "POD_NAMESPACE", "POD_IP"};
@@ -100,7 +101,9 @@ bool MountsAt(const json& mounts, const std::string& path) {
 }
 
 // Volumes and mounts: the user's, /tmp as an emptyDir unless the user mounts
-// something there (the root file system is read-only), the worker Secret.
+// something there (the root file system is read-only), /dev/shm as a memory
+// emptyDir of shmSize when that is set (and the user mounts nothing there),
+// the worker Secret.
 void AddVolumes(const json& worker, const ReconcilerOptions& options, json& pod_spec,
                 json& container) {
   json volumes = Field(worker, "volumes").is_array() ? Field(worker, "volumes") : json::array();
@@ -109,6 +112,12 @@ void AddVolumes(const json& worker, const ReconcilerOptions& options, json& pod_
   if (!MountsAt(mounts, "/tmp")) {
     volumes.push_back({{"name", kTmpVolume}, {"emptyDir", json::object()}});
     mounts.push_back({{"name", kTmpVolume}, {"mountPath", "/tmp"}});
+  }
+  if (worker.contains("shmSize") && !MountsAt(mounts, "/dev/shm")) {
+    volumes.push_back(
+        {{"name", kShmVolume},
+         {"emptyDir", {{"medium", "Memory"}, {"sizeLimit", worker["shmSize"]}}}});
+    mounts.push_back({{"name", kShmVolume}, {"mountPath", "/dev/shm"}});
   }
   if (!options.worker_secret.empty()) {
     volumes.push_back({{"name", kSecretVolume},
@@ -247,7 +256,8 @@ json WorkerPod(const json& job, int index, const ReconcilerOptions& options) {
   AddVolumes(worker, options, pod_spec, container);
   pod_spec["containers"] = json::array({container});
   for (const char* key : {"nodeSelector", "tolerations", "serviceAccountName", "affinity",
-                          "priorityClassName", "schedulerName", "imagePullSecrets"}) {
+                          "priorityClassName", "schedulerName", "imagePullSecrets",
+                          "runtimeClassName"}) {
     if (worker.contains(key)) pod_spec[key] = worker[key];
   }
 

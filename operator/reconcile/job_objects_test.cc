@@ -89,6 +89,25 @@ TEST(WorkerPodTest, CarriesThePodTemplateFieldsOfTheSpec) {
   EXPECT_EQ(container["securityContext"]["allowPrivilegeEscalation"], false);
 }
 
+TEST(WorkerPodTest, AGpuWorkerGetsItsRuntimeClassGpusAndAMemoryShm) {
+  const json worker = json::parse(R"({
+    "image": "localhost/paci-worker-cuda:latest", "runtimeClassName": "nvidia",
+    "shmSize": "2Gi", "resources": {"limits": {"nvidia.com/gpu": 1}}})");
+  const json pod = WorkerPod(Job(worker), 0, ReconcilerOptions{});
+  const json& container = pod["spec"]["containers"][0];
+  EXPECT_EQ(pod["spec"]["runtimeClassName"], "nvidia");
+  EXPECT_EQ(container["resources"]["limits"]["nvidia.com/gpu"], 1);
+  const json* shm = Find(pod["spec"]["volumes"], "paci-shm");
+  ASSERT_NE(shm, nullptr);
+  EXPECT_EQ((*shm)["emptyDir"]["medium"], "Memory");
+  EXPECT_EQ((*shm)["emptyDir"]["sizeLimit"], "2Gi");
+  EXPECT_EQ((*Find(container["volumeMounts"], "paci-shm"))["mountPath"], "/dev/shm");
+  // Without shmSize: no such volume, and no runtime class.
+  const json plain = WorkerPod(Job(json::object()), 0, ReconcilerOptions{});
+  EXPECT_EQ(Find(plain["spec"]["volumes"], "paci-shm"), nullptr);
+  EXPECT_FALSE(plain["spec"].contains("runtimeClassName"));
+}
+
 TEST(WorkerPodTest, AUserMountAtTmpReplacesTheOperatorsOwn) {
   const json worker = json::parse(R"({
     "volumes": [{"name": "scratch", "emptyDir": {"medium": "Memory"}}],

@@ -1,9 +1,11 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """A trained model put to use, end to end: `pacictl train` with checkpoints,
 then `pacictl export` read back by PyTorch (torch.jit.load) and checked against
 the logits paci's training model wrote beside it, `pacictl sample`, and
 fine-tuning a job of another stage count from the checkpoint
-(checkpoint.init_from). Run by ctest with PACI_BUILD_DIR and PACI_SOURCE_DIR.
+(checkpoint.init_from). Run by ctest with PACI_BUILD_DIR and PACI_SOURCE_DIR, in the
+project's Python environment (build/python-env/bin/python: the torch whose LibTorch
+paci links).
 """
 import json
 import os

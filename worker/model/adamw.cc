@@ -8,15 +8,11 @@
 namespace paci {
 namespace {
 
-// dst[i].copy_(src[i]) for every i: one multi-tensor kernel where LibTorch
-// has _foreach_copy_ (2.2 on; it converts the dtype too), a loop on 1.13.
+// dst[i].copy_(src[i]) for every i, in one multi-tensor kernel (it converts
+// the dtype too).
 void CopyAll(const std::vector<torch::Tensor>& dst, const std::vector<torch::Tensor>& src) {
   if (dst.empty()) return;
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2)
   at::_foreach_copy_(dst, src);
-#else
-  for (size_t i = 0; i < dst.size(); ++i) dst[i].copy_(src[i]);
-#endif
 }
 
 }  // namespace
@@ -65,14 +61,12 @@ void AdamW::Step(double lr) {
   last_step_fused_ = false;
   if (w.empty()) return;
   CopyAll(master_grad, low_grad);  // bf16 gradients in float32
-#if PACI_HAS_FUSED_ADAMW
   if (FusedApplies(w, g, exp_avg, exp_avg_sq)) {
     FusedStep(lr, w, g, exp_avg, exp_avg_sq, decay);
     CopyAll(low, master);  // the parameters take the rounded master values
     last_step_fused_ = true;
     return;
   }
-#endif
   const double bias1 = 1.0 - std::pow(options_.beta1, steps_);
   const double bias2 = 1.0 - std::pow(options_.beta2, steps_);
   std::vector<torch::Tensor> decayed;
@@ -91,7 +85,6 @@ void AdamW::Step(double lr) {
   CopyAll(low, master);  // the parameters take the rounded master values
 }
 
-#if PACI_HAS_FUSED_ADAMW
 bool AdamW::FusedApplies(const std::vector<torch::Tensor>& w, const std::vector<torch::Tensor>& g,
                          const std::vector<torch::Tensor>& exp_avg,
                          const std::vector<torch::Tensor>& exp_avg_sq) {
@@ -140,7 +133,6 @@ void AdamW::FusedStep(double lr, const std::vector<torch::Tensor>& w,
                       options_.eps, /*amsgrad=*/false, /*maximize=*/false);
   }
 }
-#endif
 
 void AdamW::ZeroGrad() {
   // Dropped, as torch's zero_grad(set_to_none) does: the next backward then

@@ -4,15 +4,6 @@
 #include <vector>
 
 #include <torch/torch.h>
-#include <torch/version.h>
-
-// at::_fused_adamw_, one CUDA kernel for the whole AdamW update of a list of
-// tensors, came with LibTorch 2.0 (for CUDA; paci calls it on CUDA tensors only).
-#if TORCH_VERSION_MAJOR >= 2
-#define PACI_HAS_FUSED_ADAMW 1
-#else
-#define PACI_HAS_FUSED_ADAMW 0
-#endif
 
 namespace paci {
 
@@ -43,7 +34,7 @@ struct AdamWOptions {
 // at::_fused_adamw_, one pass over weights, gradients and moments per group
 // (two calls a step: the matrices with weight decay, the rest without), the
 // step count for the bias corrections read from a float32 tensor on the GPU.
-// Elsewhere (the CPU, LibTorch 1.13): LibTorch's multi-tensor ops
+// Elsewhere (the CPU): LibTorch's multi-tensor ops
 // (at::_foreach_*), a handful of kernel launches per step on a GPU, not ten
 // per parameter; on the CPU they loop over the tensors doing what the
 // per-tensor ops do. Both are the same update (decoupled weight decay, then
@@ -79,7 +70,6 @@ class AdamW {
   std::vector<torch::Tensor> master_grad_;  // float32 copies of their gradients (scratch)
   int64_t steps_ = 0;
   bool last_step_fused_ = false;
-#if PACI_HAS_FUSED_ADAMW
   // The fused kernel's conditions: CUDA, one device, float32, each
   // parameter's four tensors of the same sizes and strides, dense.
   static bool FusedApplies(const std::vector<torch::Tensor>& w,
@@ -90,7 +80,6 @@ class AdamW {
                  const std::vector<torch::Tensor>& g, const std::vector<torch::Tensor>& exp_avg,
                  const std::vector<torch::Tensor>& exp_avg_sq, const std::vector<bool>& decay);
   torch::Tensor step_count_;  // float32 on the parameters' device: steps_, for the kernel
-#endif
 };
 
 }  // namespace paci

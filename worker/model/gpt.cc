@@ -35,26 +35,14 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GptConfig& c)
     : num_heads_(c.num_heads), dropout_(c.dropout) {
   qkv_ = register_module("qkv", torch::nn::Linear(c.d_model, 3 * c.d_model));
   proj_ = register_module("proj", torch::nn::Linear(c.d_model, c.d_model));
-#if TORCH_VERSION_MAJOR < 2
-  mask_ = register_buffer(
-      "mask", torch::ones({c.seq_len, c.seq_len}, torch::kBool).triu(1));
-#endif
 }
 
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1), D = x.size(2), H = num_heads_;
   auto qkv = qkv_(x).view({B, T, 3, H, D / H}).permute({2, 0, 3, 1, 4});
   auto q = qkv[0], k = qkv[1], v = qkv[2];  // [B, H, T, D/H]
-#if TORCH_VERSION_MAJOR >= 2
   auto y = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{},
                                             is_training() ? dropout_ : 0.0, /*is_causal=*/true);
-#else
-  auto att = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(D / H));
-  att = att.masked_fill(mask_.index({torch::indexing::Slice(0, T), torch::indexing::Slice(0, T)}),
-                        -std::numeric_limits<float>::infinity());
-  att = torch::dropout(torch::softmax(att, -1), dropout_, is_training());
-  auto y = torch::matmul(att, v);
-#endif
   y = y.transpose(1, 2).contiguous().view({B, T, D});
   return torch::dropout(proj_(y), dropout_, is_training());
 }

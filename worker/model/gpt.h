@@ -22,10 +22,8 @@ struct GptConfig {
   uint64_t init_seed = 1234;
 };
 
-// Causal multi-head self-attention: LibTorch 2.x's fused
-// scaled_dot_product_attention (flash or memory-efficient kernels on GPUs),
-// written out on LibTorch 1.13, which lacks it (the same function up to
-// rounding).
+// Causal multi-head self-attention: LibTorch's fused
+// scaled_dot_product_attention (flash or memory-efficient kernels on GPUs).
 class CausalSelfAttentionImpl : public torch::nn::Module {
  public:
   CausalSelfAttentionImpl(const GptConfig& config);
@@ -35,7 +33,6 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   int num_heads_;
   double dropout_;
   torch::nn::Linear qkv_{nullptr}, proj_{nullptr};
-  torch::Tensor mask_;  // LibTorch 1.13 only: the causal mask of the written-out path
 };
 TORCH_MODULE(CausalSelfAttention);
 

@@ -12,9 +12,9 @@ namespace paci {
 namespace {
 
 // One block, pre-LN: x + attn(ln1(x)), then x + proj(gelu(fc(ln2(x)))), as
-// BlockImpl and CausalSelfAttentionImpl compute it on LibTorch 1.13 (the
-// written-out attention; LayerNorm's eps and GELU without approximation are
-// torch::nn's defaults), with the keys and values of earlier positions
+// BlockImpl and CausalSelfAttentionImpl compute it (the attention written out,
+// the same function as their fused one up to rounding; LayerNorm's eps and GELU
+// without approximation are torch::nn's defaults), with the keys and values of earlier positions
 // (past_k, past_v: [B, H, P, D/H]) in front of this call's.
 constexpr char kBlockSource[] = R"(
 def step(self, x: Tensor, past_k: Tensor, past_v: Tensor) -> Tuple[Tensor, Tensor, Tensor]:

@@ -48,10 +48,7 @@ absl::StatusOr<StagePlacement> ResolvePlacement(const std::string& device,
 
 namespace {
 
-// LibTorch 2.4 made autocast's state per device type (is_autocast_enabled(type),
-// set_autocast_enabled(type, on), set_autocast_dtype(type, dtype)) and
-// deprecated the per-device functions of 1.x, which now warn on every call.
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+// Autocast's state per device type (LibTorch 2.4 on).
 bool AutocastEnabled(bool cuda) {
   return at::autocast::is_autocast_enabled(cuda ? at::kCUDA : at::kCPU);
 }
@@ -61,25 +58,6 @@ void SetAutocast(bool cuda, bool enabled) {
 void SetAutocastBf16(bool cuda) {
   at::autocast::set_autocast_dtype(cuda ? at::kCUDA : at::kCPU, at::kBFloat16);
 }
-#else
-bool AutocastEnabled(bool cuda) {
-  return cuda ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
-}
-void SetAutocast(bool cuda, bool enabled) {
-  if (cuda) {
-    at::autocast::set_enabled(enabled);
-  } else {
-    at::autocast::set_cpu_enabled(enabled);
-  }
-}
-void SetAutocastBf16(bool cuda) {
-  if (cuda) {
-    at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
-  } else {
-    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
-  }
-}
-#endif
 
 }  // namespace
 
