@@ -59,7 +59,12 @@ def libtorch_of(build):
     found = re.search(r"libtorch_cpu\.so\S* => (\S+)", out)
     path = os.path.realpath(found.group(1)) if found else "?"
     blas = re.search(r"lib(openblas|blas|mkl\w*)\S*\.so\S* => (\S+)", out)
-    return dict(libtorch_cpu=path, blas=blas.group(2) if blas else "built in")
+    # Named by what they are, not where this machine keeps them.
+    where = "the torch wheel" if "site-packages" in path else "the system's"
+    return dict(libtorch_cpu="%s (%s)" % (os.path.basename(path), where),
+                blas=("%s (%s)" % (os.path.basename(os.path.realpath(blas.group(2))),
+                                   os.path.basename(os.path.dirname(os.path.realpath(blas.group(2)))))
+                      if blas else "none linked (MKL inside libtorch_cpu)"))
 
 
 def peak_rss_mb(summary):
@@ -108,6 +113,8 @@ def main():
     parser.add_argument("--baseline", required=True,
                         help="a built tree to compare against (its tools/pacictl and worker/)")
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
+    parser.add_argument("--baseline_label", default="baseline", help="what --baseline is, for the table")
+    parser.add_argument("--build_label", default="this checkout's build", help="what --build is")
     parser.add_argument("--steps", type=int, default=60, help="optimizer steps per run")
     parser.add_argument("--vocabs", default="256,8192")
     parser.add_argument("--max_other_load", type=float, default=0.2)
@@ -116,6 +123,7 @@ def main():
     parser.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
     args = parser.parse_args()
     builds = {"baseline": os.path.abspath(args.baseline), "build": os.path.abspath(args.build)}
+    labels = {"baseline": args.baseline_label, "build": args.build_label}
     libs = {k: libtorch_of(v) for k, v in builds.items()}
     os.makedirs(args.out, exist_ok=True)
     began = time.monotonic()
@@ -131,8 +139,8 @@ def main():
              "per stage, %d steps per run, on %d CPUs; %.0f s in all." % (
                  args.steps, os.cpu_count(), time.monotonic() - began), ""]
     for key in builds:
-        lines.append("- %s: `%s`, libtorch_cpu %s, BLAS %s" % (
-            key, builds[key], libs[key]["libtorch_cpu"], libs[key]["blas"]))
+        lines.append("- %s: %s; libtorch_cpu %s, BLAS %s" % (
+            key, labels[key], libs[key]["libtorch_cpu"], libs[key]["blas"]))
     lines += ["", "| vocab | run | baseline tokens/s | build tokens/s | build / baseline "
               "| peak RSS per stage, baseline MB | peak RSS per stage, build MB | other load |",
               "|---:|---|---:|---:|---:|---|---|---|"]
@@ -150,7 +158,7 @@ def main():
     with open(os.path.join(args.out, "libtorch_versions.md"), "w") as f:
         f.write(text)
     with open(os.path.join(args.out, "libtorch_versions.json"), "w") as f:
-        json.dump(dict(builds=builds, libraries=libs, runs=results), f, indent=1)
+        json.dump(dict(builds=labels, libraries=libs, runs=results), f, indent=1)
 
 
 if __name__ == "__main__":

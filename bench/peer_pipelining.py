@@ -42,6 +42,7 @@ import argparse
 import json
 import math
 import os
+import re
 import resource
 import socket
 import subprocess
@@ -180,11 +181,12 @@ def load_tokens(corpus, vocab):
     import torch
     with open(corpus, encoding="utf-8") as f:
         text = f.read()
-    chars = sorted(set(text))
+    import numpy as np
+    codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+    chars = np.unique(codes)  # sorted code points: paci's character vocabulary
     if len(chars) > vocab:
         sys.exit("the corpus has %d distinct characters, more than --vocab %d" % (len(chars), vocab))
-    index = {c: i for i, c in enumerate(chars)}
-    tokens = torch.tensor([index[c] for c in text], dtype=torch.long)
+    tokens = torch.from_numpy(np.searchsorted(chars, codes).astype(np.int64))
     split = int(len(tokens) * 0.95)
     return tokens[:split], tokens[split:]
 
@@ -311,9 +313,9 @@ def run_peer(args, cfg, key, workdir):
            "--worker=" + key, "--workdir=" + run_dir, "--config=" + json.dumps(cfg)]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    if proc.returncode != 0:
-        lines = [l for l in proc.stdout.splitlines() if "Error" in l or "error" in l]
-        return dict(error=(lines[-1] if lines else proc.stdout[-500:]).strip()[:300])
+    if proc.returncode != 0:  # the first rank's exception, as torchrun prints it
+        errors = re.findall(r"^\[rank\d+\]: (\w+(?:Error|Exception): .*)$", proc.stdout, re.M)
+        return dict(error=(errors[0] if errors else proc.stdout[-300:]).strip()[:300])
     ranks = []
     state = {}
     for r in range(2):
@@ -468,7 +470,8 @@ def main():
     with open(os.path.join(args.out, "peer_pipelining.md"), "w") as f:
         f.write(text)
     with open(os.path.join(args.out, "peer_pipelining.json"), "w") as f:
-        json.dump(dict(config=cfg, runs=results), f, indent=1)
+        json.dump(dict(config=dict(cfg, corpus=os.path.relpath(cfg["corpus"], ROOT)),
+                       runs=results), f, indent=1)
 
 
 if __name__ == "__main__":
