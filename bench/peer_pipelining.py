@@ -417,12 +417,12 @@ def main():
                lr=args.lr, eval_sequences=args.eval_sequences, seed=args.seed,
                corpus=os.path.abspath(args.corpus))
     only = set(filter(None, args.only.split(",")))
-    runs = [("paci", "paci PACI", None), ("paci-1f1b-flush", "paci 1f1b-flush", None),
-            ("eager", "torch eager, unsplit (P = 1)", None)] + [(k, l, None) for k, l, *_ in PEERS]
+    runs = [("paci", "paci PACI"), ("paci-1f1b-flush", "paci 1f1b-flush"),
+            ("eager", "torch eager, unsplit (P = 1)")] + [(k, l) for k, l, *_ in PEERS]
     results = []
     began = time.monotonic()
     with tempfile.TemporaryDirectory() as workdir:
-        for key, label, _ in runs:
+        for key, label in runs:
             if only and key not in only:
                 continue
             log("%-40s ..." % label)
