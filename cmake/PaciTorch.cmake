@@ -92,3 +92,104 @@ foreach(lib ${_paci_torch_libs})
 endforeach()
 set(PACI_TORCH_DIR "${_paci_torch}")
 message(STATUS "LibTorch ${PACI_TORCH_VERSION}: ${_paci_torch}")
+
+# Compile time. A file that includes LibTorch's headers took 100-170 s to
+# compile (RelWithDebInfo, four at once on two cores); two things bring that
+# to 30-70 s (docs/contributing.md has the figures):
+# - line tables only (-g1) where LibTorch's headers are compiled: full debug
+#   information of its templates was 80 % of the objects' size and 40 % of
+#   the time; backtraces keep their files and lines.
+# - one precompiled <torch/torch.h> (paci_torch_pch) that every target
+#   compiling against paci::torch reuses: paci_torch_precompiled_headers(),
+#   called once every target exists (the top CMakeLists.txt).
+target_compile_options(paci_torch INTERFACE $<$<CONFIG:RelWithDebInfo>:-g1>)
+# -pthread (it defines _REENTRANT) wherever LibTorch is compiled, the
+# precompiled header's target included: GCC uses a precompiled header only
+# where the macros it was made with match.
+target_compile_options(paci_torch INTERFACE -pthread)
+
+# Whether TARGET compiles against paci::torch: paci_torch among its own link
+# libraries or the usage requirements (INTERFACE_LINK_LIBRARIES, less
+# $<LINK_ONLY:...>) of those, transitively.
+function(_paci_compiles_torch target out)
+  set(seen "")
+  set(queue "")
+  get_target_property(direct ${target} LINK_LIBRARIES)
+  if(direct)
+    list(APPEND queue ${direct})
+  endif()
+  while(queue)
+    list(POP_FRONT queue item)
+    if(item MATCHES "^\\$<" OR NOT TARGET "${item}")
+      continue()
+    endif()
+    get_target_property(aliased "${item}" ALIASED_TARGET)
+    if(aliased)
+      set(item "${aliased}")
+    endif()
+    if(item STREQUAL "paci_torch")
+      set(${out} TRUE PARENT_SCOPE)
+      return()
+    endif()
+    if(item IN_LIST seen)
+      continue()
+    endif()
+    list(APPEND seen "${item}")
+    get_target_property(usage "${item}" INTERFACE_LINK_LIBRARIES)
+    if(usage)
+      list(APPEND queue ${usage})
+    endif()
+  endwhile()
+  set(${out} FALSE PARENT_SCOPE)
+endfunction()
+
+# The targets of DIR and the folders below it.
+function(_paci_targets_below dir out)
+  get_property(targets DIRECTORY "${dir}" PROPERTY BUILDSYSTEM_TARGETS)
+  get_property(subdirs DIRECTORY "${dir}" PROPERTY SUBDIRECTORIES)
+  foreach(sub ${subdirs})
+    _paci_targets_below("${sub}" below)
+    list(APPEND targets ${below})
+  endforeach()
+  set(${out} ${targets} PARENT_SCOPE)
+endfunction()
+
+# paci_torch_pch precompiles <torch/torch.h> with the flags of our targets;
+# every C++ target of ours that compiles against paci::torch reuses it, but
+# one that links it and includes none of its headers (property
+# PACI_NO_TORCH_PCH: loading the header would triple its compile time). Its
+# 0.7 GB header is not worth a place in ccache: it is made again in a new
+# build folder (about 75 s). ccache hashes it into the key of each object
+# that uses it (CCACHE_SLOPPINESS pch_defines,time_macros: the top
+# CMakeLists.txt).
+function(paci_torch_precompiled_headers)
+  # GCC's only: clang refuses a precompiled header where the command line's
+  # macros differ (each test's PACI_SOURCE_DIR), and its sanitizer and fuzzer
+  # builds compile few LibTorch files (scripts/sanitize.sh).
+  if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "GNU" OR PACI_SANITIZE OR PACI_FUZZ)
+    return()
+  endif()
+  set(source "${CMAKE_BINARY_DIR}/paci_torch_pch.cc")
+  file(WRITE "${source}" "// The target that precompiles <torch/torch.h> (cmake/PaciTorch.cmake).\n")
+  add_library(paci_torch_pch OBJECT "${source}")
+  target_link_libraries(paci_torch_pch PRIVATE paci::torch)
+  target_compile_options(paci_torch_pch PRIVATE ${PACI_WARNINGS})
+  target_precompile_headers(paci_torch_pch PRIVATE <torch/torch.h>)
+  set_target_properties(paci_torch_pch PROPERTIES CXX_COMPILER_LAUNCHER "")
+  _paci_targets_below("${CMAKE_SOURCE_DIR}" targets)
+  set(users 0)
+  foreach(target ${targets})
+    get_target_property(type ${target} TYPE)
+    if(target STREQUAL "paci_torch_pch" OR type STREQUAL "INTERFACE_LIBRARY" OR
+       type STREQUAL "UTILITY")
+      continue()
+    endif()
+    _paci_compiles_torch(${target} compiles)
+    get_target_property(opted_out ${target} PACI_NO_TORCH_PCH)
+    if(compiles AND NOT opted_out)
+      target_precompile_headers(${target} REUSE_FROM paci_torch_pch)
+      math(EXPR users "${users} + 1")
+    endif()
+  endforeach()
+  message(STATUS "LibTorch's precompiled header: ${users} targets")
+endfunction()

@@ -1,15 +1,12 @@
 #include "common/main_support.h"
 
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
-
 #include <glog/logging.h>
 
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/atomic_file.h"
 #include "common/crash_handler.h"
 #include "common/status_macros.h"
 
@@ -39,27 +36,7 @@ int RunMain(int argc, char** argv, const char* program, const char* usage,
 }
 
 absl::Status WritePortFile(const std::string& path, int port) {
-  const std::string temporary = path + ".tmp";
-  FILE* file = std::fopen(temporary.c_str(), "w");
-  if (file == nullptr) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot write the port file ", temporary, ": ", std::strerror(errno)));
-  }
-  const bool written = std::fprintf(file, "%d\n", port) > 0;
-  const int write_errno = errno;
-  if (std::fclose(file) != 0 || !written) {
-    const int error = written ? errno : write_errno;
-    std::remove(temporary.c_str());
-    return absl::UnavailableError(
-        absl::StrCat("cannot write the port file ", temporary, ": ", std::strerror(error)));
-  }
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    const int error = errno;
-    std::remove(temporary.c_str());
-    return absl::UnavailableError(absl::StrCat("cannot rename ", temporary, " to ", path, ": ",
-                                               std::strerror(error)));
-  }
-  return absl::OkStatus();
+  return WriteFileAtomically(path, absl::StrCat(port, "\n"));
 }
 
 absl::StatusOr<int> ServeMetrics(MetricsHttpServer& server, const std::string& address,

@@ -30,10 +30,9 @@ int MainExitCode(const absl::Status& status, absl::string_view program);
 int RunMain(int argc, char** argv, const char* program, const char* usage,
             absl::FunctionRef<absl::Status(const ShutdownSignal&)> run);
 
-// Writes `port` and a newline to `path`, atomically: into "<path>.tmp" first,
-// then renamed, so that a reader polling for the file never sees it half
-// written. Unavailable naming the file and the reason when either fails (the
-// temporary file is removed).
+// Writes `port` and a newline to `path` with WriteFileAtomically, so that a
+// reader polling for the file never sees it half written. Unavailable naming
+// the file and the reason when that fails (the temporary file is removed).
 absl::Status WritePortFile(const std::string& path, int port);
 
 // Starts `server` (with any handlers already added) on `address`

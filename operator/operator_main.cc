@@ -46,6 +46,9 @@ ABSL_FLAG(std::string, worker_secret_flags,
 ABSL_FLAG(std::string, worker_coordinator_address, "",
           "the coordinator as worker pods reach it; default: --coordinator");
 ABSL_FLAG(std::string, worker_image, "paci-worker:latest", "image of worker pods");
+ABSL_FLAG(std::string, worker_cuda_image, "paci-worker-cuda:latest",
+          "image of worker pods whose TrainingJob puts a stage on a GPU (runtime.device or "
+          "runtime.stageDevices cuda) and names no spec.worker.image");
 ABSL_FLAG(std::string, worker_command, "paci_worker", "command of worker pods");
 ABSL_FLAG(std::string, worker_args, "", "comma-separated extra arguments for every worker");
 ABSL_FLAG(int, worker_link_port, 7000, "port of each worker pod's stage link");
@@ -98,6 +101,7 @@ absl::StatusOr<ControllerOptions> ControllerOptionsFromFlags() {
                                               ? absl::GetFlag(FLAGS_coordinator)
                                               : absl::GetFlag(FLAGS_worker_coordinator_address);
   reconciler.default_worker_image = absl::GetFlag(FLAGS_worker_image);
+  reconciler.default_worker_cuda_image = absl::GetFlag(FLAGS_worker_cuda_image);
   reconciler.worker_command = absl::GetFlag(FLAGS_worker_command);
   reconciler.link_port = absl::GetFlag(FLAGS_worker_link_port);
   reconciler.metrics_port = absl::GetFlag(FLAGS_worker_metrics_port);

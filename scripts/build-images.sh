@@ -2,9 +2,13 @@
 # Builds the coordinator, operator and worker images from deploy/docker/Dockerfile
 # with podman, and writes their references to build/images.env.
 #
-#   scripts/build-images.sh [--check] [--force] [--no-cache] [--rebuild-base] [--prune]
-#                            [--verbose] [--list-context]
+#   scripts/build-images.sh [--cuda] [--check] [--force] [--no-cache] [--rebuild-base]
+#                            [--prune] [--verbose] [--list-context]
 #
+#   --cuda          also the CUDA worker image, paci-worker-cuda (about 3.5 GB:
+#                   LibTorch's CUDA half and the CUDA 13 libraries); --check then
+#                   runs it too: it trains on the CPU and refuses runtime.device:
+#                   cuda where there is no GPU
 #   --check         then run each image once: it starts, prints its usage, its
 #                   libraries resolve; the coordinator serves and writes its
 #                   store; the worker reads its corpus and trains a few steps
@@ -53,9 +57,10 @@ CONTENT_LABEL=dev.paci.content
 ENV_FILE=${PACI_IMAGES_ENV:-build/images.env}
 export CONTAINERS_CONF=${CONTAINERS_CONF:-$ROOT/deploy/docker/containers.conf}
 
-CHECK=0 FORCE=0 NO_CACHE=0 REBUILD_BASE=0 PRUNE=0 VERBOSE=0 LIST_CONTEXT=0
+CUDA=0 CHECK=0 FORCE=0 NO_CACHE=0 REBUILD_BASE=0 PRUNE=0 VERBOSE=0 LIST_CONTEXT=0
 for arg in "$@"; do
   case $arg in
+    --cuda) CUDA=1 ;;
     --check) CHECK=1 ;;
     --force) FORCE=1 ;;
     --no-cache) NO_CACHE=1 FORCE=1 ;;
@@ -67,6 +72,7 @@ for arg in "$@"; do
     *) echo "build-images.sh: unknown argument $arg (see --help)" >&2; exit 2 ;;
   esac
 done
+((CUDA)) && TARGETS+=(worker-cuda)
 
 # ---- progress, timing, failure
 PHASE="" PHASE_START=0 SUMMARY=()
@@ -408,7 +414,8 @@ phase "write $ENV_FILE"
   echo "# Written by scripts/build-images.sh: the images of content $CONTENT_HASH."
   echo "PACI_IMAGE_CONTENT_HASH=$CONTENT_HASH"
   for target in "${TARGETS[@]}"; do
-    echo "PACI_${target^^}_IMAGE=${IMAGE[$target]}"
+    name=${target^^}
+    echo "PACI_${name//-/_}_IMAGE=${IMAGE[$target]}"
   done
   echo "PACI_CONTAINERS_CONF=$CONTAINERS_CONF"
 } > "$ENV_FILE.tmp"
@@ -473,8 +480,8 @@ if ((CHECK)); then
   fails=0
   fail() { echo "    FAIL: $*" >&2; fails=$((fails + 1)); }
   for target in "${TARGETS[@]}"; do
-    img=${IMAGE[$target]} bin=/usr/local/bin/paci_$target
-    [[ $target == coordinator ]] && bin=/usr/local/bin/paci_coordinator
+    img=${IMAGE[$target]} program=paci_${target%-cuda}
+    bin=/usr/local/bin/$program
     # The dynamic linker finds every library.
     if out=$("${RUN[@]}" --entrypoint ldd "$img" "$bin" 2>&1); then
       if grep -q "not found" <<< "$out"; then fail "$target: libraries missing:"$'\n'"$(grep "not found" <<< "$out")"; fi
@@ -483,10 +490,10 @@ if ((CHECK)); then
     fi
     # The entrypoint starts and prints its usage (absl's --help exits 1).
     rc=0; out=$("${RUN[@]}" "$img" --help 2>&1) || rc=$?
-    if [[ $rc -gt 1 ]] || ! grep -q "paci_$target: " <<< "$out"; then
+    if [[ $rc -gt 1 ]] || ! grep -q "$program: " <<< "$out"; then
       fail "$target --help: exit $rc:"$'\n'"$(tail -5 <<< "$out")"
     else
-      echo "    $target: starts; $(grep -m1 "paci_$target: " <<< "$out")"
+      echo "    $target: starts; $(grep -m1 "$program: " <<< "$out")"
     fi
     user=$(podman image inspect --format '{{.Config.User}}' "$img")
     [[ $user == 65532:65532 ]] || fail "$target: runs as '$user', not 65532:65532"
@@ -524,6 +531,40 @@ EOF
     ' 2>&1) || rc=$?
   if [[ $rc -eq 0 ]]; then echo "    worker: $(head -1 <<< "$out"); trains: $(tail -1 <<< "$out" | cut -c1-100)"
   else fail "worker corpus or training (exit $rc):"$'\n'"$(tail -10 <<< "$out")"; fi
+  # The CUDA worker: LibTorch's CUDA half loads (its hooks are registered), it
+  # trains on the CPU, and without a GPU it refuses runtime.device: cuda naming
+  # the field and the missing GPU (not a CPU build).
+  if ((CUDA)); then
+    rc=0; out=$("${RUN[@]}" --entrypoint sh "${IMAGE[worker-cuda]}" -c '
+        set -e
+        job() {
+          printf "%s\n" "name: image-cuda" \
+            "model: {vocab_size: 96, num_layers: 1, d_model: 16, num_heads: 2, seq_len: 16}" \
+            "pipeline: {num_stages: 1, schedule: paci, accumulation: 1, micro_batch_size: 2}" \
+            "optimizer: {lr: 3e-3}" \
+            "training: {steps: 3, eval_interval: 3, eval_micro_batches: 1}" \
+            "data: {corpus_path: /usr/share/paci/tests/data/kjv-genesis.txt}" \
+            "runtime: {device: $1}" > /tmp/job-$1.yaml
+        }
+        job cpu; job cuda
+        paci_worker --spec=/tmp/job-cpu.yaml --stage=0 --peers=127.0.0.1:0 --metrics_address=127.0.0.1:0 \
+          > /tmp/cpu.log 2>&1 || { tail -5 /tmp/cpu.log; exit 1; }
+        tail -1 /tmp/cpu.log
+        if paci_worker --spec=/tmp/job-cuda.yaml --stage=0 --peers=127.0.0.1:0 \
+             --metrics_address=127.0.0.1:0 > /tmp/cuda.log 2>&1; then
+          echo "runtime.device: cuda trained without a GPU"; exit 1
+        fi
+        grep -m1 "runtime.device: cuda asked for, but this worker sees no GPU" /tmp/cuda.log ||
+          { tail -5 /tmp/cuda.log; exit 1; }
+      ' 2>&1) || rc=$?
+    if [[ $rc -eq 0 ]]; then
+      echo "    worker-cuda: trains on the CPU; $(tail -1 <<< "$out" | sed 's/.*\(runtime.device\)/\1/' | cut -c1-110)"
+      echo "    worker-cuda: $(podman image inspect --format '{{.Size}}' "${IMAGE[worker-cuda]}" |
+        awk '{ printf "%.2f GB", $1 / 1e9 }')"
+    else
+      fail "worker-cuda (exit $rc):"$'\n'"$(tail -10 <<< "$out")"
+    fi
+  fi
   # The worker trains from token shards of a SentencePiece vocabulary, made by
   # this build's pacictl and mounted read-only as a volume: its loader finds
   # libpaci_sentencepiece.so in the image, and the shards map as uid 65532.

@@ -17,14 +17,13 @@
 #include <thread>
 #include <utility>
 
-#include <unistd.h>
-
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/types/span.h"
+#include "common/atomic_file.h"
 #include "common/status_macros.h"
 #include "tools/progress_printer.h"
 #include "worker/data/char_tokenizer.h"
@@ -118,6 +117,11 @@ absl::StatusOr<fs::path> CheckOut(const std::string& out) {
   return path;
 }
 
+// A write error is Internal here, as PrepareData documents it.
+absl::Status AsInternal(const absl::Status& status) {
+  return status.ok() ? status : absl::InternalError(status.message());
+}
+
 // A hidden folder beside the dataset to be, where it is built: removed with
 // all it holds unless Commit renames it to the dataset.
 class StagingFolder {
@@ -143,8 +147,11 @@ class StagingFolder {
 
   const std::string& path() const { return path_; }
 
-  // Renames the folder to the dataset (replacing an empty folder there).
+  // Renames the folder to the dataset (replacing an empty folder there). The
+  // folder is synced first, so that the shards' names are on disk before the
+  // dataset appears, and its parent after, so that the dataset stays.
   absl::Status Commit() {
+    RETURN_IF_ERROR(AsInternal(SyncFolder(path_)));
     std::error_code error;
     fs::rename(path_, out_, error);
     if (error) {
@@ -153,7 +160,7 @@ class StagingFolder {
                        error.message()));
     }
     committed_ = true;
-    return absl::OkStatus();
+    return AsInternal(SyncFolder(out_.parent_path().string()));
   }
 
  private:
@@ -163,15 +170,6 @@ class StagingFolder {
   const fs::path out_;
   bool committed_ = false;
 };
-
-absl::Status WriteFile(const std::string& path, const std::string& bytes) {
-  std::FILE* file = std::fopen(path.c_str(), "wb");
-  bool ok = file != nullptr && std::fwrite(bytes.data(), 1, bytes.size(), file) == bytes.size() &&
-            std::fflush(file) == 0 && fsync(fileno(file)) == 0;
-  if (file != nullptr) ok = std::fclose(file) == 0 && ok;
-  if (!ok) return absl::InternalError(absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));
-  return absl::OkStatus();
-}
 
 // Reads the input files one after the other as chunks: each ends just past
 // the first newline at or after chunk_bytes, or at the end of its file.
@@ -536,7 +534,8 @@ absl::StatusOr<PrepareDataResult> PrepareData(const PrepareDataOptions& options)
   ASSIGN_OR_RETURN(const std::unique_ptr<Tokenizer> tokenizer,
                    MakeTokenizer(files, options, threads, &progress));
   ASSIGN_OR_RETURN(std::unique_ptr<StagingFolder> staging, StagingFolder::Create(out));
-  RETURN_IF_ERROR(WriteFile(staging->path() + "/" + kDatasetTokenizerFile, tokenizer->Serialize()));
+  RETURN_IF_ERROR(AsInternal(WriteFileAtomically(staging->path() + "/" + kDatasetTokenizerFile,
+                                                 tokenizer->Serialize())));
   ShardedTokenWriter shards(staging->path(), *tokenizer, options.shard_tokens);
   RETURN_IF_ERROR(WriteShards(files, *tokenizer, options, threads, &shards, &progress));
   if (shards.tokens() == 0) return EmptyCorpus(files, "no tokens");

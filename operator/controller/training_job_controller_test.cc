@@ -152,6 +152,9 @@ class ControllerTestBase : public ::testing::Test {
     std::vector<std::string> reasons;
     absl::StatusOr<json> list = kube_.List(CollectionPath("", "v1", "default", "events"));
     for (const json& event : list.value_or(json::object()).value("items", json::array())) {
+      // The real API server records events of its own in the namespace (its Service IP repair
+      // loop's ClusterIPNotAllocated, for one): only the TrainingJob's are the executor's.
+      if (event.value("involvedObject", json::object()).value("kind", "") != "TrainingJob") continue;
       reasons.push_back(StringField(event, "reason"));
     }
     return reasons;

@@ -1,8 +1,10 @@
 #include "operator/reconcile/job_objects.h"
 
+#include <algorithm>
 #include <set>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "operator/reconcile/training_job_reconciler.h"
 
@@ -129,6 +131,26 @@ void AddVolumes(const json& worker, const ReconcilerOptions& options, json& pod_
   container["volumeMounts"] = mounts;
 }
 
+// Whether spec.runtime puts any stage on a GPU: device, or an entry of
+// stageDevices, is cuda or cuda:N (the CRD's pattern allows nothing else).
+bool WantsCuda(const json& spec) {
+  const json& runtime = Field(spec, "runtime");
+  if (absl::StartsWith(StringField(runtime, "device"), "cuda")) return true;
+  const json& stage_devices = Field(runtime, "stageDevices");
+  if (!stage_devices.is_array()) return false;
+  return std::any_of(stage_devices.begin(), stage_devices.end(), [](const json& device) {
+    return device.is_string() && absl::StartsWith(device.get<std::string>(), "cuda");
+  });
+}
+
+// The image: the TrainingJob's, else the CUDA worker's where a stage is on a
+// GPU, else the CPU worker's.
+std::string WorkerImage(const json& spec, const ReconcilerOptions& options) {
+  const std::string image = StringField(Field(spec, "worker"), "image");
+  if (!image.empty()) return image;
+  return WantsCuda(spec) ? options.default_worker_cuda_image : options.default_worker_image;
+}
+
 }  // namespace
 
 absl::Status ValidateWorkerTemplate(const json& worker) {
@@ -220,12 +242,11 @@ json WorkerService(const json& job, const ReconcilerOptions& options) {
 json WorkerPod(const json& job, int index, const ReconcilerOptions& options) {
   const json& worker = Field(Field(job, "spec"), "worker");
   const std::string name = MetaString(job, "name");
-  const std::string image = StringField(worker, "image");
   const std::string pod_name = WorkerPodName(name, index);
 
   json container = {
       {"name", "worker"},
-      {"image", image.empty() ? options.default_worker_image : image},
+      {"image", WorkerImage(Field(job, "spec"), options)},
       {"command", json::array({options.worker_command})},
       {"args", WorkerArgs(job, options)},
       {"env", WorkerEnv(worker)},

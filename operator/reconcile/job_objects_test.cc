@@ -108,6 +108,27 @@ TEST(WorkerPodTest, AGpuWorkerGetsItsRuntimeClassGpusAndAMemoryShm) {
   EXPECT_FALSE(plain["spec"].contains("runtimeClassName"));
 }
 
+TEST(WorkerPodTest, AJobWithAStageOnAGpuGetsTheCudaWorkerImageUnlessItNamesOne) {
+  ReconcilerOptions options;
+  options.default_worker_image = "registry.example/paci-worker:1.0";
+  options.default_worker_cuda_image = "registry.example/paci-worker-cuda:1.0";
+  auto image = [&](const json& runtime, const json& worker) {
+    json job = Job(worker);
+    if (!runtime.is_null()) job["spec"]["runtime"] = runtime;
+    return WorkerPod(job, 0, options)["spec"]["containers"][0]["image"].get<std::string>();
+  };
+  EXPECT_EQ(image(nullptr, json::object()), options.default_worker_image);
+  EXPECT_EQ(image({{"device", "cpu"}}, json::object()), options.default_worker_image);
+  EXPECT_EQ(image({{"device", "cuda"}}, json::object()), options.default_worker_cuda_image);
+  EXPECT_EQ(image({{"device", "cuda:1"}}, json::object()), options.default_worker_cuda_image);
+  // One GPU stage among CPU ones is enough.
+  EXPECT_EQ(image({{"stageDevices", {"cpu", "cuda:0"}}}, json::object()),
+            options.default_worker_cuda_image);
+  EXPECT_EQ(image({{"stageDevices", {"cpu", "cpu"}}}, json::object()), options.default_worker_image);
+  // The TrainingJob's own image wins either way.
+  EXPECT_EQ(image({{"device", "cuda"}}, {{"image", "mine:2"}}), "mine:2");
+}
+
 TEST(WorkerPodTest, AUserMountAtTmpReplacesTheOperatorsOwn) {
   const json worker = json::parse(R"({
     "volumes": [{"name": "scratch", "emptyDir": {"medium": "Memory"}}],

@@ -43,8 +43,10 @@ inline constexpr int kWorkerUid = 65532;
 struct ReconcilerOptions {
   // host:port of the coordinator, as the worker pods reach it.
   std::string worker_coordinator_address = "paci-coordinator.paci-system.svc:7070";
-  // Image of worker pods whose TrainingJob names none.
+  // Image of worker pods whose TrainingJob names none: the CUDA worker's when
+  // its spec.runtime puts any stage on a GPU (device or stageDevices cuda...).
   std::string default_worker_image = "paci-worker:latest";
+  std::string default_worker_cuda_image = "paci-worker-cuda:latest";
   std::string worker_command = "paci_worker";
   int link_port = 7000;     // the stage link each worker pod serves
   int metrics_port = 9100;  // its /metrics

@@ -280,6 +280,7 @@ class RenderTest(unittest.TestCase):
         self.assertEqual(operator["coordinator"], "prod-paci-coordinator.ml.svc:7070")
         self.assertEqual(operator["lease_name"], "prod-paci-operator")
         self.assertEqual(operator["worker_image"], "paci-worker:%s" % chart["appVersion"])
+        self.assertEqual(operator["worker_cuda_image"], "paci-worker-cuda:%s" % chart["appVersion"])
         self.assertEqual(kinds["Deployment"]["prod-paci-operator"]["spec"]["replicas"], 2)
         claim = pod_template(kinds["Deployment"]["prod-paci-coordinator"])["spec"]["volumes"][0]
         self.assertEqual(claim["persistentVolumeClaim"]["claimName"], "prod-paci-coordinator-db")
@@ -403,13 +404,18 @@ class RenderTest(unittest.TestCase):
         kinds = by_kind(render("--set", "imagePullSecrets[0].name=regcred",
                                "--set", "operator.image.pullPolicy=Always",
                                "--set", "worker.image.repository=registry.example/paci-worker",
-                               "--set", "worker.image.tag=1.2"))
+                               "--set", "worker.image.tag=1.2",
+                               "--set", "worker.cudaImage.repository=registry.example/paci-worker-cuda"))
         for d in kinds["Deployment"].values():
             self.assertEqual(pod_template(d)["spec"]["imagePullSecrets"], [{"name": "regcred"}])
         self.assertEqual(kinds["ServiceAccount"]["paci-worker"]["imagePullSecrets"], [{"name": "regcred"}])
         operator = container(kinds["Deployment"]["paci-operator"])
         self.assertEqual(operator["imagePullPolicy"], "Always")
         self.assertEqual(flags(operator["args"])["worker_image"], "registry.example/paci-worker:1.2")
+        with open(os.path.join(CHART, "Chart.yaml")) as f:
+            app_version = yaml.safe_load(f)["appVersion"]
+        self.assertEqual(flags(operator["args"])["worker_cuda_image"],
+                         "registry.example/paci-worker-cuda:%s" % app_version)
 
     def test_every_flag_the_chart_passes_is_defined_by_its_binary(self):
         for args in ([], TLS_MUTUAL, ["--set", "tls.enabled=true"], ["--set", "operator.watchNamespace=a"]):

@@ -30,6 +30,7 @@ KUBE = os.path.join(SOURCE, "tests", "kube")
 CRD = os.path.join(SOURCE, "helm", "paci", "crds", "paci.dev_trainingjobs.yaml")
 EXAMPLE = os.path.join(SOURCE, "examples", "trainingjob.yaml")
 EXAMPLE_KJV = os.path.join(SOURCE, "examples", "trainingjob-kjv.yaml")
+EXAMPLE_GPU = os.path.join(SOURCE, "examples", "trainingjob-gpu.yaml")
 NAMESPACE_YAML = os.path.join(SOURCE, "deploy", "namespace.yaml")
 PYTHON = "/usr/bin/python3"
 sys.path.insert(0, KUBE)
@@ -159,6 +160,8 @@ class KubeClusterTest(unittest.TestCase):
         self.assertRegex(resources, r"trainingjobs\s+ptj\s+paci.dev/v1alpha1\s+true\s+TrainingJob")
         self.assertIn("trainingjob.paci.dev/kjv-small created (server dry run)",
                       self.kubectl("apply", "--dry-run=server", "-f", EXAMPLE_KJV))
+        self.assertIn("trainingjob.paci.dev/kjv-gpu created (server dry run)",
+                      self.kubectl("apply", "--dry-run=server", "-f", EXAMPLE_GPU))
         self.assertEqual(self.http("GET", TJ_PATH + "/kjv-small")[0], 404)
         self.assertIn("trainingjob.paci.dev/kjv-tiny created", self.kubectl("apply", "-f", EXAMPLE))
         self.assertIn("trainingjob.paci.dev/kjv-small created", self.kubectl("apply", "-f", EXAMPLE_KJV))

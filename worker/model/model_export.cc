@@ -1,13 +1,13 @@
 #include "worker/model/model_export.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <filesystem>
+#include <ostream>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/atomic_file.h"
 
 namespace paci {
 namespace {
@@ -49,22 +49,15 @@ absl::Status ExportModel(GptStage& reference, const torch::jit::Module& module,
       {"config.json", ConfigJson(reference->config())},
       {"tokenizer", tokenizer.Serialize()},
       {"check.json", CheckJson(reference)}};
-  const std::string tmp = path + ".tmp";
-  try {
-    module.save(tmp, extra_files);
-  } catch (const c10::Error& e) {
-    std::remove(tmp.c_str());
-    return absl::UnavailableError(
-        absl::StrCat("cannot write ", path, ": ", e.what_without_backtrace()));
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    return absl::UnavailableError(
-        absl::StrCat("cannot rename ", tmp, " to ", path, ": ", ec.message()));
-  }
-  return absl::OkStatus();
+  return WriteFileAtomically(path, [&](std::ostream& out) {
+    try {
+      module.save(out, extra_files);
+    } catch (const c10::Error& e) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot write ", path, ": ", e.what_without_backtrace()));
+    }
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace paci

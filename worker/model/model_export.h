@@ -20,8 +20,9 @@ namespace paci {
 //   check.json   {"tokens": [[ids]], "logits": [[[...]]]}: a few token ids and the
 //                logits that `reference`, paci's training model, gives them, so
 //                anyone can check that the export computes the same.
-// Written to a temporary name and renamed: nothing half-written stays at
-// `path`. Unavailable naming the path when it cannot be written. Blocks.
+// Written with WriteFileAtomically: nothing half-written stays at `path`, and
+// a file there is replaced only by a whole export. Unavailable naming the path
+// when it cannot be written. Blocks.
 absl::Status ExportModel(GptStage& reference, const torch::jit::Module& module,
                          const Tokenizer& tokenizer, const std::string& path);
 

@@ -1,6 +1,7 @@
 #include <map>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/detail/CUDAHooksInterface.h>
 #include <torch/torch.h>
 
 #include "gtest/gtest.h"
@@ -279,6 +280,10 @@ TEST(PlacementTest, CudaWithoutAGpuIsRefusedNamingTheField) {
   absl::Status status = ResolvePlacement("cuda:0", "fp32").status();
   EXPECT_TRUE(absl::IsFailedPrecondition(status)) << status;
   EXPECT_NE(status.message().find("runtime.device: cuda:0"), std::string::npos) << status;
+  // This build says which of the two it lacks: CUDA in its LibTorch, or a GPU.
+  EXPECT_NE(status.message().find(at::detail::getCUDAHooks().isBuilt() ? "sees no GPU" : "CPU build"),
+            std::string::npos)
+      << status;
 }
 
 TEST(PlacementTest, Bf16AutocastOnCpuComputesMatmulsInBf16AndKeepsTheLossClose) {

@@ -1,6 +1,7 @@
 #include "worker/model/precision.h"
 
 #include <ATen/autocast_mode.h>
+#include <ATen/detail/CUDAHooksInterface.h>
 #include <torch/version.h>
 
 #include "absl/strings/str_cat.h"
@@ -28,9 +29,14 @@ absl::StatusOr<StagePlacement> ResolvePlacement(const std::string& device,
   }
   if (placement.device.is_cuda()) {
     if (!torch::cuda::is_available()) {
+      // LibTorch's CUDA half registers its hooks when it is linked (the CUDA build).
       return absl::FailedPreconditionError(absl::StrCat(
-          "runtime.device: ", device,
-          " asked for, but this worker has no CUDA (LibTorch without CUDA, or no GPU)"));
+          "runtime.device: ", device, " asked for, but ",
+          at::detail::getCUDAHooks().isBuilt()
+              ? "this worker sees no GPU (request one, e.g. resources.limits nvidia.com/gpu, "
+                "on a node whose container runtime passes it in)"
+              : "this worker's LibTorch is the CPU build (the CUDA worker is built with "
+                "-DPACI_CUDA=ON, image paci-worker-cuda)"));
     }
     const int64_t index = placement.device.has_index() ? placement.device.index() : 0;
     if (index >= static_cast<int64_t>(torch::cuda::device_count())) {

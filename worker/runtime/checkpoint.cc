@@ -2,7 +2,6 @@
 
 #include <zlib.h>
 
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "common/atomic_file.h"
 #include "common/status_macros.h"
 
 namespace paci {
@@ -168,7 +168,7 @@ absl::Status SaveShard(const std::string& path, const ShardMeta& meta, GptStage&
                                                fs::path(path).parent_path().string(), ": ",
                                                ec.message()));
   }
-  const std::string tmp = path + ".tmp";
+  std::string bytes;
   try {
     torch::serialize::OutputArchive archive;
     archive.write("format", c10::IValue(std::string(kFormat)));
@@ -191,25 +191,15 @@ absl::Status SaveShard(const std::string& path, const ShardMeta& meta, GptStage&
     }
     std::ostringstream out;
     archive.save_to(out);
-    const std::string bytes = out.str();
-    std::ofstream file(tmp, std::ios::binary | std::ios::trunc);
-    file << bytes << Footer(bytes);
-    file.flush();
-    if (!file) {
-      std::remove(tmp.c_str());
-      return absl::UnavailableError(absl::StrCat("cannot write checkpoint ", tmp));
-    }
+    bytes = out.str();
   } catch (const c10::Error& e) {
-    std::remove(tmp.c_str());
     return absl::UnavailableError(
-        absl::StrCat("cannot write checkpoint ", tmp, ": ", FirstLine(e.what())));
+        absl::StrCat("cannot write checkpoint ", path, ": ", FirstLine(e.what())));
   }
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    return absl::UnavailableError(absl::StrCat("cannot rename ", tmp, " to ", path, ": ",
-                                               ec.message()));
-  }
-  return absl::OkStatus();
+  return WriteFileAtomically(path, [&bytes](std::ostream& file) {
+    file << bytes << Footer(bytes);
+    return absl::OkStatus();
+  });
 }
 
 absl::StatusOr<ShardMeta> LoadShard(const std::string& path, const ShardMeta& expected,

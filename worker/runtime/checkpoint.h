@@ -34,8 +34,8 @@ struct ShardMeta {
 
 // Writes one stage's shard: parameters, AdamW moments and step, and `meta`,
 // through LibTorch's archive, followed by a CRC-32 footer over the archive.
-// Written to a temporary file and renamed, so an existing shard is never
-// half-replaced.
+// Written with WriteFileAtomically (a temporary file, synced and renamed), so
+// an existing shard is never half-replaced and a written one survives a crash.
 absl::Status SaveShard(const std::string& path, const ShardMeta& meta, GptStage& model,
                        AdamW& optimizer);
 
