@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Chaos soak: a stream of small checkpointed TrainingJobs through the local
-cluster of tests/kube/local_cluster.py (the real control plane enforcing the
+cluster of tests/harness/local_cluster.py (the real control plane enforcing the
 restricted Pod Security level, the node agent running worker pods as containers,
 a real coordinator, two operator replicas electing a leader), while SIGKILLs
 hit, at random moments, worker pods, the coordinator (started again on its
@@ -39,11 +39,9 @@ import urllib.request
 
 import yaml
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tests", "kube"))
-
-from bench_results import write_result  # noqa: E402
-from local_cluster import LocalCluster, container_env, wait_until  # noqa: E402
+from _paths import ROOT, use_build
+from bench_results import write_result
+from harness.local_cluster import LocalCluster, container_env, wait_until
 
 KINDS = ("worker", "coordinator", "operator")
 SHARED = {"volumes": [{"name": "shared", "persistentVolumeClaim": {"claimName": "paci-shared"}}],
@@ -68,7 +66,7 @@ def parse_args():
 
 
 def load_stubs(build):
-    sys.path.insert(0, os.path.join(build, "python"))
+    use_build(build)
     import grpc
     from paci.v1 import coordinator_pb2, coordinator_pb2_grpc
     return grpc, coordinator_pb2, coordinator_pb2_grpc

@@ -38,9 +38,8 @@ import threading
 import time
 import urllib.request
 
+from _paths import ROOT, use_build
 from bench_results import write_result
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def percentile(values, p):
@@ -77,7 +76,7 @@ def spec_maker(job_pb2):
 
 def main():
     args = parse_args()
-    sys.path.insert(0, os.path.join(args.build, "python"))
+    use_build(args.build)
     import grpc
     from paci.v1 import coordinator_pb2 as cpb, coordinator_pb2_grpc as cgrpc, job_pb2
     spec = spec_maker(job_pb2)

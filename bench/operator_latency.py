@@ -2,7 +2,7 @@
 """What the Kubernetes path costs: kubectl apply of a TrainingJob against a
 direct SubmitJob to the coordinator, and how fast the operator reconciles.
 
-Starts the local cluster of tests/kube/local_cluster.py (the real control plane, the
+Starts the local cluster of tests/harness/local_cluster.py (the real control plane, the
 node agent, a real coordinator, one operator) and measures, in one run:
   1. baseline: SubmitJob over gRPC with two workers already registered, to the
      job RUNNING and to its first optimizer step;
@@ -22,17 +22,14 @@ import json
 import os
 import re
 import statistics
-import sys
 import tempfile
 import time
 import urllib.request
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tests", "kube"))
+import yaml
 
-from local_cluster import LocalCluster, wait_until  # noqa: E402
-
-import yaml  # noqa: E402
+from _paths import ROOT, use_build
+from harness.local_cluster import LocalCluster, wait_until
 
 
 def job_manifest(name, steps=40, suspend=False):
@@ -46,7 +43,7 @@ def job_manifest(name, steps=40, suspend=False):
 
 def load_stubs(build):
     """The generated Python modules of the protos, from the build folder."""
-    sys.path.insert(0, os.path.join(build, "python"))
+    use_build(build)
     import grpc
     from google.protobuf import json_format
     from paci.v1 import coordinator_pb2, coordinator_pb2_grpc, job_pb2

@@ -2,7 +2,7 @@
 """The operator holding many TrainingJobs: reconcile latency, API load, memory,
 and how long a new leader takes to catch up.
 
-Starts the local cluster of tests/kube/local_cluster.py (the real control plane, a
+Starts the local cluster of tests/harness/local_cluster.py (the real control plane, a
 real coordinator, two operator replicas electing a leader; pods as processes,
 though none is made: the jobs are suspended, so each reconcile reads, decides
 and writes status with no pod and no training) and, in one run:
@@ -32,11 +32,9 @@ import urllib.request
 
 import yaml
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tests", "kube"))
-
-from bench_results import write_result  # noqa: E402
-from local_cluster import LocalCluster, wait_until  # noqa: E402
+from _paths import ROOT
+from bench_results import write_result
+from harness.local_cluster import LocalCluster, wait_until
 
 TRAININGJOBS = "/apis/paci.dev/v1alpha1/namespaces/default/trainingjobs"
 

@@ -1,8 +1,8 @@
 #pragma once
 
-// For tests: a real kube-apiserver with its etcd (tests/kube/control_plane.py,
+// For tests: a real kube-apiserver with its etcd (tests/harness/control_plane.py,
 // the binaries scripts/kube-toolchain.sh built into build/kube-bin, or
-// $PACI_KUBE_BIN), reached through tests/kube/fault_proxy.py, which forwards
+// $PACI_KUBE_BIN), reached through tests/harness/fault_proxy.py, which forwards
 // every request and adds faults on command (cut watches, injected errors,
 // etcd compaction). The server's watch cache is off, so a compacted
 // resourceVersion is 410 Expired at once, as the server answers when its
@@ -41,7 +41,7 @@ class TestApiServer {
     const std::string ready = dir_ + "/ready.json";
     const std::string source = PACI_SOURCE_DIR;
     std::vector<std::string> args = {
-        "/usr/bin/python3", source + "/tests/kube/control_plane.py", "--workdir", dir_,
+        "/usr/bin/python3", source + "/tests/harness/control_plane.py", "--workdir", dir_,
         "--build-dir", source + "/build", "--ready-file", ready, "--apiserver-arg=--watch-cache=false"};
     std::vector<char*> argv;
     for (std::string& arg : args) argv.push_back(arg.data());
@@ -107,7 +107,7 @@ class TestApiServer {
     if (!result || result->status != 200) return -1;
     return nlohmann::json::parse(result->body, nullptr, false).value("open", -1);
   }
-  // POST /fault-proxy/<what> (see tests/kube/fault_proxy.py): "drop-watches",
+  // POST /fault-proxy/<what> (see tests/harness/fault_proxy.py): "drop-watches",
   // "compact", or "inject-error" with {"verb": "update", "resource": "leases",
   // "code": 500, "count": 1}. Whether the proxy took it.
   bool Control(const std::string& what, const nlohmann::json& body = nlohmann::json()) {

@@ -9,16 +9,14 @@ Run by ctest with PACI_BUILD_DIR and PACI_SOURCE_DIR set.
 import glob
 import os
 import signal
-import sys
 import tempfile
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import grpc
+from paci.v1 import coordinator_pb2 as cpb
+from paci.v1 import stage_pb2
 
-from coordinator_test import Cluster, phase, spec  # noqa: E402
-import grpc  # noqa: E402
-from paci.v1 import coordinator_pb2 as cpb  # noqa: E402
-from paci.v1 import stage_pb2  # noqa: E402
+from harness.coordinator import Cluster, phase, spec
 
 
 def replicated(name, R, P=2, schedule="paci", a=2, **kw):

@@ -14,7 +14,8 @@ import unittest
 
 import yaml
 
-from pipeline_test import CORPUS, PACICTL, SOURCE, Run
+from harness.paths import CORPUS, PACICTL, SOURCE
+from harness.pipeline import Run
 
 EXAMPLE = os.path.join(SOURCE, "examples", "kjv-bpe-shards.yaml")
 VOCAB = 400

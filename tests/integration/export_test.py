@@ -17,7 +17,8 @@ import unittest
 
 import torch
 
-from pipeline_test import PACICTL, Run, spec_text
+from harness.paths import PACICTL
+from harness.pipeline import Run, spec_text
 
 PROMPT = "In the beginning God"
 

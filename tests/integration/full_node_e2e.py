@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The full-node end-to-end check: a TrainingJob applied with the real kubectl on the
 real control plane Succeeds with worker pods that the real scheduler binds to a real
-kubelet (v1.36.3, with containerd, runc and a CNI bridge: tests/kube/kubelet_node.py),
+kubelet (v1.36.3, with containerd, runc and a CNI bridge: tests/harness/kubelet_node.py),
 its drift within bound, and its pods and Service go when it is deleted.
 
 Not in ctest (it needs `scripts/kube-toolchain.sh --node`, a few minutes more of
@@ -9,22 +9,18 @@ building, and a host that lets containerd make network namespaces and bridges); 
 command, as root, after scripts/build.sh and scripts/build-images.sh:
 
     scripts/kube-toolchain.sh --node && PACI_BUILD_DIR=build PACI_SOURCE_DIR=. \\
-        /usr/bin/python3 tests/integration/full_node_e2e.py
+        PYTHONPATH=tests:build/python /usr/bin/python3 tests/integration/full_node_e2e.py
 """
 import json
 import os
-import sys
 import tempfile
 import time
 import unittest
 
 import yaml
 
-SOURCE = os.path.abspath(os.environ.get("PACI_SOURCE_DIR", "."))
-BUILD = os.path.abspath(os.environ.get("PACI_BUILD_DIR", "build"))
-sys.path.insert(0, os.path.join(SOURCE, "tests", "kube"))
-
-from local_cluster import LocalCluster, wait_until  # noqa: E402
+from harness.local_cluster import LocalCluster, wait_until
+from harness.paths import BUILD, SOURCE
 
 
 class FullNodeEndToEnd(unittest.TestCase):

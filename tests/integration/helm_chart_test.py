@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The Helm chart (helm/paci), rendered by the real helm (scripts/kube-toolchain.sh
 builds it from its Go module) and installed on the real control plane
-(tests/kube/control_plane.py):
+(tests/harness/control_plane.py):
 
 * `helm lint` passes; the chart's copies of deploy/ files (CRD, dashboards, alert
   rules) are real files, byte for byte the originals, and its monitoring objects
@@ -28,21 +28,15 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import unittest
 
 import yaml
 
-SOURCE = os.path.abspath(os.environ.get("PACI_SOURCE_DIR", "."))
-BUILD = os.path.abspath(os.environ.get("PACI_BUILD_DIR", "build"))
+from harness.control_plane import ControlPlane, kube_bin
+from harness.paths import BUILD, SOURCE
+
 CHART = os.path.join(SOURCE, "helm", "paci")
-KUBE = os.path.join(SOURCE, "tests", "kube")
-PYTHON = "/usr/bin/python3"
-sys.path.insert(0, KUBE)
-
-from control_plane import ControlPlane, kube_bin  # noqa: E402
-
 HELM = os.path.join(kube_bin(BUILD), "helm")
 
 # The chart's copies of files kept in deploy/ (the one source: edit there, then copy).

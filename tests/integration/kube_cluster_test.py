@@ -1,7 +1,7 @@
 #!/usr/bin/python3
-"""paci's Kubernetes objects on the real control plane (tests/kube/control_plane.py:
+"""paci's Kubernetes objects on the real control plane (tests/harness/control_plane.py:
 etcd, kube-apiserver, kube-controller-manager and kube-scheduler built from their Go
-modules by scripts/kube-toolchain.sh) and the node agent (tests/kube/node_agent.py),
+modules by scripts/kube-toolchain.sh) and the node agent (tests/harness/node_agent.py),
 driven by the real kubectl and by HTTPS: the TrainingJob CRD and the examples, its
 schema and CEL validation as the server judges them, printer columns, the status
 subresource, garbage collection of what a TrainingJob owns, Pod Security admission
@@ -17,27 +17,24 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import unittest
 import urllib.error
 import urllib.request
 
-SOURCE = os.path.abspath(os.environ.get("PACI_SOURCE_DIR", "."))
-BUILD = os.path.abspath(os.environ.get("PACI_BUILD_DIR", "build"))
-KUBE = os.path.join(SOURCE, "tests", "kube")
+import yaml
+
+from harness.control_plane import ControlPlane
+from harness.local_cluster import NODE_AGENT, container_env, images
+from harness.paths import BUILD, SOURCE
+
 CRD = os.path.join(SOURCE, "helm", "paci", "crds", "paci.dev_trainingjobs.yaml")
 EXAMPLE = os.path.join(SOURCE, "examples", "trainingjob.yaml")
 EXAMPLE_KJV = os.path.join(SOURCE, "examples", "trainingjob-kjv.yaml")
 EXAMPLE_GPU = os.path.join(SOURCE, "examples", "trainingjob-gpu.yaml")
 NAMESPACE_YAML = os.path.join(SOURCE, "deploy", "namespace.yaml")
 PYTHON = "/usr/bin/python3"
-sys.path.insert(0, KUBE)
-
-import yaml  # noqa: E402
-from control_plane import ControlPlane  # noqa: E402
-from local_cluster import container_env, images  # noqa: E402
 
 TJ_PATH = "/apis/paci.dev/v1alpha1/namespaces/default/trainingjobs"
 POD_PATH = "/api/v1/namespaces/default/pods"
@@ -558,7 +555,7 @@ class KubeClusterTest(unittest.TestCase):
         provisioner_file = os.path.join(self.dir, "provisioner.token")
         with open(provisioner_file, "w") as f:
             f.write(self.plane.tokens["provisioner"])
-        kubelet = subprocess.Popen([PYTHON, os.path.join(KUBE, "node_agent.py"), "--server", self.url,
+        kubelet = subprocess.Popen([PYTHON, NODE_AGENT, "--server", self.url,
                                     "--ca-file", self.plane.ca_file, "--token-file", token_file,
                                     "--provisioner-token-file", provisioner_file,
                                     "--claims-dir", os.path.join(self.dir, name + "-claims")] + args,

@@ -21,17 +21,11 @@ import unittest
 
 import yaml
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+from harness import monitoring
+from harness.control_plane import kube_bin
+from harness.coordinator import Cluster, phase, spec
+from harness.paths import BUILD, SOURCE
 
-import coordinator_test as ct  # noqa: E402  (sets up build/python on sys.path)
-import monitoring  # noqa: E402
-
-SOURCE = ct.SOURCE
-sys.path.insert(0, os.path.join(SOURCE, "tests", "kube"))
-from control_plane import kube_bin  # noqa: E402
-
-BUILD = os.path.abspath(os.environ.get("PACI_BUILD_DIR", "build"))
 DEPLOY = os.path.join(SOURCE, "deploy")
 PROMETHEUS_DIR = os.path.join(DEPLOY, "prometheus")
 DASHBOARDS = sorted(glob.glob(os.path.join(DEPLOY, "grafana", "dashboards", "*.json")))
@@ -282,8 +276,8 @@ class DeployConfigTest(unittest.TestCase):
                          "All must mean the selected TrainingJobs' coordinator jobs, not every job")
 
 
-class MonitoredCluster(ct.Cluster):
-    """coordinator_test's Cluster with each process's /metrics on a known port."""
+class MonitoredCluster(Cluster):
+    """harness.coordinator's Cluster with each process's /metrics on a known port."""
 
     def __init__(self, workdir, workers=2):
         self.metrics = {}
@@ -365,14 +359,14 @@ class RealRunTest(unittest.TestCase):
                           ("paci-pods", "mon-worker-0"), ("paci-pods", "mon-worker-1")])
         self.assertEqual(len(targets), 3, "unannotated pods and the gRPC port are dropped")
 
-        job_spec = ct.spec("mon", steps=self.STEPS, checkpoint=os.path.join(self.tmp.name, "ckpt"),
-                           checkpoint_interval=500)
+        job_spec = spec("mon", steps=self.STEPS, checkpoint=os.path.join(self.tmp.name, "ckpt"),
+                        checkpoint_interval=500)
         # Big enough to train for ~15 s on 2 cores: Prometheus scrapes it many times.
         job_spec.model.d_model, job_spec.model.seq_len = 64, 64
         job_spec.training.eval_interval = 30
         c.submit(job_spec)
-        c.wait("mon", lambda j: ct.phase(j) == "RUNNING", timeout=60)
-        c.wait("mon", lambda j: ct.phase(j) == "SUCCEEDED", timeout=240)
+        c.wait("mon", lambda j: phase(j) == "RUNNING", timeout=60)
+        c.wait("mon", lambda j: phase(j) == "SUCCEEDED", timeout=240)
         trained = time.monotonic()
         # The final values have been scraped.
         prom.wait_for('paci_job_step{training_job="mon"} == %d' % self.STEPS, timeout=30)

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The operator end to end on one machine, driven with the real kubectl.
 
-Starts the real Kubernetes control plane (tests/kube/local_cluster.py) enforcing
+Starts the real Kubernetes control plane (tests/harness/local_cluster.py) enforcing
 the restricted Pod Security level on the jobs' namespace, the node agent (which
 runs the pods the real scheduler binds to its Node as containers of the worker
 image that scripts/build-images.sh built, each on its own loopback IP,
@@ -30,17 +30,13 @@ import urllib.request
 
 import yaml
 
-BUILD = os.path.abspath(os.environ.get("PACI_BUILD_DIR", "build"))
-SOURCE = os.path.abspath(os.environ.get("PACI_SOURCE_DIR", "."))
-sys.path.insert(0, os.path.join(BUILD, "python"))
-sys.path.insert(0, os.path.join(SOURCE, "tests", "kube"))
-sys.path.insert(0, os.path.join(SOURCE, "tests", "integration"))
+import grpc
+from paci.v1 import coordinator_pb2 as cpb
+from paci.v1 import coordinator_pb2_grpc as cgrpc
 
-import grpc  # noqa: E402
-from local_cluster import LocalCluster, container_env, wait_until  # noqa: E402
-import monitoring  # noqa: E402
-from paci.v1 import coordinator_pb2 as cpb  # noqa: E402
-from paci.v1 import coordinator_pb2_grpc as cgrpc  # noqa: E402
+from harness import monitoring
+from harness.local_cluster import LocalCluster, container_env, wait_until
+from harness.paths import BUILD, SOURCE
 
 # The claim every worker pod of the longer jobs mounts for its checkpoints.
 SHARED_VOLUME = {

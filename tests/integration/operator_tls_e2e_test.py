@@ -11,17 +11,13 @@ Run by ctest with PACI_BUILD_DIR and PACI_SOURCE_DIR set.
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import unittest
 
 import yaml
 
-BUILD = os.path.abspath(os.environ.get("PACI_BUILD_DIR", "build"))
-SOURCE = os.path.abspath(os.environ.get("PACI_SOURCE_DIR", "."))
-sys.path.insert(0, os.path.join(SOURCE, "tests", "kube"))
-
-from local_cluster import LocalCluster, wait_until  # noqa: E402
+from harness.local_cluster import LocalCluster, wait_until
+from harness.paths import BUILD, SOURCE
 
 SECRET = "paci-worker-credentials"
 MOUNT = "/etc/paci/coordinator"

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """End-to-end tests of the pipeline engine: real worker processes on 127.0.0.1
 started by `pacictl train`, training a tiny GPT on the Genesis slice of the
-King James Bible. Run by ctest with the build and source folders as arguments.
+King James Bible. Run by ctest with PACI_BUILD_DIR and PACI_SOURCE_DIR set.
 """
 import hashlib
 import json
@@ -9,122 +9,12 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import tempfile
-import threading
 import time
 import unittest
-import urllib.request
 
-BUILD = os.environ.get("PACI_BUILD_DIR", "build")
-SOURCE = os.environ.get("PACI_SOURCE_DIR", ".")
-PACICTL = os.path.join(BUILD, "tools", "pacictl")
-CORPUS = os.path.join(SOURCE, "tests", "data", "kjv-genesis.txt")
-
-TINY = """
-name: {name}
-model: {{vocab_size: 80, num_layers: 4, d_model: {d_model}, num_heads: 4, seq_len: 32}}
-pipeline: {{num_stages: {P}, schedule: {schedule}, accumulation: {a}, micro_batch_size: 4,
-            partition: "{partition}"}}
-optimizer: {{lr: 3e-3, warmup_fraction: 0.1}}
-training: {{steps: {steps}, eval_interval: {eval_interval}, eval_micro_batches: 2}}
-data: {{corpus_path: {corpus}}}
-"""
-
-
-def spec_text(**kw):
-    values = dict(name="tiny", d_model=32, P=2, schedule="paci", a=2, steps=30, partition="balanced",
-                  eval_interval=10, corpus=CORPUS)
-    values.update(kw)
-    text = TINY.format(**values)
-    if "checkpoint" in kw:
-        text += "checkpoint: %s\n" % kw["checkpoint"]
-    return text.replace("checkpoint: {checkpoint}", "")
-
-
-class Run:
-    """One `pacictl train` process; scrapes every stage's /metrics while it runs."""
-
-    def __init__(self, workdir, spec, extra=(), scrape=False, kill_stage=None):
-        self.spec_path = os.path.join(workdir, "spec-%d.yaml" % time.monotonic_ns())
-        with open(self.spec_path, "w") as f:
-            f.write(spec)
-        self.summary_path = self.spec_path + ".summary.json"
-        args = [PACICTL, "train", self.spec_path, "--summary=" + self.summary_path]
-        if scrape:
-            args.append("--linger_seconds=2")
-        args += list(extra)
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, errors="replace")
-        self.lines = []
-        self.metrics = {}  # stage -> last scraped text
-        self.pids = {}
-        self.kill_stage = kill_stage
-        self.killed = None
-        self._scrape = scrape
-        reader = threading.Thread(target=self._read, daemon=True)
-        reader.start()
-        self.returncode = self.proc.wait(timeout=600)
-        reader.join(timeout=10)
-        self.proc.stdout.close()
-        self.output = "".join(self.lines)
-
-    def _read(self):
-        pattern = re.compile(r"stage (\d+): worker \S+ pid (\d+) metrics=(http://\S+)")
-        for line in iter(self.proc.stdout.readline, ""):
-            self.lines.append(line)
-            m = pattern.search(line)
-            if not m:
-                continue
-            stage, pid, url = int(m.group(1)), int(m.group(2)), m.group(3)
-            self.pids[stage] = pid
-            if self._scrape:
-                threading.Thread(target=self._scrape_loop, args=(stage, url), daemon=True).start()
-            if self.kill_stage == stage:
-                threading.Thread(target=self._kill_when_training, args=(pid, url),
-                                 daemon=True).start()
-
-    def _kill_when_training(self, pid, url):
-        if wait_for_training(url, self.proc):
-            os.kill(pid, signal.SIGKILL)
-            self.killed = pid
-
-    def _scrape_loop(self, stage, url):
-        while self.proc.poll() is None:
-            try:
-                with urllib.request.urlopen(url, timeout=2) as response:
-                    self.metrics[stage] = response.read().decode()
-            except OSError:
-                pass
-            time.sleep(0.2)  # scrape interval
-
-    def summary(self):
-        """The JSON summary, with proto3-JSON's int64 strings made ints."""
-        def fix(value):
-            if isinstance(value, dict):
-                return {k: fix(v) for k, v in value.items()}
-            if isinstance(value, list):
-                return [fix(v) for v in value]
-            if isinstance(value, str) and re.fullmatch(r"-?\d+", value):
-                return int(value)
-            return value
-        with open(self.summary_path) as f:
-            return fix(json.load(f))
-
-
-def wait_for_training(url, proc, timeout=120):
-    """Polls a worker's /metrics until it has run a backward; False if it never does."""
-    deadline = time.monotonic() + timeout
-    while proc.poll() is None and time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                values = metric_values(response.read().decode(), "paci_microbatches_total")
-                if any(v > 0 for k, v in values.items() if 'pass="backward"' in k):
-                    return True
-        except OSError:
-            pass
-        time.sleep(0.1)  # polling interval
-    return False
+from harness.paths import BUILD, PACICTL
+from harness.pipeline import Run, metric_values, spec_text, wait_for_training
 
 
 def assert_gone(test, pids, timeout=30):
@@ -135,16 +25,6 @@ def assert_gone(test, pids, timeout=30):
         alive = [pid for pid in alive if os.path.exists("/proc/%d" % pid)]
         time.sleep(0.05)  # polling interval
     test.assertEqual(alive, [], "workers outlived the job")
-
-
-def metric_values(text, name):
-    """{labels: value} of one metric name in Prometheus text format."""
-    out = {}
-    for line in text.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
-            key, value = line.rsplit(" ", 1)
-            out[key] = float(value)
-    return out
 
 
 class PipelineTest(unittest.TestCase):

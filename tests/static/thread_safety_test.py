@@ -27,13 +27,17 @@ def clang_command(entry):
     args = shlex.split(entry["command"])
     while args and (os.path.basename(args[0]) in ("ccache", "c++", "g++")):
         args = args[1:]
+    # GCC's precompiled <torch/torch.h> (cmake/PaciTorch.cmake) is no header
+    # clang reads: its forced include goes, and each file includes what it uses.
     out, skip = [], False
-    for arg in args:
+    for i, arg in enumerate(args):
         if skip:
             skip = False
         elif arg in ("-o", "-MF", "-MT"):
             skip = True
-        elif arg not in ("-c", "-MD"):
+        elif arg == "-include" and args[i + 1].endswith("cmake_pch.hxx"):
+            skip = True
+        elif arg not in ("-c", "-MD", "-Winvalid-pch"):
             out.append(arg)
     return [CLANG, "-fsyntax-only", "-Wthread-safety", "-Werror=thread-safety",
             "-Wno-unknown-warning-option"] + out

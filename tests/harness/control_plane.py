@@ -294,10 +294,13 @@ class ControlPlane:
 def main():
     """Serves a control plane until SIGTERM, for tests in other languages: writes
     {"url", "token", "server", "ca_file", "etcd"} as JSON to --ready-file once it serves
-    (url: a fault proxy in front of the API server, tests/kube/fault_proxy.py)."""
+    (url: a fault proxy in front of the API server, tests/harness/fault_proxy.py)."""
     import argparse
     import threading
-    from fault_proxy import FaultProxy
+    if __package__:  # python3 -m harness.control_plane
+        from .fault_proxy import FaultProxy
+    else:  # run by path (operator/kube/test_api_server.h): this folder is first on the module path
+        from fault_proxy import FaultProxy
     parser = argparse.ArgumentParser(description=main.__doc__.split("\n")[0])
     parser.add_argument("--workdir", required=True)
     parser.add_argument("--build-dir", default="build")

@@ -24,7 +24,7 @@ import os
 import subprocess
 import time
 
-from control_plane import NODE_NAME, stop_process
+from .control_plane import NODE_NAME, stop_process
 
 PAUSE_IMAGE = "localhost/paci-pause:3.10"
 GATEWAY = "10.88.0.1"

@@ -1,7 +1,7 @@
 """A whole paci cluster on 127.0.0.1 for tests and benchmarks: the real
 Kubernetes control plane (etcd, kube-apiserver with TLS, RBAC and its admission
-plugins, kube-controller-manager, kube-scheduler: tests/kube/control_plane.py),
-the node agent (tests/kube/node_agent.py: the pods the scheduler binds to its
+plugins, kube-controller-manager, kube-scheduler: tests/harness/control_plane.py),
+the node agent (tests/harness/node_agent.py: the pods the scheduler binds to its
 Node run as containers of the images that scripts/build-images.sh built, each on
 its own loopback IP; or as plain processes with runtime="process"), a real
 paci_coordinator and paci_operator replicas that elect a leader. The TrainingJob
@@ -28,10 +28,13 @@ import subprocess
 import sys
 import time
 
-import kubelet_node
-from control_plane import ControlPlane, free_port as _free_port
+from . import kubelet_node
+from .control_plane import ControlPlane, free_port as _free_port
 
 OPERATOR_ACCOUNT = "paci-operator"  # the chart's operator ServiceAccount for the release "paci"
+# The node agent is a program of its own, run by path under /usr/bin/python3 (it needs only
+# the standard library): `/usr/bin/python3 NODE_AGENT --server ...`.
+NODE_AGENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "node_agent.py")
 
 
 def wait_until(what, predicate, timeout=120, interval=0.2):
@@ -75,7 +78,7 @@ class LocalCluster:
     def __init__(self, workdir, build_dir, source_dir, replicas=("operator-a", "operator-b"),
                  runtime="container", operator_args=(), coordinator_args=(), node="agent"):
         """node: "agent", the node agent; or "kubelet", a real kubelet with containerd
-        (tests/kube/kubelet_node.py; pods on a CNI bridge, the coordinator reached at its
+        (tests/harness/kubelet_node.py; pods on a CNI bridge, the coordinator reached at its
         gateway)."""
         self.dir = workdir
         self.node = node
@@ -173,13 +176,12 @@ class LocalCluster:
             self.start_operator(replica)
 
     def start_node_agent(self):
-        kube = os.path.join(self.source, "tests", "kube")
         tokens = {}
         for identity in ("node", "provisioner"):
             tokens[identity] = os.path.join(self.dir, identity + ".token")
             with open(os.open(tokens[identity], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
                 f.write(self.plane.tokens[identity])
-        agent = ["/usr/bin/python3", os.path.join(kube, "node_agent.py"), "--server", self.api_url,
+        agent = ["/usr/bin/python3", NODE_AGENT, "--server", self.api_url,
                  "--ca-file", self.plane.ca_file, "--token-file", tokens["node"],
                  "--provisioner-token-file", tokens["provisioner"], "--node-name", self.plane.node_name,
                  "--work-dir", os.path.join(self.dir, "pods"), "--runtime", self.runtime,

@@ -1,11 +1,11 @@
 #!/usr/bin/python3
 """The node agent of the tests' cluster: a stand-in for the kubelet, a client of
-the real kube-apiserver (tests/kube/control_plane.py) with a node's credentials.
+the real kube-apiserver (tests/harness/control_plane.py) with a node's credentials.
 
 Why a stand-in: the suite's end-to-end tests were written against it (pods on
 loopback addresses of the host's network, containers podman can kill), and a real
 node costs minutes more of building. A real kubelet with containerd does run here
-(tests/kube/kubelet_node.py, tests/integration/full_node_e2e.py; docs/kubernetes.md
+(tests/harness/kubelet_node.py, tests/integration/full_node_e2e.py; docs/kubernetes.md
 says what it needed); moving the suite onto it is the next step. This agent does
 a kubelet's job towards the API server as the real one does, and runs containers
 with podman:
@@ -71,7 +71,7 @@ an agent that died are removed by the next one to start.
 What it does not model: image pulls, resource limits (cgroups), probes,
 restarts, init and sidecar containers, pod DNS and Services' virtual IPs.
 
-Run: /usr/bin/python3 tests/kube/node_agent.py --server https://127.0.0.1:PORT \\
+Run: /usr/bin/python3 tests/harness/node_agent.py --server https://127.0.0.1:PORT \\
          --ca-file CA --token-file TOKEN --work-dir DIR [--runtime container|process] \\
          [--claims-dir DIR] [--provisioner-token-file TOKEN] [--bin-dir DIR[:DIR...]] \\
          [--node-name paci-node] [--pod-cwd DIR]

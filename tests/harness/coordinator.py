@@ -1,0 +1,147 @@
+"""A coordinator process and worker processes on 127.0.0.1, driven from Python
+through the stubs generated from proto/ (BUILD/python on the module path):
+
+    cluster = Cluster(workdir, workers=2)
+    cluster.submit(spec("tiny", steps=20))
+    job = cluster.wait("tiny", lambda j: phase(j) == "SUCCEEDED")
+    cluster.stop()
+"""
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import grpc
+from paci.v1 import coordinator_pb2 as cpb
+from paci.v1 import coordinator_pb2_grpc as cgrpc
+from paci.v1 import job_pb2
+
+from .paths import COORDINATOR, CORPUS, WORKER
+
+
+def spec(name, P=2, steps=30, a=2, checkpoint=None, checkpoint_interval=5, **run_policy):
+    s = job_pb2.JobSpec(name=name)
+    s.model.vocab_size, s.model.num_layers, s.model.d_model = 80, 4, 32
+    s.model.num_heads, s.model.seq_len = 4, 32
+    s.pipeline.num_stages, s.pipeline.schedule = P, "paci"
+    s.pipeline.accumulation, s.pipeline.micro_batch_size = a, 4
+    s.optimizer.lr = 3e-3
+    s.training.steps, s.training.eval_interval = steps, max(1, steps // 3)
+    s.data.corpus_path = CORPUS
+    if checkpoint:
+        s.checkpoint.directory, s.checkpoint.interval = checkpoint, checkpoint_interval
+    for key, value in run_policy.items():
+        setattr(s.run_policy, key, value)
+    return s
+
+
+class Cluster:
+    """A coordinator process and worker processes, all on loopback."""
+
+    def __init__(self, workdir, workers=2, token=None, port=0, extra=(), worker_extra=(),
+                 credentials=None):
+        self.workdir = workdir
+        self.worker_extra = list(worker_extra)
+        self.credentials = credentials
+        self.db = os.path.join(workdir, "coordinator.db")
+        self.token = token
+        self.workers = {}
+        self.logs = []
+        self.logged = threading.Condition()  # notified on every line appended to logs
+        self.start_coordinator(port, extra)
+        for i in range(workers):
+            self.add_worker("w%d" % i)
+
+    def _pump(self, proc, tag):
+        for line in iter(proc.stdout.readline, ""):
+            with self.logged:
+                self.logs.append("[%s] %s" % (tag, line))
+                self.logged.notify_all()
+        proc.stdout.close()
+
+    def wait_for_log(self, text, timeout=30):
+        """Waits until a process has logged `text`; False after `timeout` seconds."""
+        with self.logged:
+            return self.logged.wait_for(lambda: any(text in line for line in self.logs), timeout)
+
+    def start_coordinator(self, port=0, extra=()):
+        port_file = os.path.join(self.workdir, "port")
+        if os.path.exists(port_file):
+            os.remove(port_file)
+        args = [COORDINATOR, "--listen=127.0.0.1:%d" % port, "--db=" + self.db,
+                "--port_file=" + port_file, "--heartbeat_timeout_seconds=2",
+                "--reconnect_grace_seconds=6"] + list(extra)
+        if self.token:
+            token_file = os.path.join(self.workdir, "token")
+            with open(token_file, "w") as f:
+                f.write(self.token + "\n")
+            args.append("--auth_token_file=" + token_file)
+        self.coordinator = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                            text=True)
+        threading.Thread(target=self._pump, args=(self.coordinator, "coordinator"),
+                         daemon=True).start()
+        deadline = time.monotonic() + 30
+        while not os.path.exists(port_file):
+            if self.coordinator.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("coordinator did not start:\n" + "".join(self.logs))
+            time.sleep(0.05)  # polling interval
+        with open(port_file) as f:
+            self.port = int(f.read())
+        self.address = "127.0.0.1:%d" % self.port
+        self.channel = (grpc.secure_channel(self.address, self.credentials) if self.credentials
+                        else grpc.insecure_channel(self.address))
+        self.stub = cgrpc.CoordinatorStub(self.channel)
+
+    def add_worker(self, worker_id):
+        args = [WORKER, "--coordinator=" + self.address, "--worker_id=" + worker_id]
+        args += self.worker_extra
+        if self.token:
+            args.append("--auth_token_file=" + os.path.join(self.workdir, "token"))
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        threading.Thread(target=self._pump, args=(proc, worker_id), daemon=True).start()
+        self.workers[worker_id] = proc
+        return proc
+
+    def metadata(self):
+        return (("authorization", "Bearer " + self.token),) if self.token else ()
+
+    def submit(self, job_spec):
+        return self.stub.SubmitJob(cpb.SubmitJobRequest(spec=job_spec), metadata=self.metadata())
+
+    def get(self, name):
+        return self.stub.GetJob(cpb.GetJobRequest(name=name), metadata=self.metadata())
+
+    def wait(self, name, predicate, timeout=300):
+        """Polls GetJob until predicate(job) holds; returns the job."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                job = self.get(name)
+                if predicate(job):
+                    return job
+            except grpc.RpcError:
+                pass
+            time.sleep(0.1)  # polling interval
+        raise AssertionError("job %s: condition not reached; last logs:\n%s" %
+                             (name, "".join(self.logs[-60:])))
+
+    def watch(self, name):
+        return list(self.stub.WatchJob(cpb.WatchJobRequest(name=name), metadata=self.metadata(),
+                                       timeout=300))
+
+    def stop(self):
+        for proc in list(self.workers.values()) + [self.coordinator]:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in list(self.workers.values()) + [self.coordinator]:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.channel.close()
+
+
+def phase(job):
+    return cpb.JobPhase.Name(job.status.phase)
