@@ -5,7 +5,7 @@
 #   scripts/build-images.sh [--cuda] [--check] [--force] [--no-cache] [--rebuild-base]
 #                            [--prune] [--verbose] [--list-context]
 #
-#   --cuda          also the CUDA worker image, paci-worker-cuda (about 3.5 GB:
+#   --cuda          also the CUDA worker image, paci-worker-cuda (about 3.9 GB:
 #                   LibTorch's CUDA half and the CUDA 13 libraries); --check then
 #                   runs it too: it trains on the CPU and refuses runtime.device:
 #                   cuda where there is no GPU
