@@ -41,7 +41,7 @@ class PipelineTest(unittest.TestCase):
         run = Run(self.dir, spec_text(**kw), extra=extra, scrape=scrape)
         return run
 
-    def assert_trained(self, run, P, steps):
+    def assert_trained(self, run, P, steps, validation_falls_to_the_end=True):
         self.assertEqual(run.returncode, 0, run.output)
         s = run.summary()
         self.assertTrue(s["succeeded"])
@@ -54,7 +54,10 @@ class PipelineTest(unittest.TestCase):
         self.assertLess(last, first - 0.5, "training loss must fall: %s" % train)
         val = s["validation_loss"]
         self.assertGreaterEqual(len(val), 2)
-        self.assertLess(val[-1]["loss"], val[0]["loss"])
+        if validation_falls_to_the_end:
+            self.assertLess(val[-1]["loss"], val[0]["loss"], val)
+        else:
+            self.assertLess(min(v["loss"] for v in val[1:]), val[0]["loss"], val)
         self.assertAlmostEqual(s["final_validation_loss"], val[-1]["loss"], places=5)
         self.assertGreater(s["tokens_per_second"], 0)
         self.assertGreater(s["wall_seconds"], 0)
@@ -90,7 +93,14 @@ class PipelineTest(unittest.TestCase):
         self.assertEqual([st["drift_bound"] for st in s["stages"]], [1, 1, 1, 0])
 
     def test_async_1f1b_drift_stays_within_p_minus_1_minus_s(self):
-        s = self.assert_trained(self.train(P=4, schedule="async-1f1b", a=1, steps=40), 4, 40)
+        # Asynchronous 1F1B steps after every micro-batch, and whether a
+        # gradient has arrived when a stage chooses its next action depends on
+        # timing: each run's staleness differs, and on a loaded machine its
+        # validation loss can rise again late in training (PACI's accumulation
+        # is what damps that). So it must improve on its first validation, not
+        # end at its best.
+        s = self.assert_trained(self.train(P=4, schedule="async-1f1b", a=1, steps=40), 4, 40,
+                                validation_falls_to_the_end=False)
         self.assertEqual([st["drift_bound"] for st in s["stages"]], [3, 2, 1, 0])
         # With a full pipe the first stage meets micro-batches 3 steps stale.
         self.assertGreaterEqual(s["stages"][0]["drift_max"], 1)
