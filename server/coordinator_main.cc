@@ -50,7 +50,8 @@ namespace {
 
 absl::Status Main(const paci::ShutdownSignal& shutdown) {
   using namespace paci;
-  ASSIGN_OR_RETURN(std::unique_ptr<JobStore> store, JobStore::Open(absl::GetFlag(FLAGS_db)));
+  ASSIGN_OR_RETURN(std::unique_ptr<SqliteJobStore> store,
+                   SqliteJobStore::Open(absl::GetFlag(FLAGS_db)));
   auto registry = std::make_shared<prometheus::Registry>();
   CoordinatorMetrics metrics(*registry);
   JobManagerOptions options;
@@ -58,11 +59,11 @@ absl::Status Main(const paci::ShutdownSignal& shutdown) {
   options.stall_timeout = absl::Seconds(absl::GetFlag(FLAGS_stall_timeout_seconds));
   options.reconnect_grace = absl::Seconds(absl::GetFlag(FLAGS_reconnect_grace_seconds));
   options.max_jobs = absl::GetFlag(FLAGS_max_jobs);
-  options.finished_jobs_to_keep = absl::GetFlag(FLAGS_finished_jobs_to_keep);
+  options.retention.finished_jobs_to_keep = absl::GetFlag(FLAGS_finished_jobs_to_keep);
   const double ttl = absl::GetFlag(FLAGS_finished_job_ttl_seconds);
   if (ttl < 0) return absl::InvalidArgumentError("--finished_job_ttl_seconds: must not be negative");
-  options.finished_job_ttl = ttl == 0 ? absl::InfiniteDuration() : absl::Seconds(ttl);
-  JobManager manager(*store, metrics, options, [] { return absl::Now(); });
+  options.retention.finished_job_ttl = ttl == 0 ? absl::InfiniteDuration() : absl::Seconds(ttl);
+  JobManager manager(*store, metrics, options);
   RETURN_IF_ERROR(manager.Recover());
 
   std::string token;

@@ -23,9 +23,8 @@ class CoordinatorServiceTest : public ::testing::Test {
          (std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + ".db"))
             .string();
     std::filesystem::remove(db);
-    store_ = *JobStore::Open(db);
-    manager_ = std::make_unique<JobManager>(*store_, metrics_, JobManagerOptions{},
-                                            [] { return absl::Now(); });
+    store_ = *SqliteJobStore::Open(db);
+    manager_ = std::make_unique<JobManager>(*store_, metrics_, JobManagerOptions{});
     ASSERT_TRUE(manager_->Recover().ok());
   }
 
@@ -70,7 +69,7 @@ class CoordinatorServiceTest : public ::testing::Test {
 
   prometheus::Registry registry_;
   CoordinatorMetrics metrics_{registry_};
-  std::unique_ptr<JobStore> store_;
+  std::unique_ptr<SqliteJobStore> store_;
   std::unique_ptr<JobManager> manager_;
   std::unique_ptr<CoordinatorService> service_;
   std::unique_ptr<grpc::Server> server_;

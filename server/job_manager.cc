@@ -1,19 +1,13 @@
 #include "server/job_manager.h"
 
 #include <algorithm>
-#include <limits>
 #include <random>
 
 #include <glog/logging.h>
 #include <google/protobuf/util/message_differencer.h>
-#include <google/protobuf/util/time_util.h>
 
-#include "absl/strings/escaping.h"
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "common/job_phase.h"
 #include "common/job_spec.h"
 #include "common/status_macros.h"
@@ -21,16 +15,6 @@
 
 namespace paci {
 namespace {
-
-using google::protobuf::util::TimeUtil;
-
-google::protobuf::Timestamp ToProto(absl::Time t) {
-  return TimeUtil::MicrosecondsToTimestamp(absl::ToUnixMicros(t));
-}
-
-absl::Time FromProto(const google::protobuf::Timestamp& t) {
-  return absl::FromUnixMicros(TimeUtil::TimestampToMicroseconds(t));
-}
 
 PendingJob AsPending(const v1::Job& job, int64_t sequence) {
   PendingJob pending;
@@ -41,9 +25,6 @@ PendingJob AsPending(const v1::Job& job, int64_t sequence) {
   for (const auto& [k, v] : job.spec().run_policy().worker_selector()) pending.selector[k] = v;
   return pending;
 }
-
-constexpr int64_t kTombstone = std::numeric_limits<int64_t>::max();
-constexpr size_t kMaxTombstones = 10000;
 
 bool IsActive(v1::JobPhase phase) { return phase == v1::RUNNING || phase == v1::RESTARTING; }
 
@@ -70,11 +51,12 @@ uint64_t NewInstance() {
 }  // namespace
 
 JobManager::JobManager(JobStore& store, CoordinatorMetrics& metrics,
-                       const JobManagerOptions& options, Clock clock)
+                       const JobManagerOptions& options, Clock& clock)
     : store_(store),
       metrics_(metrics),
       options_(options),
-      clock_(std::move(clock)),
+      clock_(clock),
+      jobs_(options.retention),
       instance_(NewInstance()) {}
 
 JobManager::Effects JobManager::TakePendingLocked() {
@@ -104,103 +86,15 @@ void JobManager::Carry(const Effects& effects) {
   for (const std::string& name : effects.deletes) removing_.erase(name);
 }
 
-absl::Status JobManager::Store(std::vector<v1::Job> puts, std::vector<std::string> deletes,
-                               bool fresh) {
-  store_mu_.Lock();
-  if (fresh) {
-    for (const v1::Job& job : puts) persisted_version_.erase(job.name());
-  }
-  if (open_batch_ == nullptr) open_batch_ = std::make_shared<WriteBatch>();
-  std::shared_ptr<WriteBatch> batch = open_batch_;
-  for (v1::Job& job : puts) batch->puts.push_back(std::move(job));
-  for (std::string& name : deletes) batch->deletes.push_back(std::move(name));
-  // Wait until this batch is written by another caller, or this caller may write it.
-  auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(store_mu_) {
-    return batch->done || (!writing_ && open_batch_ == batch);
-  };
-  store_mu_.Await(absl::Condition(&ready));
-  if (batch->done) {
-    absl::Status status = batch->status;
-    store_mu_.Unlock();
-    return status;
-  }
-  open_batch_ = nullptr;
-  writing_ = true;
-  // The newest version of each job, unless a newer one is already written.
-  std::map<std::string, const v1::Job*> newest;
-  for (const v1::Job& job : batch->puts) {
-    auto written = persisted_version_.find(job.name());
-    if (written != persisted_version_.end() && written->second >= job.version()) continue;
-    const v1::Job*& slot = newest[job.name()];
-    if (slot == nullptr || slot->version() < job.version()) slot = &job;
-  }
-  std::vector<v1::Job> to_put;
-  for (const auto& [name, job] : newest) to_put.push_back(*job);
-  store_mu_.Unlock();
-  absl::Status status = store_.Apply(to_put, batch->deletes);
-  store_mu_.Lock();
-  if (status.ok()) {
-    for (const v1::Job& job : to_put) persisted_version_[job.name()] = job.version();
-    // A removed job's older versions (a write still on its way) are never
-    // written again. The newest tombstones are kept, so their number is bounded.
-    for (const std::string& name : batch->deletes) {
-      persisted_version_[name] = kTombstone;
-      tombstones_.push_back(name);
-    }
-    while (tombstones_.size() > kMaxTombstones) {
-      auto it = persisted_version_.find(tombstones_.front());
-      if (it != persisted_version_.end() && it->second == kTombstone) persisted_version_.erase(it);
-      tombstones_.pop_front();
-    }
-  }
-  batch->status = status;
-  batch->done = true;
-  writing_ = false;
-  store_mu_.Unlock();
-  return status;
-}
-
-JobManager::JobState& JobManager::InsertLocked(JobState state) {
-  const std::string name = state.name();
-  JobState& inserted = jobs_[name] = std::move(state);
-  by_sequence_[inserted.sequence] = &inserted;
-  const v1::JobPhase phase = inserted.status().phase();
-  by_phase_[phase].insert(inserted.sequence);
-  if (IsActive(phase)) active_.insert(name);
-  if (IsTerminal(phase)) {
-    TrackFinishedLocked(inserted, inserted.status().has_completion_time()
-                                      ? FromProto(inserted.status().completion_time())
-                                      : clock_());
-  }
+JobState& JobManager::InsertLocked(JobState state) {
+  JobState& inserted = jobs_.Insert(std::move(state), clock_.Now());
   return inserted;
-}
-
-void JobManager::TrackFinishedLocked(JobState& state, absl::Time finished) {
-  state.finished_at = finished;
-  finished_.emplace(finished, state.sequence);
-  absl::Duration ttl = options_.finished_job_ttl;
-  const int64_t spec_ttl = state.spec().run_policy().ttl_seconds_after_finished();
-  if (spec_ttl > 0) ttl = std::min(ttl, absl::Seconds(spec_ttl));
-  if (ttl != absl::InfiniteDuration()) {
-    state.expires_at = finished + ttl;
-    expiring_.emplace(state.expires_at, state.sequence);
-  }
 }
 
 void JobManager::PhaseChangedLocked(JobState& state, v1::JobPhase from) {
   const v1::JobPhase to = state.status().phase();
-  if (from == to) return;
-  by_phase_[from].erase(state.sequence);
-  by_phase_[to].insert(state.sequence);
-  if (IsActive(to)) {
-    active_.insert(state.name());
-  } else {
-    active_.erase(state.name());
-  }
-  if (IsTerminal(to) && !IsTerminal(from)) {
-    queue_.Remove(state.name());
-    TrackFinishedLocked(state, clock_());
-  }
+  jobs_.PhaseChanged(state, from, clock_.Now());
+  if (IsTerminal(to) && !IsTerminal(from)) queue_.Remove(state.name());
 }
 
 void JobManager::EnqueueLocked(JobState& state) {
@@ -215,63 +109,30 @@ void JobManager::EnqueueLocked(const std::string& name) {
   if (JobState* state = FindLocked(name)) EnqueueLocked(*state);
 }
 
-void JobManager::EnforceRetentionLocked(absl::Time now) {
-  const int64_t keep = options_.finished_jobs_to_keep;
-  while (keep >= 0 && static_cast<int64_t>(finished_.size()) > keep) {
-    RemoveLocked(finished_.begin()->second, "count");
+void JobManager::EnforceRetentionLocked() {
+  const std::vector<JobTable::Removed> removed = jobs_.EnforceRetention(clock_.Now());
+  for (const JobTable::Removed& job : removed) {
+    LOG(INFO) << "job " << job.name << " removed from the store by retention (" << job.reason
+              << "): it ended " << PhaseName(job.phase) << " at "
+              << absl::FormatTime(job.finished_at) << "; its checkpoints are kept";
+    queue_.Remove(job.name);
+    removing_.insert(job.name);
+    pending_.deletes.push_back(job.name);
+    metrics_.RemoveJob(job.name, job.reason);
   }
-  while (!expiring_.empty() && expiring_.begin()->first <= now) {
-    RemoveLocked(expiring_.begin()->second, "age");
-  }
-}
-
-void JobManager::RemoveLocked(int64_t sequence, const std::string& reason) {
-  auto it = by_sequence_.find(sequence);
-  if (it == by_sequence_.end()) return;
-  JobState& state = *it->second;
-  const std::string name = state.name();
-  const v1::JobPhase phase = state.status().phase();
-  LOG(INFO) << "job " << name << " removed from the store by retention (" << reason
-            << "): it ended " << PhaseName(phase) << " at " << absl::FormatTime(state.finished_at)
-            << "; its checkpoints are kept";
-  by_phase_[phase].erase(sequence);
-  finished_.erase({state.finished_at, sequence});
-  expiring_.erase({state.expires_at, sequence});
-  active_.erase(name);
-  queue_.Remove(name);
-  by_sequence_.erase(it);
-  jobs_.erase(name);
-  removing_.insert(name);
-  pending_.deletes.push_back(name);
-  metrics_.RemoveJob(name, reason);
-  UpdateGaugesLocked();
-}
-
-JobManager::JobState* JobManager::FindLocked(const std::string& name) {
-  auto it = jobs_.find(name);
-  return it == jobs_.end() ? nullptr : &it->second;
-}
-
-const JobManager::JobState* JobManager::FindLocked(const std::string& name) const {
-  auto it = jobs_.find(name);
-  return it == jobs_.end() ? nullptr : &it->second;
+  if (!removed.empty()) UpdateGaugesLocked();
 }
 
 absl::Status JobManager::Recover() {
   absl::StatusOr<std::vector<v1::Job>> jobs = store_.List();
   if (!jobs.ok()) return jobs.status();
-  {
-    absl::MutexLock lock(&store_mu_);
-    for (const v1::Job& job : *jobs) persisted_version_[job.name()] = job.version();
-  }
   std::vector<std::string> deletes;
   {
     absl::MutexLock lock(&mu_);
-    const absl::Time now = clock_();
+    const absl::Time now = clock_.Now();
     recovered_at_ = now;
     for (v1::Job& job : *jobs) {
       JobState state;
-      state.sequence = next_sequence_++;
       state.queued_since = now;
       state.last_persisted = now;  // as it is in the store
       state.job = std::move(job);
@@ -292,10 +153,10 @@ absl::Status JobManager::Recover() {
       EnqueueLocked(inserted);
     }
     // Retention first, so finished jobs past the limits cost nothing more.
-    EnforceRetentionLocked(now);
+    EnforceRetentionLocked();
     deletes = std::exchange(pending_.deletes, {});
     LOG(INFO) << "recovered " << jobs_.size() << " jobs from the store ("
-              << finished_.size() << " finished), removed " << deletes.size()
+              << jobs_.finished() << " finished), removed " << deletes.size()
               << " by retention";
     UpdateGaugesLocked();
   }
@@ -333,7 +194,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec,
           "job \"", name, "\" exists with a different spec or labels; choose another name"));
     }
     const int64_t unfinished =
-        static_cast<int64_t>(jobs_.size() - finished_.size() + submitting_.size());
+        static_cast<int64_t>(jobs_.size() - jobs_.finished() + submitting_.size());
     if (unfinished >= options_.max_jobs) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "the coordinator holds ", unfinished, " unfinished jobs, its limit (--max_jobs)"));
@@ -342,7 +203,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec,
     record.set_name(name);
     *record.mutable_spec() = spec;
     for (const auto& [k, v] : labels) (*record.mutable_labels())[k] = v;
-    const absl::Time now = clock_();
+    const absl::Time now = clock_.Now();
     *record.mutable_status()->mutable_create_time() = ToProto(now);
     record.mutable_status()->set_total_steps(spec.training().steps());
     // Stored as it is first seen: queued, version 1; one write per submission.
@@ -350,7 +211,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec,
     record.set_version(1);
   }
   // The job exists once it is durable; the store is written without the lock.
-  const absl::Status stored = Store({record}, {}, /*fresh=*/true);
+  const absl::Status stored = Store({record}, {});
   absl::StatusOr<v1::Job> result;
   Mutate([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     submitting_.erase(name);
@@ -361,8 +222,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec,
     }
     JobState state;
     state.job = std::move(record);
-    state.sequence = next_sequence_++;
-    state.queued_since = clock_();
+    state.queued_since = clock_.Now();
     state.last_persisted = state.queued_since;
     JobState& inserted = InsertLocked(std::move(state));
     metrics_.AddSubmission();
@@ -379,45 +239,8 @@ absl::StatusOr<v1::Job> JobManager::Get(const std::string& name) const {
 }
 
 absl::StatusOr<JobPage> JobManager::List(const JobListQuery& query) const {
-  ASSIGN_OR_RETURN(const int page_size, PageSize(query));
-  ASSIGN_OR_RETURN(const int64_t after, ResumeAfter(query, instance_));
-  JobPage page;
-  size_t bytes = 0;
   absl::MutexLock lock(&mu_);
-  // The sequences to walk: every job's, or the phase's.
-  static const std::set<int64_t> kNone;
-  const std::set<int64_t>* phase_jobs = nullptr;
-  if (query.phase != v1::JOB_PHASE_UNSPECIFIED) {
-    auto it = by_phase_.find(query.phase);
-    phase_jobs = it == by_phase_.end() ? &kNone : &it->second;
-  }
-  auto all = by_sequence_.upper_bound(after);
-  auto some = phase_jobs != nullptr ? phase_jobs->upper_bound(after) : kNone.end();
-  auto at_end = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return phase_jobs != nullptr ? some == phase_jobs->end() : all == by_sequence_.end();
-  };
-  int scanned = 0;
-  int64_t resume_after = after;
-  while (!at_end() && static_cast<int>(page.jobs.size()) < page_size &&
-         scanned < JobListQuery::kMaxScanned) {
-    const JobState& state = phase_jobs != nullptr ? *by_sequence_.at(*some) : *all->second;
-    ++scanned;
-    if (Selects(query, state.job)) {
-      v1::Job job = AsListed(query, state.job);
-      const size_t size = job.ByteSizeLong();
-      if (!page.jobs.empty() && bytes + size > JobListQuery::kMaxPageBytes) break;
-      bytes += size;
-      page.jobs.push_back(std::move(job));
-    }
-    resume_after = state.sequence;
-    if (phase_jobs != nullptr) {
-      ++some;
-    } else {
-      ++all;
-    }
-  }
-  if (!at_end()) page.next_page_token = PageToken(instance_, resume_after, query);
-  return page;
+  return jobs_.List(query, instance_);
 }
 
 std::vector<v1::Job> JobManager::List(v1::JobPhase phase) const {
@@ -459,11 +282,11 @@ absl::StatusOr<v1::Job> JobManager::WaitForChange(const std::string& name, int64
                                                   absl::Duration timeout) const {
   absl::MutexLock lock(&mu_);
   auto changed = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    const JobState* state = FindLocked(name);
+    const JobState* state = jobs_.Find(name);
     return state == nullptr || state->job.version() > after_version;
   };
-  mu_.AwaitWithTimeout(absl::Condition(&changed), timeout);
-  const JobState* state = FindLocked(name);
+  clock_.AwaitWithDeadline(mu_, absl::Condition(&changed), clock_.Now() + timeout);
+  const JobState* state = jobs_.Find(name);
   if (state == nullptr) return JobNotFound(name);
   return state->job;
 }
@@ -472,7 +295,7 @@ absl::Status JobManager::Connect(const v1::WorkerRegistration& registration, Sen
   absl::Status result;
   Mutate([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     absl::StatusOr<WorkerRegistry::Worker*> worker =
-        workers_.Add(registration, std::move(sender), clock_());
+        workers_.Add(registration, std::move(sender), clock_.Now());
     if (!worker.ok()) {
       result = worker.status();
       return;
@@ -519,14 +342,14 @@ void JobManager::AdoptLocked(WorkerRegistry::Worker& worker) {
 
 void JobManager::OnHeartbeat(const std::string& worker_id) {
   absl::MutexLock lock(&mu_);
-  workers_.Touch(worker_id, clock_());
+  workers_.Touch(worker_id, clock_.Now());
 }
 
 void JobManager::OnReport(const std::string& worker_id, const v1::StageReport& report) {
   Mutate([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     WorkerRegistry::Worker* worker = workers_.Find(worker_id);
     if (worker == nullptr) return;
-    worker->last_seen = clock_();
+    worker->last_seen = clock_.Now();
     const bool final = report.finished() || !report.error().empty();
     const bool from_its_stage =
         worker->job == report.job_name() && worker->attempt == report.attempt();
@@ -593,14 +416,13 @@ void JobManager::RemoveWorkerLocked(const std::string& worker_id, const std::str
 
 void JobManager::Tick() {
   Mutate([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    const absl::Time now = clock_();
+    const absl::Time now = clock_.Now();
     for (const std::string& id : workers_.Silent(now, options_.heartbeat_timeout)) {
       RemoveWorkerLocked(id, absl::StrCat("no heartbeat for ",
                                           absl::FormatDuration(options_.heartbeat_timeout)));
     }
     // Only running and restarting jobs have timers; the others cost nothing here.
-    const std::vector<std::string> active(active_.begin(), active_.end());
-    for (const std::string& name : active) {
+    for (const std::string& name : jobs_.Active()) {
       if (JobState* state = FindLocked(name)) CheckTimersLocked(*state, now);
     }
     ScheduleLocked();
@@ -652,10 +474,10 @@ void JobManager::ScheduleLocked() {
   // unschedulable and the first that waits (JobQueue).
   SchedulingDecision decision = queue_.Schedule(workers_.Slots());
   for (const Placement& placement : decision.placements) {
-    PlaceLocked(jobs_.at(placement.job_name), placement.worker_ids);
+    PlaceLocked(*FindLocked(placement.job_name), placement.worker_ids);
   }
   for (const std::string& name : decision.unschedulable) {
-    JobState& state = jobs_.at(name);
+    JobState& state = *FindLocked(name);
     SetConditionLocked(state, "Unschedulable", true, "NoMatchingWorkers",
                        absl::StrCat("fewer than ", WorkersOf(state.spec().pipeline()),
                                     " connected workers match the job's worker selector"));
@@ -664,7 +486,7 @@ void JobManager::ScheduleLocked() {
 
 void JobManager::PlaceLocked(JobState& state, const std::vector<std::string>& worker_ids) {
   queue_.Remove(state.name());
-  const absl::Time now = clock_();
+  const absl::Time now = clock_.Now();
   v1::JobStatus& status = state.status();
   status.set_attempt(status.attempt() + 1);
   const int P = state.spec().pipeline().num_stages();
@@ -766,7 +588,7 @@ void JobManager::FailAttemptLocked(JobState& state, const std::string& reason,
   StopWorkersLocked(state, message);
   status.set_restarts(status.restarts() + 1);
   metrics_.AddRestart(state.name());
-  state.queued_since = clock_();
+  state.queued_since = clock_.Now();
   state.workers.clear();
   SetPhaseLocked(state, v1::RESTARTING, reason,
                  absl::StrCat(message, "; restarting from step ", status.checkpoint_step()));
@@ -778,7 +600,7 @@ void JobManager::FinishLocked(JobState& state, v1::JobPhase phase, const std::st
                               const std::string& message) {
   if (phase != v1::SUCCEEDED) StopWorkersLocked(state, message);
   state.awaiting_reconnect = false;
-  *state.status().mutable_completion_time() = ToProto(clock_());
+  *state.status().mutable_completion_time() = ToProto(clock_.Now());
   SetPhaseLocked(state, phase, reason, message);
   SetConditionLocked(state, "Stalled", false, "Finished", "");
   LOG(INFO) << "job " << state.name() << " " << v1::JobPhase_Name(phase) << ": " << message;
@@ -788,13 +610,13 @@ void JobManager::FinishLocked(JobState& state, v1::JobPhase phase, const std::st
 void JobManager::SetPhaseLocked(JobState& state, v1::JobPhase phase, const std::string& reason,
                                 const std::string& message) {
   const v1::JobPhase from = state.status().phase();
-  if (SetPhase(state.status(), phase, reason, message, clock_())) ChangedLocked(state, false);
+  if (SetPhase(state.status(), phase, reason, message, clock_.Now())) ChangedLocked(state, false);
   PhaseChangedLocked(state, from);
 }
 
 void JobManager::SetConditionLocked(JobState& state, const std::string& type, bool value,
                                     const std::string& reason, const std::string& message) {
-  if (SetCondition(state.status(), type, value, reason, message, clock_())) {
+  if (SetCondition(state.status(), type, value, reason, message, clock_.Now())) {
     ChangedLocked(state, false);
   }
 }
@@ -804,7 +626,7 @@ void JobManager::ApplyReportLocked(JobState& state, const v1::StageReport& repor
   if (s < 0 || s >= static_cast<int>(state.stages.size()) || s >= state.status().stages_size()) {
     return;
   }
-  const absl::Time now = clock_();
+  const absl::Time now = clock_.Now();
   StageProgress& progress = state.stages[s];
   if (report.optimizer_steps() != progress.last_step) {
     progress.last_step = report.optimizer_steps();
@@ -823,7 +645,7 @@ void JobManager::ApplyReportLocked(JobState& state, const v1::StageReport& repor
 
 void JobManager::ChangedLocked(JobState& state, bool persist_now) {
   state.job.set_version(state.job.version() + 1);
-  const absl::Time now = clock_();
+  const absl::Time now = clock_.Now();
   if (!persist_now && now - state.last_persisted < options_.progress_persist_interval) return;
   state.last_persisted = now;
   // Written as it is at the end of the change (TakePendingLocked), once.
@@ -834,11 +656,7 @@ void JobManager::ChangedLocked(JobState& state, bool persist_now) {
 }
 
 void JobManager::UpdateGaugesLocked() {
-  // Kept incrementally: by_phase_ changes with every phase change.
-  for (v1::JobPhase p : kJobPhases) {
-    auto it = by_phase_.find(p);
-    metrics_.SetJobsInPhase(PhaseName(p), it == by_phase_.end() ? 0 : it->second.size());
-  }
+  for (v1::JobPhase p : kJobPhases) metrics_.SetJobsInPhase(PhaseName(p), jobs_.InPhase(p));
   const WorkerRegistry::Counts counts = workers_.Count();
   metrics_.SetWorkers("idle", counts.idle);
   metrics_.SetWorkers("busy", counts.busy);

@@ -18,8 +18,8 @@
 namespace paci {
 namespace {
 
-// The SQLite store behind a gate: Put blocks while the gate is closed (a slow
-// disk), or fails while `failing` is set (a full one).
+// The SQLite store behind a gate: a write blocks while the gate is closed (a
+// slow disk), or fails while `failing` is set (a full one).
 class GatedStore : public JobStore {
  public:
   explicit GatedStore(JobStore& store) : store_(store) {}
@@ -32,7 +32,7 @@ class GatedStore : public JobStore {
     absl::MutexLock lock(&mu_);
     open_ = true;
   }
-  // Waits until a Put is blocked at the closed gate.
+  // Waits until a write is blocked at the closed gate.
   bool AwaitBlockedPut(absl::Duration timeout) {
     absl::MutexLock lock(&mu_);
     auto blocked = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return blocked_ > 0; };
@@ -43,32 +43,21 @@ class GatedStore : public JobStore {
     failing_ = failing;
   }
 
-  absl::Status Put(const v1::Job& job) override {
+  absl::Status Apply(const std::vector<v1::Job>& puts,
+                     const std::vector<std::string>& deletes) override {
     {
       absl::MutexLock lock(&mu_);
       if (failing_) return absl::UnavailableError("disk full");
-      ++puts_;
+      puts_ += static_cast<int>(puts.size());
+      deletes_ += static_cast<int>(deletes.size());
       ++blocked_;
       mu_.Await(absl::Condition(&open_));
       --blocked_;
     }
-    return store_.Put(job);
-  }
-  absl::StatusOr<std::optional<v1::Job>> Get(const std::string& name) const override {
-    return store_.Get(name);
+    return store_.Apply(puts, deletes);
   }
   absl::StatusOr<std::vector<v1::Job>> List() const override { return store_.List(); }
-  absl::StatusOr<int64_t> Sequence(const std::string& name) const override {
-    return store_.Sequence(name);
-  }
-  absl::Status Delete(const std::string& name) override {
-    {
-      absl::MutexLock lock(&mu_);
-      ++deletes_;
-    }
-    return store_.Delete(name);
-  }
-  // Every job written, one per Put (Apply's default writes each with Put).
+  // Every job written, and every one removed.
   int puts() {
     absl::MutexLock lock(&mu_);
     return puts_;
@@ -106,9 +95,9 @@ class JobManagerTest : public ::testing::Test {
     manager_.reset();
     gated_.reset();
     store_.reset();
-    store_ = *JobStore::Open(db_);
+    store_ = *SqliteJobStore::Open(db_);
     gated_ = std::make_unique<GatedStore>(*store_);
-    manager_ = std::make_unique<JobManager>(*gated_, metrics_, options_, [this] { return now_; });
+    manager_ = std::make_unique<JobManager>(*gated_, metrics_, options_, clock_);
     ASSERT_TRUE(manager_->Recover().ok());
   }
 
@@ -160,8 +149,8 @@ class JobManagerTest : public ::testing::Test {
   prometheus::Registry registry_;
   CoordinatorMetrics metrics_{registry_};
   JobManagerOptions options_;
-  absl::Time now_ = absl::FromUnixSeconds(1'000'000);
-  std::unique_ptr<JobStore> store_;
+  FakeClock clock_{absl::FromUnixSeconds(1'000'000)};
+  std::unique_ptr<SqliteJobStore> store_;
   std::unique_ptr<GatedStore> gated_;
   std::unique_ptr<JobManager> manager_;
   std::map<std::string, std::vector<v1::CoordinatorMessage>> inbox_;
@@ -366,9 +355,9 @@ TEST_F(JobManagerTest, MissedHeartbeatsMakeAWorkerDead) {
   ASSERT_TRUE(manager_->Submit(Spec("a")).ok());
   ConnectWorker("w1");
   ConnectWorker("w2");
-  now_ += absl::Seconds(3);
+  clock_.Advance(absl::Seconds(3));
   manager_->OnHeartbeat("w1");
-  now_ += absl::Seconds(3);
+  clock_.Advance(absl::Seconds(3));
   manager_->Tick();
   EXPECT_EQ(manager_->connected_workers(), 1u);
   EXPECT_EQ(Phase("a"), v1::RESTARTING);
@@ -395,7 +384,7 @@ TEST_F(JobManagerTest, DeadlineAndStallAreReported) {
   ASSERT_TRUE(manager_->Submit(spec).ok());
   ConnectWorker("w1");
   ConnectWorker("w2");
-  now_ += absl::Seconds(200);
+  clock_.Advance(absl::Seconds(200));
   manager_->OnHeartbeat("w1");
   manager_->OnReport("w2", Report("a", 1, 1, 3));
   manager_->Tick();
@@ -409,7 +398,7 @@ TEST_F(JobManagerTest, DeadlineAndStallAreReported) {
   }
   EXPECT_TRUE(stalled);
   for (int i = 0; i < 5; ++i) {
-    now_ += absl::Seconds(100);
+    clock_.Advance(absl::Seconds(100));
     manager_->OnHeartbeat("w1");
     manager_->OnHeartbeat("w2");
     manager_->Tick();
@@ -461,7 +450,7 @@ TEST_F(JobManagerTest, ARestartedCoordinatorKeepsItsJobsAndReconcilesRunningOnes
   ConnectWorker("w1", {}, running);
   running.set_stage(1);
   ConnectWorker("w2", {}, running);
-  now_ += absl::Seconds(30);
+  clock_.Advance(absl::Seconds(30));
   manager_->OnHeartbeat("w1");
   manager_->OnHeartbeat("w2");
   manager_->Tick();
@@ -496,7 +485,7 @@ TEST_F(JobManagerTest, ARestartedCoordinatorReconcilesEveryReplicasWorkers) {
   r.set_replica(1);
   r.set_weights_hash(42);
   manager_->OnReport("w3", r);
-  now_ += absl::Seconds(30);
+  clock_.Advance(absl::Seconds(30));
   for (const char* w : {"w0", "w1", "w2", "w3"}) manager_->OnHeartbeat(w);
   manager_->Tick();
   const v1::Job job = *manager_->Get("dp");
@@ -512,7 +501,7 @@ TEST_F(JobManagerTest, RunningJobsWhoseWorkersDoNotComeBackRestart) {
   ConnectWorker("w1");
   ConnectWorker("w2");
   Restart();
-  now_ += absl::Seconds(30);
+  clock_.Advance(absl::Seconds(30));
   manager_->Tick();
   v1::Job job = *manager_->Get("a");
   EXPECT_EQ(job.status().phase(), v1::RESTARTING);
@@ -558,7 +547,12 @@ TEST_F(JobManagerTest, LossHistoryStaysBoundedAndKeepsTheLatestPoint) {
 TEST_F(JobManagerTest, WatchersWakeOnChange) {
   ASSERT_TRUE(manager_->Submit(Spec("a")).ok());
   const int64_t version = manager_->Get("a")->version();
-  auto same = manager_->WaitForChange("a", version, absl::Milliseconds(10));
+  // Nothing changes: the wait ends when the manager's clock reaches its timeout.
+  absl::StatusOr<v1::Job> same;
+  std::thread watcher([&] { same = manager_->WaitForChange("a", version, absl::Seconds(10)); });
+  ASSERT_TRUE(clock_.BlockUntilWaiters(1));
+  clock_.Advance(absl::Seconds(10));
+  watcher.join();
   EXPECT_EQ(same->version(), version);
   ConnectWorker("w1");
   ConnectWorker("w2");
@@ -587,7 +581,7 @@ TEST_F(JobManagerTest, ABlockedStoreWriteStallsNoHeartbeat) {
   absl::Notification served;
   std::thread others([&] {
     for (int i = 0; i < 10; ++i) {
-      now_ += absl::Seconds(1);  // 10 s: twice the heartbeat timeout
+      clock_.Advance(absl::Seconds(1));  // 10 s: twice the heartbeat timeout
       manager_->OnHeartbeat("w1");
       manager_->OnHeartbeat("w2");
       manager_->Tick();
@@ -782,17 +776,15 @@ TEST_F(JobManagerTest, BadPageTokensAndSizesAreInvalidArgumentNamingTheField) {
 // A store in memory, for tests that hold more jobs than a disk would write quickly.
 class MemoryStore : public JobStore {
  public:
-  absl::Status Put(const v1::Job& job) override {
+  absl::Status Apply(const std::vector<v1::Job>& puts,
+                     const std::vector<std::string>& deletes) override {
     absl::MutexLock lock(&mu_);
-    if (!jobs_.count(job.name())) order_.push_back(job.name());
-    jobs_[job.name()] = job;
+    for (const v1::Job& job : puts) {
+      if (!jobs_.count(job.name())) order_.push_back(job.name());
+      jobs_[job.name()] = job;
+    }
+    for (const std::string& name : deletes) jobs_.erase(name);
     return absl::OkStatus();
-  }
-  absl::StatusOr<std::optional<v1::Job>> Get(const std::string& name) const override {
-    absl::MutexLock lock(&mu_);
-    auto it = jobs_.find(name);
-    if (it == jobs_.end()) return std::nullopt;
-    return it->second;
   }
   absl::StatusOr<std::vector<v1::Job>> List() const override {
     absl::MutexLock lock(&mu_);
@@ -801,14 +793,6 @@ class MemoryStore : public JobStore {
       if (jobs_.count(name)) jobs.push_back(jobs_.at(name));
     }
     return jobs;
-  }
-  absl::StatusOr<int64_t> Sequence(const std::string&) const override {
-    return absl::UnimplementedError("unused");
-  }
-  absl::Status Delete(const std::string& name) override {
-    absl::MutexLock lock(&mu_);
-    jobs_.erase(name);
-    return absl::OkStatus();
   }
 
  private:
@@ -821,7 +805,8 @@ TEST(JobManagerListTest, PageSizeHasADefaultAndAMaximum) {
   MemoryStore store;
   prometheus::Registry registry;
   CoordinatorMetrics metrics(registry);
-  JobManager manager(store, metrics, {}, [] { return absl::FromUnixSeconds(1'000'000); });
+  FakeClock clock;
+  JobManager manager(store, metrics, {}, clock);
   ASSERT_TRUE(manager.Recover().ok());
   v1::JobSpec spec;
   spec.mutable_pipeline()->set_num_stages(2);
@@ -849,7 +834,7 @@ TEST_F(JobManagerTest, RetentionRemovesTheOldestFinishedJobsPastTheCount) {
   std::filesystem::create_directories(checkpoints / "step-00000005");
   const std::filesystem::path shard = checkpoints / "step-00000005" / "stage-0-of-2.pt";
   { std::ofstream(shard) << "shard"; }
-  options_.finished_jobs_to_keep = 2;
+  options_.retention.finished_jobs_to_keep = 2;
   Restart();
   for (const char* name : {"a", "b", "c", "d"}) {
     v1::JobSpec spec = Spec(name);
@@ -857,9 +842,9 @@ TEST_F(JobManagerTest, RetentionRemovesTheOldestFinishedJobsPastTheCount) {
     ASSERT_TRUE(manager_->Submit(spec).ok());
   }
   ASSERT_TRUE(manager_->Cancel("a").ok());
-  now_ += absl::Seconds(1);
+  clock_.Advance(absl::Seconds(1));
   ASSERT_TRUE(manager_->Cancel("b").ok());
-  now_ += absl::Seconds(1);
+  clock_.Advance(absl::Seconds(1));
   EXPECT_TRUE(manager_->Get("a").ok());
   ASSERT_TRUE(manager_->Cancel("c").ok());  // three finished: the oldest goes
   EXPECT_EQ(manager_->Get("a").status().code(), absl::StatusCode::kNotFound);
@@ -881,7 +866,7 @@ TEST_F(JobManagerTest, RetentionRemovesTheOldestFinishedJobsPastTheCount) {
 }
 
 TEST_F(JobManagerTest, RetentionRemovesFinishedJobsByAgeAndBySpecTtl) {
-  options_.finished_job_ttl = absl::Hours(1);
+  options_.retention.finished_job_ttl = absl::Hours(1);
   Restart();
   ASSERT_TRUE(manager_->Submit(Spec("old")).ok());
   v1::JobSpec brief = Spec("brief");
@@ -889,11 +874,11 @@ TEST_F(JobManagerTest, RetentionRemovesFinishedJobsByAgeAndBySpecTtl) {
   ASSERT_TRUE(manager_->Submit(brief).ok());
   ASSERT_TRUE(manager_->Cancel("old").ok());
   ASSERT_TRUE(manager_->Cancel("brief").ok());
-  now_ += absl::Seconds(61);
+  clock_.Advance(absl::Seconds(61));
   manager_->Tick();
   EXPECT_EQ(manager_->Get("brief").status().code(), absl::StatusCode::kNotFound);
   EXPECT_TRUE(manager_->Get("old").ok());
-  now_ += absl::Minutes(59);
+  clock_.Advance(absl::Minutes(59));
   manager_->Tick();
   EXPECT_EQ(manager_->Get("old").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(*store_->Get("old"), std::nullopt);
@@ -906,16 +891,16 @@ TEST_F(JobManagerTest, RetentionRemovesFinishedJobsByAgeAndBySpecTtl) {
 // Recover's work is bounded by what retention keeps, not by every job that
 // ever finished: retention runs before anything else at start-up.
 TEST_F(JobManagerTest, ARestartAppliesRetentionBeforeLoadingMore) {
-  options_.finished_jobs_to_keep = -1;
+  options_.retention.finished_jobs_to_keep = -1;
   Restart();
   for (int i = 0; i < 6; ++i) {
     const std::string name = "f" + std::to_string(i);
     ASSERT_TRUE(manager_->Submit(Spec(name)).ok());
     ASSERT_TRUE(manager_->Cancel(name).ok());
-    now_ += absl::Seconds(1);
+    clock_.Advance(absl::Seconds(1));
   }
   ASSERT_TRUE(manager_->Submit(Spec("queued")).ok());
-  options_.finished_jobs_to_keep = 2;
+  options_.retention.finished_jobs_to_keep = 2;
   Restart();
   EXPECT_EQ(store_->List()->size(), 3u);
   EXPECT_EQ(manager_->List(v1::CANCELLED).size(), 2u);
@@ -933,7 +918,7 @@ namespace {
 // Names reused while their earlier jobs are being removed: whatever the
 // interleaving, the store ends as the coordinator holds the jobs.
 TEST_F(JobManagerTest, ConcurrentSubmitCancelAndRetentionLeaveTheStoreAsTheJobsAre) {
-  options_.finished_jobs_to_keep = 3;
+  options_.retention.finished_jobs_to_keep = 3;
   Restart();
   std::vector<std::thread> clients;
   for (int t = 0; t < 6; ++t) {

@@ -8,13 +8,14 @@
 #include "absl/strings/str_cat.h"
 
 namespace paci {
-namespace {
 
 google::protobuf::Timestamp ToProto(absl::Time t) {
   return google::protobuf::util::TimeUtil::MicrosecondsToTimestamp(absl::ToUnixMicros(t));
 }
 
-}  // namespace
+absl::Time FromProto(const google::protobuf::Timestamp& t) {
+  return absl::FromUnixMicros(google::protobuf::util::TimeUtil::TimestampToMicroseconds(t));
+}
 
 const char* PhaseName(v1::JobPhase phase) {
   switch (phase) {

@@ -19,6 +19,10 @@ namespace paci {
 inline constexpr v1::JobPhase kJobPhases[] = {v1::QUEUED,    v1::RUNNING, v1::RESTARTING,
                                               v1::SUCCEEDED, v1::FAILED,  v1::CANCELLED};
 
+// A job status' times (google.protobuf.Timestamp) and absl::Time, to the microsecond.
+google::protobuf::Timestamp ToProto(absl::Time t);
+absl::Time FromProto(const google::protobuf::Timestamp& t);
+
 // A phase as the job's conditions, the TrainingJob's status and the
 // paci_coordinator_jobs{phase} label spell it ("Queued", "Running", ...).
 const char* PhaseName(v1::JobPhase phase);

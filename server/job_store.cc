@@ -131,51 +131,9 @@ absl::StatusOr<v1::Job> ColumnJob(sqlite3_stmt* stmt, int column, const std::str
   return job;
 }
 
-class SqliteJobStore final : public JobStore {
- public:
-  SqliteJobStore(std::string path, sqlite3* db);
-  ~SqliteJobStore() override;
-  SqliteJobStore(const SqliteJobStore&) = delete;
-  SqliteJobStore& operator=(const SqliteJobStore&) = delete;
-
-  absl::Status Put(const v1::Job& job) override;
-  absl::StatusOr<std::optional<v1::Job>> Get(const std::string& name) const override;
-  absl::StatusOr<std::vector<v1::Job>> List() const override;
-  absl::StatusOr<int64_t> Sequence(const std::string& name) const override;
-  absl::Status Delete(const std::string& name) override;
-  absl::Status Apply(const std::vector<v1::Job>& puts,
-                     const std::vector<std::string>& deletes) override;
-
-  absl::Status Prepare() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Mutex& mu() ABSL_LOCK_RETURNED(mu_) { return mu_; }
-
- private:
-  absl::Status Error(int rc, absl::string_view what) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status PutLocked(const v1::Job& job, const std::string& serialized)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status DeleteLocked(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  const std::string path_;
-  mutable absl::Mutex mu_;
-  sqlite3* const db_ ABSL_GUARDED_BY(mu_);
-  // Prepared once in Open, reset after every use; finalized before db_ is closed.
-  sqlite3_stmt* put_ ABSL_GUARDED_BY(mu_) = nullptr;
-  sqlite3_stmt* get_ ABSL_GUARDED_BY(mu_) = nullptr;
-  sqlite3_stmt* list_ ABSL_GUARDED_BY(mu_) = nullptr;
-  sqlite3_stmt* sequence_ ABSL_GUARDED_BY(mu_) = nullptr;
-  sqlite3_stmt* delete_ ABSL_GUARDED_BY(mu_) = nullptr;
-};
-
 }  // namespace
 
-absl::Status JobStore::Apply(const std::vector<v1::Job>& puts,
-                             const std::vector<std::string>& deletes) {
-  for (const v1::Job& job : puts) RETURN_IF_ERROR(Put(job));
-  for (const std::string& name : deletes) RETURN_IF_ERROR(Delete(name));
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path) {
+absl::StatusOr<std::unique_ptr<SqliteJobStore>> SqliteJobStore::Open(const std::string& path) {
   sqlite3* db = nullptr;
   int rc = sqlite3_open_v2(path.c_str(), &db,
                            SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
@@ -185,8 +143,8 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
     sqlite3_close(db);  // Frees the handle sqlite3_open_v2 returns even on failure; nothing to report.
     return status;
   }
-  auto store = std::make_unique<SqliteJobStore>(path, db);  // Owns db from here on.
-  absl::MutexLock lock(&store->mu());
+  std::unique_ptr<SqliteJobStore> store(new SqliteJobStore(path, db));  // Owns db from here on.
+  absl::MutexLock lock(&store->mu_);
   rc = sqlite3_busy_timeout(db, kBusyTimeoutMs);
   if (rc != SQLITE_OK) return SqliteStatus(db, rc, "setting busy_timeout failed", path);
   // Read-only checks first, so a file that is not ours is never written to.
@@ -209,7 +167,7 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
     RETURN_IF_ERROR(status);
   }
   RETURN_IF_ERROR(store->Prepare());
-  return std::unique_ptr<JobStore>(std::move(store));
+  return store;
 }
 
 SqliteJobStore::SqliteJobStore(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}
@@ -245,16 +203,6 @@ absl::Status SqliteJobStore::Error(int rc, absl::string_view what) const {
   return SqliteStatus(db_, rc, what, path_);
 }
 
-absl::Status SqliteJobStore::Put(const v1::Job& job) {
-  if (job.name().empty()) return absl::InvalidArgumentError("job.name is empty");
-  std::string serialized;
-  if (!job.SerializeToString(&serialized)) {
-    return absl::InvalidArgumentError(absl::StrCat("job '", job.name(), "' does not serialize"));
-  }
-  absl::MutexLock lock(&mu_);
-  return PutLocked(job, serialized);  // One statement: its own transaction, synced before it returns.
-}
-
 absl::Status SqliteJobStore::PutLocked(const v1::Job& job, const std::string& serialized) {
   StatementReset reset(put_);
   int rc = BindText(put_, 1, job.name());
@@ -266,11 +214,6 @@ absl::Status SqliteJobStore::PutLocked(const v1::Job& job, const std::string& se
   rc = sqlite3_step(put_);
   if (rc != SQLITE_DONE) return Error(rc, absl::StrCat("storing job '", job.name(), "' failed"));
   return absl::OkStatus();
-}
-
-absl::Status SqliteJobStore::Delete(const std::string& name) {
-  absl::MutexLock lock(&mu_);
-  return DeleteLocked(name);
 }
 
 absl::Status SqliteJobStore::DeleteLocked(const std::string& name) {

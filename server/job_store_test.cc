@@ -60,11 +60,14 @@ void ExecRaw(const std::string& path, const std::string& sql) {
   ASSERT_EQ(sqlite3_close(db), SQLITE_OK);
 }
 
-std::unique_ptr<JobStore> OpenOrDie(const std::string& path) {
-  absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(path);
+std::unique_ptr<SqliteJobStore> OpenOrDie(const std::string& path) {
+  absl::StatusOr<std::unique_ptr<SqliteJobStore>> store = SqliteJobStore::Open(path);
   EXPECT_TRUE(store.ok()) << store.status();
   return store.ok() ? std::move(*store) : nullptr;
 }
+
+// One job written in its own transaction.
+absl::Status Put(JobStore& store, const v1::Job& job) { return store.Apply({job}, {}); }
 
 std::vector<std::string> Names(const std::vector<v1::Job>& jobs) {
   std::vector<std::string> names;
@@ -73,9 +76,9 @@ std::vector<std::string> Names(const std::vector<v1::Job>& jobs) {
 }
 
 TEST(JobStoreTest, PutGetListRoundTripInSubmissionOrder) {
-  std::unique_ptr<JobStore> store = OpenOrDie(TempPath("db"));
+  std::unique_ptr<SqliteJobStore> store = OpenOrDie(TempPath("db"));
   ASSERT_NE(store, nullptr);
-  for (const char* name : {"charlie", "alpha", "bravo"}) ASSERT_TRUE(store->Put(MakeJob(name)).ok());
+  for (const char* name : {"charlie", "alpha", "bravo"}) ASSERT_TRUE(Put(*store, MakeJob(name)).ok());
 
   absl::StatusOr<std::optional<v1::Job>> got = store->Get("alpha");
   ASSERT_TRUE(got.ok()) << got.status();
@@ -92,7 +95,7 @@ TEST(JobStoreTest, PutGetListRoundTripInSubmissionOrder) {
 }
 
 TEST(JobStoreTest, MissingJobIsNulloptAndSequenceNotFound) {
-  std::unique_ptr<JobStore> store = OpenOrDie(TempPath("db"));
+  std::unique_ptr<SqliteJobStore> store = OpenOrDie(TempPath("db"));
   ASSERT_NE(store, nullptr);
   absl::StatusOr<std::optional<v1::Job>> got = store->Get("nobody");
   ASSERT_TRUE(got.ok()) << got.status();
@@ -104,19 +107,19 @@ TEST(JobStoreTest, MissingJobIsNulloptAndSequenceNotFound) {
 }
 
 TEST(JobStoreTest, PutRejectsAJobWithoutAName) {
-  std::unique_ptr<JobStore> store = OpenOrDie(TempPath("db"));
+  std::unique_ptr<SqliteJobStore> store = OpenOrDie(TempPath("db"));
   ASSERT_NE(store, nullptr);
-  EXPECT_EQ(store->Put(v1::Job()).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Put(*store, v1::Job()).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(JobStoreTest, ReplaceKeepsTheSequenceAndTheQueuePosition) {
-  std::unique_ptr<JobStore> store = OpenOrDie(TempPath("db"));
+  std::unique_ptr<SqliteJobStore> store = OpenOrDie(TempPath("db"));
   ASSERT_NE(store, nullptr);
-  ASSERT_TRUE(store->Put(MakeJob("first")).ok());
-  ASSERT_TRUE(store->Put(MakeJob("second")).ok());
+  ASSERT_TRUE(Put(*store, MakeJob("first")).ok());
+  ASSERT_TRUE(Put(*store, MakeJob("second")).ok());
   int64_t sequence = *store->Sequence("first");
 
-  ASSERT_TRUE(store->Put(MakeJob("first", v1::RUNNING, 2)).ok());
+  ASSERT_TRUE(Put(*store, MakeJob("first", v1::RUNNING, 2)).ok());
   EXPECT_EQ(*store->Sequence("first"), sequence);
   absl::StatusOr<std::vector<v1::Job>> jobs = store->List();
   ASSERT_TRUE(jobs.ok());
@@ -124,7 +127,7 @@ TEST(JobStoreTest, ReplaceKeepsTheSequenceAndTheQueuePosition) {
   EXPECT_EQ((*jobs)[0].status().phase(), v1::RUNNING);
   EXPECT_EQ((*jobs)[0].version(), 2);
   // A job put after the replacement still queues behind both.
-  ASSERT_TRUE(store->Put(MakeJob("third")).ok());
+  ASSERT_TRUE(Put(*store, MakeJob("third")).ok());
   EXPECT_GT(*store->Sequence("third"), *store->Sequence("second"));
 }
 
@@ -132,20 +135,20 @@ TEST(JobStoreTest, DataSurvivesClosingAndReopening) {
   std::string path = TempPath("db");
   int64_t sequence = 0;
   {
-    std::unique_ptr<JobStore> store = OpenOrDie(path);
+    std::unique_ptr<SqliteJobStore> store = OpenOrDie(path);
     ASSERT_NE(store, nullptr);
-    ASSERT_TRUE(store->Put(MakeJob("a")).ok());
-    ASSERT_TRUE(store->Put(MakeJob("b", v1::SUCCEEDED, 9)).ok());
+    ASSERT_TRUE(Put(*store, MakeJob("a")).ok());
+    ASSERT_TRUE(Put(*store, MakeJob("b", v1::SUCCEEDED, 9)).ok());
     sequence = *store->Sequence("b");
   }
-  std::unique_ptr<JobStore> store = OpenOrDie(path);
+  std::unique_ptr<SqliteJobStore> store = OpenOrDie(path);
   ASSERT_NE(store, nullptr);
   absl::StatusOr<std::vector<v1::Job>> jobs = store->List();
   ASSERT_TRUE(jobs.ok()) << jobs.status();
   EXPECT_EQ(Names(*jobs), (std::vector<std::string>{"a", "b"}));
   EXPECT_EQ((*jobs)[1].SerializeAsString(), MakeJob("b", v1::SUCCEEDED, 9).SerializeAsString());
   EXPECT_EQ(*store->Sequence("b"), sequence);
-  ASSERT_TRUE(store->Put(MakeJob("c")).ok());
+  ASSERT_TRUE(Put(*store, MakeJob("c")).ok());
   EXPECT_GT(*store->Sequence("c"), sequence);
 }
 
@@ -157,8 +160,8 @@ TEST(JobStoreTest, AcknowledgedPutSurvivesSigkillOfTheWriter) {
   ASSERT_GE(child, 0);
   if (child == 0) {
     close(ack[0]);
-    absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(path);
-    if (!store.ok() || !(*store)->Put(MakeJob("durable", v1::RUNNING, 3)).ok()) _exit(1);
+    absl::StatusOr<std::unique_ptr<SqliteJobStore>> store = SqliteJobStore::Open(path);
+    if (!store.ok() || !Put(**store, MakeJob("durable", v1::RUNNING, 3)).ok()) _exit(1);
     char byte = 'k';
     if (write(ack[1], &byte, 1) != 1) _exit(2);
     for (;;) pause();  // Killed here, connection still open, WAL not checkpointed.
@@ -172,7 +175,7 @@ TEST(JobStoreTest, AcknowledgedPutSurvivesSigkillOfTheWriter) {
   ASSERT_EQ(waitpid(child, &wstatus, 0), child);
   ASSERT_TRUE(WIFSIGNALED(wstatus) && WTERMSIG(wstatus) == SIGKILL);
 
-  std::unique_ptr<JobStore> store = OpenOrDie(path);
+  std::unique_ptr<SqliteJobStore> store = OpenOrDie(path);
   ASSERT_NE(store, nullptr);
   absl::StatusOr<std::optional<v1::Job>> got = store->Get("durable");
   ASSERT_TRUE(got.ok()) << got.status();
@@ -187,7 +190,7 @@ TEST(JobStoreTest, GarbageFileIsRefusedWithDataLossAndLeftUnchanged) {
   for (char& c : garbage) c = static_cast<char>(rng());
   { std::ofstream(path, std::ios::binary) << garbage; }
 
-  absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(path);
+  absl::StatusOr<std::unique_ptr<SqliteJobStore>> store = SqliteJobStore::Open(path);
   EXPECT_EQ(store.status().code(), absl::StatusCode::kDataLoss) << store.status();
   EXPECT_THAT(store.status().message(), HasSubstr(path));
   EXPECT_EQ(ReadFile(path), garbage);
@@ -199,7 +202,7 @@ TEST(JobStoreTest, AnotherApplicationsDatabaseIsRefusedWithDataLoss) {
   ExecRaw(path, "CREATE TABLE jobs (id INTEGER, payload TEXT); INSERT INTO jobs VALUES (1, 'x');");
   std::string before = ReadFile(path);
 
-  absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(path);
+  absl::StatusOr<std::unique_ptr<SqliteJobStore>> store = SqliteJobStore::Open(path);
   EXPECT_EQ(store.status().code(), absl::StatusCode::kDataLoss) << store.status();
   EXPECT_THAT(store.status().message(), HasSubstr(path));
   EXPECT_EQ(ReadFile(path), before);
@@ -209,7 +212,7 @@ TEST(JobStoreTest, NewerSchemaVersionIsRefusedWithDataLoss) {
   std::string path = TempPath("db");
   ASSERT_NE(OpenOrDie(path), nullptr);
   ExecRaw(path, "PRAGMA user_version = 99;");
-  absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(path);
+  absl::StatusOr<std::unique_ptr<SqliteJobStore>> store = SqliteJobStore::Open(path);
   EXPECT_EQ(store.status().code(), absl::StatusCode::kDataLoss) << store.status();
   EXPECT_THAT(store.status().message(), HasSubstr("99"));
 }
@@ -217,14 +220,14 @@ TEST(JobStoreTest, NewerSchemaVersionIsRefusedWithDataLoss) {
 TEST(JobStoreTest, EmptyFileBecomesAStore) {
   std::string path = TempPath("empty");
   { std::ofstream touch(path); }
-  std::unique_ptr<JobStore> store = OpenOrDie(path);
+  std::unique_ptr<SqliteJobStore> store = OpenOrDie(path);
   ASSERT_NE(store, nullptr);
-  EXPECT_TRUE(store->Put(MakeJob("a")).ok());
+  EXPECT_TRUE(Put(*store, MakeJob("a")).ok());
 }
 
 TEST(JobStoreTest, UnopenablePathIsUnavailable) {
   std::string path = TempPath("no-such-directory") + "/jobs.db";
-  absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(path);
+  absl::StatusOr<std::unique_ptr<SqliteJobStore>> store = SqliteJobStore::Open(path);
   EXPECT_EQ(store.status().code(), absl::StatusCode::kUnavailable) << store.status();
   EXPECT_THAT(store.status().message(), HasSubstr(path));
 }
@@ -232,14 +235,14 @@ TEST(JobStoreTest, UnopenablePathIsUnavailable) {
 TEST(JobStoreTest, UnparsableRowIsDataLossNamingTheJob) {
   std::string path = TempPath("db");
   {
-    std::unique_ptr<JobStore> store = OpenOrDie(path);
+    std::unique_ptr<SqliteJobStore> store = OpenOrDie(path);
     ASSERT_NE(store, nullptr);
-    ASSERT_TRUE(store->Put(MakeJob("good")).ok());
-    ASSERT_TRUE(store->Put(MakeJob("mangled")).ok());
+    ASSERT_TRUE(Put(*store, MakeJob("good")).ok());
+    ASSERT_TRUE(Put(*store, MakeJob("mangled")).ok());
   }
   // Field 1, wire type 2, length 100, but only 2 bytes follow.
   ExecRaw(path, "UPDATE jobs SET job = x'0a644142' WHERE name = 'mangled';");
-  std::unique_ptr<JobStore> store = OpenOrDie(path);
+  std::unique_ptr<SqliteJobStore> store = OpenOrDie(path);
   ASSERT_NE(store, nullptr);
   absl::StatusOr<std::vector<v1::Job>> jobs = store->List();
   EXPECT_EQ(jobs.status().code(), absl::StatusCode::kDataLoss) << jobs.status();
@@ -249,7 +252,7 @@ TEST(JobStoreTest, UnparsableRowIsDataLossNamingTheJob) {
 }
 
 TEST(JobStoreTest, NamesWithQuotesAndSqlMetacharactersAreStoredAsData) {
-  std::unique_ptr<JobStore> store = OpenOrDie(TempPath("db"));
+  std::unique_ptr<SqliteJobStore> store = OpenOrDie(TempPath("db"));
   ASSERT_NE(store, nullptr);
   const std::vector<std::string> names = {
       "it's",
@@ -264,7 +267,7 @@ TEST(JobStoreTest, NamesWithQuotesAndSqlMetacharactersAreStoredAsData) {
       std::string("nul\0byte", 8),
       "nul",
   };
-  for (const std::string& name : names) ASSERT_TRUE(store->Put(MakeJob(name)).ok()) << name;
+  for (const std::string& name : names) ASSERT_TRUE(Put(*store, MakeJob(name)).ok()) << name;
 
   absl::StatusOr<std::vector<v1::Job>> jobs = store->List();
   ASSERT_TRUE(jobs.ok()) << jobs.status();
@@ -280,7 +283,7 @@ TEST(JobStoreTest, NamesWithQuotesAndSqlMetacharactersAreStoredAsData) {
 }
 
 TEST(JobStoreTest, ConcurrentPutsFromSeveralThreadsAllLand) {
-  std::unique_ptr<JobStore> store = OpenOrDie(TempPath("db"));
+  std::unique_ptr<SqliteJobStore> store = OpenOrDie(TempPath("db"));
   ASSERT_NE(store, nullptr);
   constexpr int kThreads = 8;
   constexpr int kJobsPerThread = 20;
@@ -290,8 +293,8 @@ TEST(JobStoreTest, ConcurrentPutsFromSeveralThreadsAllLand) {
     threads.emplace_back([&store, &failures, t] {
       for (int i = 0; i < kJobsPerThread; ++i) {
         std::string name = absl::StrCat("job-", t, "-", i);
-        if (!store->Put(MakeJob(name)).ok()) ++failures[t];
-        if (i % 2 == 0 && !store->Put(MakeJob(name, v1::RUNNING, 2)).ok()) ++failures[t];
+        if (!Put(*store, MakeJob(name)).ok()) ++failures[t];
+        if (i % 2 == 0 && !Put(*store, MakeJob(name, v1::RUNNING, 2)).ok()) ++failures[t];
         if (!store->Get(name).ok()) ++failures[t];
       }
     });
@@ -326,12 +329,12 @@ namespace {
 TEST(JobStoreTest, ApplyWritesAndDeletesInOneTransactionAndDeleteIsDurable) {
   const std::string path = TempPath("apply.db");
   {
-    std::unique_ptr<JobStore> store = OpenOrDie(path);
-    ASSERT_TRUE(store->Put(MakeJob("old")).ok());
+    std::unique_ptr<SqliteJobStore> store = OpenOrDie(path);
+    ASSERT_TRUE(Put(*store, MakeJob("old")).ok());
     ASSERT_TRUE(store->Apply({MakeJob("a"), MakeJob("b"), MakeJob("a", v1::RUNNING, 2)}, {"old"}).ok());
-    EXPECT_TRUE(store->Delete("missing").ok());
+    EXPECT_TRUE(store->Apply({}, {"missing"}).ok());
   }
-  std::unique_ptr<JobStore> store = OpenOrDie(path);
+  std::unique_ptr<SqliteJobStore> store = OpenOrDie(path);
   absl::StatusOr<std::vector<v1::Job>> jobs = store->List();
   ASSERT_TRUE(jobs.ok());
   ASSERT_EQ(jobs->size(), 2u);

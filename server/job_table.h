@@ -1,0 +1,114 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "paci/v1/coordinator.pb.h"
+#include "server/job_list.h"
+#include "server/job_status.h"
+
+namespace paci {
+
+// One running stage as the JobManager watches it.
+struct StageProgress {
+  bool finished = false;
+  absl::Time last_progress;
+  int64_t last_step = -1;
+};
+
+// One job as the coordinator holds it: the record the clients see (and the
+// store keeps) and the attempt's bookkeeping, which is not persisted.
+struct JobState {
+  v1::Job job;
+  int64_t sequence = 0;  // submission order in this run; JobTable::Insert sets it
+  // The current attempt's worker per slot (replica * P + stage).
+  std::vector<std::string> workers;
+  std::vector<StageProgress> stages;
+  CheckpointShards shards;
+  absl::Time attempt_started;
+  absl::Time queued_since;
+  absl::Time last_persisted;
+  bool awaiting_reconnect = false;
+  absl::Time finished_at = absl::InfinitePast();  // when it ended, for retention
+  absl::Time expires_at = absl::InfiniteFuture();
+  v1::JobTrace trace;  // this placement's spans, at most trace_max_spans per stage
+
+  v1::JobStatus& status() { return *job.mutable_status(); }
+  const v1::JobStatus& status() const { return job.status(); }
+  const v1::JobSpec& spec() const { return job.spec(); }
+  const std::string& name() const { return job.name(); }
+};
+
+// How long finished jobs (succeeded, failed, cancelled) are kept.
+struct RetentionPolicy {
+  // Past this many the oldest finished are removed (negative: no limit by count) ...
+  int64_t finished_jobs_to_keep = 10000;
+  // ... and each is removed this long after it finished (InfiniteDuration: no
+  // limit by age), or after its spec's run_policy.ttl_seconds_after_finished
+  // when that is shorter.
+  absl::Duration finished_job_ttl = absl::Hours(24 * 7);
+};
+
+// The coordinator's jobs in memory and their indexes: by name, in submission
+// order, each phase's in submission order (ListJobs's pages, the gauges, the
+// running jobs the ticker looks at) and the finished by completion and by
+// expiry (retention). Storage only: the lifecycle is the JobManager's.
+//
+// Not thread-safe: the JobManager calls it under its lock. Jobs never move in
+// memory while they are held.
+class JobTable {
+ public:
+  explicit JobTable(const RetentionPolicy& retention) : retention_(retention) {}
+
+  // Adds a job under the next sequence number. A job that is already finished
+  // is kept for retention from its completion_time (from `now` without one).
+  JobState& Insert(JobState state, absl::Time now);
+  JobState* Find(const std::string& name);
+  const JobState* Find(const std::string& name) const;
+
+  // The job's phase went from `from` to its current one at `now`.
+  void PhaseChanged(JobState& state, v1::JobPhase from, absl::Time now);
+
+  // A job retention removed.
+  struct Removed {
+    std::string name;
+    v1::JobPhase phase;
+    absl::Time finished_at;
+    std::string reason;  // "count" or "age"
+  };
+  // Removes the finished jobs past the count limit, then those past their
+  // age at `now`; the work is bounded by the number removed.
+  std::vector<Removed> EnforceRetention(absl::Time now);
+
+  // Running and restarting jobs, in submission order.
+  std::vector<std::string> Active() const;
+  // One page of the jobs the query selects, in submission order; page tokens
+  // carry `instance` (job_list.h).
+  absl::StatusOr<JobPage> List(const JobListQuery& query, uint64_t instance) const;
+
+  size_t size() const { return jobs_.size(); }
+  size_t finished() const { return finished_.size(); }
+  size_t InPhase(v1::JobPhase phase) const;
+
+ private:
+  void TrackFinished(JobState& state, absl::Time finished);
+  Removed Remove(int64_t sequence, const std::string& reason);
+
+  const RetentionPolicy retention_;
+  int64_t next_sequence_ = 1;
+  std::map<std::string, JobState> jobs_;
+  std::map<int64_t, JobState*> by_sequence_;
+  std::map<v1::JobPhase, std::set<int64_t>> by_phase_;
+  // Finished jobs by (completion, sequence), and by (expiry, sequence).
+  std::set<std::pair<absl::Time, int64_t>> finished_;
+  std::set<std::pair<absl::Time, int64_t>> expiring_;
+};
+
+}  // namespace paci
