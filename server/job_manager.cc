@@ -4,44 +4,18 @@
 #include <random>
 
 #include <glog/logging.h>
-#include <google/protobuf/util/message_differencer.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/job_phase.h"
 #include "common/job_spec.h"
 #include "common/status_macros.h"
-#include "server/job_scheduler.h"
+#include "server/job_placement.h"
 
 namespace paci {
 namespace {
 
-PendingJob AsPending(const v1::Job& job, int64_t sequence) {
-  PendingJob pending;
-  pending.name = job.name();
-  pending.priority = job.spec().run_policy().priority();
-  pending.sequence = sequence;
-  pending.num_workers = WorkersOf(job.spec().pipeline());
-  for (const auto& [k, v] : job.spec().run_policy().worker_selector()) pending.selector[k] = v;
-  return pending;
-}
-
 bool IsActive(v1::JobPhase phase) { return phase == v1::RUNNING || phase == v1::RESTARTING; }
-
-// Where a stage of a replica is kept: JobState::workers, JobState::stages and
-// the status' stages, replica * P + stage; -1 when it is out of the job's range.
-int SlotOf(const v1::JobSpec& spec, int stage, int replica) {
-  const int P = spec.pipeline().num_stages();
-  if (stage < 0 || stage >= P || replica < 0 || (replica + 1) * P > WorkersOf(spec.pipeline())) {
-    return -1;
-  }
-  return replica * P + stage;
-}
-
-std::string SlotName(const v1::JobSpec& spec, int slot) {
-  const int P = spec.pipeline().num_stages();
-  return StageName(spec.pipeline(), slot % P, slot / P);
-}
 
 uint64_t NewInstance() {
   std::random_device random;
@@ -132,23 +106,7 @@ absl::Status JobManager::Recover() {
     const absl::Time now = clock_.Now();
     recovered_at_ = now;
     for (v1::Job& job : *jobs) {
-      JobState state;
-      state.queued_since = now;
-      state.last_persisted = now;  // as it is in the store
-      state.job = std::move(job);
-      const int P = state.spec().pipeline().num_stages();
-      if (state.status().phase() == v1::RUNNING) {
-        state.awaiting_reconnect = true;
-        state.workers.assign(WorkersOf(state.spec().pipeline()), "");
-        state.stages.assign(state.workers.size(), StageProgress{});
-        for (auto& stage : state.stages) stage.last_progress = now;
-        state.attempt_started = now;
-      }
-      const int64_t checkpoint = state.status().checkpoint_step();
-      if (checkpoint > 0) {
-        for (int s = 0; s < P; ++s) state.shards[checkpoint].insert(s);
-      }
-      JobState& inserted = InsertLocked(std::move(state));
+      JobState& inserted = InsertLocked(RecoveredJob(std::move(job), now));
       if (IsActive(inserted.status().phase())) metrics_.TrackJob(inserted.name());
       EnqueueLocked(inserted);
     }
@@ -180,14 +138,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec,
     };
     mu_.Await(absl::Condition(&settled));
     if (const JobState* existing = FindLocked(name)) {
-      const bool same_labels =
-          existing->job.labels_size() == static_cast<int>(labels.size()) &&
-          std::all_of(labels.begin(), labels.end(), [&](const auto& label) {
-            auto it = existing->job.labels().find(label.first);
-            return it != existing->job.labels().end() && it->second == label.second;
-          });
-      if (same_labels &&
-          google::protobuf::util::MessageDifferencer::Equals(existing->spec(), spec)) {
+      if (SameSubmission(existing->job, spec, labels)) {
         return existing->job;
       }
       return absl::AlreadyExistsError(absl::StrCat(
@@ -200,15 +151,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec,
           "the coordinator holds ", unfinished, " unfinished jobs, its limit (--max_jobs)"));
     }
     submitting_.insert(name);
-    record.set_name(name);
-    *record.mutable_spec() = spec;
-    for (const auto& [k, v] : labels) (*record.mutable_labels())[k] = v;
-    const absl::Time now = clock_.Now();
-    *record.mutable_status()->mutable_create_time() = ToProto(now);
-    record.mutable_status()->set_total_steps(spec.training().steps());
-    // Stored as it is first seen: queued, version 1; one write per submission.
-    SetPhase(*record.mutable_status(), v1::QUEUED, "Submitted", "waiting for workers", now);
-    record.set_version(1);
+    record = NewJob(spec, labels, clock_.Now());
   }
   // The job exists once it is durable; the store is written without the lock.
   const absl::Status stored = Store({record}, {});
@@ -448,13 +391,7 @@ void JobManager::CheckTimersLocked(JobState& state, absl::Time now) {
     return;
   }
   if (status.phase() != v1::RUNNING || state.awaiting_reconnect) return;
-  std::vector<std::string> stalled;
-  for (size_t s = 0; s < state.stages.size(); ++s) {
-    if (!state.stages[s].finished && now - state.stages[s].last_progress > options_.stall_timeout) {
-      stalled.push_back(absl::StrCat(SlotName(state.spec(), static_cast<int>(s)), " on worker ",
-                                     state.workers[s]));
-    }
-  }
+  const std::vector<std::string> stalled = StalledStages(state, now, options_.stall_timeout);
   if (!stalled.empty()) {
     SetConditionLocked(state, "Stalled", true, "StageStalled",
                        absl::StrCat(absl::StrJoin(stalled, ", "), " made no progress for ",
@@ -487,36 +424,13 @@ void JobManager::ScheduleLocked() {
 void JobManager::PlaceLocked(JobState& state, const std::vector<std::string>& worker_ids) {
   queue_.Remove(state.name());
   const absl::Time now = clock_.Now();
+  StartAttempt(state, workers_, worker_ids, now);
   v1::JobStatus& status = state.status();
-  status.set_attempt(status.attempt() + 1);
-  const int P = state.spec().pipeline().num_stages();
-  const int slots = static_cast<int>(worker_ids.size());  // P x R
-  state.workers = worker_ids;
-  state.stages.assign(slots, StageProgress{});
-  for (auto& stage : state.stages) stage.last_progress = now;
-  state.attempt_started = now;
-  status.clear_stages();
-  state.trace.Clear();
-  state.trace.set_name(state.name());
-  for (int w = 0; w < slots; ++w) {
-    v1::StageTrace* trace = state.trace.add_stages();
-    trace->set_stage(w % P);
-    trace->set_replica(w / P);
-  }
-  for (int w = 0; w < slots; ++w) {
-    const v1::StageAssignment assignment = AssignmentLocked(state, worker_ids, w);
-    workers_.Assign(worker_ids[w], state.name(), status.attempt(), w);
-    const WorkerRegistry::Worker& worker = workers_.at(worker_ids[w]);
+  for (int w = 0; w < static_cast<int>(worker_ids.size()); ++w) {
     v1::CoordinatorMessage message;
-    *message.mutable_assign() = assignment;
-    pending_.messages.emplace_back(worker.sender, std::move(message));
-    v1::StageStatus* stage = status.add_stages();
-    stage->set_stage(w % P);
-    stage->set_replica(w / P);
-    stage->set_worker_id(worker_ids[w]);
-    stage->set_link_address(worker.registration.link_address());
-    stage->set_metrics_address(worker.registration.metrics_address());
-    stage->set_pid(worker.registration.pid());
+    *message.mutable_assign() = AssignmentFor(state, workers_, instance_, w);
+    workers_.Assign(worker_ids[w], state.name(), status.attempt(), w);
+    pending_.messages.emplace_back(workers_.at(worker_ids[w]).sender, std::move(message));
   }
   // Its series from its first placement: jobs that only wait add none.
   if (status.attempt() == 1) metrics_.TrackJob(state.name());
@@ -529,38 +443,6 @@ void JobManager::PlaceLocked(JobState& state, const std::vector<std::string>& wo
   LOG(INFO) << "job " << state.name() << " attempt " << status.attempt() << " placed on "
             << placed;
   ChangedLocked(state, true);
-}
-
-v1::StageAssignment JobManager::AssignmentLocked(const JobState& state,
-                                                 const std::vector<std::string>& worker_ids,
-                                                 int slot) const {
-  const int P = state.spec().pipeline().num_stages();
-  const int stage = slot % P, replica = slot / P;
-  v1::StageAssignment assignment;
-  assignment.set_job_name(state.name());
-  assignment.set_attempt(state.job.status().attempt());
-  *assignment.mutable_spec() = state.spec();
-  if (assignment.attempt() > 1 && !state.spec().checkpoint().directory().empty()) {
-    assignment.mutable_spec()->mutable_checkpoint()->set_resume(true);
-  }
-  assignment.set_stage(stage);
-  assignment.set_replica(replica);
-  for (int s = 0; s < P; ++s) {
-    assignment.add_stage_addresses(
-        workers_.at(worker_ids[replica * P + s]).registration.link_address());
-  }
-  if (static_cast<int>(worker_ids.size()) > P) {
-    assignment.set_replica_store_address(workers_.at(worker_ids[stage]).registration.store_address());
-    // This coordinator run, the job's submission and its attempt: no other
-    // placement shares it, not even one of a later job of the same name.
-    assignment.set_replica_group(absl::StrCat(absl::Hex(instance_), "/", state.sequence, "/",
-                                              state.name(), "/", assignment.attempt(), "/stage-",
-                                              stage));
-    for (size_t w = stage; w < worker_ids.size(); w += P) {
-      assignment.add_replica_addresses(workers_.at(worker_ids[w]).registration.link_address());
-    }
-  }
-  return assignment;
 }
 
 void JobManager::StopWorkersLocked(JobState& state, const std::string& reason) {

@@ -167,11 +167,6 @@ class JobManager {
   // worker_ids[replica * P + stage] runs that stage of that replica.
   void PlaceLocked(JobState& state, const std::vector<std::string>& worker_ids)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // What the worker of `slot` is told: its stage and replica, its replica's
-  // stage addresses and, with replicas, where its stage's replicas meet.
-  v1::StageAssignment AssignmentLocked(const JobState& state,
-                                       const std::vector<std::string>& worker_ids, int slot) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The reconnect grace, the deadline and stall detection of one job.
   void CheckTimersLocked(JobState& state, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A stage failed or a worker died: stop the others; restart or fail.

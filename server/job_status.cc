@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include <google/protobuf/util/message_differencer.h>
 #include <google/protobuf/util/time_util.h>
 
 #include "absl/strings/str_cat.h"
@@ -15,6 +16,30 @@ google::protobuf::Timestamp ToProto(absl::Time t) {
 
 absl::Time FromProto(const google::protobuf::Timestamp& t) {
   return absl::FromUnixMicros(google::protobuf::util::TimeUtil::TimestampToMicroseconds(t));
+}
+
+v1::Job NewJob(const v1::JobSpec& spec, const std::map<std::string, std::string>& labels,
+               absl::Time now) {
+  v1::Job job;
+  job.set_name(spec.name());
+  *job.mutable_spec() = spec;
+  for (const auto& [k, v] : labels) (*job.mutable_labels())[k] = v;
+  *job.mutable_status()->mutable_create_time() = ToProto(now);
+  job.mutable_status()->set_total_steps(spec.training().steps());
+  SetPhase(*job.mutable_status(), v1::QUEUED, "Submitted", "waiting for workers", now);
+  job.set_version(1);
+  return job;
+}
+
+bool SameSubmission(const v1::Job& job, const v1::JobSpec& spec,
+                    const std::map<std::string, std::string>& labels) {
+  const bool same_labels =
+      job.labels_size() == static_cast<int>(labels.size()) &&
+      std::all_of(labels.begin(), labels.end(), [&](const auto& label) {
+        auto it = job.labels().find(label.first);
+        return it != job.labels().end() && it->second == label.second;
+      });
+  return same_labels && google::protobuf::util::MessageDifferencer::Equals(job.spec(), spec);
 }
 
 const char* PhaseName(v1::JobPhase phase) {

@@ -27,6 +27,14 @@ absl::Time FromProto(const google::protobuf::Timestamp& t);
 // paci_coordinator_jobs{phase} label spell it ("Queued", "Running", ...).
 const char* PhaseName(v1::JobPhase phase);
 
+// A submitted job as it is first stored: queued, version 1.
+v1::Job NewJob(const v1::JobSpec& spec, const std::map<std::string, std::string>& labels,
+               absl::Time now);
+// Whether a submission of `spec` with `labels` repeats the job's own (the
+// same spec and labels): Submit is then idempotent.
+bool SameSubmission(const v1::Job& job, const v1::JobSpec& spec,
+                    const std::map<std::string, std::string>& labels);
+
 // Whether a stage's error (an absl::StatusCode) would meet another attempt
 // again, a bad spec or checkpoint: the job then fails instead of restarting.
 bool IsPermanentError(int code);
