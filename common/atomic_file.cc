@@ -1,6 +1,8 @@
 #include "common/atomic_file.h"
 
 #include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -194,6 +196,40 @@ absl::Status SyncFolder(const std::string& folder) {
         absl::StrCat("cannot sync the folder ", folder, ": ", std::strerror(error)));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<StagingFolder>> StagingFolder::Create(
+    const std::string& destination) {
+  const std::filesystem::path out(destination);
+  std::string pattern =
+      (out.parent_path() / ("." + out.filename().string() + ".tmp-XXXXXX")).string();
+  if (mkdtemp(pattern.data()) == nullptr) {
+    return absl::UnavailableError(absl::StrCat("cannot make a folder beside ", destination, ": ",
+                                               std::strerror(errno)));
+  }
+  // mkdtemp makes it 0700: it becomes what mkdir would have made, readable by
+  // other users (the workers' 65532 in the images) where the umask allows.
+  const mode_t mask = umask(0);
+  umask(mask);
+  chmod(pattern.c_str(), 0777 & ~mask);
+  return std::unique_ptr<StagingFolder>(new StagingFolder(pattern, destination));
+}
+
+StagingFolder::~StagingFolder() {
+  std::error_code ignored;
+  if (!committed_) std::filesystem::remove_all(path_, ignored);
+}
+
+absl::Status StagingFolder::Commit() {
+  RETURN_IF_ERROR(SyncFolder(path_));
+  std::error_code error;
+  std::filesystem::rename(path_, destination_, error);
+  if (error) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot rename ", path_, " to ", destination_, ": ", error.message()));
+  }
+  committed_ = true;
+  return SyncFolder(std::filesystem::path(destination_).parent_path().string());
 }
 
 }  // namespace paci

@@ -202,5 +202,33 @@ TEST_F(AtomicFileTest, SyncFolderNamesAMissingFolder) {
   EXPECT_THAT(std::string(status.message()), HasSubstr(dir_ + "/gone"));
 }
 
+TEST_F(AtomicFileTest, AStagingFolderAppearsWholeOnCommitAndLeavesNothingOtherwise) {
+  const std::string destination = dir_ + "/dataset";
+  {
+    absl::StatusOr<std::unique_ptr<StagingFolder>> staging = StagingFolder::Create(destination);
+    ASSERT_TRUE(staging.ok()) << staging.status();
+    ASSERT_TRUE(WriteFileAtomically((*staging)->path() + "/a", "half").ok());
+    EXPECT_THAT(Names(), ElementsAre(HasSubstr(".dataset.tmp-")));
+  }
+  EXPECT_THAT(Names(), ElementsAre());  // dropped before Commit: gone with its file
+  fs::create_directory(destination);    // an empty folder there is replaced
+  absl::StatusOr<std::unique_ptr<StagingFolder>> staging = StagingFolder::Create(destination);
+  ASSERT_TRUE(staging.ok()) << staging.status();
+  ASSERT_TRUE(WriteFileAtomically((*staging)->path() + "/a", "whole").ok());
+  ASSERT_TRUE((*staging)->Commit().ok());
+  staging->reset();
+  EXPECT_THAT(Names(), ElementsAre("dataset"));
+  EXPECT_EQ(Read(destination + "/a"), "whole");
+  struct stat info;
+  ASSERT_EQ(::stat(destination.c_str(), &info), 0);
+  const mode_t mask = umask(0);
+  umask(mask);
+  EXPECT_EQ(info.st_mode & 0777, 0777 & ~mask);  // as mkdir would make it, not mkdtemp's 0700
+
+  const absl::Status refused = StagingFolder::Create(dir_ + "/gone/dataset").status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(refused.message()), HasSubstr(dir_ + "/gone/dataset"));
+}
+
 }  // namespace
 }  // namespace paci

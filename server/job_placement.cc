@@ -94,7 +94,8 @@ v1::StageAssignment AssignmentFor(const JobState& state, const WorkerRegistry& w
   auto link = [&](int w) { return workers.at(worker_ids[w]).registration.link_address(); };
   for (int s = 0; s < P; ++s) assignment.add_stage_addresses(link(replica * P + s));
   if (static_cast<int>(worker_ids.size()) > P) {
-    assignment.set_replica_store_address(workers.at(worker_ids[stage]).registration.store_address());
+    const v1::WorkerRegistration& first = workers.at(worker_ids[stage]).registration;
+    assignment.set_replica_store_address(first.store_address());
     assignment.set_replica_group(absl::StrCat(absl::Hex(instance), "/", state.sequence, "/",
                                               state.name(), "/", assignment.attempt(), "/stage-",
                                               stage));

@@ -78,7 +78,9 @@ std::vector<std::string> Names(const std::vector<v1::Job>& jobs) {
 TEST(JobStoreTest, PutGetListRoundTripInSubmissionOrder) {
   std::unique_ptr<SqliteJobStore> store = OpenOrDie(TempPath("db"));
   ASSERT_NE(store, nullptr);
-  for (const char* name : {"charlie", "alpha", "bravo"}) ASSERT_TRUE(Put(*store, MakeJob(name)).ok());
+  for (const char* name : {"charlie", "alpha", "bravo"}) {
+    ASSERT_TRUE(Put(*store, MakeJob(name)).ok());
+  }
 
   absl::StatusOr<std::optional<v1::Job>> got = store->Get("alpha");
   ASSERT_TRUE(got.ok()) << got.status();

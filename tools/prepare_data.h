@@ -1,63 +1,26 @@
 #pragma once
 
-// `pacictl prepare-data`: text files in, a dataset folder out (a tokenizer and
-// token shards, worker/data/token_shards.h) that a job names in data.dataset.
+// `pacictl prepare-data`: WriteDataset (worker/data/dataset_writer.h) with a
+// progress bar and a closing line.
 
-#include <cstdint>
 #include <ostream>
-#include <string>
-#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "worker/data/tokenizer.h"
+#include "worker/data/dataset_writer.h"
 
 namespace paci {
 
-struct PrepareDataOptions {
-  // Files, folders (their regular files, sorted by name) and glob patterns;
-  // the files are read in this order as one token stream.
-  std::vector<std::string> inputs;
-  std::string out;  // the dataset folder: must not exist, or be empty
-  // "char" (default: the characters of all inputs), "bpe" or "unigram" (a
-  // SentencePiece model trained on the inputs, vocab_size pieces).
-  std::string tokenizer;
-  // A SentencePiece .model file to tokenize with instead (tokenizer empty).
-  std::string tokenizer_model;
-  int vocab_size = 0;  // bpe and unigram only, and then required
-  int64_t shard_tokens = int64_t{16} << 20;  // every shard but the last
-  int threads = 0;  // 0: one per core
-  // Text is tokenized in chunks of about this many bytes, cut after a
-  // newline; they fix the output, not the thread count.
-  size_t chunk_bytes = kTokenizeChunkBytes;
+struct PrepareDataOptions : DatasetOptions {
   // The progress bar and the final line; nullptr: silent.
   std::ostream* progress = nullptr;
   bool redraw_in_place = false;  // redraw the bar with '\r' (a terminal)
   absl::Duration progress_interval = absl::Seconds(5);  // otherwise a line this often
 };
+using PrepareDataResult = DatasetSummary;
 
-struct PrepareDataResult {
-  std::string tokenizer_kind;  // "char" or "sentencepiece"
-  int vocab_size = 0;
-  int64_t shards = 0;
-  int64_t tokens = 0;
-  int64_t bytes = 0;  // of input text
-};
-
-// The input files, in order: each file as given, each folder's regular files
-// sorted by name, each glob's matches (glob(3), sorted). InvalidArgument for
-// no inputs, a glob that matches nothing or a name that is neither a file nor
-// a folder, naming it.
-absl::StatusOr<std::vector<std::string>> ExpandInputs(const std::vector<std::string>& inputs);
-
-// Makes the dataset (blocking; uses `threads` threads). Builds it in a
-// temporary folder beside `out` and renames it to `out` at the end: on any
-// error nothing is left behind. Errors name the flag or the file:
-//   InvalidArgument for bad options (--tokenizer, --vocab_size, ...), bad
-//   inputs (see ExpandInputs), an empty corpus, text that is not valid UTF-8
-//   (file and byte offset) or a --tokenizer_model that is not a model;
-//   FailedPrecondition for an --out that exists and is not an empty folder;
-//   NotFound for a file that cannot be read; Internal for a write error.
+// Writes the dataset, drawing its progress on options.progress; errors as
+// WriteDataset's.
 absl::StatusOr<PrepareDataResult> PrepareData(const PrepareDataOptions& options);
 
 }  // namespace paci
