@@ -33,11 +33,6 @@ struct SimStage {
   StageSimulation result;
 };
 
-bool EvalDue(const PipelineSimulatorOptions& o, int64_t step) {
-  if (o.eval_micro_batches <= 0 || step == 0) return false;
-  return step == o.steps || (o.eval_interval > 0 && step % o.eval_interval == 0);
-}
-
 absl::Status CheckOptions(const PipelineSimulatorOptions& o) {
   if (o.num_stages < 1 || o.num_stages > PipelineSimulatorOptions::kMaxStages) {
     return absl::InvalidArgumentError(absl::StrCat("num_stages: must be 1..",
@@ -91,6 +86,7 @@ class Simulation {
       so.accumulation = o_.accumulation;
       so.total_steps = o_.steps;
       so.eval_interval = o_.eval_micro_batches > 0 ? o_.eval_interval : 0;
+      so.evaluates = o_.eval_micro_batches > 0;
       stages_.emplace_back(so);
       stages_.back().result.drift_bound = stages_.back().scheduler.drift_bound();
     }
@@ -213,7 +209,7 @@ class Simulation {
         return true;
       }
       case StageAction::kDrained:
-        if (EvalDue(o_, st.scheduler.drained_step())) {
+        if (st.scheduler.drain_work().evaluate) {
           st.eval_left = o_.eval_micro_batches;
         } else {
           st.scheduler.OnDrainHandled();

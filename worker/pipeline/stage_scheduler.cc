@@ -119,6 +119,18 @@ absl::StatusOr<BackwardResult> StageScheduler::OnBackward(uint64_t micro_batch_i
   return result;
 }
 
+DrainWork StageScheduler::drain_work() const {
+  const int64_t step = drained_step();
+  DrainWork work;
+  if (step == options_.start_step) return work;
+  auto due = [&](int64_t interval) {
+    return step == options_.total_steps || (interval > 0 && step % interval == 0);
+  };
+  work.evaluate = options_.evaluates && due(options_.eval_interval);
+  work.checkpoint = options_.checkpoints && due(options_.checkpoint_interval);
+  return work;
+}
+
 void StageScheduler::OnDrainHandled() {
   if (drained_step() >= options_.total_steps) {
     drain_handled_ = true;

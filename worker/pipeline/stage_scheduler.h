@@ -20,6 +20,15 @@ struct StageSchedulerOptions {
   // always at total_steps. The flushing schedules drain at every step anyway.
   int64_t eval_interval = 0;
   int64_t checkpoint_interval = 0;
+  // What is due at those points (drain_work()): an evaluation, a checkpoint.
+  bool evaluates = false;
+  bool checkpoints = false;
+};
+
+// What stage 0 does at a drained point before it injects again.
+struct DrainWork {
+  bool evaluate = false;    // a multiple of eval_interval, or the last step
+  bool checkpoint = false;  // a multiple of checkpoint_interval, or the last step
 };
 
 // What a stage should do next.
@@ -85,6 +94,9 @@ class StageScheduler {
   uint64_t next_micro_batch() const { return next_micro_batch_; }
   // Stage 0: the step at which the pipe is (or will be) drained next.
   int64_t drained_step() const { return pause_at_ / accumulation_; }
+  // Stage 0: what is due at drained_step(); nothing at start_step, where a
+  // resumed run begins.
+  DrainWork drain_work() const;
   int64_t total_steps() const { return options_.total_steps; }
   int64_t forwards() const { return forwards_; }
   int64_t backwards() const { return backwards_; }

@@ -380,7 +380,12 @@ data: {corpus_path: )", PACI_SOURCE_DIR, "/tests/data/kjv-genesis.txt}\n"));
     prometheus::Registry registry;
     Inbox inbox(16);
     StageMetrics metrics(registry, spec.name(), 0, 0, 1, 0, 0);
-    StageRuntime runtime(spec, 0, &*corpus, inbox, nullptr, nullptr, metrics, nullptr, "t/0");
+    StageRuntimeOptions runtime_options;
+    runtime_options.spec = spec;
+    runtime_options.corpus = &*corpus;
+    runtime_options.inbox = &inbox;
+    runtime_options.link_id = "t/0";
+    StageRuntime runtime(std::move(runtime_options), metrics);
     absl::Status status = runtime.Init();
     return status.ok() ? runtime.Run() : status;
   }

@@ -158,10 +158,19 @@ absl::Status StageHost::Train() {
   if (spec.runtime().trace_max_spans() > 0) {
     spans = std::make_unique<SpanRecorder>(spec.runtime().trace_max_spans());
   }
-  StageRuntime runtime(spec, stage, corpus->has_value() ? &**corpus : nullptr, *inbox,
-                       previous.get(), next.get(), metrics, spans.get(), expect.job_name);
-  runtime.UseNccl(NcclWithPeer(assignment_, stage - 1), NcclWithPeer(assignment_, stage + 1));
-  if (*replicas) runtime.UseReplicas(replicas->get());
+  StageRuntimeOptions runtime_options;
+  runtime_options.spec = spec;
+  runtime_options.stage = stage;
+  runtime_options.corpus = corpus->has_value() ? &**corpus : nullptr;
+  runtime_options.inbox = inbox.get();
+  runtime_options.previous = previous.get();
+  runtime_options.next = next.get();
+  runtime_options.spans = spans.get();
+  runtime_options.link_id = expect.job_name;
+  runtime_options.nccl_previous = NcclWithPeer(assignment_, stage - 1);
+  runtime_options.nccl_next = NcclWithPeer(assignment_, stage + 1);
+  runtime_options.replicas = replicas->get();
+  StageRuntime runtime(std::move(runtime_options), metrics);
   const absl::Status status = RunReporting(runtime);
   inbox->Close();
   v1::StageReport final_report = Report(runtime);

@@ -5,52 +5,73 @@
 #include <deque>
 #include <memory>
 #include <optional>
-#include <vector>
+#include <string>
 
 #include <torch/torch.h>
 
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "paci/v1/job.pb.h"
 #include "paci/v1/stage.pb.h"
 #include "worker/data/corpus.h"
-#include "worker/model/adamw.h"
-#include "worker/model/gpt.h"
-#include "worker/model/lr_schedule.h"
-#include "worker/model/precision.h"
 #include "worker/pipeline/stage_scheduler.h"
 #include "worker/runtime/replica_group.h"
 #include "worker/runtime/span_recorder.h"
+#include "worker/runtime/stage_channel.h"
+#include "worker/runtime/stage_checkpointer.h"
 #include "worker/runtime/stage_metrics.h"
+#include "worker/runtime/stage_model.h"
+#include "worker/runtime/stage_stats.h"
 #include "worker/transport/frame_sender.h"
 #include "worker/transport/inbox.h"
-#include "worker/transport/nccl_link.h"
 
 namespace paci {
 
-// One pipeline stage at work: its slice of the GPT, its AdamW, the schedule
-// (StageScheduler) and the links to its neighbours. Run() is the per-stage
-// loop of docs/design.md section 2: backward first, forwards up to the in-flight
-// cap, an optimizer step after every a-th backward, evaluation and
-// checkpoints only at drained points.
+// What one stage works with, built once by its host. Everything pointed to is
+// owned by the caller and outlives the runtime.
+struct StageRuntimeOptions {
+  v1::JobSpec spec;
+  int stage = 0;
+  const Corpus* corpus = nullptr;  // stage 0 and the last stage read it
+  Inbox* inbox = nullptr;
+  FrameSender* previous = nullptr;  // null where there is no neighbour
+  FrameSender* next = nullptr;
+  SpanRecorder* spans = nullptr;  // null: no timeline
+  // This placement on the stage links (the run id "<job>/<attempt>").
+  std::string link_id;
+  // NCCL to the previous and/or next stage (both GPU stages on one node).
+  bool nccl_previous = false, nccl_next = false;
+  // pipeline.data_parallel: this stage's replicas, which average their
+  // gradients at every optimizer step; null with one replica.
+  ReplicaGroup* replicas = nullptr;
+};
+
+// A stage's place among its replicas: replica r's local micro-batch m reads
+// sample m * R + r, and replica 0 speaks for all (it evaluates, reports the
+// training loss and checkpoints: the replicas hold the same weights).
+struct ReplicaRole {
+  int replica = 0;
+  int count = 1;
+  bool speaks_for_the_stage() const { return replica == 0; }
+};
+
+// One pipeline stage at work: the loop of docs/design.md section 2 that
+// drives StageScheduler (backward first, forwards up to the in-flight cap, an
+// optimizer step after every a-th backward, evaluation and checkpoints only at
+// drained points) over its parts: the StageModel (module, AdamW, the step's
+// rules), the StageChannel (frames and tensors to and from the neighbours),
+// the StageCheckpointer (files) and StageStats (counters for the metrics and
+// the report).
 //
 // The compute thread's time is cut into consecutive spans (forward,
 // backward, send, optimizer step, eval, checkpoint, idle): they make the busy
-// and idle seconds of the metrics and the report and, when a SpanRecorder is
-// given, the timeline of the run.
+// and idle seconds and, when a SpanRecorder is given, the timeline of the run.
 //
-// Collaborators are owned by the caller and must outlive the runtime; the
-// senders (a PeerSender each in a worker) are null where there is no
-// neighbour, `spans` is null when no timeline is recorded. `link_id` names
-// this placement on the stage links (the run id "<job>/<attempt>"). Run() is
-// called once from one thread; Cancel() and TakeReport() may be called from
-// any thread.
+// Run() is called once from one thread; Cancel() and TakeReport() may be
+// called from any thread.
 class StageRuntime {
  public:
-  StageRuntime(const v1::JobSpec& spec, int stage, const Corpus* corpus, Inbox& inbox,
-               FrameSender* previous, FrameSender* next, StageMetrics& metrics,
-               SpanRecorder* spans, std::string link_id);
+  StageRuntime(StageRuntimeOptions options, StageMetrics& metrics);
 
   // Builds the model and optimizer and, when the spec says so, resumes from
   // the latest complete checkpoint, or else starts from the weights of
@@ -67,24 +88,9 @@ class StageRuntime {
 
   void Cancel() { cancelled_.store(true); }
 
-  // Before Init: exchange tensors with the previous and/or next stage over
-  // NCCL (both GPU stages on one node; StageHost decides). Init then sets the
-  // links up: the lower stage of each pair sends the ids as its first frame.
-  void UseNccl(bool with_previous, bool with_next) {
-    nccl_previous_wanted_ = with_previous;
-    nccl_next_wanted_ = with_next;
-  }
-
-  // Before Init: this stage is one of pipeline.data_parallel replicas, which
-  // average their gradients through `group` at every optimizer step (it must
-  // outlive the runtime). Replica r's local micro-batch m reads sample
-  // m * R + r; only replica 0 evaluates, reports the loss and checkpoints.
-  void UseReplicas(ReplicaGroup* group);
-
   // Counters so far, plus the loss points, checkpoints and timeline spans
   // recorded since the last call.
-  v1::StageReport TakeReport();
-
+  v1::StageReport TakeReport() { return stats_.Take(options_.spans); }
 
  private:
   struct Pending {  // a micro-batch between its forward and its backward
@@ -99,17 +105,9 @@ class StageRuntime {
   absl::Status HandleDrained();
   absl::Status HandleControl(v1::TensorFrame frame);
   absl::Status EvalForward(const v1::TensorFrame& frame);
-  // Init's checkpoint part: resumes from this job's latest complete
-  // checkpoint (checkpoint.resume), or refuses a directory that holds one.
-  absl::Status RestoreCheckpoint();
-  // checkpoint.init_from, unless this job has a checkpoint to resume: the
-  // weights of the source's latest step, by name, into the model (before the
-  // optimizer exists). FailedPrecondition naming the first model field whose
-  // value differs, or a parameter missing or of another shape.
-  absl::Status InitFromSource();
   absl::Status SaveCheckpoint(int64_t step);
   absl::Status Finish();
-  void Send(FrameSender* to, v1::TensorFrame::Kind kind, uint64_t micro_batch_id,
+  void Send(StageChannel::To to, v1::TensorFrame::Kind kind, uint64_t micro_batch_id,
             const torch::Tensor* tensor, int64_t step = 0);
   void RecordValidation(int64_t step, double loss);
   // Ends the span that began at the end of the previous one: records it (when
@@ -117,69 +115,30 @@ class StageRuntime {
   void Mark(v1::Span::Kind kind, std::optional<uint64_t> micro_batch_id = std::nullopt,
             std::optional<int64_t> step = std::nullopt);
   double SecondsSinceStart() const;
-  // Multiplies every defined gradient of this stage's parameters by `factor`.
-  void ScaleGradients(double factor);
-  // The L2 norm of all of this stage's gradients (NaN or Inf when one is).
-  double GradientNorm() const;
-  // With replicas: the step's gradients (and, on the last stage, its loss
-  // sum) averaged over them.
-  absl::Status AverageOverReplicas(int64_t step);
   // The corpus sample of this replica's micro-batch `micro_batch_id`: the
   // samples consumed before this run (every replica's), then R per local
   // micro-batch, r-th of them.
   uint64_t SampleId(uint64_t micro_batch_id) const;
-  // The optimizer step when a backward completes one: the non-finite guard
-  // (skip, count), optimizer.clip_norm, AdamW. On the last stage, the step's
-  // mean training loss; FailedPrecondition naming training.max_nonfinite_steps
-  // when the loss has been NaN or Inf for that many steps in a row.
+  // The samples every replica has consumed at `step`.
+  uint64_t SamplesAt(int64_t step) const;
+  // The optimizer step when a backward completes one: the replicas' average,
+  // then the model's step (guard, clipping, AdamW). On the last stage, the
+  // step's mean training loss; FailedPrecondition naming
+  // training.max_nonfinite_steps when the loss has been NaN or Inf for that
+  // many steps in a row.
   absl::StatusOr<std::optional<double>> StepOptimizer();
-  // Inputs and targets [B, T] of the windows, on the stage's device.
-  std::pair<torch::Tensor, torch::Tensor> Tokens(const std::vector<int32_t>& windows) const;
-  // A host tensor on the stage's device. To a GPU from page-locked memory,
-  // without waiting (non_blocking): a copy would otherwise first wait for
-  // every kernel queued before it.
-  torch::Tensor ToDevice(const torch::Tensor& host) const;
-  // The tensor a frame carries, on the stage's device: from its bytes, or
-  // received over NCCL when the frame says so.
-  absl::StatusOr<torch::Tensor> Incoming(const v1::TensorFrame& frame);
-  absl::Status ConnectNccl();
-  static torch::Tensor Loss(const torch::Tensor& logits, const torch::Tensor& targets);
-  bool EvalDue(int64_t step) const;
-  bool CheckpointDue(int64_t step) const;
 
-  const v1::JobSpec spec_;
+  const StageRuntimeOptions options_;
+  const v1::JobSpec& spec_;
   const int stage_;
-  const int num_stages_;
   const bool first_, last_;
-  const Corpus* corpus_;
-  Inbox& inbox_;
-  FrameSender* previous_;
-  FrameSender* next_;
-  StageMetrics& metrics_;
-  SpanRecorder* spans_;
-  const std::string link_id_;
-  ReplicaGroup* replicas_ = nullptr;
-  int replica_ = 0, num_replicas_ = 1;
-  uint32_t weights_hash_ = 0;  // with replicas: HashTensors chained over the steps
-  LrScheduleOptions lr_;
-  // pipeline.drift_correction: "staleness" weights each backward's gradient by
-  // 1/(1+drift); "stage-lr" multiplies this stage's learning rate by lr_factor_.
-  bool staleness_correction_ = false;
-  double lr_factor_ = 1.0;
+  const ReplicaRole role_;
+  StageStats stats_;
+  StageChannel channel_;
+  StageCheckpointer checkpointer_;
+  std::unique_ptr<StageModel> model_;
   std::unique_ptr<StageScheduler> scheduler_;
-  StagePlacement placement_;
-  bool nccl_previous_wanted_ = false, nccl_next_wanted_ = false;
-  struct NcclSend {  // a tensor NCCL may still be reading
-    NcclLink* link;
-    uint64_t ticket;
-    torch::Tensor tensor;
-  };
-  std::deque<NcclSend> nccl_sends_;
-  // After nccl_sends_: a link's destructor waits for its sends, then the
-  // tensors they read are freed.
-  std::unique_ptr<NcclLink> nccl_previous_, nccl_next_;
-  GptStage model_{nullptr};
-  std::unique_ptr<AdamW> optimizer_;
+  uint32_t weights_hash_ = 0;  // with replicas: HashTensors chained over the steps
   std::deque<Pending> pending_;
   int64_t start_step_ = 0;
   uint64_t sample_base_ = 0;  // samples consumed before start_step_ (a resumed checkpoint's)
@@ -192,9 +151,6 @@ class StageRuntime {
   absl::Time started_;
   absl::Time span_start_;  // compute thread: where the current span began
   std::atomic<bool> cancelled_{false};
-
-  absl::Mutex mu_;
-  v1::StageReport report_ ABSL_GUARDED_BY(mu_);  // counters, and points not yet taken
 };
 
 }  // namespace paci

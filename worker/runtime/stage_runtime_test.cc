@@ -131,12 +131,21 @@ struct Stage {
       EXPECT_TRUE(loaded.ok()) << loaded.status();
       corpus = std::move(*loaded);
     }
-    runtime.emplace(spec, stage, corpus ? &*corpus : nullptr, inbox, previous, next, metrics,
-                    &spans, kLinkId);
+    options.spec = spec;
+    options.stage = stage;
+    options.corpus = corpus ? &*corpus : nullptr;
+    options.inbox = &inbox;
+    options.previous = previous;
+    options.next = next;
+    options.spans = &spans;
+    options.link_id = kLinkId;
   }
 
-  // Init and Run; the report of the whole run.
-  v1::StageReport Train(absl::Status* run_status = nullptr) {
+  // Builds the runtime (one of `replicas` when given), Inits and Runs it; the
+  // report of the whole run.
+  v1::StageReport Train(absl::Status* run_status = nullptr, ReplicaGroup* replicas = nullptr) {
+    options.replicas = replicas;
+    runtime.emplace(options, metrics);
     absl::Status status = runtime->Init();
     EXPECT_TRUE(status.ok()) << status;
     status = runtime->Run();
@@ -165,6 +174,7 @@ struct Stage {
   StageMetrics metrics;
   SpanRecorder spans;
   std::optional<Corpus> corpus;
+  StageRuntimeOptions options;
   std::optional<StageRuntime> runtime;
 };
 
@@ -222,8 +232,7 @@ TEST(StageRuntimeTest, TwoReplicasTrainAsOneWithTwiceTheAccumulation) {
       auto joined = ReplicaGroup::Join(o);
       ASSERT_TRUE(joined.ok()) << joined.status();
       groups[r] = std::move(*joined);
-      replicas[r]->runtime->UseReplicas(groups[r].get());
-      reports[r] = replicas[r]->Train();
+      reports[r] = replicas[r]->Train(nullptr, groups[r].get());
     });
   }
   for (auto& t : threads) t.join();

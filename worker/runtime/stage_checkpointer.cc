@@ -1,0 +1,107 @@
+#include "worker/runtime/stage_checkpointer.h"
+
+#include <utility>
+
+#include <glog/logging.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "worker/runtime/checkpoint.h"
+#include "worker/runtime/checkpoint_layout.h"
+
+namespace paci {
+namespace {
+
+// The model shapes of this job and of a checkpoint differ: the first field
+// that does, named as the spec names it.
+std::optional<std::string> ShapeDifference(const GptConfig& job, const GptConfig& source) {
+  const std::pair<const char*, std::pair<int, int>> fields[] = {
+      {"model.vocab_size", {job.vocab_size, source.vocab_size}},
+      {"model.num_layers", {job.num_layers, source.num_layers}},
+      {"model.d_model", {job.d_model, source.d_model}},
+      {"model.num_heads", {job.num_heads, source.num_heads}},
+      {"model.seq_len", {job.seq_len, source.seq_len}}};
+  for (const auto& [field, values] : fields) {
+    if (values.first != values.second) {
+      return absl::StrCat(field, " is ", values.second, " there, ", values.first, " here");
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+StageCheckpointer::StageCheckpointer(const v1::JobSpec& spec, int stage,
+                                     const Tokenizer* tokenizer)
+    : spec_(spec), stage_(stage), num_stages_(spec.pipeline().num_stages()), tokenizer_(tokenizer) {}
+
+absl::StatusOr<std::optional<StageCheckpointer::Source>> StageCheckpointer::InitialWeights() const {
+  const auto& ckpt = spec_.checkpoint();
+  if (ckpt.init_from().empty()) return std::nullopt;
+  if (ckpt.resume() && !ckpt.directory().empty()) {  // this job's own checkpoint wins
+    ASSIGN_OR_RETURN(std::optional<int64_t> latest,
+                     LatestCompleteStep(ckpt.directory(), num_stages_));
+    if (latest) return std::nullopt;
+  }
+  // Fine-tuning: the weights by name from a checkpoint of any cut; the
+  // optimizer stays fresh and the job starts at step 0.
+  absl::StatusOr<ModelCheckpoint> source = ReadCheckpoint(ckpt.init_from());
+  if (!source.ok()) {
+    return absl::Status(source.status().code(),
+                        absl::StrCat("checkpoint.init_from: ", source.status().message()));
+  }
+  const std::string where =
+      absl::StrCat("checkpoint.init_from: ", ckpt.init_from(), " (step ", source->step, ")");
+  if (auto difference = ShapeDifference(GptConfigFromSpec(spec_.model()), source->config)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(where, " holds a model of another shape: ", *difference));
+  }
+  if (tokenizer_ != nullptr && source->tokenizer->Id() != tokenizer_->Id()) {
+    LOG(WARNING) << where << " was trained with another tokenizer than this job's data: "
+                 << "its token ids mean other text";
+  }
+  LOG(INFO) << "stage " << stage_ << " starts from the weights of " << where;
+  return std::optional<Source>(Source{*std::move(source), where});
+}
+
+absl::StatusOr<StageCheckpointer::Start> StageCheckpointer::Restore(StageModel& model) const {
+  const auto& ckpt = spec_.checkpoint();
+  if (ckpt.directory().empty()) return Start{};
+  ASSIGN_OR_RETURN(std::optional<int64_t> latest,
+                   LatestCompleteStep(ckpt.directory(), num_stages_));
+  if (ckpt.resume() && latest) {  // this job's own checkpoint wins over init_from
+    ShardMeta expected;
+    expected.stage = stage_;
+    expected.num_stages = num_stages_;
+    expected.model_fingerprint = model.module()->Fingerprint();
+    const std::string path = ShardPath(ckpt.directory(), *latest, stage_, num_stages_);
+    ASSIGN_OR_RETURN(ShardMeta meta, LoadShard(path, expected, model.module(), model.optimizer()));
+    LOG(INFO) << "stage " << stage_ << " resumed from " << path << " at step " << meta.step;
+    return Start{meta.step, meta.next_micro_batch};
+  }
+  if (!ckpt.resume() && HoldsCheckpoints(ckpt.directory())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint.directory: ", ckpt.directory(),
+        " already holds checkpoints; set checkpoint.resume: true to continue from the latest, "
+        "or choose another directory (nothing was overwritten)"));
+  }
+  return Start{};
+}
+
+absl::StatusOr<std::string> StageCheckpointer::Save(int64_t step, uint64_t samples,
+                                                    StageModel& model) const {
+  ShardMeta meta;
+  meta.job_name = spec_.name();
+  meta.stage = stage_;
+  meta.num_stages = num_stages_;
+  meta.model_fingerprint = model.module()->Fingerprint();
+  meta.step = step;
+  meta.next_micro_batch = samples;
+  // Stage 0's shard says how to turn text into the model's tokens and back.
+  if (tokenizer_ != nullptr) meta.tokenizer = tokenizer_->Serialize();
+  const std::string path = ShardPath(spec_.checkpoint().directory(), step, stage_, num_stages_);
+  RETURN_IF_ERROR(SaveShard(path, meta, model.module(), model.optimizer()));
+  return path;
+}
+
+}  // namespace paci

@@ -1,0 +1,57 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "paci/v1/job.pb.h"
+#include "worker/data/tokenizer.h"
+#include "worker/runtime/checkpoint_reader.h"
+#include "worker/runtime/stage_model.h"
+
+namespace paci {
+
+// Where a stage starts and what it leaves: its job's own checkpoints
+// (checkpoint.directory, resume) and checkpoint.init_from. Files only: no
+// schedule, no links.
+//
+// Used by one thread, the stage's compute thread.
+class StageCheckpointer {
+ public:
+  // `tokenizer` (stage 0's, may be null) goes into stage 0's shards.
+  StageCheckpointer(const v1::JobSpec& spec, int stage, const Tokenizer* tokenizer);
+
+  // checkpoint.init_from's latest step, read whole, unless the job resumes
+  // from a checkpoint of its own (that one wins): the weights to build the
+  // model from. nullopt without init_from. Errors name checkpoint.init_from:
+  // ReadCheckpoint's, and FailedPrecondition for a model of another shape
+  // (the first field that differs).
+  struct Source {
+    ModelCheckpoint checkpoint;
+    std::string name;  // how errors name it: "checkpoint.init_from: DIR (step N)"
+  };
+  absl::StatusOr<std::optional<Source>> InitialWeights() const;
+
+  // Where training resumes: the step and the samples every replica consumed.
+  struct Start {
+    int64_t step = 0;
+    uint64_t samples = 0;
+  };
+  // checkpoint.resume with a complete step in the directory: loads this
+  // stage's shard of the latest into `model` (weights, AdamW). Without
+  // resume, a directory that holds checkpoints is refused
+  // (FailedPrecondition, nothing overwritten). LoadShard's errors name the file.
+  absl::StatusOr<Start> Restore(StageModel& model) const;
+
+  // Writes this stage's shard of `step`, whose samples (every replica's) end
+  // at `samples`; returns its path. Errors name the file.
+  absl::StatusOr<std::string> Save(int64_t step, uint64_t samples, StageModel& model) const;
+
+ private:
+  const v1::JobSpec& spec_;
+  const int stage_, num_stages_;
+  const Tokenizer* const tokenizer_;
+};
+
+}  // namespace paci

@@ -1,0 +1,161 @@
+#include "worker/runtime/stage_model.h"
+
+#include <cmath>
+
+#include <glog/logging.h>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/job_spec.h"
+#include "common/schedule_kind.h"
+#include "common/status_macros.h"
+#include "worker/model/partition.h"
+#include "worker/runtime/replica_group.h"
+
+namespace paci {
+
+GptConfig GptConfigFromSpec(const v1::ModelSpec& m) {
+  GptConfig c;
+  c.vocab_size = m.vocab_size();
+  c.num_layers = m.num_layers();
+  c.d_model = m.d_model();
+  c.num_heads = m.num_heads();
+  c.seq_len = m.seq_len();
+  c.dropout = m.dropout();
+  c.init_seed = m.init_seed();
+  return c;
+}
+
+StageModel::StageModel(const v1::JobSpec& spec, int stage, const StagePlacement& placement)
+    : micro_batch_size_(spec.pipeline().micro_batch_size()),
+      seq_len_(spec.model().seq_len()),
+      clip_norm_(spec.optimizer().clip_norm()),
+      placement_(placement) {
+  lr_.peak_lr = spec.optimizer().lr();
+  lr_.total_steps = spec.training().steps();
+  lr_.warmup_fraction = spec.optimizer().warmup_fraction();
+  lr_.min_lr_ratio = spec.optimizer().min_lr_ratio();
+  const std::string& correction = spec.pipeline().drift_correction();
+  staleness_correction_ = correction == "staleness";
+  if (correction == "stage-lr") {
+    const int64_t bound = DriftBound(ScheduleKind::kPaci, spec.pipeline().num_stages(), stage,
+                                     spec.pipeline().accumulation());
+    lr_factor_ = 1.0 / std::sqrt(1.0 + static_cast<double>(bound));
+  }
+}
+
+absl::StatusOr<std::unique_ptr<StageModel>> StageModel::Create(const v1::JobSpec& spec, int stage,
+                                                               int replica,
+                                                               const NamedWeights* source,
+                                                               const std::string& source_name) {
+  ASSIGN_OR_RETURN(const StagePlacement placement,
+                   ResolvePlacement(StageDevice(spec, stage, replica), spec.runtime().precision()));
+  std::unique_ptr<StageModel> model(new StageModel(spec, stage, placement));
+  const GptConfig config = GptConfigFromSpec(spec.model());
+  // Dropout masks differ per stage and replica (the weights are initialised
+  // per name, whatever the seed).
+  torch::manual_seed(config.init_seed + stage + 7919 * replica);
+  ASSIGN_OR_RETURN(const PartitionPlan plan, PlanPartition(spec));
+  const StagePartition partition = plan.Stage(stage);
+  model->units_ = partition.Describe();
+  model->cost_share_ = plan.cost_share[stage];
+  LOG(INFO) << "job=" << spec.name() << " stage " << stage << " partition=" << plan.mode
+            << " cut=" << absl::StrJoin(plan.boundaries, ",") << ": units " << model->units_
+            << ", predicted share of the cost " << absl::StrFormat("%.3f", model->cost_share_);
+  GptStage& module = model->module_ = GptStage(config, partition);
+  // Initialised on the CPU (the same weights wherever it runs), then moved.
+  module->to(placement.device);
+  if (placement.weight_dtype() != torch::kFloat) {
+    // The weights only: buffers such as the causal mask keep their type.
+    torch::NoGradGuard no_grad;
+    for (torch::Tensor& p : module->parameters()) p.set_data(p.data().to(placement.weight_dtype()));
+  }
+  module->train();
+  // Before AdamW: its float32 master weights (bf16-weights) copy what is there.
+  if (source != nullptr) RETURN_IF_ERROR(CopyWeightsByName(*source, source_name, *module));
+  std::vector<std::pair<std::string, torch::Tensor>> params;
+  for (auto& item : module->named_parameters()) params.emplace_back(item.key(), item.value());
+  AdamWOptions adamw;
+  adamw.beta1 = spec.optimizer().beta1();
+  adamw.beta2 = spec.optimizer().beta2();
+  adamw.eps = spec.optimizer().eps();
+  adamw.weight_decay = spec.optimizer().weight_decay();
+  model->optimizer_ = std::make_unique<AdamW>(std::move(params), adamw);
+  return model;
+}
+
+torch::Tensor StageModel::ToDevice(const torch::Tensor& host) const {
+  if (!placement_.device.is_cuda()) return host.to(placement_.device);
+  // pin_memory() returns a tensor that is pinned already as it is; the
+  // pinned block is not reused before the copy has read it.
+  return host.pin_memory().to(placement_.device, /*non_blocking=*/true);
+}
+
+std::pair<torch::Tensor, torch::Tensor> StageModel::Tokens(
+    const std::vector<int32_t>& windows) const {
+  const int64_t B = micro_batch_size_, T = seq_len_;
+  auto all = ToDevice(
+      torch::from_blob(const_cast<int32_t*>(windows.data()), {B, T + 1}, torch::kInt32)
+          .to(torch::kLong));
+  using torch::indexing::Slice;
+  return {all.index({Slice(), Slice(0, T)}), all.index({Slice(), Slice(1, T + 1)})};
+}
+
+torch::Tensor StageModel::Loss(const torch::Tensor& logits, const torch::Tensor& targets) {
+  return LanguageModelLoss(logits.to(torch::kFloat), targets);
+}
+
+double StageModel::GradientWeight(int64_t drift) const {
+  return staleness_correction_ ? 1.0 / (1.0 + static_cast<double>(drift)) : 1.0;
+}
+
+void StageModel::ScaleGradients(double factor) {
+  torch::NoGradGuard no_grad;
+  for (const auto& [name, parameter] : optimizer_->parameters()) {
+    if (parameter.grad().defined()) parameter.grad().mul_(factor);
+  }
+}
+
+std::vector<torch::Tensor> StageModel::Gradients() const {
+  std::vector<torch::Tensor> gradients;
+  for (const auto& [name, parameter] : optimizer_->parameters()) {
+    if (parameter.grad().defined()) gradients.push_back(parameter.grad());
+  }
+  return gradients;
+}
+
+double StageModel::GradientNorm() const {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> norms;
+  for (const torch::Tensor& gradient : Gradients()) {
+    // In double, so that large finite gradients do not overflow to Inf.
+    norms.push_back(at::linalg_vector_norm(gradient, 2, c10::nullopt, false, torch::kDouble));
+  }
+  if (norms.empty()) return 0;
+  // One read of the device per step, not one per parameter.
+  return torch::stack(norms).norm().item<double>();
+}
+
+StageModel::StepOutcome StageModel::Step(int64_t step) {
+  // The guard and optimizer.clip_norm look at this stage's gradients only: no
+  // stage waits for another's norm (docs/design.md, "Training safety").
+  StepOutcome outcome;
+  outcome.gradient_norm = GradientNorm();
+  outcome.skipped = !std::isfinite(outcome.gradient_norm);
+  if (!outcome.skipped) {
+    if (clip_norm_ > 0 && outcome.gradient_norm > clip_norm_) {
+      ScaleGradients(clip_norm_ / outcome.gradient_norm);
+    }
+    optimizer_->Step(LearningRateAt(lr_, step - 1) * lr_factor_);
+  }
+  optimizer_->ZeroGrad();
+  return outcome;
+}
+
+uint32_t StageModel::HashWeights(uint32_t previous) const {
+  std::vector<torch::Tensor> weights;
+  for (const auto& [name, parameter] : optimizer_->parameters()) weights.push_back(parameter);
+  return HashTensors(weights, previous);
+}
+
+}  // namespace paci

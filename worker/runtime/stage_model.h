@@ -1,0 +1,95 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "absl/status/statusor.h"
+#include "paci/v1/job.pb.h"
+#include "worker/model/adamw.h"
+#include "worker/model/gpt.h"
+#include "worker/model/gpt_weights.h"
+#include "worker/model/lr_schedule.h"
+#include "worker/model/precision.h"
+
+namespace paci {
+
+// The model's shape as a job spec gives it.
+GptConfig GptConfigFromSpec(const v1::ModelSpec& model);
+
+// One stage's slice of the model on its device with its AdamW, and the rules
+// of its optimizer step: the learning-rate schedule, the drift correction
+// (pipeline.drift_correction), the non-finite guard and optimizer.clip_norm.
+// No schedule, no links, no files: the runtime drives it, the checkpointer
+// saves and loads its module and optimizer.
+//
+// Used by one thread, the stage's compute thread.
+class StageModel {
+ public:
+  // Builds the stage's part of the partition plan (every stage computes the
+  // same plan from the same spec: the cut needs no agreement) on its device
+  // and precision, in training mode. `source` (checkpoint.init_from, may be
+  // null) gives the starting weights by name, copied before AdamW takes its
+  // float32 master weights; `source_name` names it in errors.
+  // FailedPrecondition naming the field for a device this process lacks, or
+  // a source of another shape or missing a parameter.
+  static absl::StatusOr<std::unique_ptr<StageModel>> Create(const v1::JobSpec& spec, int stage,
+                                                            int replica,
+                                                            const NamedWeights* source = nullptr,
+                                                            const std::string& source_name = "");
+
+  GptStage& module() { return module_; }
+  AdamW& optimizer() { return *optimizer_; }
+  const StagePlacement& placement() const { return placement_; }
+  // The plan's units of this stage ("units 0-3") and its predicted share of the cost.
+  const std::string& units() const { return units_; }
+  double predicted_cost_share() const { return cost_share_; }
+
+  // A host tensor on the stage's device. To a GPU from page-locked memory,
+  // without waiting (non_blocking): a copy would otherwise first wait for
+  // every kernel queued before it.
+  torch::Tensor ToDevice(const torch::Tensor& host) const;
+  // Inputs and targets [B, T] of the corpus windows [B, T + 1], on the device.
+  std::pair<torch::Tensor, torch::Tensor> Tokens(const std::vector<int32_t>& windows) const;
+  // The language-model loss, in float32 whatever the weights.
+  static torch::Tensor Loss(const torch::Tensor& logits, const torch::Tensor& targets);
+
+  // "staleness": the weight of a backward's gradient that crossed `drift`
+  // steps, 1/(1+drift); 1 otherwise.
+  double GradientWeight(int64_t drift) const;
+  // Multiplies every defined gradient by `factor`.
+  void ScaleGradients(double factor);
+  // Every defined gradient, in parameter order (what replicas average).
+  std::vector<torch::Tensor> Gradients() const;
+
+  struct StepOutcome {
+    double gradient_norm = 0;  // before clipping; NaN or Inf when a gradient is
+    bool skipped = false;      // the gradients were not finite: weights unchanged
+  };
+  // Optimizer step number `step` (1-based): the guard, clip_norm, AdamW at
+  // the schedule's rate (times "stage-lr"'s factor), then the gradients dropped.
+  StepOutcome Step(int64_t step);
+  // HashTensors of the weights, chained on `previous`.
+  uint32_t HashWeights(uint32_t previous) const;
+
+ private:
+  StageModel(const v1::JobSpec& spec, int stage, const StagePlacement& placement);
+  double GradientNorm() const;
+
+  const int64_t micro_batch_size_, seq_len_;
+  const double clip_norm_;
+  LrScheduleOptions lr_;
+  bool staleness_correction_ = false;
+  double lr_factor_ = 1.0;  // "stage-lr": 1/sqrt(1 + this stage's drift bound)
+  const StagePlacement placement_;
+  GptStage module_{nullptr};
+  std::unique_ptr<AdamW> optimizer_;
+  std::string units_;
+  double cost_share_ = 0;
+};
+
+}  // namespace paci
