@@ -33,15 +33,11 @@
 ABSL_FLAG(std::string, kubeconfig, "", "kubeconfig file; empty: the in-cluster service account");
 ABSL_FLAG(std::string, watch_namespace, "", "watch TrainingJobs in this namespace only; empty: all");
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "host:port of the coordinator");
-ABSL_FLAG(std::string, coordinator_auth_token_file, "", "bearer token for the coordinator");
-ABSL_FLAG(std::string, coordinator_tls_ca, "", "PEM CA of the coordinator's certificate (TLS)");
-ABSL_FLAG(std::string, coordinator_tls_cert, "",
-          "PEM client certificate to present to the coordinator (mutual TLS)");
-ABSL_FLAG(std::string, coordinator_tls_key, "", "PEM private key for --coordinator_tls_cert");
 ABSL_FLAG(std::string, worker_secret, "",
           "Secret (in each job's namespace) mounted into worker pods for their credentials");
 ABSL_FLAG(std::string, worker_secret_flags,
-          "ca.crt=tls_ca,tls.crt=coordinator_tls_cert,tls.key=coordinator_tls_key,token=auth_token_file",
+          "ca.crt=coordinator_tls_ca,tls.crt=coordinator_tls_cert,tls.key=coordinator_tls_key,"
+          "token=coordinator_auth_token_file",
           "KEY=FLAG,...: each key of --worker_secret passed to the worker as --FLAG=<file>");
 ABSL_FLAG(std::string, worker_coordinator_address, "",
           "the coordinator as worker pods reach it; default: --coordinator");
@@ -160,16 +156,12 @@ absl::Status Main(const paci::ShutdownSignal& shutdown) {
   ASSIGN_OR_RETURN(const KubeClientOptions kube_options, KubeOptionsFromFlags());
   KubeClient kube(kube_options, &metrics);
 
-  std::string token;
-  if (!absl::GetFlag(FLAGS_coordinator_auth_token_file).empty()) {
-    ASSIGN_OR_RETURN(token, ReadTokenFile(absl::GetFlag(FLAGS_coordinator_auth_token_file)));
-  }
-  ASSIGN_OR_RETURN(auto credentials,
-                   MakeChannelCredentials(TlsFiles{absl::GetFlag(FLAGS_coordinator_tls_cert),
-                                                   absl::GetFlag(FLAGS_coordinator_tls_key),
-                                                   absl::GetFlag(FLAGS_coordinator_tls_ca)}));
-  GrpcCoordinatorJobs coordinator(
-      CreateCoordinatorChannel(absl::GetFlag(FLAGS_coordinator), credentials), token);
+  ASSIGN_OR_RETURN(const CoordinatorClientOptions client_options,
+                   CoordinatorClientOptionsFromFlags(absl::GetFlag(FLAGS_coordinator),
+                                                     /*reconnect_quickly=*/true));
+  ASSIGN_OR_RETURN(const std::unique_ptr<CoordinatorClient> client,
+                   CoordinatorClient::Connect(client_options));
+  GrpcCoordinatorJobs coordinator(*client);
 
   ASSIGN_OR_RETURN(ControllerOptions options, ControllerOptionsFromFlags());
 

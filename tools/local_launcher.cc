@@ -17,6 +17,7 @@
 #include "common/status_macros.h"
 #include "common/temp_dir.h"
 #include "grpcpp/grpcpp.h"
+#include "common/coordinator_client.h"
 #include "paci/v1/coordinator.grpc.pb.h"
 #include "tools/chrome_trace.h"
 #include "tools/job_view.h"
@@ -30,13 +31,6 @@ namespace {
 
 // How long the processes' last output may take to arrive once they exited.
 constexpr absl::Duration kDrainTimeout = absl::Seconds(5);
-
-std::unique_ptr<grpc::ClientContext> Context(absl::Duration timeout) {
-  auto context = std::make_unique<grpc::ClientContext>();
-  context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-  context->set_wait_for_ready(true);
-  return context;
-}
 
 // The RunSummary as JSON at `path` (creating its folder); the line that says so.
 absl::StatusOr<std::string> WriteSummary(const v1::RunSummary& summary, const std::string& path) {
@@ -128,7 +122,7 @@ class LocalRun {
   WorkerLogRelay relay_;
   ProgressPrinter printer_;
   std::string address_;  // the coordinator's
-  std::unique_ptr<v1::Coordinator::Stub> stub_;
+  std::unique_ptr<CoordinatorClient> client_;
   v1::Job job_;
   bool told_stages_ = false;
 };
@@ -177,8 +171,10 @@ absl::Status LocalRun::StartCoordinator() {
                ? absl::StrCat(" x ", spec_.pipeline().data_parallel(), " replicas")
                : "")
        << ", " << spec_.pipeline().schedule() << ", coordinator at " << address_ << "\n";
-  stub_ = v1::Coordinator::NewStub(
-      grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
+  CoordinatorClientOptions client;  // on loopback: plaintext, no token
+  client.address = address_;
+  client.wait_for_ready = true;
+  ASSIGN_OR_RETURN(client_, CoordinatorClient::Connect(client));
   return absl::OkStatus();
 }
 
@@ -205,8 +201,10 @@ absl::Status LocalRun::StartWorkers() {
 absl::Status LocalRun::Submit() {
   v1::SubmitJobRequest request;
   *request.mutable_spec() = spec_;
-  return CoordinatorError(stub_->SubmitJob(Context(absl::Seconds(30)).get(), request, &job_),
-                          "the coordinator refused the job");
+  absl::StatusOr<v1::Job> submitted = client_->Submit(request, absl::Seconds(30));
+  if (!submitted.ok()) return CoordinatorFailure(submitted.status());
+  job_ = *std::move(submitted);
+  return absl::OkStatus();
 }
 
 absl::Status LocalRun::Follow() {
@@ -240,9 +238,10 @@ absl::Status LocalRun::FailureOf(const std::vector<ProcessExit>& exits) {
 void LocalRun::Refresh() {
   v1::GetJobRequest get;
   get.set_name(spec_.name());
-  v1::Job latest;
   // A poll that fails is as good as a skipped one: the next one reads the job.
-  if (stub_->GetJob(Context(absl::Seconds(5)).get(), get, &latest).ok()) job_ = latest;
+  if (absl::StatusOr<v1::Job> latest = client_->Get(get, absl::Seconds(5)); latest.ok()) {
+    job_ = *std::move(latest);
+  }
   if (!told_stages_ && job_.status().phase() == v1::RUNNING && !job_.status().stages().empty()) {
     told_stages_ = true;
     printer_.BreakLine();
@@ -256,21 +255,15 @@ void LocalRun::Refresh() {
 }
 
 absl::Status LocalRun::Cancel() {
-  v1::CancelJobRequest cancel;
-  cancel.set_name(spec_.name());
-  v1::Job cancelled;
-  const grpc::Status status = stub_->CancelJob(Context(absl::Seconds(5)).get(), cancel, &cancelled);
-  if (status.ok()) job_ = cancelled;
-  return CoordinatorError(status, absl::StrCat("cannot cancel job ", spec_.name()));
+  absl::StatusOr<v1::Job> cancelled = client_->Cancel(spec_.name(), absl::Seconds(5));
+  if (!cancelled.ok()) return CoordinatorFailure(cancelled.status());
+  job_ = *std::move(cancelled);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::JobTrace> LocalRun::ReadTrace() {
-  v1::GetJobRequest get;
-  get.set_name(spec_.name());
-  v1::JobTrace trace;
-  RETURN_IF_ERROR(
-      CoordinatorError(stub_->GetJobTrace(Context(absl::Seconds(10)).get(), get, &trace),
-                       absl::StrCat("cannot read the trace of job ", spec_.name())));
+  absl::StatusOr<v1::JobTrace> trace = client_->Trace(spec_.name(), absl::Seconds(10));
+  if (!trace.ok()) return CoordinatorFailure(trace.status());
   return trace;
 }
 
@@ -354,12 +347,11 @@ int ExitCodeOf(const absl::Status& status) {
   }
 }
 
-absl::Status CoordinatorError(const grpc::Status& status, absl::string_view what) {
-  if (status.ok()) return absl::OkStatus();
-  const std::string message = absl::StrCat(what, ": ", status.error_message());
-  return status.error_code() == grpc::StatusCode::INVALID_ARGUMENT
-             ? absl::InvalidArgumentError(message)
-             : absl::UnavailableError(message);
+absl::Status CoordinatorFailure(const absl::Status& answer) {
+  if (answer.ok()) return answer;
+  return answer.code() == absl::StatusCode::kInvalidArgument
+             ? answer
+             : absl::UnavailableError(answer.message());
 }
 
 LocalLauncher::LocalLauncher(LocalLauncherOptions options) : options_(std::move(options)) {}

@@ -28,10 +28,10 @@ inline constexpr int kExitInterrupted = 130;  // SIGINT or SIGTERM
 // kExitInterrupted, any other error kExitTrainingFailed.
 int ExitCodeOf(const absl::Status& status);
 
-// A coordinator's answer as such a result, its message prefixed with `what`
-// and ": ": INVALID_ARGUMENT stays InvalidArgument; any other error becomes
+// A coordinator's answer (CoordinatorClient's) as such a result, its message
+// kept: InvalidArgument stays InvalidArgument; any other error becomes
 // Unavailable (never Cancelled, which stands for a signal).
-absl::Status CoordinatorError(const grpc::Status& status, absl::string_view what);
+absl::Status CoordinatorFailure(const absl::Status& answer);
 
 struct LocalLauncherOptions {
   std::string spec_path;

@@ -8,6 +8,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "common/coordinator_client.h"
 #include "common/temp_dir.h"
 
 namespace paci {
@@ -25,16 +26,21 @@ TEST(ExitCodeOfTest, MapsEachKindOfResult) {
 }
 
 TEST(CoordinatorErrorTest, OnlyAnInvalidRequestIsAUsageError) {
-  EXPECT_TRUE(CoordinatorError(grpc::Status::OK, "submit").ok());
-  const absl::Status invalid =
-      CoordinatorError(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad spec"), "refused");
+  EXPECT_TRUE(CoordinatorFailure(FromGrpc(grpc::Status::OK, "submit")).ok());
+  const absl::Status invalid = CoordinatorFailure(
+      FromGrpc(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "bad spec"), "refused"));
   EXPECT_EQ(invalid.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(invalid.message(), "refused: bad spec");
   // Cancelled stands for a signal here, never for the coordinator's answer.
-  EXPECT_EQ(ExitCodeOf(CoordinatorError(grpc::Status::CANCELLED, "cancel")), kExitTrainingFailed);
-  EXPECT_EQ(ExitCodeOf(CoordinatorError(
-                grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "too slow"), "trace")),
+  EXPECT_EQ(ExitCodeOf(CoordinatorFailure(FromGrpc(grpc::Status::CANCELLED, "cancel"))),
             kExitTrainingFailed);
+  EXPECT_EQ(ExitCodeOf(CoordinatorFailure(FromGrpc(
+                grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "too slow"), "trace"))),
+            kExitTrainingFailed);
+  // The mapping itself keeps the code and names the call.
+  const absl::Status mapped = FromGrpc(grpc::Status(grpc::StatusCode::NOT_FOUND, "no job"), "get");
+  EXPECT_EQ(mapped.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(mapped.message(), "get: no job");
 }
 
 class LocalLauncherTest : public ::testing::Test {

@@ -9,8 +9,8 @@
 //           [--tokenizer_model=FILE.model] [--vocab_size=N] [--shard_tokens=N]
 //   pacictl list [--phase=P] [--selector=K=V,...] [--name_prefix=S] [--limit=N]
 //                [--page_size=N] [--page_token=T]
-//           [--coordinator=HOST:PORT] [--auth_token_file=F] [--tls_ca=F]
-//           [--tls_cert=F --tls_key=F]
+//           [--coordinator=HOST:PORT] [--coordinator_auth_token_file=F]
+//           [--coordinator_tls_ca=F] [--coordinator_tls_cert=F --coordinator_tls_key=F]
 
 #include <unistd.h>
 
@@ -31,7 +31,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "common/grpc_security.h"
+#include "absl/strings/str_cat.h"
+#include "common/coordinator_client.h"
 #include "common/job_phase.h"
 #include "common/job_spec.h"
 #include "common/shutdown_signal.h"
@@ -56,10 +57,6 @@ ABSL_FLAG(std::string, worker_binary, "", "train: paci_worker; default: beside p
 ABSL_FLAG(std::string, coordinator_binary, "",
           "train: paci_coordinator; default: beside pacictl");
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "the coordinator to talk to");
-ABSL_FLAG(std::string, auth_token_file, "", "bearer token to present to the coordinator");
-ABSL_FLAG(std::string, tls_ca, "", "PEM CA that signed the coordinator's certificate (TLS)");
-ABSL_FLAG(std::string, tls_cert, "", "PEM client certificate, when the coordinator asks for one");
-ABSL_FLAG(std::string, tls_key, "", "PEM private key for --tls_cert");
 ABSL_FLAG(std::string, phase, "", "list: only jobs in this phase (QUEUED, RUNNING, ...)");
 ABSL_FLAG(std::string, selector, "", "list: only jobs with these labels, K=V[,K=V...]");
 ABSL_FLAG(std::string, name_prefix, "", "list: only jobs whose name starts with this");
@@ -109,7 +106,8 @@ constexpr char kUsage[] =
     "        unigram SentencePiece model trained on the inputs (--vocab_size), or the\n"
     "        model in --tokenizer_model. Nothing is written on error.\n"
     "The client commands talk to --coordinator (default 127.0.0.1:7070) with\n"
-    "--auth_token_file, --tls_ca and (mutual TLS) --tls_cert/--tls_key when it asks for them.\n"
+    "--coordinator_auth_token_file, --coordinator_tls_ca and (mutual TLS)\n"
+    "--coordinator_tls_cert/--coordinator_tls_key when it asks for them.\n"
     "Exit codes: 0 success, 1 failed, 2 usage or spec error, 130 interrupted.\n";
 
 // "k=v,k2=v2" as a map; false when an item is not k=v.
@@ -207,25 +205,16 @@ int Train(const std::string& spec_path) {
 // The client commands.
 class Client {
  public:
-  explicit Client(std::unique_ptr<paci::v1::Coordinator::Stub> stub, std::string token)
-      : stub_(std::move(stub)), token_(std::move(token)) {}
+  explicit Client(std::unique_ptr<paci::CoordinatorClient> coordinator)
+      : coordinator_(std::move(coordinator)) {}
 
-  std::unique_ptr<grpc::ClientContext> Context(absl::Duration timeout) const {
-    auto context = std::make_unique<grpc::ClientContext>();
-    if (timeout != absl::InfiniteDuration()) {
-      context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-    }
-    if (!token_.empty()) context->AddMetadata("authorization", "Bearer " + token_);
-    return context;
-  }
-
-  int Fail(const grpc::Status& status) const {
-    std::cerr << "pacictl: " << status.error_message() << " ("
-              << (status.error_code() == grpc::StatusCode::UNAVAILABLE
-                      ? "is a coordinator running at " + absl::GetFlag(FLAGS_coordinator) + "?"
-                      : "code " + std::to_string(status.error_code()))
+  int Fail(const absl::Status& status) const {
+    std::cerr << "pacictl: " << status.message() << " ("
+              << (status.code() == absl::StatusCode::kUnavailable
+                      ? "is a coordinator running at " + coordinator_->address() + "?"
+                      : absl::StrCat("code ", static_cast<int>(status.code())))
               << ")\n";
-    return paci::ExitCodeOf(paci::CoordinatorError(status, "the coordinator"));
+    return paci::ExitCodeOf(paci::CoordinatorFailure(status));
   }
 
   int Submit(const std::string& path) {
@@ -240,18 +229,16 @@ class Client {
       std::cerr << "pacictl: --labels: K=V[,K=V...]\n";
       return paci::kExitUsage;
     }
-    paci::v1::Job job;
-    grpc::Status status = stub_->SubmitJob(Context(absl::Seconds(30)).get(), request, &job);
-    return status.ok() ? PrintPhase(job) : Fail(status);
+    absl::StatusOr<paci::v1::Job> job = coordinator_->Submit(request, absl::Seconds(30));
+    return job.ok() ? PrintPhase(*job) : Fail(job.status());
   }
 
   int Get(const std::string& name) {
     paci::v1::GetJobRequest request;
     request.set_name(name);
-    paci::v1::Job job;
-    grpc::Status status = stub_->GetJob(Context(absl::Seconds(30)).get(), request, &job);
-    if (!status.ok()) return Fail(status);
-    std::cout << paci::FormatJobDetails(job, absl::Now());
+    absl::StatusOr<paci::v1::Job> job = coordinator_->Get(request, absl::Seconds(30));
+    if (!job.ok()) return Fail(job.status());
+    std::cout << paci::FormatJobDetails(*job, absl::Now());
     return paci::kExitSucceeded;
   }
 
@@ -288,11 +275,11 @@ class Client {
         const int left = limit - static_cast<int>(jobs.size());
         if (request.page_size() == 0 || request.page_size() > left) request.set_page_size(left);
       }
-      paci::v1::ListJobsResponse response;
-      grpc::Status status = stub_->ListJobs(Context(absl::Seconds(30)).get(), request, &response);
-      if (!status.ok()) return Fail(status);
-      for (paci::v1::Job& job : *response.mutable_jobs()) jobs.push_back(std::move(job));
-      next = response.next_page_token();
+      absl::StatusOr<paci::v1::ListJobsResponse> response =
+          coordinator_->List(request, absl::Seconds(30));
+      if (!response.ok()) return Fail(response.status());
+      for (paci::v1::Job& job : *response->mutable_jobs()) jobs.push_back(std::move(job));
+      next = response->next_page_token();
       request.set_page_token(next);
     } while (!next.empty() && (limit == 0 || static_cast<int>(jobs.size()) < limit));
     std::cout << paci::FormatJobTable(jobs, absl::Now());
@@ -303,8 +290,8 @@ class Client {
   int Watch(const std::string& name) {
     paci::v1::WatchJobRequest request;
     request.set_name(name);
-    auto context = Context(absl::InfiniteDuration());
-    auto reader = stub_->WatchJob(context.get(), request);
+    auto context = coordinator_->Context(absl::InfiniteDuration());
+    auto reader = coordinator_->jobs().WatchJob(context.get(), request);
     paci::ProgressPrinter printer(std::cerr, isatty(STDERR_FILENO) == 1);
     paci::v1::Job job;
     paci::v1::JobPhase last_phase = paci::v1::JOB_PHASE_UNSPECIFIED;
@@ -317,7 +304,7 @@ class Client {
       printer.Update(paci::ViewOfJob(job, absl::Now()), absl::Now());
     }
     printer.Finish(paci::ViewOfJob(job, absl::Now()));
-    grpc::Status status = reader->Finish();
+    const absl::Status status = paci::FromGrpc(reader->Finish(), "coordinator WatchJob " + name);
     if (!status.ok()) return Fail(status);
     if (job.status().phase() == paci::v1::SUCCEEDED) {
       std::cerr << "\n" << paci::FormatSummaryTable(paci::SummaryOfJob(job, 0));
@@ -327,11 +314,8 @@ class Client {
   }
 
   int Cancel(const std::string& name) {
-    paci::v1::CancelJobRequest request;
-    request.set_name(name);
-    paci::v1::Job job;
-    grpc::Status status = stub_->CancelJob(Context(absl::Seconds(30)).get(), request, &job);
-    return status.ok() ? PrintPhase(job) : Fail(status);
+    absl::StatusOr<paci::v1::Job> job = coordinator_->Cancel(name, absl::Seconds(30));
+    return job.ok() ? PrintPhase(*job) : Fail(job.status());
   }
 
  private:
@@ -342,8 +326,7 @@ class Client {
     return paci::kExitSucceeded;
   }
 
-  std::unique_ptr<paci::v1::Coordinator::Stub> stub_;
-  const std::string token_;
+  const std::unique_ptr<paci::CoordinatorClient> coordinator_;
 };
 
 }  // namespace
@@ -368,24 +351,17 @@ int main(int argc, char** argv) {
   const std::string argument = needs_argument ? args[2] : "";
   if (command == "train") return Train(argument);
 
-  auto credentials = paci::MakeChannelCredentials(
-      {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key), absl::GetFlag(FLAGS_tls_ca)});
-  std::string token;
-  if (!absl::GetFlag(FLAGS_auth_token_file).empty()) {
-    absl::StatusOr<std::string> read = paci::ReadTokenFile(absl::GetFlag(FLAGS_auth_token_file));
-    if (!read.ok()) {
-      std::cerr << "pacictl: --auth_token_file: " << read.status().message() << "\n";
-      return paci::kExitUsage;
-    }
-    token = *read;
-  }
-  if (!credentials.ok()) {
-    std::cerr << "pacictl: TLS: " << credentials.status().message() << "\n";
+  absl::StatusOr<paci::CoordinatorClientOptions> options =
+      paci::CoordinatorClientOptionsFromFlags(absl::GetFlag(FLAGS_coordinator),
+                                              /*reconnect_quickly=*/false);
+  absl::StatusOr<std::unique_ptr<paci::CoordinatorClient>> coordinator =
+      options.ok() ? paci::CoordinatorClient::Connect(*options)
+                   : absl::StatusOr<std::unique_ptr<paci::CoordinatorClient>>(options.status());
+  if (!coordinator.ok()) {
+    std::cerr << "pacictl: " << coordinator.status().message() << "\n";
     return paci::kExitUsage;
   }
-  Client client(paci::v1::Coordinator::NewStub(
-                    grpc::CreateChannel(absl::GetFlag(FLAGS_coordinator), *credentials)),
-                token);
+  Client client(*std::move(coordinator));
   if (command == "submit") return client.Submit(argument);
   if (command == "get") return client.Get(argument);
   if (command == "list") return client.List();

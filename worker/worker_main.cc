@@ -43,14 +43,10 @@ ABSL_FLAG(std::string, coordinator, "", "host:port of the coordinator to take st
 ABSL_FLAG(std::string, worker_id, "", "this worker's id; default <hostname>-<pid>");
 ABSL_FLAG(std::string, labels, "", "k=v,... labels jobs can select workers by");
 ABSL_FLAG(std::string, device, "cpu", "the device stages run on");
-ABSL_FLAG(std::string, auth_token_file, "", "bearer token to present to the coordinator");
 ABSL_FLAG(std::string, tls_ca, "",
-          "PEM CA that signed the coordinator's and the other workers' certificates (TLS)");
+          "PEM CA that signed the other workers' certificates (stage links over TLS)");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate: serve the stage links over TLS");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key for --tls_cert");
-ABSL_FLAG(std::string, coordinator_tls_cert, "",
-          "PEM client certificate to present to the coordinator (mutual TLS)");
-ABSL_FLAG(std::string, coordinator_tls_key, "", "PEM private key for --coordinator_tls_cert");
 ABSL_FLAG(std::string, spec, "", "job spec (YAML) when started by hand");
 ABSL_FLAG(int, stage, -1, "the stage to run, when started by hand");
 ABSL_FLAG(std::string, peers, "", "comma-separated link addresses of all stages, by hand");
@@ -144,7 +140,7 @@ absl::StatusOr<StageHostOptions> HostOptionsFromFlags(const std::string& host) {
   return options;
 }
 
-// How to reach the coordinator (TLS whenever a CA is given) and what to
+// How to reach the coordinator (the --coordinator_* flags) and what to
 // register with it.
 absl::StatusOr<WorkerAgentOptions> AgentOptionsFromFlags(const std::string& id,
                                                          const std::string& host,
@@ -152,14 +148,10 @@ absl::StatusOr<WorkerAgentOptions> AgentOptionsFromFlags(const std::string& id,
                                                          const std::string& metrics_address,
                                                          const std::string& store_address) {
   WorkerAgentOptions options;
-  options.coordinator = absl::GetFlag(FLAGS_coordinator);
-  ASSIGN_OR_RETURN(options.credentials,
-                   MakeChannelCredentials(TlsFiles{absl::GetFlag(FLAGS_coordinator_tls_cert),
-                                                   absl::GetFlag(FLAGS_coordinator_tls_key),
-                                                   absl::GetFlag(FLAGS_tls_ca)}));
-  if (!absl::GetFlag(FLAGS_auth_token_file).empty()) {
-    ASSIGN_OR_RETURN(options.token, ReadTokenFile(absl::GetFlag(FLAGS_auth_token_file)));
-  }
+  ASSIGN_OR_RETURN(const CoordinatorClientOptions client,
+                   CoordinatorClientOptionsFromFlags(absl::GetFlag(FLAGS_coordinator),
+                                                     /*reconnect_quickly=*/true));
+  ASSIGN_OR_RETURN(options.coordinator, CoordinatorClient::Connect(client));
   ASSIGN_OR_RETURN(options.host, HostOptionsFromFlags(host));
   v1::WorkerRegistration& r = options.registration;
   r.set_worker_id(id);

@@ -7,11 +7,10 @@
 #include <memory>
 #include <string>
 
-#include <grpcpp/grpcpp.h>
-
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "paci/v1/coordinator.grpc.pb.h"
+#include "common/coordinator_client.h"
+#include "paci/v1/coordinator.pb.h"
 
 namespace paci::op {
 
@@ -28,18 +27,16 @@ class CoordinatorJobs {
 // Thread-safe: gRPC stubs are.
 class GrpcCoordinatorJobs : public CoordinatorJobs {
  public:
-  GrpcCoordinatorJobs(std::shared_ptr<grpc::Channel> channel, std::string bearer_token,
-                      absl::Duration timeout = absl::Seconds(10));
+  explicit GrpcCoordinatorJobs(const CoordinatorClient& client,
+                               absl::Duration timeout = absl::Seconds(10))
+      : client_(client), timeout_(timeout) {}
 
   absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec) override;
   absl::StatusOr<v1::Job> Get(const std::string& name) override;
   absl::Status Cancel(const std::string& name) override;
 
  private:
-  std::unique_ptr<grpc::ClientContext> Context() const;
-
-  std::unique_ptr<v1::Coordinator::Stub> stub_;
-  const std::string token_;
+  const CoordinatorClient& client_;
   const absl::Duration timeout_;
 };
 

@@ -141,7 +141,8 @@ TEST(WorkerPodTest, AUserMountAtTmpReplacesTheOperatorsOwn) {
 TEST(WorkerPodTest, TheWorkerSecretIsMountedAndEachKeyPassedAsAFlag) {
   ReconcilerOptions options;
   options.worker_secret = "paci-worker-credentials";
-  options.worker_secret_flags = {{"ca.crt", "tls_ca"}, {"token", "auth_token_file"}};
+  options.worker_secret_flags = {{"ca.crt", "coordinator_tls_ca"},
+                                 {"token", "coordinator_auth_token_file"}};
   const json pod = WorkerPod(Job(json::object()), 0, options);
   const json* volume = Find(pod["spec"]["volumes"], "paci-coordinator");
   ASSERT_NE(volume, nullptr);
@@ -152,8 +153,9 @@ TEST(WorkerPodTest, TheWorkerSecretIsMountedAndEachKeyPassedAsAFlag) {
   EXPECT_EQ((*mount)["mountPath"], kWorkerSecretPath);
   EXPECT_EQ((*mount)["readOnly"], true);
   const std::string args = container["args"].dump();
-  EXPECT_THAT(args, HasSubstr(std::string("--tls_ca=") + kWorkerSecretPath + "/ca.crt"));
-  EXPECT_THAT(args, HasSubstr(std::string("--auth_token_file=") + kWorkerSecretPath + "/token"));
+  EXPECT_THAT(args, HasSubstr(std::string("--coordinator_tls_ca=") + kWorkerSecretPath + "/ca.crt"));
+  EXPECT_THAT(args, HasSubstr(std::string("--coordinator_auth_token_file=") + kWorkerSecretPath +
+                                   "/token"));
 }
 
 struct BadTemplate {

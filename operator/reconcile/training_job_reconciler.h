@@ -54,7 +54,7 @@ struct ReconcilerOptions {
   std::vector<std::string> extra_worker_args;
   // A Secret in the job's namespace mounted into every worker pod (at
   // kWorkerSecretPath), and for each of its keys the worker flag given that
-  // file: e.g. {"ca.crt", "tls_ca"} passes --tls_ca=<path>/ca.crt.
+  // file: e.g. {"ca.crt", "coordinator_tls_ca"} passes --coordinator_tls_ca=<path>/ca.crt.
   std::string worker_secret;
   std::vector<std::pair<std::string, std::string>> worker_secret_flags;
   // How often a running job's progress is read from the coordinator.

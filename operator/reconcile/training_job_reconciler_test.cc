@@ -170,7 +170,7 @@ TEST(TrainingJobReconcilerTest, ADriftLimitDerivesTheAccumulationAndIsShownInThe
 TEST(TrainingJobReconcilerTest, WorkerPodsCarryOwnerSelectorAndDownwardApi) {
   ReconcilerOptions options;
   options.worker_coordinator_address = "coord:7070";
-  options.extra_worker_args = {"--auth_token_file=/etc/paci/token"};
+  options.extra_worker_args = {"--coordinator_auth_token_file=/etc/paci/token"};
   ReconcileActions actions = ReconcileTrainingJob(World(Job()), options);
   ASSERT_EQ(actions.create_pods.size(), 2u);
   const json& pod = actions.create_pods[1];
@@ -186,7 +186,7 @@ TEST(TrainingJobReconcilerTest, WorkerPodsCarryOwnerSelectorAndDownwardApi) {
   EXPECT_THAT(args, HasSubstr("--coordinator=coord:7070"));
   EXPECT_THAT(args, HasSubstr("--labels=paci.dev/job=team-a.kjv"));
   EXPECT_THAT(args, HasSubstr("--listen=$(POD_IP):7000"));
-  EXPECT_THAT(args, HasSubstr("--auth_token_file=/etc/paci/token"));
+  EXPECT_THAT(args, HasSubstr("--coordinator_auth_token_file=/etc/paci/token"));
   EXPECT_THAT(container["env"].dump(), HasSubstr("status.podIP"));
 }
 

@@ -97,7 +97,7 @@ class Cluster:
         args = [WORKER, "--coordinator=" + self.address, "--worker_id=" + worker_id]
         args += self.worker_extra
         if self.token:
-            args.append("--auth_token_file=" + os.path.join(self.workdir, "token"))
+            args.append("--coordinator_auth_token_file=" + os.path.join(self.workdir, "token"))
         proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         threading.Thread(target=self._pump, args=(proc, worker_id), daemon=True).start()
         self.workers[worker_id] = proc

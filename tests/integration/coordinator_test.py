@@ -295,7 +295,9 @@ class CoordinatorTest(unittest.TestCase):
         with open(cert, "rb") as f:
             credentials = grpc.ssl_channel_credentials(root_certificates=f.read())
         tls = ["--tls_cert=" + cert, "--tls_key=" + key]
-        c = self.start(workers=2, extra=tls, worker_extra=tls + ["--tls_ca=" + cert],
+        # The workers trust the one certificate for the coordinator and for each other's links.
+        c = self.start(workers=2, extra=tls,
+                       worker_extra=tls + ["--tls_ca=" + cert, "--coordinator_tls_ca=" + cert],
                        credentials=credentials)
         c.submit(spec("secure", steps=10))
         done = c.wait("secure", lambda j: phase(j) in ("SUCCEEDED", "FAILED"))
@@ -336,12 +338,13 @@ class CoordinatorTest(unittest.TestCase):
         read = lambda name: open(pki[name], "rb").read()  # noqa: E731
         with_cert = grpc.ssl_channel_credentials(root_certificates=read("ca"), private_key=read("client.key"),
                                                  certificate_chain=read("client.crt"))
-        # Workers present the client certificate too (--coordinator_tls_cert/_key with --tls_ca); their
-        # stage links stay plaintext (no --tls_cert).
+        # Workers present the client certificate too (--coordinator_tls_cert/_key with
+        # --coordinator_tls_ca); their stage links stay plaintext (no --tls_cert).
         c = self.start(workers=2, credentials=with_cert,
                        extra=["--tls_cert=" + pki["server.crt"], "--tls_key=" + pki["server.key"],
                               "--tls_ca=" + pki["ca"]],
-                       worker_extra=["--tls_ca=" + pki["ca"], "--coordinator_tls_cert=" + pki["client.crt"],
+                       worker_extra=["--coordinator_tls_ca=" + pki["ca"],
+                                     "--coordinator_tls_cert=" + pki["client.crt"],
                                      "--coordinator_tls_key=" + pki["client.key"]])
         c.submit(spec("mutual", steps=8))
         done = c.wait("mutual", lambda j: phase(j) in ("SUCCEEDED", "FAILED"))
@@ -352,9 +355,10 @@ class CoordinatorTest(unittest.TestCase):
             cgrpc.CoordinatorStub(anonymous).ListJobs(cpb.ListJobsRequest(), timeout=10)
         self.assertEqual(err.exception.code(), grpc.StatusCode.UNAVAILABLE)
         anonymous.close()
-        # pacictl presents one with --tls_cert/--tls_key, and is refused without.
-        base = [PACICTL, "--coordinator=" + c.address, "--tls_ca=" + pki["ca"]]
-        ok = subprocess.run(base + ["--tls_cert=" + pki["client.crt"], "--tls_key=" + pki["client.key"],
+        # pacictl presents one with --coordinator_tls_cert/_key, and is refused without.
+        base = [PACICTL, "--coordinator=" + c.address, "--coordinator_tls_ca=" + pki["ca"]]
+        ok = subprocess.run(base + ["--coordinator_tls_cert=" + pki["client.crt"],
+                                    "--coordinator_tls_key=" + pki["client.key"],
                                     "get", "mutual"], capture_output=True, text=True, timeout=60)
         self.assertEqual(ok.returncode, 0, ok.stderr)
         self.assertIn("SUCCEEDED", ok.stdout)
@@ -362,7 +366,8 @@ class CoordinatorTest(unittest.TestCase):
         self.assertNotEqual(refused.returncode, 0)
         # A worker without a client certificate never gets past the handshake.
         lone = subprocess.Popen([WORKER, "--coordinator=" + c.address, "--worker_id=lone",
-                                 "--tls_ca=" + pki["ca"]], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                 "--coordinator_tls_ca=" + pki["ca"]],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             self.assertTrue(c.wait_for_log("peer did not return a certificate"),
                             "the coordinator never refused the worker")

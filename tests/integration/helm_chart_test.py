@@ -110,8 +110,9 @@ def defined_flags(*sources):
 
 
 COORDINATOR_FLAGS = defined_flags("server/coordinator_main.cc")
-OPERATOR_FLAGS = defined_flags("operator/operator_main.cc")
-WORKER_FLAGS = defined_flags("worker/worker_main.cc")
+# The clients' --coordinator_* flags are defined once, beside the one client.
+OPERATOR_FLAGS = defined_flags("operator/operator_main.cc", "common/coordinator_client.cc")
+WORKER_FLAGS = defined_flags("worker/worker_main.cc", "common/coordinator_client.cc")
 
 
 def flags(args):
@@ -454,7 +455,7 @@ class RenderTest(unittest.TestCase):
         # Worker pods: the operator mounts the worker Secret and passes each key as a flag.
         self.assertEqual(operator["worker_secret"], "alpha-paci-worker-tls")
         self.assertEqual(operator["worker_secret_flags"],
-                         "ca.crt=tls_ca,tls.crt=coordinator_tls_cert,tls.key=coordinator_tls_key")
+                         "ca.crt=coordinator_tls_ca,tls.crt=coordinator_tls_cert,tls.key=coordinator_tls_key")
 
         # TLS without client certificates: the server asks for none, nobody presents one.
         kinds = by_kind(render("--set", "tls.enabled=true", "--set", "tls.secretName=my-tls",
@@ -466,7 +467,7 @@ class RenderTest(unittest.TestCase):
         self.assertNotIn("coordinator_tls_cert", operator)
         self.assertEqual(mounted_secret_file(kinds["Deployment"]["paci-operator"], operator["coordinator_tls_ca"]),
                          ("my-tls", "ca.crt"))
-        self.assertEqual((operator["worker_secret"], operator["worker_secret_flags"]), ("my-workers", "ca.crt=tls_ca"))
+        self.assertEqual((operator["worker_secret"], operator["worker_secret_flags"]), ("my-workers", "ca.crt=coordinator_tls_ca"))
 
         # No TLS: plaintext everywhere, gRPC probes.
         kinds = by_kind(render())

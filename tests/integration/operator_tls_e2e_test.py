@@ -88,9 +88,9 @@ class OperatorTlsEndToEnd(unittest.TestCase):
         pods = wait_until("worker pods", lambda: json.loads(self.cluster.kubectl(
             "get", "pods", "-l", "paci.dev/job-name=kjv-tiny", "-o", "json").stdout)["items"], timeout=60)
         container = pods[0]["spec"]["containers"][0]
-        self.assertIn("--tls_ca=%s/ca.crt" % MOUNT, container["args"])
+        self.assertIn("--coordinator_tls_ca=%s/ca.crt" % MOUNT, container["args"])
         self.assertIn("--coordinator_tls_cert=%s/tls.crt" % MOUNT, container["args"])
-        self.assertIn("--auth_token_file=%s/token" % MOUNT, container["args"])
+        self.assertIn("--coordinator_auth_token_file=%s/token" % MOUNT, container["args"])
         self.assertIn({"name": "paci-coordinator", "mountPath": MOUNT, "readOnly": True},
                       container["volumeMounts"])
         job = wait_until("kjv-tiny finished", lambda: (lambda j: j.get("status", {}).get("phase") in (

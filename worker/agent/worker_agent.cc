@@ -5,16 +5,12 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "common/grpc_security.h"
 
 namespace paci {
 
 WorkerAgent::WorkerAgent(const WorkerAgentOptions& options, StageLinkService& links,
                          prometheus::Registry& registry)
-    : options_(options), links_(links), registry_(registry) {
-  stub_ = v1::WorkerGateway::NewStub(
-      CreateCoordinatorChannel(options_.coordinator, options_.credentials));
-}
+    : options_(options), links_(links), registry_(registry) {}
 
 WorkerAgent::~WorkerAgent() {
   Shutdown();
@@ -43,7 +39,7 @@ void WorkerAgent::Run() {
     Session();
     if (shutdown_.HasBeenNotified()) break;
     if (absl::Now() - started > absl::Seconds(10)) backoff = absl::Milliseconds(100);
-    LOG(WARNING) << "lost the coordinator at " << options_.coordinator << "; reconnecting in "
+    LOG(WARNING) << "lost the coordinator at " << options_.coordinator->address() << "; reconnecting in "
                  << absl::FormatDuration(backoff);
     shutdown_.WaitForNotificationWithTimeout(backoff);
     backoff = std::min(backoff * 2, options_.max_backoff);
@@ -55,10 +51,10 @@ bool WorkerAgent::WriteLocked(const v1::WorkerMessage& message) {
 }
 
 void WorkerAgent::Session() {
-  grpc::ClientContext context;
-  if (!options_.token.empty()) context.AddMetadata("authorization", "Bearer " + options_.token);
-  context.set_wait_for_ready(true);
-  std::unique_ptr<Stream> stream = stub_->Connect(&context);
+  const std::unique_ptr<grpc::ClientContext> context =
+      options_.coordinator->Context(absl::InfiniteDuration());
+  context->set_wait_for_ready(true);
+  std::unique_ptr<Stream> stream = options_.coordinator->gateway().Connect(context.get());
   v1::WorkerMessage hello;
   *hello.mutable_register_() = options_.registration;
   {
@@ -68,8 +64,8 @@ void WorkerAgent::Session() {
   {
     absl::MutexLock lock(&write_mu_);
     stream_ = stream.get();
-    context_ = &context;
-    if (shutdown_.HasBeenNotified()) context.TryCancel();
+    context_ = context.get();
+    if (shutdown_.HasBeenNotified()) context->TryCancel();
     if (!hello.register_().has_running() && pending_final_) {
       // The stage ended while the coordinator was away: name it, so that the
       // final report below is taken as this placement's.

@@ -12,6 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "common/coordinator_client.h"
 #include "paci/v1/coordinator.grpc.pb.h"
 #include "worker/runtime/stage_host.h"
 #include "worker/transport/stage_link_service.h"
@@ -19,9 +20,7 @@
 namespace paci {
 
 struct WorkerAgentOptions {
-  std::string coordinator;                     // host:port of the coordinator
-  std::shared_ptr<grpc::ChannelCredentials> credentials;
-  std::string token;                           // bearer token; empty: none
+  std::shared_ptr<const CoordinatorClient> coordinator;  // its WorkerGateway
   v1::WorkerRegistration registration;         // id, addresses, device, labels, pid
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration max_backoff = absl::Seconds(5);
@@ -61,7 +60,6 @@ class WorkerAgent final : public ReportSink {
   const WorkerAgentOptions options_;
   StageLinkService& links_;
   prometheus::Registry& registry_;
-  std::unique_ptr<v1::WorkerGateway::Stub> stub_;
   absl::Notification shutdown_;
 
   absl::Mutex write_mu_;
