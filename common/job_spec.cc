@@ -20,31 +20,12 @@
 #include "absl/strings/string_view.h"
 #include "common/schedule_kind.h"
 #include "common/status_macros.h"
+#include "common/text_formats.h"
 #include "google/protobuf/util/json_util.h"
 #include "yaml-cpp/yaml.h"
 
 namespace paci {
 namespace {
-
-void AppendJsonString(absl::string_view s, std::string* out) {
-  out->push_back('"');
-  for (char c : s) {
-    switch (c) {
-      case '"': out->append("\\\""); break;
-      case '\\': out->append("\\\\"); break;
-      case '\n': out->append("\\n"); break;
-      case '\r': out->append("\\r"); break;
-      case '\t': out->append("\\t"); break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          absl::StrAppendFormat(out, "\\u%04x", static_cast<unsigned char>(c));
-        } else {
-          out->push_back(c);  // UTF-8 bytes pass through.
-        }
-    }
-  }
-  out->push_back('"');
-}
 
 // If `s` is a YAML 1.2 core-schema number ("+1", "007", ".5", "2.", "3e-3"),
 // returns it as a valid JSON number; otherwise returns "".

@@ -24,6 +24,7 @@
 #include "common/metrics_http_server.h"
 #include "common/shutdown_signal.h"
 #include "common/status_macros.h"
+#include "common/text_formats.h"
 #include "operator/controller/coordinator_jobs.h"
 #include "operator/controller/leader_elector.h"
 #include "operator/controller/training_job_controller.h"
@@ -107,14 +108,14 @@ absl::StatusOr<ControllerOptions> ControllerOptionsFromFlags() {
     reconciler.extra_worker_args.emplace_back(arg);
   }
   reconciler.worker_secret = absl::GetFlag(FLAGS_worker_secret);
-  for (absl::string_view item :
-       absl::StrSplit(absl::GetFlag(FLAGS_worker_secret_flags), ',', absl::SkipEmpty())) {
-    std::pair<std::string, std::string> key_flag = absl::StrSplit(item, absl::MaxSplits('=', 1));
-    if (key_flag.first.empty() || key_flag.second.empty()) {
+  ASSIGN_OR_RETURN(reconciler.worker_secret_flags,
+                   paci::ParseKeyValues(absl::GetFlag(FLAGS_worker_secret_flags),
+                                        "--worker_secret_flags"));
+  for (const auto& [key, flag] : reconciler.worker_secret_flags) {
+    if (flag.empty()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--worker_secret_flags: \"", std::string(item), "\" is not KEY=FLAG"));
+          absl::StrCat("--worker_secret_flags: key ", key, " names no flag (KEY=FLAG)"));
     }
-    reconciler.worker_secret_flags.push_back(std::move(key_flag));
   }
   return options;
 }

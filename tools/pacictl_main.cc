@@ -33,6 +33,7 @@
 #include "absl/time/clock.h"
 #include "absl/strings/str_cat.h"
 #include "common/coordinator_client.h"
+#include "common/text_formats.h"
 #include "common/job_phase.h"
 #include "common/job_spec.h"
 #include "common/shutdown_signal.h"
@@ -110,13 +111,16 @@ constexpr char kUsage[] =
     "--coordinator_tls_cert/--coordinator_tls_key when it asks for them.\n"
     "Exit codes: 0 success, 1 failed, 2 usage or spec error, 130 interrupted.\n";
 
-// "k=v,k2=v2" as a map; false when an item is not k=v.
-bool ParseLabels(const std::string& text, google::protobuf::Map<std::string, std::string>* labels) {
-  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipEmpty())) {
-    std::pair<std::string, std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
-    if (kv.first.empty() || item.find('=') == absl::string_view::npos) return false;
-    (*labels)[kv.first] = kv.second;
+// --labels or --selector into `labels`; false, having said why, when an item is not K=V.
+bool ParseLabels(const std::string& text, const std::string& flag,
+                 google::protobuf::Map<std::string, std::string>* labels) {
+  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> pairs =
+      paci::ParseKeyValues(text, flag);
+  if (!pairs.ok()) {
+    std::cerr << "pacictl: " << pairs.status().message() << "\n";
+    return false;
   }
+  for (auto& [key, value] : *pairs) (*labels)[key] = std::move(value);
   return true;
 }
 
@@ -225,8 +229,7 @@ class Client {
     }
     paci::v1::SubmitJobRequest request;
     *request.mutable_spec() = *spec;
-    if (!ParseLabels(absl::GetFlag(FLAGS_labels), request.mutable_labels())) {
-      std::cerr << "pacictl: --labels: K=V[,K=V...]\n";
+    if (!ParseLabels(absl::GetFlag(FLAGS_labels), "--labels", request.mutable_labels())) {
       return paci::kExitUsage;
     }
     absl::StatusOr<paci::v1::Job> job = coordinator_->Submit(request, absl::Seconds(30));
@@ -254,8 +257,8 @@ class Client {
       }
       request.set_phase(value);
     }
-    if (!ParseLabels(absl::GetFlag(FLAGS_selector), request.mutable_label_selector())) {
-      std::cerr << "pacictl: --selector: K=V[,K=V...]\n";
+    if (!ParseLabels(absl::GetFlag(FLAGS_selector), "--selector",
+                     request.mutable_label_selector())) {
       return paci::kExitUsage;
     }
     const int limit = absl::GetFlag(FLAGS_limit);

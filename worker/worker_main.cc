@@ -32,6 +32,7 @@
 #include "common/net_address.h"
 #include "common/shutdown_signal.h"
 #include "common/status_macros.h"
+#include "common/text_formats.h"
 #include "worker/agent/worker_agent.h"
 #include "worker/model/partition.h"
 #include "worker/model/unit_profile.h"
@@ -161,10 +162,8 @@ absl::StatusOr<WorkerAgentOptions> AgentOptionsFromFlags(const std::string& id,
   r.set_device(absl::GetFlag(FLAGS_device));
   r.set_capacity(1);
   r.set_pid(getpid());
-  for (absl::string_view label : absl::StrSplit(absl::GetFlag(FLAGS_labels), ',', absl::SkipEmpty())) {
-    std::pair<std::string, std::string> kv = absl::StrSplit(label, absl::MaxSplits('=', 1));
-    (*r.mutable_labels())[kv.first] = kv.second;
-  }
+  ASSIGN_OR_RETURN(const auto labels, ParseKeyValues(absl::GetFlag(FLAGS_labels), "--labels"));
+  for (const auto& [key, value] : labels) (*r.mutable_labels())[key] = value;
   return options;
 }
 
