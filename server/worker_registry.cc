@@ -15,8 +15,9 @@ absl::StatusOr<WorkerRegistry::Worker*> WorkerRegistry::Add(
   Worker& worker = workers_[id];
   worker.registration = registration;
   worker.sender = std::move(sender);
-  worker.last_seen = now;
   order_.push_back(id);
+  absl::MutexLock lock(&seen_mu_);
+  last_seen_[id] = now;
   return &worker;
 }
 
@@ -26,7 +27,9 @@ WorkerRegistry::Worker* WorkerRegistry::Find(const std::string& id) {
 }
 
 void WorkerRegistry::Touch(const std::string& id, absl::Time now) {
-  if (Worker* worker = Find(id)) worker->last_seen = now;
+  absl::MutexLock lock(&seen_mu_);
+  auto it = last_seen_.find(id);
+  if (it != last_seen_.end()) it->second = std::max(it->second, now);
 }
 
 std::optional<WorkerRegistry::Worker> WorkerRegistry::Remove(const std::string& id) {
@@ -35,13 +38,16 @@ std::optional<WorkerRegistry::Worker> WorkerRegistry::Remove(const std::string& 
   Worker worker = std::move(it->second);
   workers_.erase(it);
   order_.erase(std::remove(order_.begin(), order_.end(), id), order_.end());
+  absl::MutexLock lock(&seen_mu_);
+  last_seen_.erase(id);
   return worker;
 }
 
 std::vector<std::string> WorkerRegistry::Silent(absl::Time now, absl::Duration timeout) const {
   std::vector<std::string> silent;
-  for (const auto& [id, worker] : workers_) {
-    if (now - worker.last_seen > timeout) silent.push_back(id);
+  absl::MutexLock lock(&seen_mu_);
+  for (const auto& [id, seen] : last_seen_) {
+    if (now - seen > timeout) silent.push_back(id);
   }
   return silent;
 }

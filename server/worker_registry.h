@@ -7,7 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "paci/v1/coordinator.pb.h"
 #include "server/job_scheduler.h"
@@ -20,7 +22,10 @@ namespace paci {
 // which job's attempt it runs. Liveness is judged here (Silent); what a lost
 // worker means for its job is the JobManager's to decide.
 //
-// Not thread-safe: its owner holds one lock around every call.
+// Thread-safety: when each worker was last heard from is under the registry's
+// own lock, so Touch (every heartbeat) may be called from any thread without
+// its owner's lock, and never waits for a change of jobs. Every other call
+// must be made under one lock its owner holds (the JobManager's).
 class WorkerRegistry {
  public:
   // Enqueues a message to one worker; must not block.
@@ -29,7 +34,6 @@ class WorkerRegistry {
   struct Worker {
     v1::WorkerRegistration registration;
     Sender sender;
-    absl::Time last_seen;
     std::string job;  // the job it runs or is stopping, "" when idle
     int64_t attempt = 0;
     int slot = -1;  // replica * P + stage of the attempt it runs (JobManager)
@@ -41,12 +45,14 @@ class WorkerRegistry {
                               absl::Time now);
   // The worker, or nullptr when it is not connected.
   Worker* Find(const std::string& id);
-  // A heartbeat or any message: the worker is alive at `now`.
-  void Touch(const std::string& id, absl::Time now);
+  // A heartbeat or any message: the worker is alive at `now` (nothing for a
+  // worker not connected). Thread-safe on its own.
+  void Touch(const std::string& id, absl::Time now) ABSL_LOCKS_EXCLUDED(seen_mu_);
   // Removes a worker; returns what it was (nullopt when unknown).
   std::optional<Worker> Remove(const std::string& id);
   // The workers not heard from for longer than `timeout`.
-  std::vector<std::string> Silent(absl::Time now, absl::Duration timeout) const;
+  std::vector<std::string> Silent(absl::Time now, absl::Duration timeout) const
+      ABSL_LOCKS_EXCLUDED(seen_mu_);
 
   // The worker runs slot `slot` (replica * P + stage) of the job's attempt
   // from now on.
@@ -79,6 +85,8 @@ class WorkerRegistry {
  private:
   std::map<std::string, Worker> workers_;
   std::vector<std::string> order_;  // registration order
+  mutable absl::Mutex seen_mu_;
+  std::map<std::string, absl::Time> last_seen_ ABSL_GUARDED_BY(seen_mu_);  // connected workers'
 };
 
 }  // namespace paci

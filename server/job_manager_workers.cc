@@ -1,0 +1,140 @@
+// The JobManager's side of the worker gateway: workers connecting (and, after
+// a restart of the coordinator, coming back to the stages they run),
+// reporting, beating and going away. The lifecycle they drive is in
+// job_manager.cc.
+#include <algorithm>
+
+#include <glog/logging.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
+#include "server/job_manager.h"
+#include "server/job_placement.h"
+
+namespace paci {
+
+absl::Status JobManager::Connect(const v1::WorkerRegistration& registration, Sender sender) {
+  absl::Status result;
+  Mutate([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    absl::StatusOr<WorkerRegistry::Worker*> worker =
+        workers_.Add(registration, std::move(sender), clock_.Now());
+    if (!worker.ok()) {
+      result = worker.status();
+      return;
+    }
+    LOG(INFO) << "worker " << registration.worker_id() << " connected: link "
+              << registration.link_address();
+    if (!registration.running().job_name().empty()) AdoptLocked(**worker);
+    std::map<std::string, std::string> labels(registration.labels().begin(),
+                                              registration.labels().end());
+    queue_.WorkerAdded(labels, workers_.Slots());
+    ScheduleLocked();
+    UpdateGaugesLocked();
+  });
+  return result;
+}
+
+void JobManager::AdoptLocked(WorkerRegistry::Worker& worker) {
+  const v1::StageAssignment& running = worker.registration.running();
+  const std::string& id = worker.registration.worker_id();
+  worker.job = running.job_name();
+  worker.attempt = running.attempt();
+  JobState* state = FindLocked(running.job_name());
+  worker.slot = state == nullptr ? -1 : SlotOf(state->spec(), running.stage(), running.replica());
+  const bool ours = state != nullptr && state->awaiting_reconnect &&
+                    state->status().attempt() == running.attempt() && worker.slot >= 0 &&
+                    worker.slot < static_cast<int>(state->workers.size());
+  if (!ours) {
+    // A job that worker still holds waits for it to let go.
+    if (state != nullptr) queue_.Remove(state->name());
+    worker.stopping = true;
+    pending_.messages.emplace_back(
+        worker.sender, WorkerRegistry::StopMessage(running.job_name(), running.attempt(),
+                                                   "the coordinator no longer runs this placement"));
+    return;
+  }
+  state->workers[worker.slot] = id;
+  if (std::count(state->workers.begin(), state->workers.end(), "") > 0) return;
+  state->awaiting_reconnect = false;
+  LOG(INFO) << "job " << state->name() << " reconciled with its workers";
+  SetConditionLocked(*state, "Running", true, "Reconciled",
+                     "every stage's worker came back after a coordinator restart");
+  ChangedLocked(*state, true);
+}
+
+void JobManager::OnHeartbeat(const std::string& worker_id) {
+  // The registry's own lock only: a heartbeat never waits for a change of
+  // jobs, a ListJobs or a watcher (WorkerRegistry::Touch is thread-safe).
+  workers_.Touch(worker_id, clock_.Now());
+}
+
+void JobManager::OnReport(const std::string& worker_id, const v1::StageReport& report) {
+  Mutate([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    WorkerRegistry::Worker* worker = workers_.Find(worker_id);
+    if (worker == nullptr) return;
+    workers_.Touch(worker_id, clock_.Now());
+    const bool final = report.finished() || !report.error().empty();
+    const bool from_its_stage =
+        worker->job == report.job_name() && worker->attempt == report.attempt();
+    JobState* state = FindLocked(report.job_name());
+    const int slot =
+        state == nullptr ? -1 : SlotOf(state->spec(), report.stage(), report.replica());
+    if (state != nullptr && from_its_stage && !worker->stopping &&
+        state->status().phase() == v1::RUNNING && state->status().attempt() == report.attempt() &&
+        slot >= 0 && slot == worker->slot) {
+      ApplyReportLocked(*state, report);
+      if (!report.error().empty()) {
+        FailAttemptLocked(*state, "StageFailed",
+                          absl::StrCat(SlotName(state->spec(), slot), " on worker ", worker_id,
+                                       ": ", report.error()),
+                          IsPermanentError(report.error_code()));
+      } else if (report.finished()) {
+        state->stages[slot].finished = true;
+        if (std::all_of(state->stages.begin(), state->stages.end(),
+                        [](const StageProgress& s) { return s.finished; })) {
+          FinishLocked(*state, v1::SUCCEEDED, "Completed",
+                       absl::StrCat("trained ", state->status().step(), " steps"));
+        }
+      }
+    }
+    if (final && from_its_stage) {
+      const std::string job = worker->job;
+      WorkerRegistry::Release(*worker);
+      EnqueueLocked(job);
+    }
+    ScheduleLocked();
+    UpdateGaugesLocked();
+  });
+}
+
+void JobManager::Disconnect(const std::string& worker_id) {
+  Mutate([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    RemoveWorkerLocked(worker_id, "its stream closed");
+    ScheduleLocked();
+    UpdateGaugesLocked();
+  });
+}
+
+void JobManager::RemoveWorkerLocked(const std::string& worker_id, const std::string& why) {
+  std::optional<WorkerRegistry::Worker> worker = workers_.Remove(worker_id);
+  if (!worker) return;
+  LOG(WARNING) << "worker " << worker_id << " is gone: " << why;
+  if (worker->job.empty()) return;
+  JobState* state = FindLocked(worker->job);
+  if (state == nullptr) return;
+  if (worker->stopping || state->status().attempt() != worker->attempt) {
+    EnqueueLocked(*state);  // perhaps the last worker it waited for
+    return;
+  }
+  if (state->awaiting_reconnect && worker->slot >= 0 &&
+      worker->slot < static_cast<int>(state->workers.size())) {
+    state->workers[worker->slot] = "";
+  }
+  FailAttemptLocked(*state, "WorkerLost",
+                    absl::StrCat("worker ", worker_id, " running ",
+                                 SlotName(state->spec(), worker->slot), " is gone (", why, ")"),
+                    /*permanent=*/false);
+  EnqueueLocked(*state);
+}
+
+}  // namespace paci
