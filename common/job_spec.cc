@@ -15,116 +15,15 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "common/schedule_kind.h"
 #include "common/status_macros.h"
-#include "common/text_formats.h"
+#include "common/yaml_json.h"
 #include "google/protobuf/util/json_util.h"
-#include "yaml-cpp/yaml.h"
 
 namespace paci {
 namespace {
-
-// If `s` is a YAML 1.2 core-schema number ("+1", "007", ".5", "2.", "3e-3"),
-// returns it as a valid JSON number; otherwise returns "".
-std::string AsJsonNumber(absl::string_view s) {
-  size_t i = 0;
-  std::string json;
-  if (i < s.size() && (s[i] == '+' || s[i] == '-')) {
-    if (s[i] == '-') json.push_back('-');
-    ++i;
-  }
-  const auto digits = [&s, &i] {
-    const size_t start = i;
-    while (i < s.size() && absl::ascii_isdigit(static_cast<unsigned char>(s[i]))) ++i;
-    return s.substr(start, i - start);
-  };
-  absl::string_view integer = digits();
-  absl::string_view fraction;
-  bool has_point = false;
-  if (i < s.size() && s[i] == '.') {
-    has_point = true;
-    ++i;
-    fraction = digits();
-  }
-  if (integer.empty() && fraction.empty()) return "";
-  while (integer.size() > 1 && integer[0] == '0') integer.remove_prefix(1);
-  absl::StrAppend(&json, integer.empty() ? "0" : integer);
-  if (has_point) absl::StrAppend(&json, ".", fraction.empty() ? "0" : fraction);
-  if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
-    json.push_back('e');
-    ++i;
-    if (i < s.size() && (s[i] == '+' || s[i] == '-')) json.push_back(s[i++]);
-    const absl::string_view exponent = digits();
-    if (exponent.empty()) return "";
-    absl::StrAppend(&json, exponent);
-  }
-  return i == s.size() ? json : "";
-}
-
-void AppendJsonScalar(const YAML::Node& node, std::string* out) {
-  const std::string& s = node.Scalar();
-  if (node.Tag() != "?") {  // Quoted or explicitly tagged: always a string.
-    AppendJsonString(s, out);
-  } else if (s == "true" || s == "True" || s == "TRUE") {
-    out->append("true");
-  } else if (s == "false" || s == "False" || s == "FALSE") {
-    out->append("false");
-  } else if (std::string number = AsJsonNumber(s); !number.empty()) {
-    out->append(number);
-  } else {
-    AppendJsonString(s, out);
-  }
-}
-
-absl::Status AppendJson(const YAML::Node& node, std::string* out) {
-  switch (node.Type()) {
-    case YAML::NodeType::Undefined:
-    case YAML::NodeType::Null:
-      out->append("null");
-      return absl::OkStatus();
-    case YAML::NodeType::Scalar:
-      AppendJsonScalar(node, out);
-      return absl::OkStatus();
-    case YAML::NodeType::Sequence: {
-      out->push_back('[');
-      for (size_t i = 0; i < node.size(); ++i) {
-        if (i > 0) out->push_back(',');
-        RETURN_IF_ERROR(AppendJson(node[i], out));
-      }
-      out->push_back(']');
-      return absl::OkStatus();
-    }
-    case YAML::NodeType::Map: {
-      out->push_back('{');
-      bool first = true;
-      std::set<std::string> keys;
-      for (const auto& entry : node) {
-        if (!entry.first.IsScalar()) {
-          return absl::InvalidArgumentError(absl::StrFormat(
-              "spec: line %d: a key must be a plain name", entry.first.Mark().line + 1));
-        }
-        // yaml-cpp keeps duplicate keys; the JSON mapping would silently take the last.
-        if (!keys.insert(entry.first.Scalar()).second) {
-          return absl::InvalidArgumentError(absl::StrFormat(
-              "spec: line %d: duplicate key \"%s\"", entry.first.Mark().line + 1,
-              entry.first.Scalar()));
-        }
-        if (entry.second.IsNull()) continue;
-        if (!first) out->push_back(',');
-        first = false;
-        AppendJsonString(entry.first.Scalar(), out);
-        out->push_back(':');
-        RETURN_IF_ERROR(AppendJson(entry.second, out));
-      }
-      out->push_back('}');
-      return absl::OkStatus();
-    }
-  }
-  return absl::InternalError("spec: unknown YAML node type");
-}
 
 // "<field>: must be <rule>, got <value>" unless `ok`. NaN fails every
 // comparison, so a NaN never passes a range rule.
@@ -344,20 +243,7 @@ absl::Status ResolveDataPaths(v1::DataSpec* data) {
 }  // namespace
 
 absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(std::string_view text) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(std::string(text));
-  } catch (const YAML::Exception& e) {
-    if (e.mark.is_null()) return absl::InvalidArgumentError(absl::StrCat("spec: ", e.msg));
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "spec: YAML syntax error at line %d, column %d: %s", e.mark.line + 1,
-        e.mark.column + 1, e.msg));
-  }
-  if (!root.IsMap()) {
-    return absl::InvalidArgumentError("spec: expected a mapping at the top level");
-  }
-  std::string json;
-  RETURN_IF_ERROR(AppendJson(root, &json));
+  ASSIGN_OR_RETURN(const std::string json, YamlMappingToJson(text, "spec"));
   v1::JobSpec spec;
   const auto status = google::protobuf::util::JsonStringToMessage(json, &spec);
   if (!status.ok()) {
