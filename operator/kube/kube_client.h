@@ -28,6 +28,8 @@
 
 namespace paci::op {
 
+class KubeCredentials;  // kube_transport.h
+
 struct KubeClientOptions {
   // "https://host:port" or "http://host:port", perhaps with a path prefix
   // that every request path is put under (a proxy's "/k8s/clusters/c-1").
@@ -154,10 +156,9 @@ class KubeClient {
                                       const std::string& body, const std::string& content_type);
   void Observe(const std::string& verb, int code);
 
-  class Credentials;
   KubeClientOptions options_;
   KubeRequestObserver* observer_;
-  std::shared_ptr<Credentials> credentials_;
+  std::shared_ptr<KubeCredentials> credentials_;
 };
 
 // The Status for an HTTP error response (see the mapping above).
