@@ -3,6 +3,12 @@ import json
 import os
 
 
+def percentile(values, p):
+    """The p-th percentile of `values` (nearest rank)."""
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
+
+
 def write_result(out, name, result, table):
     """out/name.json (the result) and out/name.md (the table)."""
     os.makedirs(out, exist_ok=True)
