@@ -160,7 +160,15 @@ absl::StatusOr<ModelShape> ModelFromFlag(const std::string& model, int accumulat
         "micro_batch_size (num_heads dividing d_model), got ",
         model));
   }
-  return ModelShape{v[0], v[1], v[2], v[3], v[4], v[5], std::max(1, accumulation)};
+  ModelShape shape;
+  shape.vocab_size = v[0];
+  shape.num_layers = v[1];
+  shape.d_model = v[2];
+  shape.num_heads = v[3];
+  shape.seq_len = v[4];
+  shape.micro_batch_size = v[5];
+  shape.accumulation = std::max(1, accumulation);
+  return shape;
 }
 
 // Unit costs in seconds from --unit_forward_ms ... (one per unit).

@@ -185,41 +185,11 @@ void ServeCoordinator(const WorkerAgentOptions& options, StageLinkService& links
   stopper.join();
 }
 
-// --profile_units: the measured unit costs (ms per micro-batch) beside the
-// FLOP model's (G FLOP-equivalents), and the balanced cut of each.
+// --profile_units: UnitProfileReport of the spec on stdout.
 absl::Status ProfileUnits() {
   ASSIGN_OR_RETURN(const v1::JobSpec spec, LoadAndValidateJobSpec(absl::GetFlag(FLAGS_spec)));
   torch::set_num_threads(spec.runtime().threads_per_stage());
-  GptConfig config;
-  config.vocab_size = spec.model().vocab_size();
-  config.num_layers = spec.model().num_layers();
-  config.d_model = spec.model().d_model();
-  config.num_heads = spec.model().num_heads();
-  config.seq_len = spec.model().seq_len();
-  config.init_seed = spec.model().init_seed();
-  UnitProfileOptions options;
-  options.micro_batch_size = spec.pipeline().micro_batch_size();
-  options.accumulation = spec.pipeline().accumulation();
-  options.device = torch::Device(StageDevice(spec, 0));
-  const std::vector<UnitCost> measured = ProfileUnitCosts(config, options);
-  const std::vector<UnitCost> model = FlopUnitCosts(ModelShapeFromSpec(spec));
-  std::vector<double> measured_total, model_total;
-  std::string units;
-  for (size_t u = 0; u < measured.size(); ++u) {
-    measured_total.push_back(measured[u].total());
-    model_total.push_back(model[u].total());
-    absl::StrAppend(
-        &units, u ? ",\n  " : "  ",
-        absl::StrFormat("{\"unit\": %d, \"name\": \"%s\", \"forward_ms\": %.3f, "
-                        "\"backward_ms\": %.3f, \"optimizer_ms\": %.3f, \"model_gflop\": %.4f}",
-                        u, PartitionUnitName(config.num_layers, u), 1e3 * measured[u].forward,
-                        1e3 * measured[u].backward, 1e3 * measured[u].optimizer,
-                        1e-9 * model[u].total()));
-  }
-  const int P = spec.pipeline().num_stages();
-  std::cout << "{\"units\": [\n" << units << "\n],\n \"measured_cut\": ["
-            << absl::StrJoin(BalancedCut(measured_total, P), ", ") << "], \"model_cut\": ["
-            << absl::StrJoin(BalancedCut(model_total, P), ", ") << "]}\n";
+  std::cout << UnitProfileReport(spec, torch::Device(StageDevice(spec, 0)));
   return absl::OkStatus();
 }
 

@@ -10,17 +10,10 @@
 
 #include "worker/model/partition.h"
 
+#include "worker/model/gpt_config.h"
+
 namespace paci {
 
-struct GptConfig {
-  int vocab_size = 96;
-  int num_layers = 4;
-  int d_model = 128;
-  int num_heads = 4;
-  int seq_len = 64;
-  double dropout = 0.0;
-  uint64_t init_seed = 1234;
-};
 
 // Causal multi-head self-attention: LibTorch's fused
 // scaled_dot_product_attention (flash or memory-efficient kernels on GPUs).

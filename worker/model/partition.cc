@@ -55,13 +55,21 @@ StagePartition PartitionStage(int num_layers, int num_stages, int stage) {
   return StagePartition{num_layers, bounds[stage], bounds[stage + 1]};
 }
 
+GptConfig GptConfigFromSpec(const v1::ModelSpec& model) {
+  GptConfig c;
+  c.vocab_size = model.vocab_size();
+  c.num_layers = model.num_layers();
+  c.d_model = model.d_model();
+  c.num_heads = model.num_heads();
+  c.seq_len = model.seq_len();
+  c.dropout = model.dropout();
+  c.init_seed = model.init_seed();
+  return c;
+}
+
 ModelShape ModelShapeFromSpec(const v1::JobSpec& spec) {
   ModelShape m;
-  m.vocab_size = spec.model().vocab_size();
-  m.num_layers = spec.model().num_layers();
-  m.d_model = spec.model().d_model();
-  m.num_heads = spec.model().num_heads();
-  m.seq_len = spec.model().seq_len();
+  static_cast<GptConfig&>(m) = GptConfigFromSpec(spec.model());
   m.micro_batch_size = spec.pipeline().micro_batch_size();
   m.accumulation = std::max(1, spec.pipeline().accumulation());
   return m;

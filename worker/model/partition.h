@@ -22,6 +22,8 @@
 #include "absl/strings/string_view.h"
 #include "paci/v1/job.pb.h"
 
+#include "worker/model/gpt_config.h"
+
 namespace paci {
 
 inline int NumPartitionUnits(int num_layers) { return 2 * num_layers + 2; }
@@ -55,13 +57,8 @@ struct StagePartition {
 // 0 <= stage < num_stages (checked by ValidateJobSpec before any stage is built).
 StagePartition PartitionStage(int num_layers, int num_stages, int stage);
 
-// What a model's shape is for the cost model.
-struct ModelShape {
-  int vocab_size = 96;
-  int num_layers = 4;
-  int d_model = 128;
-  int num_heads = 4;
-  int seq_len = 64;
+// What the cost model needs: the model's shape and the batch it runs.
+struct ModelShape : GptConfig {
   int micro_batch_size = 4;
   int accumulation = 1;  // optimizer steps come once per `accumulation` micro-batches
 };

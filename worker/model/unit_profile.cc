@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <chrono>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "worker/model/adamw.h"
 
 namespace paci {
@@ -70,6 +73,34 @@ std::vector<UnitCost> ProfileUnitCosts(const GptConfig& config, const UnitProfil
     costs.push_back(c);
   }
   return costs;
+}
+
+std::string UnitProfileReport(const v1::JobSpec& spec, const torch::Device& device) {
+  GptConfig config = GptConfigFromSpec(spec.model());
+  config.dropout = 0;  // the costs of the computation, not of a random mask
+  UnitProfileOptions options;
+  options.micro_batch_size = spec.pipeline().micro_batch_size();
+  options.accumulation = spec.pipeline().accumulation();
+  options.device = device;
+  const std::vector<UnitCost> measured = ProfileUnitCosts(config, options);
+  const std::vector<UnitCost> model = FlopUnitCosts(ModelShapeFromSpec(spec));
+  std::vector<double> measured_total, model_total;
+  std::string units;
+  for (size_t u = 0; u < measured.size(); ++u) {
+    measured_total.push_back(measured[u].total());
+    model_total.push_back(model[u].total());
+    absl::StrAppend(
+        &units, u ? ",\n  " : "  ",
+        absl::StrFormat("{\"unit\": %d, \"name\": \"%s\", \"forward_ms\": %.3f, "
+                        "\"backward_ms\": %.3f, \"optimizer_ms\": %.3f, \"model_gflop\": %.4f}",
+                        u, PartitionUnitName(config.num_layers, u), 1e3 * measured[u].forward,
+                        1e3 * measured[u].backward, 1e3 * measured[u].optimizer,
+                        1e-9 * model[u].total()));
+  }
+  const int P = spec.pipeline().num_stages();
+  return absl::StrCat("{\"units\": [\n", units, "\n],\n \"measured_cut\": [",
+                      absl::StrJoin(BalancedCut(measured_total, P), ", "), "], \"model_cut\": [",
+                      absl::StrJoin(BalancedCut(model_total, P), ", "), "]}\n");
 }
 
 }  // namespace paci

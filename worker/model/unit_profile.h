@@ -7,6 +7,7 @@
 // workers train with stays the deterministic one of PlanPartition. Includes
 // Torch: only worker/ code includes this header.
 
+#include <string>
 #include <vector>
 
 #include <torch/torch.h>
@@ -28,5 +29,11 @@ struct UnitProfileOptions {
 // alone as a one-unit GptStage (the head with its loss). Not thread-safe; uses
 // the calling thread's Torch thread settings.
 std::vector<UnitCost> ProfileUnitCosts(const GptConfig& config, const UnitProfileOptions& options);
+
+// The spec's units measured on `device` (ms per micro-batch) beside the FLOP
+// model's (G FLOP-equivalents), and the balanced cut of each, as JSON:
+// {"units": [{"unit", "name", "forward_ms", "backward_ms", "optimizer_ms",
+// "model_gflop"}...], "measured_cut": [...], "model_cut": [...]}.
+std::string UnitProfileReport(const v1::JobSpec& spec, const torch::Device& device);
 
 }  // namespace paci

@@ -14,18 +14,6 @@
 
 namespace paci {
 
-GptConfig GptConfigFromSpec(const v1::ModelSpec& m) {
-  GptConfig c;
-  c.vocab_size = m.vocab_size();
-  c.num_layers = m.num_layers();
-  c.d_model = m.d_model();
-  c.num_heads = m.num_heads();
-  c.seq_len = m.seq_len();
-  c.dropout = m.dropout();
-  c.init_seed = m.init_seed();
-  return c;
-}
-
 StageModel::StageModel(const v1::JobSpec& spec, int stage, const StagePlacement& placement)
     : micro_batch_size_(spec.pipeline().micro_batch_size()),
       seq_len_(spec.model().seq_len()),

@@ -18,9 +18,6 @@
 
 namespace paci {
 
-// The model's shape as a job spec gives it.
-GptConfig GptConfigFromSpec(const v1::ModelSpec& model);
-
 // One stage's slice of the model on its device with its AdamW, and the rules
 // of its optimizer step: the learning-rate schedule, the drift correction
 // (pipeline.drift_correction), the non-finite guard and optimizer.clip_norm.
