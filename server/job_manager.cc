@@ -237,7 +237,7 @@ absl::StatusOr<v1::Job> JobManager::WaitForChange(const std::string& name, int64
 void JobManager::Tick() {
   Mutate([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const absl::Time now = clock_.Now();
-    for (const std::string& id : workers_.Silent(now, options_.heartbeat_timeout)) {
+    for (const std::string& id : liveness_.Silent(now, options_.heartbeat_timeout)) {
       RemoveWorkerLocked(id, absl::StrCat("no heartbeat for ",
                                           absl::FormatDuration(options_.heartbeat_timeout)));
     }

@@ -59,8 +59,9 @@ struct JobManagerOptions {
 // checkpoint with a budget, deadlines, stall detection, recovery after a
 // restart of the coordinator. The gRPC services and the ticker call into it.
 //
-// Thread-safe: one mutex guards the jobs and the registry (heartbeats take
-// only the registry's own lock for the last-seen times). It is never held
+// Thread-safe: one mutex guards the jobs and the registry; the workers'
+// last-seen times (WorkerLiveness) have their own, so heartbeats never take
+// the JobManager's. It is never held
 // while blocking: messages to workers (which only enqueue) are sent, and the
 // store is written, after it is released, by Mutate. The only wait under the
 // mutex is WaitForChange's (and Submit's, for a concurrent submission of the
@@ -103,7 +104,7 @@ class JobManager {
 
   // A worker's stream opened. AlreadyExists if that id is connected.
   absl::Status Connect(const v1::WorkerRegistration& registration, Sender sender);
-  void OnHeartbeat(const std::string& worker_id) ABSL_NO_THREAD_SAFETY_ANALYSIS;
+  void OnHeartbeat(const std::string& worker_id) ABSL_LOCKS_EXCLUDED(mu_);
   void OnReport(const std::string& worker_id, const v1::StageReport& report);
   void Disconnect(const std::string& worker_id);
 
@@ -211,6 +212,7 @@ class JobManager {
   // Names this run's page tokens, so one from an earlier run is refused.
   const uint64_t instance_;
   WorkerRegistry workers_ ABSL_GUARDED_BY(mu_);
+  WorkerLiveness liveness_;  // its own lock, taken inside mu_ or alone
   absl::Time recovered_at_ ABSL_GUARDED_BY(mu_);
   Effects pending_ ABSL_GUARDED_BY(mu_);
 };

@@ -17,11 +17,12 @@ absl::Status JobManager::Connect(const v1::WorkerRegistration& registration, Sen
   absl::Status result;
   Mutate([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     absl::StatusOr<WorkerRegistry::Worker*> worker =
-        workers_.Add(registration, std::move(sender), clock_.Now());
+        workers_.Add(registration, std::move(sender));
     if (!worker.ok()) {
       result = worker.status();
       return;
     }
+    liveness_.Add(registration.worker_id(), clock_.Now());
     LOG(INFO) << "worker " << registration.worker_id() << " connected: link "
               << registration.link_address();
     if (!registration.running().job_name().empty()) AdoptLocked(**worker);
@@ -63,16 +64,16 @@ void JobManager::AdoptLocked(WorkerRegistry::Worker& worker) {
 }
 
 void JobManager::OnHeartbeat(const std::string& worker_id) {
-  // The registry's own lock only: a heartbeat never waits for a change of
-  // jobs, a ListJobs or a watcher (WorkerRegistry::Touch is thread-safe).
-  workers_.Touch(worker_id, clock_.Now());
+  // Not the JobManager's lock: a heartbeat never waits for a change of jobs,
+  // a ListJobs or a watcher.
+  liveness_.Touch(worker_id, clock_.Now());
 }
 
 void JobManager::OnReport(const std::string& worker_id, const v1::StageReport& report) {
   Mutate([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     WorkerRegistry::Worker* worker = workers_.Find(worker_id);
     if (worker == nullptr) return;
-    workers_.Touch(worker_id, clock_.Now());
+    liveness_.Touch(worker_id, clock_.Now());
     const bool final = report.finished() || !report.error().empty();
     const bool from_its_stage =
         worker->job == report.job_name() && worker->attempt == report.attempt();
@@ -118,6 +119,7 @@ void JobManager::Disconnect(const std::string& worker_id) {
 void JobManager::RemoveWorkerLocked(const std::string& worker_id, const std::string& why) {
   std::optional<WorkerRegistry::Worker> worker = workers_.Remove(worker_id);
   if (!worker) return;
+  liveness_.Remove(worker_id);
   LOG(WARNING) << "worker " << worker_id << " is gone: " << why;
   if (worker->job.empty()) return;
   JobState* state = FindLocked(worker->job);

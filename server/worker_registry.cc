@@ -7,7 +7,7 @@
 namespace paci {
 
 absl::StatusOr<WorkerRegistry::Worker*> WorkerRegistry::Add(
-    const v1::WorkerRegistration& registration, Sender sender, absl::Time now) {
+    const v1::WorkerRegistration& registration, Sender sender) {
   const std::string& id = registration.worker_id();
   if (workers_.count(id)) {
     return absl::AlreadyExistsError(absl::StrCat("worker \"", id, "\" is already connected"));
@@ -16,8 +16,6 @@ absl::StatusOr<WorkerRegistry::Worker*> WorkerRegistry::Add(
   worker.registration = registration;
   worker.sender = std::move(sender);
   order_.push_back(id);
-  absl::MutexLock lock(&seen_mu_);
-  last_seen_[id] = now;
   return &worker;
 }
 
@@ -26,26 +24,34 @@ WorkerRegistry::Worker* WorkerRegistry::Find(const std::string& id) {
   return it == workers_.end() ? nullptr : &it->second;
 }
 
-void WorkerRegistry::Touch(const std::string& id, absl::Time now) {
-  absl::MutexLock lock(&seen_mu_);
-  auto it = last_seen_.find(id);
-  if (it != last_seen_.end()) it->second = std::max(it->second, now);
-}
-
 std::optional<WorkerRegistry::Worker> WorkerRegistry::Remove(const std::string& id) {
   auto it = workers_.find(id);
   if (it == workers_.end()) return std::nullopt;
   Worker worker = std::move(it->second);
   workers_.erase(it);
   order_.erase(std::remove(order_.begin(), order_.end(), id), order_.end());
-  absl::MutexLock lock(&seen_mu_);
-  last_seen_.erase(id);
   return worker;
 }
 
-std::vector<std::string> WorkerRegistry::Silent(absl::Time now, absl::Duration timeout) const {
+void WorkerLiveness::Add(const std::string& id, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  last_seen_[id] = now;
+}
+
+void WorkerLiveness::Remove(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  last_seen_.erase(id);
+}
+
+void WorkerLiveness::Touch(const std::string& id, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  auto it = last_seen_.find(id);
+  if (it != last_seen_.end()) it->second = std::max(it->second, now);
+}
+
+std::vector<std::string> WorkerLiveness::Silent(absl::Time now, absl::Duration timeout) const {
   std::vector<std::string> silent;
-  absl::MutexLock lock(&seen_mu_);
+  absl::MutexLock lock(&mu_);
   for (const auto& [id, seen] : last_seen_) {
     if (now - seen > timeout) silent.push_back(id);
   }

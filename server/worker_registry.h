@@ -18,14 +18,12 @@ namespace paci {
 
 // The workers connected to the coordinator, as Ray's GCS keeps its node
 // table: who each is (its registration), how to reach it (a Sender that
-// enqueues on its stream), when it was last heard from, and which stage of
-// which job's attempt it runs. Liveness is judged here (Silent); what a lost
-// worker means for its job is the JobManager's to decide.
+// enqueues on its stream), and which stage of which job's attempt it runs.
+// What a lost worker means for its job is the JobManager's to decide.
 //
-// Thread-safety: when each worker was last heard from is under the registry's
-// own lock, so Touch (every heartbeat) may be called from any thread without
-// its owner's lock, and never waits for a change of jobs. Every other call
-// must be made under one lock its owner holds (the JobManager's).
+// When each was last heard from is WorkerLiveness's, under a lock of its own.
+//
+// Not thread-safe: its owner holds one lock around every call.
 class WorkerRegistry {
  public:
   // Enqueues a message to one worker; must not block.
@@ -40,19 +38,12 @@ class WorkerRegistry {
     bool stopping = false;  // told to stop; idle once it reports its end
   };
 
-  // Registers a worker seen at `now`. AlreadyExists if that id is connected.
-  absl::StatusOr<Worker*> Add(const v1::WorkerRegistration& registration, Sender sender,
-                              absl::Time now);
+  // Registers a worker. AlreadyExists if that id is connected.
+  absl::StatusOr<Worker*> Add(const v1::WorkerRegistration& registration, Sender sender);
   // The worker, or nullptr when it is not connected.
   Worker* Find(const std::string& id);
-  // A heartbeat or any message: the worker is alive at `now` (nothing for a
-  // worker not connected). Thread-safe on its own.
-  void Touch(const std::string& id, absl::Time now) ABSL_LOCKS_EXCLUDED(seen_mu_);
   // Removes a worker; returns what it was (nullopt when unknown).
   std::optional<Worker> Remove(const std::string& id);
-  // The workers not heard from for longer than `timeout`.
-  std::vector<std::string> Silent(absl::Time now, absl::Duration timeout) const
-      ABSL_LOCKS_EXCLUDED(seen_mu_);
 
   // The worker runs slot `slot` (replica * P + stage) of the job's attempt
   // from now on.
@@ -85,8 +76,27 @@ class WorkerRegistry {
  private:
   std::map<std::string, Worker> workers_;
   std::vector<std::string> order_;  // registration order
-  mutable absl::Mutex seen_mu_;
-  std::map<std::string, absl::Time> last_seen_ ABSL_GUARDED_BY(seen_mu_);  // connected workers'
+};
+
+// When each connected worker was last heard from, and which went silent:
+// liveness, under a lock of its own, so that a heartbeat (Touch) never waits
+// for the JobManager's lock (a change of jobs, a ListJobs, a watcher).
+// Thread-safe.
+class WorkerLiveness {
+ public:
+  // A worker connected at `now`.
+  void Add(const std::string& id, absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
+  void Remove(const std::string& id) ABSL_LOCKS_EXCLUDED(mu_);
+  // A heartbeat or any message: the worker is alive at `now` (nothing for a
+  // worker not added).
+  void Touch(const std::string& id, absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
+  // The workers not heard from for longer than `timeout`.
+  std::vector<std::string> Silent(absl::Time now, absl::Duration timeout) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  mutable absl::Mutex mu_;
+  std::map<std::string, absl::Time> last_seen_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace paci

@@ -17,29 +17,33 @@ v1::WorkerRegistration Registration(const std::string& id,
 
 TEST(WorkerRegistryTest, AnIdConnectsOnce) {
   WorkerRegistry registry;
-  ASSERT_TRUE(registry.Add(Registration("w0"), nullptr, kT0).ok());
-  absl::StatusOr<WorkerRegistry::Worker*> again = registry.Add(Registration("w0"), nullptr, kT0);
+  ASSERT_TRUE(registry.Add(Registration("w0"), nullptr).ok());
+  absl::StatusOr<WorkerRegistry::Worker*> again = registry.Add(Registration("w0"), nullptr);
   EXPECT_EQ(again.status().code(), absl::StatusCode::kAlreadyExists);
   EXPECT_NE(again.status().message().find("w0"), absl::string_view::npos);
   EXPECT_EQ(registry.size(), 1u);
 }
 
-TEST(WorkerRegistryTest, AWorkerNotHeardFromPastTheTimeoutIsSilent) {
-  WorkerRegistry registry;
-  ASSERT_TRUE(registry.Add(Registration("w0"), nullptr, kT0).ok());
-  ASSERT_TRUE(registry.Add(Registration("w1"), nullptr, kT0).ok());
-  registry.Touch("w1", kT0 + absl::Seconds(4));
-  registry.Touch("unknown", kT0);  // ignored
-  EXPECT_EQ(registry.Silent(kT0 + absl::Seconds(5), absl::Seconds(5)),
+TEST(WorkerLivenessTest, AWorkerNotHeardFromPastTheTimeoutIsSilent) {
+  WorkerLiveness liveness;
+  liveness.Add("w0", kT0);
+  liveness.Add("w1", kT0);
+  liveness.Touch("w1", kT0 + absl::Seconds(4));
+  liveness.Touch("unknown", kT0);  // ignored
+  EXPECT_EQ(liveness.Silent(kT0 + absl::Seconds(5), absl::Seconds(5)),
             std::vector<std::string>{});
-  EXPECT_EQ(registry.Silent(kT0 + absl::Seconds(6), absl::Seconds(5)),
+  EXPECT_EQ(liveness.Silent(kT0 + absl::Seconds(6), absl::Seconds(5)),
             std::vector<std::string>{"w0"});
+  liveness.Remove("w0");
+  liveness.Touch("w0", kT0 + absl::Seconds(9));  // gone: not added back
+  EXPECT_EQ(liveness.Silent(kT0 + absl::Seconds(20), absl::Seconds(5)),
+            std::vector<std::string>{"w1"});
 }
 
 TEST(WorkerRegistryTest, SlotsKeepRegistrationOrderAndIdleness) {
   WorkerRegistry registry;
   for (const char* id : {"b", "a", "c"}) {
-    ASSERT_TRUE(registry.Add(Registration(id, {{"zone", id}}), nullptr, kT0).ok());
+    ASSERT_TRUE(registry.Add(Registration(id, {{"zone", id}}), nullptr).ok());
   }
   registry.Assign("a", "job", 1, 0);
   std::vector<WorkerSlot> slots = registry.Slots();
@@ -60,7 +64,7 @@ TEST(WorkerRegistryTest, StoppingAJobTellsEachOfItsWorkersOnce) {
     auto sender = [&told, id](const v1::CoordinatorMessage& m) {
       told.push_back(std::string(id) + ":" + m.stop().reason());
     };
-    ASSERT_TRUE(registry.Add(Registration(id), sender, kT0).ok());
+    ASSERT_TRUE(registry.Add(Registration(id), sender).ok());
   }
   registry.Assign("w0", "job", 2, 0);
   registry.Assign("w1", "job", 2, 1);

@@ -85,20 +85,24 @@ void StageStats::AddBytesSent(bool forward, int64_t bytes) {
   report_.set_bytes_sent(report_.bytes_sent() + bytes);
 }
 
-void StageStats::AddTrainLoss(int64_t step, double loss, double seconds) {
-  absl::MutexLock lock(&mu_);
-  v1::LossPoint* point = report_.add_train_loss();
+namespace {
+
+void SetPoint(v1::LossPoint* point, int64_t step, double loss, double seconds) {
   point->set_step(step);
   point->set_loss(loss);
   point->set_seconds(seconds);
 }
 
+}  // namespace
+
+void StageStats::AddTrainLoss(int64_t step, double loss, double seconds) {
+  absl::MutexLock lock(&mu_);
+  SetPoint(report_.add_train_loss(), step, loss, seconds);
+}
+
 void StageStats::AddValidationLoss(int64_t step, double loss, double seconds) {
   absl::MutexLock lock(&mu_);
-  v1::LossPoint* point = report_.add_validation_loss();
-  point->set_step(step);
-  point->set_loss(loss);
-  point->set_seconds(seconds);
+  SetPoint(report_.add_validation_loss(), step, loss, seconds);
 }
 
 void StageStats::AddCheckpoint(const std::string& path, int64_t step) {
