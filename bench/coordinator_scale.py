@@ -21,23 +21,28 @@ class Coordinator:
         self.proc = None
 
     def start(self):
-        port_file = self.db + ".port"
-        if os.path.exists(port_file):
-            os.remove(port_file)
         start = time.perf_counter()
         self.proc = subprocess.Popen(
             [os.path.join(self.build, "server", "paci_coordinator"), "--listen=127.0.0.1:0",
-             "--db=" + self.db, "--port_file=" + port_file, "--max_jobs=1000000"] + self.extra,
+             "--db=" + self.db, "--max_jobs=1000000"] + self.extra,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.log = []
-        threading.Thread(target=lambda: self.log.extend(iter(self.proc.stdout.readline, "")),
-                         daemon=True).start()
-        while not os.path.exists(port_file) or not open(port_file).read().strip():
-            if self.proc.poll() is not None:
-                raise RuntimeError("coordinator exited:\n" + "".join(self.log))
-            time.sleep(0.005)  # polling interval
+        port = []  # from its "serving on HOST:PORT" line
+        served = threading.Event()  # it logged that it serves, or its output ended
+
+        def read():
+            for line in iter(self.proc.stdout.readline, ""):
+                self.log.append(line)
+                m = re.search(r"coordinator serving on \S+:(\d+) \(", line)
+                if m:
+                    port.append(m.group(1))
+                    served.set()
+            served.set()
+        threading.Thread(target=read, daemon=True).start()
+        if not served.wait(timeout=60) or not port:
+            raise RuntimeError("coordinator did not start:\n" + "".join(self.log))
         self.started_seconds = time.perf_counter() - start
-        self.address = "127.0.0.1:" + open(port_file).read().strip()
+        self.address = "127.0.0.1:" + port[0]
         return self
 
     def rss_mb(self):

@@ -7,6 +7,7 @@ through the stubs generated from proto/ (BUILD/python on the module path):
     cluster.stop()
 """
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -18,6 +19,9 @@ from paci.v1 import coordinator_pb2_grpc as cgrpc
 from paci.v1 import job_pb2
 
 from .paths import COORDINATOR, CORPUS, WORKER
+
+# The coordinator's line once it serves: "coordinator serving on 127.0.0.1:PORT (...".
+SERVING = re.compile(r"coordinator serving on \S+:(\d+) \(")
 
 
 def spec(name, P=2, steps=30, a=2, checkpoint=None, checkpoint_interval=5, **run_policy):
@@ -59,35 +63,43 @@ class Cluster:
                 self.logs.append("[%s] %s" % (tag, line))
                 self.logged.notify_all()
         proc.stdout.close()
+        with self.logged:  # its output ended: a waiter for it can stop waiting
+            self.logged.notify_all()
 
     def wait_for_log(self, text, timeout=30):
         """Waits until a process has logged `text`; False after `timeout` seconds."""
         with self.logged:
             return self.logged.wait_for(lambda: any(text in line for line in self.logs), timeout)
 
+    def _serving_ports(self):
+        """The ports of the coordinator's "serving on" lines so far (one per start)."""
+        return [int(m.group(1)) for line in self.logs if line.startswith("[coordinator]")
+                for m in [SERVING.search(line)] if m]
+
     def start_coordinator(self, port=0, extra=()):
-        port_file = os.path.join(self.workdir, "port")
-        if os.path.exists(port_file):
-            os.remove(port_file)
         args = [COORDINATOR, "--listen=127.0.0.1:%d" % port, "--db=" + self.db,
-                "--port_file=" + port_file, "--heartbeat_timeout_seconds=2",
+                "--heartbeat_timeout_seconds=2",
                 "--reconnect_grace_seconds=6"] + list(extra)
         if self.token:
             token_file = os.path.join(self.workdir, "token")
             with open(token_file, "w") as f:
                 f.write(self.token + "\n")
             args.append("--auth_token_file=" + token_file)
+        with self.logged:
+            started = len(self._serving_ports())
         self.coordinator = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                             text=True)
         threading.Thread(target=self._pump, args=(self.coordinator, "coordinator"),
                          daemon=True).start()
-        deadline = time.monotonic() + 30
-        while not os.path.exists(port_file):
-            if self.coordinator.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("coordinator did not start:\n" + "".join(self.logs))
-            time.sleep(0.05)  # polling interval
-        with open(port_file) as f:
-            self.port = int(f.read())
+        # Serving once it logs so (with the port it bound); or it exited.
+        with self.logged:
+            serving = self.logged.wait_for(
+                lambda: len(self._serving_ports()) > started or self.coordinator.poll() is not None,
+                timeout=30)
+            ports = self._serving_ports()
+        if not serving or len(ports) == started:
+            raise RuntimeError("coordinator did not start:\n" + "".join(self.logs))
+        self.port = ports[-1]
         self.address = "127.0.0.1:%d" % self.port
         self.channel = (grpc.secure_channel(self.address, self.credentials) if self.credentials
                         else grpc.insecure_channel(self.address))
@@ -113,16 +125,26 @@ class Cluster:
         return self.stub.GetJob(cpb.GetJobRequest(name=name), metadata=self.metadata())
 
     def wait(self, name, predicate, timeout=300):
-        """Polls GetJob until predicate(job) holds; returns the job."""
+        """Follows the job's changes (WatchJob) until predicate(job) holds; returns the job.
+        A stream that ends (the job finished, the coordinator restarted, the job is not there
+        yet) is opened again once a process has logged more, within `timeout`."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            with self.logged:
+                seen = len(self.logs)
             try:
-                job = self.get(name)
-                if predicate(job):
-                    return job
+                for job in self.stub.WatchJob(cpb.WatchJobRequest(name=name),
+                                              metadata=self.metadata(),
+                                              timeout=max(0.1, deadline - time.monotonic()),
+                                              wait_for_ready=True):
+                    if predicate(job):
+                        return job
             except grpc.RpcError:
                 pass
-            time.sleep(0.1)  # polling interval
+            # Nothing more comes on this stream: wait for something to happen.
+            with self.logged:
+                self.logged.wait_for(lambda: len(self.logs) > seen,
+                                     timeout=max(0, min(1, deadline - time.monotonic())))
         raise AssertionError("job %s: condition not reached; last logs:\n%s" %
                              (name, "".join(self.logs[-60:])))
 

@@ -91,7 +91,8 @@ class Run:
                     self.metrics[stage] = response.read().decode()
             except OSError:
                 pass
-            time.sleep(0.2)  # scrape interval
+            if exited_within(self.proc, 0.2):  # the scrape interval, cut short by the end
+                return
 
     def summary(self):
         """The JSON summary, with proto3-JSON's int64 strings made ints."""
@@ -118,8 +119,17 @@ def wait_for_training(url, proc, timeout=120):
                     return True
         except OSError:
             pass
-        time.sleep(0.1)  # polling interval
+        exited_within(proc, 0.1)  # the next look, or at once when the run ends
     return False
+
+
+def exited_within(proc, seconds):
+    """Waits up to `seconds` for `proc` to exit; whether it has."""
+    try:
+        proc.wait(timeout=seconds)
+        return True
+    except subprocess.TimeoutExpired:
+        return False
 
 
 def metric_values(text, name):
