@@ -66,10 +66,12 @@ class Cluster:
         with self.logged:  # its output ended: a waiter for it can stop waiting
             self.logged.notify_all()
 
-    def wait_for_log(self, text, timeout=30):
-        """Waits until a process has logged `text`; False after `timeout` seconds."""
+    def wait_for_log(self, pattern, timeout=30):
+        """Waits until a process has logged a line matching the regular expression `pattern`;
+        False after `timeout` seconds."""
         with self.logged:
-            return self.logged.wait_for(lambda: any(text in line for line in self.logs), timeout)
+            return self.logged.wait_for(
+                lambda: any(re.search(pattern, line) for line in self.logs), timeout)
 
     def _serving_ports(self):
         """The ports of the coordinator's "serving on" lines so far (one per start)."""

@@ -269,7 +269,7 @@ class CoordinatorTest(unittest.TestCase):
         # Retention: past three finished jobs, the oldest are removed, logged and counted.
         for i in range(5):
             c.stub.CancelJob(cpb.CancelJobRequest(name="job-%d" % i))
-        self.assertTrue(c.wait_for_log("job job-1 removed from the store by retention (count)"))
+        self.assertTrue(c.wait_for_log(re.escape("job job-1 removed from the store by retention (count)")))
         with self.assertRaises(grpc.RpcError) as gone:
             c.get("job-0")
         self.assertEqual(gone.exception.code(), grpc.StatusCode.NOT_FOUND)

@@ -87,8 +87,10 @@ class DataParallelTest(unittest.TestCase):
         # The coordinator saw the worker's stream close, a peer's all-reduce fail naming it, or
         # its replica's stage 0 lose its link (whichever came first failed the attempt): each
         # says replica 1.
-        logs = "".join(c.logs)
-        self.assertRegex(logs, r"job paci-r2 attempt 1: .*replica 1")
+        # The coordinator logs it before it publishes the restart, but its log reaches this
+        # process through a pipe and a reader thread, so wait for the line.
+        self.assertTrue(c.wait_for_log(r"job paci-r2 attempt 1: .*replica 1"),
+                        "".join(c.logs[-60:]))
         done = self.finished("paci-r2")
         self.assertEqual(done.status.attempt, 2)
         self.assertNotIn(victim.worker_id, [st.worker_id for st in done.status.stages])

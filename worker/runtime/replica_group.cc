@@ -17,6 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "common/net_address.h"
 #include "common/status_macros.h"
 
@@ -194,14 +195,21 @@ absl::Status ReplicaGroup::Average(const std::vector<torch::Tensor>& tensors) {
 }
 
 absl::Status ReplicaGroup::Failed(const std::string& what, const std::string& error) const {
+  // A peer killed mid-collective resets its connections before the kernel has closed its
+  // listening port, so ask a few times before saying that every peer still answers.
   std::vector<std::string> silent;
-  if (!Answers(options_.store_address, absl::Seconds(1))) {
-    silent.push_back(absl::StrCat("the store at ", options_.store_address));
-  }
-  for (int r = 0; r < static_cast<int>(options_.peer_addresses.size()); ++r) {
-    if (r == options_.replica) continue;
-    const std::string& peer = options_.peer_addresses[r];
-    if (!Answers(peer, absl::Seconds(1))) silent.push_back(absl::StrCat("replica ", r, " at ", peer));
+  for (int probe = 0; probe < 5 && silent.empty(); ++probe) {
+    if (probe > 0) absl::SleepFor(absl::Milliseconds(200));
+    if (!Answers(options_.store_address, absl::Seconds(1))) {
+      silent.push_back(absl::StrCat("the store at ", options_.store_address));
+    }
+    for (int r = 0; r < static_cast<int>(options_.peer_addresses.size()); ++r) {
+      if (r == options_.replica) continue;
+      const std::string& peer = options_.peer_addresses[r];
+      if (!Answers(peer, absl::Seconds(1))) {
+        silent.push_back(absl::StrCat("replica ", r, " at ", peer));
+      }
+    }
   }
   // c10d's messages carry a C++ backtrace after their first line.
   const std::string first_line = error.substr(0, error.find('\n'));
