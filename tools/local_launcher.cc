@@ -13,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "common/job_phase.h"
 #include "common/job_spec.h"
+#include "common/process.h"
 #include "common/shutdown_signal.h"
 #include "common/status_macros.h"
 #include "common/temp_dir.h"
@@ -24,7 +25,6 @@
 #include "tools/progress_printer.h"
 #include "tools/summary_json.h"
 #include "tools/worker_log_relay.h"
-#include "tools/worker_processes.h"
 
 namespace paci {
 namespace {
@@ -118,7 +118,7 @@ class LocalRun {
   const std::string scratch_;  // the coordinator's port file and job store
   const absl::Time start_;
   std::ostream& out_;
-  WorkerProcesses processes_;
+  ChildProcesses processes_;
   WorkerLogRelay relay_;
   ProgressPrinter printer_;
   std::string address_;  // the coordinator's
@@ -150,7 +150,7 @@ absl::Status LocalRun::StartCoordinator() {
                              {"--listen=127.0.0.1:0", "--db=" + scratch_ + "/jobs.db",
                               "--port_file=" + port_file},
                              {},
-                             /*capture_output=*/true};
+                             ProcessCommand::Output::kCombined};
   absl::StatusOr<int> started = processes_.Start(coordinator);
   if (!started.ok()) {
     return absl::UnavailableError(
@@ -185,7 +185,7 @@ absl::Status LocalRun::StartWorkers() {
                           {"--coordinator=" + address_,
                            absl::StrCat("--worker_id=", spec_.name(), "-w", s)},
                           {{"OMP_NUM_THREADS", threads}, {"OPENBLAS_NUM_THREADS", threads}},
-                          /*capture_output=*/true};
+                          ProcessCommand::Output::kCombined};
     worker.args.insert(worker.args.end(), options_.worker_flags.begin(),
                        options_.worker_flags.end());
     absl::StatusOr<int> started = processes_.Start(worker);

@@ -11,7 +11,7 @@ namespace paci {
 // line prefixed with its worker's tag (e.g. "[stage 1] "), so that the lines
 // of different workers never interleave mid-line and the launcher can print
 // them above its progress line. Reads pipes it does not own (see
-// WorkerProcesses::output_fd); a line longer than kMaxLine is passed on in
+// ChildProcesses::output_fd); a line longer than kMaxLine is passed on in
 // pieces.
 //
 // Not thread-safe: owned by the launcher's loop.

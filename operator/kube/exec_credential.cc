@@ -1,21 +1,18 @@
 #include "operator/kube/exec_credential.h"
 
-#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-
-extern char** environ;
+#include "common/process.h"
+#include "common/status_macros.h"
 
 namespace paci::op {
 namespace {
@@ -40,20 +37,10 @@ struct ProcessResult {
   std::string err;      // empty when stderr was passed through
 };
 
-struct FileActions {
-  posix_spawn_file_actions_t actions;
-  FileActions() { posix_spawn_file_actions_init(&actions); }
-  ~FileActions() { posix_spawn_file_actions_destroy(&actions); }
-};
-
-void CloseIfOpen(int& fd) {
-  if (fd >= 0) close(fd);
-  fd = -1;
-}
-
 // Reads a child's stdout (fds[0]) and stderr (fds[1], or -1) into `result`
-// until both close, at most kMaxOutput each; past the deadline (not when
-// interactive) it stops and sets timed_out. A closed descriptor becomes -1.
+// until both reach their end, at most kMaxOutput each; past the deadline (not
+// when interactive) it stops and sets timed_out. A finished descriptor
+// becomes -1 here (its owner closes it).
 void ReadOutput(int fds[2], bool interactive, absl::Time deadline, ProcessResult& result) {
   std::string* sinks[2] = {&result.out, &result.err};
   while (fds[0] >= 0 || fds[1] >= 0) {
@@ -84,81 +71,39 @@ void ReadOutput(int fds[2], bool interactive, absl::Time deadline, ProcessResult
       if (n > 0) {
         if (sinks[i]->size() < kMaxOutput) sinks[i]->append(buffer, static_cast<size_t>(n));
       } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
-        CloseIfOpen(fds[i]);
+        fds[i] = -1;
       }
     }
   }
 }
 
-// Runs `argv` with `env`; stdin and stderr are this process's when
-// `interactive`, else /dev/null and captured. When it cannot start, the
-// status is an error and *spawn_errno says why (ENOENT: not found).
-absl::StatusOr<ProcessResult> RunProcess(const std::vector<std::string>& argv,
-                                         const std::vector<std::string>& env, bool interactive,
-                                         absl::Duration timeout, int* spawn_errno) {
-  int out_pipe[2] = {-1, -1};
-  int err_pipe[2] = {-1, -1};
-  if (pipe2(out_pipe, O_CLOEXEC) != 0 || (!interactive && pipe2(err_pipe, O_CLOEXEC) != 0)) {
-    CloseIfOpen(out_pipe[0]);
-    CloseIfOpen(out_pipe[1]);
-    return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
-  }
-  FileActions actions;
-  posix_spawn_file_actions_adddup2(&actions.actions, out_pipe[1], STDOUT_FILENO);
-  if (!interactive) {
-    posix_spawn_file_actions_addopen(&actions.actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_adddup2(&actions.actions, err_pipe[1], STDERR_FILENO);
-  }
-  std::vector<char*> args;
-  for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
-  args.push_back(nullptr);
-  std::vector<char*> envp;
-  for (const std::string& entry : env) envp.push_back(const_cast<char*>(entry.c_str()));
-  envp.push_back(nullptr);
-
-  pid_t pid = -1;
-  // posix_spawnp looks the command up in this process's PATH, as Go's
-  // exec.LookPath does.
-  const int spawned = posix_spawnp(&pid, args[0], &actions.actions, nullptr, args.data(),
-                                   envp.data());
-  CloseIfOpen(out_pipe[1]);
-  CloseIfOpen(err_pipe[1]);
-  if (spawned != 0) {
-    CloseIfOpen(out_pipe[0]);
-    CloseIfOpen(err_pipe[0]);
-    *spawn_errno = spawned;
-    return absl::UnavailableError(std::strerror(spawned));
-  }
-
+// Runs `command` with `env` added to this process's environment; stdin and
+// stderr are this process's when `interactive`, else /dev/null and captured.
+// NotFound when the command is not in PATH.
+absl::StatusOr<ProcessResult> RunProcess(const std::string& command,
+                                         const std::vector<std::string>& args,
+                                         std::vector<std::pair<std::string, std::string>> env,
+                                         bool interactive, absl::Duration timeout) {
+  ProcessCommand plugin{command, args, std::move(env)};
+  plugin.search_path = true;  // as Go's exec.LookPath does
+  plugin.stdin_from_null = !interactive;
+  plugin.output =
+      interactive ? ProcessCommand::Output::kStdoutOnly : ProcessCommand::Output::kSeparate;
+  plugin.own_process_group = false;  // an interactive login reads the terminal
+  ChildProcesses processes;  // waited for before this returns, so this thread outlives it
+  ASSIGN_OR_RETURN(const int child, processes.Start(plugin));
   ProcessResult result;
-  int fds[2] = {out_pipe[0], err_pipe[0]};
+  int fds[2] = {processes.output_fd(child), processes.error_fd(child)};
   ReadOutput(fds, interactive, absl::Now() + timeout, result);
-  if (result.timed_out) kill(pid, SIGKILL);
-  CloseIfOpen(fds[0]);
-  CloseIfOpen(fds[1]);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  if (result.timed_out) processes.Signal(child, SIGKILL);
+  const ProcessExit exit = processes.Wait(child);
+  if (exit.wait_status >= 0 && WIFEXITED(exit.wait_status)) {
+    result.exit_code = WEXITSTATUS(exit.wait_status);
   }
-  if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) result.signal = WTERMSIG(status);
+  if (exit.wait_status >= 0 && WIFSIGNALED(exit.wait_status)) {
+    result.signal = WTERMSIG(exit.wait_status);
+  }
   return result;
-}
-
-// The environment of a run: ours, then the configured entries, then
-// KUBERNETES_EXEC_INFO; a later entry replaces an earlier one of that name
-// (Go's exec keeps the last of duplicates).
-std::vector<std::string> PluginEnvironment(
-    const std::vector<std::pair<std::string, std::string>>& extra) {
-  std::set<std::string> replaced;
-  for (const auto& [name, value] : extra) replaced.insert(name);
-  std::vector<std::string> env;
-  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
-    const std::string text = *entry;
-    const std::string name = text.substr(0, text.find('='));
-    if (replaced.count(name) == 0) env.push_back(text);
-  }
-  for (const auto& [name, value] : extra) env.push_back(absl::StrCat(name, "=", value));
-  return env;
 }
 
 std::string Tail(const std::string& text, size_t length) {
@@ -271,14 +216,11 @@ absl::StatusOr<ExecCredential> ExecCredentialPlugin::Run() {
 
   std::vector<std::pair<std::string, std::string>> env = config_.env;
   env.emplace_back(kExecInfoEnv, ExecInfo(interactive));
-  std::vector<std::string> argv = {config_.command};
-  argv.insert(argv.end(), config_.args.begin(), config_.args.end());
   ++runs_;
-  int spawn_errno = 0;
   absl::StatusOr<ProcessResult> result =
-      RunProcess(argv, PluginEnvironment(env), interactive, config_.timeout, &spawn_errno);
+      RunProcess(config_.command, config_.args, std::move(env), interactive, config_.timeout);
   if (!result.ok()) {
-    if (spawn_errno == ENOENT) {
+    if (absl::IsNotFound(result.status())) {
       std::string message =
           absl::StrCat("exec: executable ", config_.command, " not found", kInstallHelp);
       if (!config_.install_hint.empty()) absl::StrAppend(&message, "\n\n", config_.install_hint);

@@ -9,11 +9,7 @@
 // history is gone. Stopped, and its folder removed, when the TestApiServer goes. Needs PACI_SOURCE_DIR
 // (every paci_cc_test defines it) and links cpp-httplib.
 
-#include <fcntl.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
+#include <stdlib.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -27,9 +23,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/process.h"
 #include "operator/kube/kube_client.h"
-
-extern char** environ;
 
 namespace paci::op {
 
@@ -40,19 +35,14 @@ class TestApiServer {
     dir_ = mkdtemp(dir_template);
     const std::string ready = dir_ + "/ready.json";
     const std::string source = PACI_SOURCE_DIR;
-    std::vector<std::string> args = {
-        "/usr/bin/python3", source + "/tests/harness/control_plane.py", "--workdir", dir_,
-        "--build-dir", source + "/build", "--ready-file", ready, "--apiserver-arg=--watch-cache=false"};
-    std::vector<char*> argv;
-    for (std::string& arg : args) argv.push_back(arg.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t files;
-    posix_spawn_file_actions_init(&files);
-    posix_spawn_file_actions_addopen(&files, 1, (dir_ + "/control-plane.log").c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&files, 1, 2);
-    posix_spawn(&pid_, argv[0], &files, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&files);
+    ProcessCommand control_plane{
+        "/usr/bin/python3",
+        {source + "/tests/harness/control_plane.py", "--workdir", dir_, "--build-dir",
+         source + "/build", "--ready-file", ready, "--apiserver-arg=--watch-cache=false"},
+        {}};
+    control_plane.output = ProcessCommand::Output::kFile;
+    control_plane.output_file = log_path();
+    if (!processes_.Start(control_plane).ok()) return;  // ok() stays false
     // The ready file appears once the API server serves (seconds).
     for (int i = 0; i < 1200 && url_.empty(); ++i) {
       std::ifstream in(ready);
@@ -64,26 +54,14 @@ class TestApiServer {
         token_ = info.value("token", "");
         break;
       }
-      if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
-        pid_ = -1;
-        break;
-      }
+      if (!processes_.PollExits().empty()) break;
       absl::SleepFor(absl::Milliseconds(100));
     }
   }
   ~TestApiServer() {
-    if (pid_ > 0) {
-      kill(pid_, SIGTERM);  // it stops etcd and the API server, then exits
-      bool ended = false;
-      for (int i = 0; i < 300 && !ended; ++i) {
-        ended = waitpid(pid_, nullptr, WNOHANG) == pid_;
-        if (!ended) absl::SleepFor(absl::Milliseconds(100));
-      }
-      if (!ended) {  // its children die with it (PR_SET_PDEATHSIG)
-        kill(pid_, SIGKILL);
-        waitpid(pid_, nullptr, 0);
-      }
-    }
+    // SIGTERM: it stops etcd and the API server, then exits; its children die
+    // with it (PR_SET_PDEATHSIG) if it has to be killed.
+    processes_.StopAll(absl::Seconds(30));
     std::error_code ignored;
     std::filesystem::remove_all(dir_, ignored);
   }
@@ -124,7 +102,7 @@ class TestApiServer {
   }
 
   std::string dir_;
-  pid_t pid_ = -1;
+  ChildProcesses processes_;
   std::string url_;
   std::string token_;
 };
