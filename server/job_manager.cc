@@ -254,10 +254,11 @@ void JobManager::CheckTimersLocked(JobState& state, absl::Time now) {
   const v1::JobStatus& status = state.status();
   if (state.awaiting_reconnect && now - recovered_at_ > options_.reconnect_grace) {
     state.awaiting_reconnect = false;
-    const int missing = std::count(state.workers.begin(), state.workers.end(), "");
+    const int missing = std::count_if(state.stages.begin(), state.stages.end(),
+                                      [](const StageProgress& s) { return !s.reconnected; });
     FailAttemptLocked(state, "WorkersLost",
                       absl::StrCat("after a coordinator restart ", missing, " of ",
-                                   state.workers.size(), " stage workers did not come back"),
+                                   state.stages.size(), " stage workers did not come back"),
                       /*permanent=*/false);
   }
   const int64_t deadline = state.spec().run_policy().active_deadline_seconds();
@@ -348,7 +349,6 @@ void JobManager::FailAttemptLocked(JobState& state, const std::string& reason,
   status.set_restarts(status.restarts() + 1);
   metrics_.AddRestart(state.name());
   state.queued_since = clock_.Now();
-  state.workers.clear();
   SetPhaseLocked(state, v1::RESTARTING, reason,
                  absl::StrCat(message, "; restarting from step ", status.checkpoint_step()));
   ChangedLocked(state, true);

@@ -470,9 +470,17 @@ TEST_F(JobManagerTest, ARestartedCoordinatorReconcilesEveryReplicasWorkers) {
   v1::StageAssignment running;
   running.set_job_name("dp");
   running.set_attempt(1);
-  for (int w = 0; w < 4; ++w) {  // each comes back saying which stage of which replica it runs
+  // Each comes back saying which stage of which replica it runs; before the
+  // last, one that claims the slot another worker was placed on is told to stop.
+  for (int w = 0; w < 4; ++w) {
     running.set_stage(w % 2);
     running.set_replica(w / 2);
+    if (w == 3) {
+      ConnectWorker("impostor", {}, running);
+      auto impostor = Take("impostor");
+      ASSERT_EQ(impostor.size(), 1u);
+      EXPECT_TRUE(impostor[0].has_stop());
+    }
     ConnectWorker(absl::StrCat("w", w), {}, running);
   }
   // A worker that claims a replica the job does not have is told to stop.
@@ -493,6 +501,7 @@ TEST_F(JobManagerTest, ARestartedCoordinatorReconcilesEveryReplicasWorkers) {
   EXPECT_EQ(job.status().restarts(), 0);
   EXPECT_EQ(job.status().stages(3).weights_hash(), 42u);  // replica 1's stage 1
   EXPECT_EQ(job.status().stages(3).optimizer_steps(), 7);
+  EXPECT_EQ(job.status().stages(3).worker_id(), "w3");
   for (const char* w : {"w0", "w1", "w2", "w3"}) EXPECT_TRUE(Take(w).empty()) << w;
 }
 

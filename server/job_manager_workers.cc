@@ -44,7 +44,8 @@ void JobManager::AdoptLocked(WorkerRegistry::Worker& worker) {
   worker.slot = state == nullptr ? -1 : SlotOf(state->spec(), running.stage(), running.replica());
   const bool ours = state != nullptr && state->awaiting_reconnect &&
                     state->status().attempt() == running.attempt() && worker.slot >= 0 &&
-                    worker.slot < static_cast<int>(state->workers.size());
+                    worker.slot < static_cast<int>(state->stages.size()) &&
+                    state->worker(worker.slot) == id;
   if (!ours) {
     // A job that worker still holds waits for it to let go.
     if (state != nullptr) queue_.Remove(state->name());
@@ -54,8 +55,11 @@ void JobManager::AdoptLocked(WorkerRegistry::Worker& worker) {
                                                    "the coordinator no longer runs this placement"));
     return;
   }
-  state->workers[worker.slot] = id;
-  if (std::count(state->workers.begin(), state->workers.end(), "") > 0) return;
+  state->stages[worker.slot].reconnected = true;
+  if (std::any_of(state->stages.begin(), state->stages.end(),
+                  [](const StageProgress& s) { return !s.reconnected; })) {
+    return;
+  }
   state->awaiting_reconnect = false;
   LOG(INFO) << "job " << state->name() << " reconciled with its workers";
   SetConditionLocked(*state, "Running", true, "Reconciled",
@@ -129,8 +133,8 @@ void JobManager::RemoveWorkerLocked(const std::string& worker_id, const std::str
     return;
   }
   if (state->awaiting_reconnect && worker->slot >= 0 &&
-      worker->slot < static_cast<int>(state->workers.size())) {
-    state->workers[worker->slot] = "";
+      worker->slot < static_cast<int>(state->stages.size())) {
+    state->stages[worker->slot].reconnected = false;
   }
   FailAttemptLocked(*state, "WorkerLost",
                     absl::StrCat("worker ", worker_id, " running ",

@@ -34,7 +34,6 @@ void StartAttempt(JobState& state, const WorkerRegistry& workers,
   status.set_attempt(status.attempt() + 1);
   const int P = state.spec().pipeline().num_stages();
   const int slots = static_cast<int>(worker_ids.size());  // P x R
-  state.workers = worker_ids;
   state.stages.assign(slots, StageProgress{});
   for (auto& stage : state.stages) stage.last_progress = now;
   state.attempt_started = now;
@@ -63,8 +62,7 @@ JobState RecoveredJob(v1::Job job, absl::Time now) {
   state.job = std::move(job);
   if (state.status().phase() == v1::RUNNING) {
     state.awaiting_reconnect = true;
-    state.workers.assign(WorkersOf(state.spec().pipeline()), "");
-    state.stages.assign(state.workers.size(), StageProgress{});
+    state.stages.assign(state.status().stages_size(), StageProgress{});
     for (auto& stage : state.stages) stage.last_progress = now;
     state.attempt_started = now;
   }
@@ -79,7 +77,6 @@ JobState RecoveredJob(v1::Job job, absl::Time now) {
 
 v1::StageAssignment AssignmentFor(const JobState& state, const WorkerRegistry& workers,
                                   uint64_t instance, int slot) {
-  const std::vector<std::string>& worker_ids = state.workers;
   const int P = state.spec().pipeline().num_stages();
   const int stage = slot % P, replica = slot / P;
   v1::StageAssignment assignment;
@@ -91,15 +88,16 @@ v1::StageAssignment AssignmentFor(const JobState& state, const WorkerRegistry& w
   }
   assignment.set_stage(stage);
   assignment.set_replica(replica);
-  auto link = [&](int w) { return workers.at(worker_ids[w]).registration.link_address(); };
+  const int slots = static_cast<int>(state.stages.size());
+  auto link = [&](int w) { return workers.at(state.worker(w)).registration.link_address(); };
   for (int s = 0; s < P; ++s) assignment.add_stage_addresses(link(replica * P + s));
-  if (static_cast<int>(worker_ids.size()) > P) {
-    const v1::WorkerRegistration& first = workers.at(worker_ids[stage]).registration;
+  if (slots > P) {
+    const v1::WorkerRegistration& first = workers.at(state.worker(stage)).registration;
     assignment.set_replica_store_address(first.store_address());
     assignment.set_replica_group(absl::StrCat(absl::Hex(instance), "/", state.sequence, "/",
                                               state.name(), "/", assignment.attempt(), "/stage-",
                                               stage));
-    for (int w = stage; w < static_cast<int>(worker_ids.size()); w += P) {
+    for (int w = stage; w < slots; w += P) {
       assignment.add_replica_addresses(link(w));
     }
   }
@@ -112,7 +110,7 @@ std::vector<std::string> StalledStages(const JobState& state, absl::Time now,
   for (size_t s = 0; s < state.stages.size(); ++s) {
     if (!state.stages[s].finished && now - state.stages[s].last_progress > timeout) {
       stalled.push_back(absl::StrCat(SlotName(state.spec(), static_cast<int>(s)), " on worker ",
-                                     state.workers[s]));
+                                     state.worker(static_cast<int>(s))));
     }
   }
   return stalled;

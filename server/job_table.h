@@ -19,6 +19,9 @@ namespace paci {
 // One running stage as the JobManager watches it.
 struct StageProgress {
   bool finished = false;
+  // After a coordinator restart: its worker has connected again and said it
+  // runs this slot (JobState::awaiting_reconnect until every one has).
+  bool reconnected = false;
   absl::Time last_progress;
   int64_t last_step = -1;
 };
@@ -28,8 +31,8 @@ struct StageProgress {
 struct JobState {
   v1::Job job;
   int64_t sequence = 0;  // submission order in this run; JobTable::Insert sets it
-  // The current attempt's worker per slot (replica * P + stage).
-  std::vector<std::string> workers;
+  // Per slot (replica * P + stage) of the current attempt; its worker is
+  // status().stages(slot).worker_id(), the one record of the placement.
   std::vector<StageProgress> stages;
   CheckpointShards shards;
   absl::Time attempt_started;
@@ -43,6 +46,8 @@ struct JobState {
   v1::JobStatus& status() { return *job.mutable_status(); }
   const v1::JobStatus& status() const { return job.status(); }
   const v1::JobSpec& spec() const { return job.spec(); }
+  // The worker placed on `slot` by the last attempt.
+  const std::string& worker(int slot) const { return job.status().stages(slot).worker_id(); }
   const std::string& name() const { return job.name(); }
 };
 
