@@ -73,7 +73,7 @@ absl::Status StageRuntime::Init() {
 }
 
 absl::Status StageRuntime::Run() {
-  started_ = absl::Now();
+  started_ = options_.clock->Now();
   absl::Status status;
   try {
     status = Loop();
@@ -88,7 +88,7 @@ absl::Status StageRuntime::Run() {
 
 void StageRuntime::Mark(v1::Span::Kind kind, std::optional<uint64_t> micro_batch_id,
                         std::optional<int64_t> step) {
-  const absl::Time now = absl::Now();
+  const absl::Time now = options_.clock->Now();
   const double seconds = absl::ToDoubleSeconds(now - span_start_);
   if (options_.spans != nullptr) {
     options_.spans->Record(kind, span_start_, now, micro_batch_id, step);
@@ -98,12 +98,12 @@ void StageRuntime::Mark(v1::Span::Kind kind, std::optional<uint64_t> micro_batch
 }
 
 double StageRuntime::SecondsSinceStart() const {
-  return absl::ToDoubleSeconds(absl::Now() - started_);
+  return absl::ToDoubleSeconds(options_.clock->Now() - started_);
 }
 
 absl::Status StageRuntime::Loop() {
   Inbox& inbox = *options_.inbox;
-  span_start_ = absl::Now();
+  span_start_ = options_.clock->Now();
   while (true) {
     RETURN_IF_ERROR(inbox.failure());
     if (cancelled_.load()) return absl::CancelledError("the job was cancelled");
@@ -239,9 +239,9 @@ absl::StatusOr<std::optional<double>> StageRuntime::StepOptimizer() {
   if (options_.replicas != nullptr) {
     std::vector<torch::Tensor> tensors = model_->Gradients();
     if (last_) tensors.push_back(step_loss_sum_);
-    const absl::Time start = absl::Now();
+    const absl::Time start = options_.clock->Now();
     RETURN_IF_ERROR(options_.replicas->Average(tensors));
-    stats_.ObserveAllReduce(absl::ToDoubleSeconds(absl::Now() - start));
+    stats_.ObserveAllReduce(absl::ToDoubleSeconds(options_.clock->Now() - start));
     Mark(v1::Span::ALL_REDUCE, std::nullopt, step);
   }
   const StageModel::StepOutcome outcome = model_->Step(step);

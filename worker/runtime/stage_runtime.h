@@ -13,6 +13,7 @@
 #include "absl/time/time.h"
 #include "paci/v1/job.pb.h"
 #include "paci/v1/stage.pb.h"
+#include "common/clock.h"
 #include "worker/data/corpus.h"
 #include "worker/pipeline/stage_scheduler.h"
 #include "worker/runtime/replica_group.h"
@@ -44,6 +45,8 @@ struct StageRuntimeOptions {
   // pipeline.data_parallel: this stage's replicas, which average their
   // gradients at every optimizer step; null with one replica.
   ReplicaGroup* replicas = nullptr;
+  // The spans' and the report's time; tests drive their own.
+  const Clock* clock = &Clock::Real();
 };
 
 // A stage's place among its replicas: replica r's local micro-batch m reads

@@ -5,6 +5,7 @@
 
 #include "worker/runtime/stage_runtime.h"
 
+#include <atomic>
 #include <cmath>
 #include <functional>
 #include <optional>
@@ -201,6 +202,42 @@ TEST(StageRuntimeTest, OneStageTrainsEvaluatesAndReports) {
   EXPECT_EQ(report.bytes_sent(), 0);
   EXPECT_GT(report.spans_size(), kMicroBatches);  // a forward and a backward each, at least
   EXPECT_GT(report.busy_seconds(), 0);
+}
+
+// A clock that moves 1 ms at every read, from a start far from now.
+class TickingClock final : public Clock {
+ public:
+  static constexpr absl::Time kStart = absl::FromUnixSeconds(1'800'000'000);
+  absl::Time Now() const override { return kStart + absl::Milliseconds(ticks_.fetch_add(1) + 1); }
+  bool AwaitWithDeadline(absl::Mutex& mutex, const absl::Condition& condition,
+                         absl::Time deadline) override {
+    return mutex.AwaitWithDeadline(condition, absl::Now() + (deadline - Now()));
+  }
+  int64_t ticks() const { return ticks_.load(); }
+
+ private:
+  mutable std::atomic<int64_t> ticks_{0};
+};
+
+TEST(StageRuntimeTest, SpansAndBusyTimeComeFromTheInjectedClock) {
+  Stage stage(/*num_stages=*/1, /*stage=*/0, nullptr, nullptr);
+  TickingClock clock;
+  stage.options.clock = &clock;
+  const v1::StageReport report = stage.Train();
+  ASSERT_GT(report.spans_size(), kMicroBatches);
+  const int64_t start = absl::ToUnixMicros(TickingClock::kStart);
+  const int64_t end = start + clock.ticks() * 1000;
+  for (const v1::Span& span : report.spans()) {
+    EXPECT_GE(span.start_unix_micros(), start) << span.DebugString();
+    EXPECT_LE(span.end_unix_micros(), end) << span.DebugString();
+    EXPECT_EQ(span.start_unix_micros() % 1000, 0) << "not on a tick: " << span.DebugString();
+  }
+  // Each span is a whole number of ticks, so the busy and idle time are too,
+  // and no more than the ticks the run took.
+  const double seconds = report.busy_seconds() + report.idle_seconds();
+  EXPECT_GT(seconds, 0);
+  EXPECT_LE(seconds, clock.ticks() / 1000.0 + 1e-9);
+  EXPECT_NEAR(report.busy_seconds() * 1000, std::round(report.busy_seconds() * 1000), 1e-6);
 }
 
 // pipeline.data_parallel: two replicas of a one-stage job, accumulation 2 each, in this
