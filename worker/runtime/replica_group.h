@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "worker/runtime/gradient_sync.h"
 
 namespace c10d {
 class Store;
@@ -53,13 +54,13 @@ struct ReplicaGroupOptions {
 // The replicas of one pipeline stage (pipeline.data_parallel): a c10d
 // ProcessGroupGloo over a TCPStore, so the all-reduce is LibTorch's own.
 // Used by one thread, the stage's compute thread.
-class ReplicaGroup {
+class ReplicaGroup final : public GradientSync {
  public:
   // Meets the other replicas. Unavailable, naming the replicas that did not
   // arrive and the peers (or the store) that do not answer, when they do not
   // all come within join_timeout.
   static absl::StatusOr<std::unique_ptr<ReplicaGroup>> Join(const ReplicaGroupOptions& options);
-  ~ReplicaGroup();
+  ~ReplicaGroup() override;
 
   // Replaces each tensor by its mean over the replicas, in one all-reduce per
   // element type (float64 tensors in float64, every other in float32, then
@@ -67,10 +68,10 @@ class ReplicaGroup {
   // Every replica must pass tensors of the same shapes in the same order, and
   // ends with the same bits. Unavailable naming the peers that do not answer
   // when a replica is gone.
-  absl::Status Average(const std::vector<torch::Tensor>& tensors);
+  absl::Status Average(const std::vector<torch::Tensor>& tensors) override;
 
-  int replica() const { return options_.replica; }
-  int num_replicas() const { return options_.num_replicas; }
+  int replica() const override { return options_.replica; }
+  int num_replicas() const override { return options_.num_replicas; }
 
  private:
   struct Impl;

@@ -16,6 +16,7 @@
 #include "common/status_macros.h"
 #include "worker/data/corpus.h"
 #include "worker/runtime/nccl_placement.h"
+#include "worker/runtime/replica_group.h"
 #include "worker/runtime/span_recorder.h"
 #include "worker/runtime/stage_metrics.h"
 #include "worker/runtime/stage_runtime.h"
@@ -169,7 +170,7 @@ absl::Status StageHost::Train() {
   runtime_options.link_id = expect.job_name;
   runtime_options.nccl_previous = NcclWithPeer(assignment_, stage - 1);
   runtime_options.nccl_next = NcclWithPeer(assignment_, stage + 1);
-  runtime_options.replicas = replicas->get();
+  runtime_options.gradient_sync = replicas->get();
   StageRuntime runtime(std::move(runtime_options), metrics);
   const absl::Status status = RunReporting(runtime);
   inbox->Close();

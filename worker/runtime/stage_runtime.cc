@@ -15,7 +15,7 @@
 namespace paci {
 namespace {
 
-ReplicaRole RoleOf(const ReplicaGroup* group) {
+ReplicaRole RoleOf(const GradientSync* group) {
   if (group == nullptr) return ReplicaRole{};
   return ReplicaRole{group->replica(), group->num_replicas()};
 }
@@ -28,7 +28,7 @@ StageRuntime::StageRuntime(StageRuntimeOptions options, StageMetrics& metrics)
       stage_(options_.stage),
       first_(stage_ == 0),
       last_(stage_ == spec_.pipeline().num_stages() - 1),
-      role_(RoleOf(options_.replicas)),
+      role_(RoleOf(options_.gradient_sync)),
       stats_(metrics, spec_.name(), stage_, role_.replica),
       channel_(StageChannel::Options{stage_, options_.link_id, options_.inbox, options_.previous,
                                      options_.next, options_.nccl_previous, options_.nccl_next},
@@ -236,11 +236,11 @@ absl::StatusOr<std::optional<double>> StageRuntime::StepOptimizer() {
   const int64_t step = scheduler_->version();  // already advanced
   // Replicas first: the guard, the clipping and AdamW then see the same
   // gradients on every replica and leave the same weights.
-  if (options_.replicas != nullptr) {
+  if (options_.gradient_sync != nullptr) {
     std::vector<torch::Tensor> tensors = model_->Gradients();
     if (last_) tensors.push_back(step_loss_sum_);
     const absl::Time start = options_.clock->Now();
-    RETURN_IF_ERROR(options_.replicas->Average(tensors));
+    RETURN_IF_ERROR(options_.gradient_sync->Average(tensors));
     stats_.ObserveAllReduce(absl::ToDoubleSeconds(options_.clock->Now() - start));
     Mark(v1::Span::ALL_REDUCE, std::nullopt, step);
   }
@@ -250,7 +250,7 @@ absl::StatusOr<std::optional<double>> StageRuntime::StepOptimizer() {
     LOG(WARNING) << "job=" << spec_.name() << " stage " << stage_ << " step " << step
                  << ": the gradients hold NaN or Inf; step skipped, weights unchanged";
   }
-  if (options_.replicas != nullptr) weights_hash_ = model_->HashWeights(weights_hash_);
+  if (options_.gradient_sync != nullptr) weights_hash_ = model_->HashWeights(weights_hash_);
   Mark(v1::Span::OPTIMIZER_STEP, std::nullopt, step);
   stats_.AddOptimizerStep(outcome.gradient_norm);
   if (!last_) return std::nullopt;

@@ -16,7 +16,7 @@
 #include "common/clock.h"
 #include "worker/data/corpus.h"
 #include "worker/pipeline/stage_scheduler.h"
-#include "worker/runtime/replica_group.h"
+#include "worker/runtime/gradient_sync.h"
 #include "worker/runtime/span_recorder.h"
 #include "worker/runtime/stage_channel.h"
 #include "worker/runtime/stage_checkpointer.h"
@@ -42,9 +42,9 @@ struct StageRuntimeOptions {
   std::string link_id;
   // NCCL to the previous and/or next stage (both GPU stages on one node).
   bool nccl_previous = false, nccl_next = false;
-  // pipeline.data_parallel: this stage's replicas, which average their
+  // pipeline.data_parallel: how this stage's replicas average their
   // gradients at every optimizer step; null with one replica.
-  ReplicaGroup* replicas = nullptr;
+  GradientSync* gradient_sync = nullptr;
   // The spans' and the report's time; tests drive their own.
   const Clock* clock = &Clock::Real();
 };

@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
 #include "common/schedule_kind.h"
+#include "worker/runtime/replica_group.h"
 #include "worker/transport/frame_sender.h"
 #include "worker/transport/tensor_codec.h"
 
@@ -144,8 +145,8 @@ struct Stage {
 
   // Builds the runtime (one of `replicas` when given), Inits and Runs it; the
   // report of the whole run.
-  v1::StageReport Train(absl::Status* run_status = nullptr, ReplicaGroup* replicas = nullptr) {
-    options.replicas = replicas;
+  v1::StageReport Train(absl::Status* run_status = nullptr, GradientSync* replicas = nullptr) {
+    options.gradient_sync = replicas;
     runtime.emplace(options, metrics);
     absl::Status status = runtime->Init();
     EXPECT_TRUE(status.ok()) << status;
