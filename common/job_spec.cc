@@ -186,6 +186,7 @@ absl::Status ValidateData(const v1::DataSpec& d) {
 absl::Status ValidateCheckpoint(const v1::CheckpointSpec& c) {
   RETURN_IF_ERROR(
       Require(c.interval() >= 0, "checkpoint.interval", "at least 0", c.interval()));
+  RETURN_IF_ERROR(RequireBetween("checkpoint.keep", c.keep(), 0, 1000000));
   if (c.resume() && c.directory().empty()) {
     return absl::InvalidArgumentError(
         "checkpoint.directory: must be set when checkpoint.resume is true, got \"\"");
@@ -349,6 +350,10 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec) {
   if (!runtime->has_threads_per_stage()) runtime->set_threads_per_stage(1);
   if (runtime->device().empty()) runtime->set_device("cpu");
   if (runtime->precision().empty()) runtime->set_precision("fp32");
+
+  if (spec->has_checkpoint() && !spec->checkpoint().has_keep()) {
+    spec->mutable_checkpoint()->set_keep(3);
+  }
 
   v1::RunPolicy* policy = spec->mutable_run_policy();
   if (!policy->has_backoff_limit()) policy->set_backoff_limit(3);

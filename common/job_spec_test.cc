@@ -62,6 +62,7 @@ checkpoint:
   directory: /tmp/ckpt
   interval: 100
   resume: true
+  keep: 0
 runtime:
   threads_per_stage: 2
   device: cpu
@@ -302,6 +303,10 @@ TEST(ApplyJobSpecDefaultsTest, FillsEveryUnsetOptionalField) {
   EXPECT_EQ(spec->data().tokenizer(), "char");
   EXPECT_EQ(spec->runtime().threads_per_stage(), 1);
   EXPECT_FALSE(spec->has_checkpoint());
+  v1::JobSpec saving = *spec;
+  saving.mutable_checkpoint()->set_directory("/tmp/ckpt");
+  ApplyJobSpecDefaults(&saving);
+  EXPECT_EQ(saving.checkpoint().keep(), 3);
 }
 
 TEST(ApplyJobSpecDefaultsTest, KeepsExplicitValuesIncludingZero) {
@@ -315,6 +320,9 @@ TEST(ApplyJobSpecDefaultsTest, KeepsExplicitValuesIncludingZero) {
 
 TEST(ValidateJobSpecTest, RunPolicyRangesAreNamed) {
   v1::JobSpec spec = *ParseJobSpecYaml(WithCorpus(kFullSpec));
+  spec.mutable_checkpoint()->set_keep(-1);
+  EXPECT_NE(ValidateJobSpec(spec).message().find("checkpoint.keep"), std::string::npos);
+  spec.mutable_checkpoint()->set_keep(3);
   spec.mutable_run_policy()->set_backoff_limit(-1);
   EXPECT_NE(ValidateJobSpec(spec).message().find("run_policy.backoff_limit"), std::string::npos);
   spec.mutable_run_policy()->set_backoff_limit(1);

@@ -189,17 +189,31 @@ class PipelineTest(unittest.TestCase):
         self.assertIn("different model slice", mismatch.output)
         self.assertEqual(snapshot(), before)
 
-        # A corrupt shard is refused and nothing is overwritten.
+        # A torn newest step (step 20's stage 1 shard) is reported and passed over: every stage
+        # resumes from step 15, the newest whose shards all verify, and checkpoint.keep's
+        # default 3 leaves the three newest steps.
         shard = os.path.join(ckpt, "step-%08d" % 20, "stage-1-of-2.pt")
         with open(shard, "r+b") as f:
             f.seek(2000)
             f.write(b"\x00" * 64)
+        torn = self.train(steps=30, checkpoint="{directory: %s, interval: 5, resume: true}" % ckpt)
+        self.assertEqual(torn.returncode, 0, torn.output)
+        self.assertRegex(torn.output, r"checkpoint step 20: checkpoint \S+stage-1-of-2.pt is corrupt"
+                                      r".*; resuming from step 15 instead")
+        self.assertEqual([p["step"] for p in torn.summary()["train_loss"]], list(range(16, 31)))
+        self.assertEqual(sorted(os.listdir(ckpt)), ["step-%08d" % s for s in (20, 25, 30)])
+
+        # With no sound step left the run is refused naming each, and nothing is overwritten.
+        for step in (20, 25, 30):
+            with open(os.path.join(ckpt, "step-%08d" % step, "stage-1-of-2.pt"), "r+b") as f:
+                f.seek(2000)
+                f.write(b"\x00" * 64)
         before = snapshot()
-        corrupt = self.train(steps=30, checkpoint="{directory: %s, interval: 5, resume: true}" % ckpt)
+        corrupt = self.train(steps=40, checkpoint="{directory: %s, interval: 5, resume: true}" % ckpt)
         self.assertNotEqual(corrupt.returncode, 0)
-        self.assertIn("is corrupt", corrupt.output)
+        self.assertRegex(corrupt.output, r"holds no step whose shards are all whole: step 30: "
+                                         r"checkpoint \S+stage-1-of-2.pt is corrupt")
         self.assertEqual(snapshot(), before)
-        self.assertRegex(corrupt.output, r"training failed: stage 1 on worker \S+: checkpoint .*stage-1-of-2.pt is corrupt")
 
     def test_trace_is_chrome_trace_json_with_well_formed_non_overlapping_spans(self):
         trace_path = os.path.join(self.dir, "trace", "t.json")

@@ -10,10 +10,12 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "common/atomic_file.h"
 #include "common/status_macros.h"
+#include "worker/runtime/checkpoint_layout.h"
 
 namespace paci {
 namespace {
@@ -158,16 +160,43 @@ absl::StatusOr<ShardMeta> ReadMeta(const std::string& path,
 
 }  // namespace
 
+absl::Status VerifyShard(const std::string& path) { return ReadVerified(path).status(); }
+
+absl::StatusOr<std::optional<int64_t>> LatestSoundStep(const std::string& directory,
+                                                       int num_stages,
+                                                       std::vector<std::string>* passed_over) {
+  ASSIGN_OR_RETURN(const std::vector<int64_t> steps, CompleteSteps(directory, num_stages));
+  std::vector<std::string> torn;
+  for (auto step = steps.rbegin(); step != steps.rend(); ++step) {
+    absl::Status sound = absl::OkStatus();
+    for (int s = 0; s < num_stages && sound.ok(); ++s) {
+      sound = VerifyShard(ShardPath(directory, *step, s, num_stages));
+    }
+    if (sound.ok()) {
+      passed_over->insert(passed_over->end(), torn.begin(), torn.end());
+      return std::optional<int64_t>(*step);
+    }
+    torn.push_back(absl::StrCat("step ", *step, ": ", sound.message()));
+  }
+  if (torn.empty()) return std::optional<int64_t>();
+  return absl::DataLossError(absl::StrCat("checkpoint.directory: ", directory,
+                                          " holds no step whose shards are all whole: ",
+                                          absl::StrJoin(torn, "; ")));
+}
+
 absl::Status SaveShard(const std::string& path, const ShardMeta& meta, GptStage& model,
                        AdamW& optimizer) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  fs::create_directories(fs::path(path).parent_path(), ec);
+  const fs::path step_folder = fs::path(path).parent_path();
+  const bool made = fs::create_directories(step_folder, ec);
   if (ec) {
     return absl::UnavailableError(absl::StrCat("checkpoint.directory: cannot create ",
-                                               fs::path(path).parent_path().string(), ": ",
-                                               ec.message()));
+                                               step_folder.string(), ": ", ec.message()));
   }
+  // A new step folder's name is on disk before its shard is (the shard's own
+  // rename syncs the step folder).
+  if (made) RETURN_IF_ERROR(SyncFolder(step_folder.parent_path().string()));
   std::string bytes;
   try {
     torch::serialize::OutputArchive archive;

@@ -4,6 +4,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -46,6 +47,21 @@ absl::Status SaveShard(const std::string& path, const ShardMeta& meta, GptStage&
 // mismatch; on error neither the model, the optimizer nor the file changes.
 absl::StatusOr<ShardMeta> LoadShard(const std::string& path, const ShardMeta& expected,
                                     GptStage& model, AdamW& optimizer);
+
+// Whether the shard at `path` is whole: its footer's size and CRC-32 match
+// what it holds (a crash or a full disk mid-write breaks that). DataLoss
+// naming the file otherwise; NotFound when it cannot be read. Reads it all.
+absl::Status VerifyShard(const std::string& path);
+
+// Where a job's stages resume: the newest complete step of `directory` whose
+// `num_stages` shards all verify. Every stage reads the same files, so all
+// choose the same step. Each newer complete step passed over is added to
+// `passed_over` with why ("step 40: checkpoint ... is truncated ..."), so a
+// torn step is reported, not fatal. nullopt when there is no complete step;
+// DataLoss listing them when complete steps exist and none verifies.
+absl::StatusOr<std::optional<int64_t>> LatestSoundStep(const std::string& directory,
+                                                       int num_stages,
+                                                       std::vector<std::string>* passed_over);
 
 // A shard read on its own, with no model to match: its metadata and every
 // parameter by its global name, on the CPU (the optimizer state is not read).

@@ -1,5 +1,6 @@
 #include "worker/runtime/checkpoint_layout.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -26,11 +27,10 @@ std::string ShardPath(const std::string& directory, int64_t step, int stage, int
       .string();
 }
 
-absl::StatusOr<std::optional<int64_t>> LatestCompleteStep(const std::string& directory,
-                                                          int num_stages) {
+absl::StatusOr<std::vector<int64_t>> CompleteSteps(const std::string& directory, int num_stages) {
   std::error_code ec;
-  if (!fs::is_directory(directory, ec)) return std::optional<int64_t>();
-  std::optional<int64_t> latest;
+  std::vector<int64_t> steps;
+  if (!fs::is_directory(directory, ec)) return steps;
   for (const auto& entry : fs::directory_iterator(directory, ec)) {
     const std::string name = entry.path().filename().string();
     int64_t step;
@@ -42,13 +42,70 @@ absl::StatusOr<std::optional<int64_t>> LatestCompleteStep(const std::string& dir
       std::error_code missing;
       complete = fs::is_regular_file(ShardPath(directory, step, s, num_stages), missing);
     }
-    if (complete && (!latest || step > *latest)) latest = step;
+    if (complete) steps.push_back(step);
   }
   if (ec) {
     return absl::UnavailableError(
         absl::StrCat("checkpoint.directory: cannot list ", directory, ": ", ec.message()));
   }
-  return latest;
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+absl::StatusOr<std::optional<int64_t>> LatestCompleteStep(const std::string& directory,
+                                                          int num_stages) {
+  ASSIGN_OR_RETURN(const std::vector<int64_t> steps, CompleteSteps(directory, num_stages));
+  if (steps.empty()) return std::optional<int64_t>();
+  return std::optional<int64_t>(steps.back());
+}
+
+absl::StatusOr<std::vector<int64_t>> PruneSteps(const std::string& directory, int num_stages,
+                                                int keep) {
+  std::vector<int64_t> pruned;
+  if (keep <= 0) return pruned;
+  ASSIGN_OR_RETURN(const std::vector<int64_t> complete, CompleteSteps(directory, num_stages));
+  if (static_cast<int>(complete.size()) <= keep) return pruned;
+  const int64_t oldest_kept = complete[complete.size() - keep];
+  std::error_code ec;
+  std::vector<int64_t> older;
+  for (const auto& entry : fs::directory_iterator(directory, ec)) {
+    const std::string name = entry.path().filename().string();
+    int64_t step;
+    if (absl::StartsWith(name, "step-") && absl::SimpleAtoi(name.substr(5), &step) &&
+        step < oldest_kept) {
+      older.push_back(step);
+    }
+  }
+  if (ec) {
+    return absl::UnavailableError(
+        absl::StrCat("checkpoint.directory: cannot list ", directory, ": ", ec.message()));
+  }
+  std::sort(older.begin(), older.end());
+  // This stage count's shards, "stage-S-of-P.pt" and "stage-S-of-P.pt.tmp.*".
+  const std::string ours = absl::StrCat("-of-", num_stages, ".pt");
+  for (int64_t step : older) {
+    const std::string folder = StepDirectory(directory, step);
+    std::vector<fs::path> files;
+    for (const auto& entry : fs::directory_iterator(folder, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (absl::StartsWith(name, "stage-") && absl::StrContains(name, ours)) {
+        files.push_back(entry.path());
+      }
+    }
+    ec.clear();
+    for (const fs::path& file : files) {
+      std::error_code gone;  // another stage pruning at once may have removed it: not an error
+      fs::remove(file, gone);
+      if (gone) {
+        return absl::UnavailableError(absl::StrCat("checkpoint.keep: cannot remove ",
+                                                   file.string(), ": ", gone.message()));
+      }
+    }
+    std::error_code not_empty;  // files of another stage count stay, and their folder
+    fs::remove(folder, not_empty);
+    if (!files.empty()) pruned.push_back(step);
+  }
+  return pruned;
 }
 
 bool HoldsCheckpoints(const std::string& directory) {

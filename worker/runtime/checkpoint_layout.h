@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -14,10 +15,22 @@ namespace paci {
 std::string StepDirectory(const std::string& directory, int64_t step);
 std::string ShardPath(const std::string& directory, int64_t step, int stage, int num_stages);
 
-// The highest step with all `num_stages` shards, nullopt when there is none
-// (or the directory does not exist). Pure file-system scan.
+// The steps with all `num_stages` shards, oldest first; none when the
+// directory does not exist. Pure file-system scan.
+absl::StatusOr<std::vector<int64_t>> CompleteSteps(const std::string& directory, int num_stages);
+
+// The highest of CompleteSteps, nullopt when there is none.
 absl::StatusOr<std::optional<int64_t>> LatestCompleteStep(const std::string& directory,
                                                           int num_stages);
+
+// checkpoint.keep: removes the shards of `num_stages` stages (and their
+// temporary files) of every step older than the newest `keep` complete steps
+// (keep 0: nothing), and a step folder left empty. Any stage may run it
+// after its save: only steps no stage writes any more go, and `keep`
+// complete steps always stay. Files of another stage count are left alone.
+// Returns the steps it pruned; Unavailable naming a file it could not remove.
+absl::StatusOr<std::vector<int64_t>> PruneSteps(const std::string& directory, int num_stages,
+                                                int keep);
 
 // Whether `directory` holds any step-* folder.
 bool HoldsCheckpoints(const std::string& directory);

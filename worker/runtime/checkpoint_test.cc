@@ -229,5 +229,83 @@ TEST_F(CheckpointTest, OnlyAnIncompleteStepMeansNothingToResume) {
   EXPECT_FALSE(latest->has_value());
 }
 
+// Writes both stages' shards of each of `steps`.
+void SaveSteps(const std::string& dir, const std::vector<int64_t>& steps) {
+  Stage s0(1, 2, 0), s1(1, 2, 1);
+  for (int64_t step : steps) {
+    ASSERT_TRUE(SaveShard(ShardPath(dir, step, 0, 2), s0.Meta(step), s0.model, *s0.optimizer).ok());
+    ASSERT_TRUE(SaveShard(ShardPath(dir, step, 1, 2), s1.Meta(step), s1.model, *s1.optimizer).ok());
+  }
+}
+
+// Cuts the file at `path` to `size` bytes, as a crash or a full disk can.
+void Truncate(const std::string& path, uintmax_t size) { fs::resize_file(path, size); }
+
+TEST_F(CheckpointTest, ATornNewestStepIsPassedOverAndNamedNotFatal) {
+  SaveSteps(dir_, {10, 20, 30});
+  const std::string torn = ShardPath(dir_, 30, 1, 2);
+  Truncate(torn, fs::file_size(torn) / 2);
+  EXPECT_EQ(VerifyShard(torn).code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(VerifyShard(ShardPath(dir_, 20, 1, 2)).ok());
+  std::vector<std::string> passed_over;
+  absl::StatusOr<std::optional<int64_t>> step = LatestSoundStep(dir_, 2, &passed_over);
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_EQ(step->value_or(-1), 20);
+  ASSERT_EQ(passed_over.size(), 1u);
+  EXPECT_NE(passed_over[0].find("step 30: "), std::string::npos) << passed_over[0];
+  EXPECT_NE(passed_over[0].find(torn), std::string::npos) << passed_over[0];
+  // The torn file is left as it was, for whoever looks into it.
+  EXPECT_TRUE(fs::exists(torn));
+}
+
+TEST_F(CheckpointTest, NoSoundStepAtAllIsDataLossListingEachStep) {
+  SaveSteps(dir_, {10, 20});
+  for (int64_t step : {10, 20}) {
+    std::ofstream(ShardPath(dir_, step, 0, 2), std::ios::binary | std::ios::trunc) << "garbage";
+  }
+  std::vector<std::string> passed_over;
+  absl::StatusOr<std::optional<int64_t>> step = LatestSoundStep(dir_, 2, &passed_over);
+  EXPECT_EQ(step.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(step.status().message().find("step 20: "), std::string::npos) << step.status();
+  EXPECT_NE(step.status().message().find("step 10: "), std::string::npos) << step.status();
+  // No checkpoint at all is no error: nothing to resume.
+  step = LatestSoundStep(dir_ + "/nowhere", 2, &passed_over);
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_FALSE(step->has_value());
+}
+
+TEST_F(CheckpointTest, PruningKeepsTheNewestCompleteStepsAndNothingOfAnotherStageCount) {
+  SaveSteps(dir_, {10, 20, 30, 40});
+  // A shard of a 3-stage job in step 10, and a temporary file a crash left in step 20.
+  std::ofstream(ShardPath(dir_, 10, 0, 3)) << "other";
+  std::ofstream(ShardPath(dir_, 20, 1, 2) + ".tmp.99.0") << "torn";
+  // Stage 0 has written step 50, stage 1 not yet: 50 is not complete, so
+  // 20, 30 and 40 stay and only step 10 goes (but the other job's shard).
+  Stage s0(1, 2, 0);
+  ASSERT_TRUE(SaveShard(ShardPath(dir_, 50, 0, 2), s0.Meta(50), s0.model, *s0.optimizer).ok());
+  absl::StatusOr<std::vector<int64_t>> pruned = PruneSteps(dir_, 2, /*keep=*/3);
+  ASSERT_TRUE(pruned.ok()) << pruned.status();
+  EXPECT_EQ(*pruned, std::vector<int64_t>{10});
+  EXPECT_FALSE(fs::exists(ShardPath(dir_, 10, 0, 2)));
+  EXPECT_FALSE(fs::exists(ShardPath(dir_, 10, 1, 2)));
+  EXPECT_TRUE(fs::exists(ShardPath(dir_, 10, 0, 3)));
+  EXPECT_EQ(*CompleteSteps(dir_, 2), (std::vector<int64_t>{20, 30, 40}));
+  // Stage 1 saves 50 and prunes: 30, 40 and 50 stay; step 20 goes, its
+  // temporary file and its folder with it.
+  Stage s1(1, 2, 1);
+  ASSERT_TRUE(SaveShard(ShardPath(dir_, 50, 1, 2), s1.Meta(50), s1.model, *s1.optimizer).ok());
+  pruned = PruneSteps(dir_, 2, 3);
+  ASSERT_TRUE(pruned.ok()) << pruned.status();
+  EXPECT_EQ(*pruned, std::vector<int64_t>{20});  // step 10 holds nothing of it any more
+  EXPECT_FALSE(fs::exists(StepDirectory(dir_, 20)));
+  EXPECT_TRUE(fs::exists(ShardPath(dir_, 10, 0, 3)));
+  EXPECT_EQ(*CompleteSteps(dir_, 2), (std::vector<int64_t>{30, 40, 50}));
+  // keep 0 keeps everything.
+  pruned = PruneSteps(dir_, 2, 0);
+  ASSERT_TRUE(pruned.ok());
+  EXPECT_TRUE(pruned->empty());
+  EXPECT_TRUE(fs::exists(ShardPath(dir_, 30, 0, 2)));
+}
+
 }  // namespace
 }  // namespace paci

@@ -5,6 +5,7 @@
 #include <glog/logging.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "worker/runtime/checkpoint.h"
 #include "worker/runtime/checkpoint_layout.h"
@@ -39,8 +40,7 @@ absl::StatusOr<std::optional<StageCheckpointer::Source>> StageCheckpointer::Init
   const auto& ckpt = spec_.checkpoint();
   if (ckpt.init_from().empty()) return std::nullopt;
   if (ckpt.resume() && !ckpt.directory().empty()) {  // this job's own checkpoint wins
-    ASSIGN_OR_RETURN(std::optional<int64_t> latest,
-                     LatestCompleteStep(ckpt.directory(), num_stages_));
+    ASSIGN_OR_RETURN(std::optional<int64_t> latest, ResumeStep());
     if (latest) return std::nullopt;
   }
   // Fine-tuning: the weights by name from a checkpoint of any cut; the
@@ -67,9 +67,11 @@ absl::StatusOr<std::optional<StageCheckpointer::Source>> StageCheckpointer::Init
 absl::StatusOr<StageCheckpointer::Start> StageCheckpointer::Restore(StageModel& model) const {
   const auto& ckpt = spec_.checkpoint();
   if (ckpt.directory().empty()) return Start{};
-  ASSIGN_OR_RETURN(std::optional<int64_t> latest,
-                   LatestCompleteStep(ckpt.directory(), num_stages_));
-  if (ckpt.resume() && latest) {  // this job's own checkpoint wins over init_from
+  std::optional<int64_t> latest;
+  if (ckpt.resume()) {
+    ASSIGN_OR_RETURN(latest, ResumeStep());
+  }
+  if (latest) {  // this job's own checkpoint wins over init_from
     ShardMeta expected;
     expected.stage = stage_;
     expected.num_stages = num_stages_;
@@ -88,6 +90,18 @@ absl::StatusOr<StageCheckpointer::Start> StageCheckpointer::Restore(StageModel& 
   return Start{};
 }
 
+absl::StatusOr<std::optional<int64_t>> StageCheckpointer::ResumeStep() const {
+  const std::string& directory = spec_.checkpoint().directory();
+  std::vector<std::string> passed_over;
+  ASSIGN_OR_RETURN(std::optional<int64_t> step,
+                   LatestSoundStep(directory, num_stages_, &passed_over));
+  for (const std::string& torn : passed_over) {
+    LOG(WARNING) << "job=" << spec_.name() << " stage " << stage_ << ": checkpoint " << torn
+                 << "; resuming from step " << *step << " instead";
+  }
+  return step;
+}
+
 absl::StatusOr<std::string> StageCheckpointer::Save(int64_t step, uint64_t samples,
                                                     StageModel& model) const {
   ShardMeta meta;
@@ -101,6 +115,16 @@ absl::StatusOr<std::string> StageCheckpointer::Save(int64_t step, uint64_t sampl
   if (tokenizer_ != nullptr) meta.tokenizer = tokenizer_->Serialize();
   const std::string path = ShardPath(spec_.checkpoint().directory(), step, stage_, num_stages_);
   RETURN_IF_ERROR(SaveShard(path, meta, model.module(), model.optimizer()));
+  // The step is saved; a failure to prune only leaves older steps behind.
+  absl::StatusOr<std::vector<int64_t>> pruned =
+      PruneSteps(spec_.checkpoint().directory(), num_stages_, spec_.checkpoint().keep());
+  if (!pruned.ok()) {
+    LOG(WARNING) << "job=" << spec_.name() << " stage " << stage_ << ": " << pruned.status();
+  } else if (!pruned->empty()) {
+    LOG(INFO) << "job=" << spec_.name() << " stage " << stage_ << ": removed steps "
+              << absl::StrJoin(*pruned, ", ") << " (checkpoint.keep "
+              << spec_.checkpoint().keep() << ")";
+  }
   return path;
 }
 

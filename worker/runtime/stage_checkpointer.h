@@ -39,16 +39,22 @@ class StageCheckpointer {
     uint64_t samples = 0;
   };
   // checkpoint.resume with a complete step in the directory: loads this
-  // stage's shard of the latest into `model` (weights, AdamW). Without
+  // stage's shard of the newest step whose shards all verify into `model`
+  // (weights, AdamW); newer torn steps are logged and passed over. Without
   // resume, a directory that holds checkpoints is refused
   // (FailedPrecondition, nothing overwritten). LoadShard's errors name the file.
   absl::StatusOr<Start> Restore(StageModel& model) const;
 
   // Writes this stage's shard of `step`, whose samples (every replica's) end
-  // at `samples`; returns its path. Errors name the file.
+  // at `samples`, then removes its shards of steps past checkpoint.keep;
+  // returns its path. Errors name the file.
   absl::StatusOr<std::string> Save(int64_t step, uint64_t samples, StageModel& model) const;
 
  private:
+  // The step this job's own checkpoint resumes from (LatestSoundStep; the
+  // torn steps it passed over logged), nullopt when there is none.
+  absl::StatusOr<std::optional<int64_t>> ResumeStep() const;
+
   const v1::JobSpec& spec_;
   const int stage_, num_stages_;
   const Tokenizer* const tokenizer_;
