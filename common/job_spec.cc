@@ -405,8 +405,10 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   RETURN_IF_ERROR(ValidateCheckpoint(spec.checkpoint()));
   RETURN_IF_ERROR(
       RequireBetween("runtime.threads_per_stage", spec.runtime().threads_per_stage(), 1, 256));
-  RETURN_IF_ERROR(Require(spec.runtime().trace_max_spans() >= 0, "runtime.trace_max_spans",
-                          "at least 0 (0: no trace)", spec.runtime().trace_max_spans()));
+  // ~100 bytes a span, kept by the worker and the coordinator: 1,000,000 is
+  // ~100 MB per stage.
+  RETURN_IF_ERROR(
+      RequireBetween("runtime.trace_max_spans", spec.runtime().trace_max_spans(), 0, 1000000));
   RETURN_IF_ERROR(ValidateRuntimeDevices(spec.runtime(), spec.pipeline().num_stages(),
                                          spec.pipeline().data_parallel()));
   const v1::RunPolicy& policy = spec.run_policy();

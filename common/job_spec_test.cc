@@ -320,6 +320,10 @@ TEST(ApplyJobSpecDefaultsTest, KeepsExplicitValuesIncludingZero) {
 
 TEST(ValidateJobSpecTest, RunPolicyRangesAreNamed) {
   v1::JobSpec spec = *ParseJobSpecYaml(WithCorpus(kFullSpec));
+  spec.mutable_runtime()->set_trace_max_spans(1000001);
+  EXPECT_NE(ValidateJobSpec(spec).message().find("runtime.trace_max_spans"), std::string::npos);
+  spec.mutable_runtime()->set_trace_max_spans(1000000);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
   spec.mutable_checkpoint()->set_keep(-1);
   EXPECT_NE(ValidateJobSpec(spec).message().find("checkpoint.keep"), std::string::npos);
   spec.mutable_checkpoint()->set_keep(3);

@@ -1,9 +1,12 @@
 #include "worker/data/corpus.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <numeric>
@@ -20,23 +23,57 @@
 namespace paci {
 namespace {
 
-// The bytes of `path`; NotFound "<field>: cannot read <path>: <reason>".
-absl::StatusOr<std::string> ReadFile(const std::string& path, const char* field) {
+// What a file that is not a regular one is, for an error message.
+const char* KindOf(mode_t mode) {
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+// The bytes of the regular file `path`, at most `max_bytes`; NotFound
+// "<field>: cannot read <path>: <reason>" (a directory too), FailedPrecondition
+// for a device, FIFO or socket (/dev/zero would never end, a FIFO would hang)
+// and for a file over `max_bytes`.
+absl::StatusOr<std::string> ReadFile(const std::string& path, const char* field,
+                                     uint64_t max_bytes) {
   const auto cannot_read = [&](int error) {
     return absl::NotFoundError(
         absl::StrCat(field, ": cannot read ", path, ": ", std::strerror(error)));
   };
-  std::FILE* file = std::fopen(path.c_str(), "rb");
-  if (file == nullptr) return cannot_read(errno);
-  std::string text;
-  char buffer[1 << 16];
-  size_t n;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), file)) > 0) {
-    text.append(buffer, n);
+  // O_NONBLOCK: opening a FIFO with no writer must not wait for one.
+  const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return cannot_read(errno);
+  struct FdCloser {
+    int fd;
+    ~FdCloser() { close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (fstat(fd, &st) != 0) return cannot_read(errno);
+  if (S_ISDIR(st.st_mode)) return cannot_read(EISDIR);
+  if (!S_ISREG(st.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        field, ": ", path, " is ", KindOf(st.st_mode), ", not a regular file"));
   }
-  const int error = std::ferror(file) ? errno : 0;
-  std::fclose(file);
-  if (error != 0) return cannot_read(error);
+  const auto too_large = [&] {
+    return absl::FailedPreconditionError(absl::StrCat(
+        field, ": ", path, " is larger than ", max_bytes,
+        " bytes: a text corpus is read whole; make a dataset of shards with "
+        "`pacictl prepare-data` and name it in data.dataset"));
+  };
+  if (static_cast<uint64_t>(st.st_size) > max_bytes) return too_large();
+  std::string text;
+  text.reserve(static_cast<size_t>(st.st_size));
+  char buffer[1 << 16];
+  while (true) {
+    const ssize_t n = read(fd, buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return cannot_read(errno);
+    if (n == 0) break;
+    text.append(buffer, static_cast<size_t>(n));
+    if (text.size() > max_bytes) return too_large();  // it grew while read
+  }
   return text;
 }
 
@@ -170,7 +207,7 @@ absl::StatusOr<Corpus> Corpus::Load(const CorpusOptions& options) {
 }
 
 absl::StatusOr<Corpus> Corpus::LoadText(const CorpusOptions& options) {
-  ASSIGN_OR_RETURN(const std::string text, ReadFile(options.path, "data.corpus_path"));
+  ASSIGN_OR_RETURN(const std::string text, ReadFile(options.path, "data.corpus_path", options.max_text_bytes));
   ASSIGN_OR_RETURN(std::shared_ptr<const Tokenizer> tokenizer, TextTokenizer(options, text));
   // Chunk by chunk, as prepare-data does: the same text, the same tokens.
   Tokens tokens;
@@ -187,7 +224,7 @@ absl::StatusOr<Corpus> Corpus::LoadText(const CorpusOptions& options) {
 
 absl::StatusOr<Corpus> Corpus::LoadDataset(const CorpusOptions& options) {
   const std::string tokenizer_path = options.dataset + "/" + kDatasetTokenizerFile;
-  ASSIGN_OR_RETURN(const std::string serialized, ReadFile(tokenizer_path, "data.dataset"));
+  ASSIGN_OR_RETURN(const std::string serialized, ReadFile(tokenizer_path, "data.dataset", options.max_text_bytes));
   absl::StatusOr<std::unique_ptr<Tokenizer>> parsed =
       ParseTokenizer(serialized, tokenizer_path);
   if (!parsed.ok()) return Prefixed("data.dataset", parsed.status());

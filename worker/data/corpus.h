@@ -29,6 +29,9 @@ struct CorpusOptions {
   uint64_t seed = 1;         // data.seed: fixes each micro-batch's windows
   int seq_len = 64;          // model.seq_len
   int micro_batch_size = 8;  // pipeline.micro_batch_size
+  // A text corpus is read whole into memory: larger ones are refused (a
+  // dataset of shards, `pacictl prepare-data`, has no such bound).
+  uint64_t max_text_bytes = uint64_t{1} << 30;
 };
 
 // One token stream, split into a training head and a validation tail: a text
@@ -49,6 +52,9 @@ class Corpus {
   //   or either split has fewer than seq_len + 2 tokens, "data.dataset: ..."
   //   for a folder without shards or too few tokens, naming data.tokenizer,
   //   data.tokenizer_model or data.validation_shards when one does not fit;
+  //   FailedPrecondition "data.corpus_path: <path> is a FIFO, not a regular
+  //   file" (a device, FIFO or socket) or "... is larger than N bytes"
+  //   (max_text_bytes);
   //   DataLoss / FailedPrecondition naming a corrupt shard or one made by
   //   another tokenizer (token_shards.h);
   //   InvalidArgument naming model.seq_len, pipeline.micro_batch_size or

@@ -1,6 +1,11 @@
 #include "worker/data/corpus.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <cctype>
 #include <filesystem>
 #include <fstream>
@@ -248,6 +253,32 @@ TEST(CorpusTest, LoadOfDirectoryIsNotFoundNamingCorpusPath) {
   absl::StatusOr<Corpus> corpus = Corpus::Load(options);
   ASSERT_EQ(corpus.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(corpus.status().message(), HasSubstr("data.corpus_path"));
+}
+
+// /dev/zero would be read until memory ran out, a FIFO would hang the stage.
+TEST(CorpusTest, LoadOfADeviceOrAFifoIsRefusedWithoutReadingIt) {
+  CorpusOptions options = GenesisOptions();
+  options.path = "/dev/zero";
+  absl::StatusOr<Corpus> corpus = Corpus::Load(options);
+  ASSERT_EQ(corpus.status().code(), absl::StatusCode::kFailedPrecondition) << corpus.status();
+  EXPECT_THAT(corpus.status().message(),
+              HasSubstr("data.corpus_path: /dev/zero is a character device, not a regular file"));
+  options.path = ::testing::TempDir() + "/corpus.fifo";
+  unlink(options.path.c_str());
+  ASSERT_EQ(mkfifo(options.path.c_str(), 0600), 0) << std::strerror(errno);
+  corpus = Corpus::Load(options);  // no writer: returns at once
+  unlink(options.path.c_str());
+  ASSERT_EQ(corpus.status().code(), absl::StatusCode::kFailedPrecondition) << corpus.status();
+  EXPECT_THAT(corpus.status().message(), HasSubstr("is a FIFO, not a regular file"));
+}
+
+TEST(CorpusTest, LoadOfATextOverTheSizeCapIsRefusedPointingToADataset) {
+  CorpusOptions options = GenesisOptions();
+  options.max_text_bytes = 1000;
+  absl::StatusOr<Corpus> corpus = Corpus::Load(options);
+  ASSERT_EQ(corpus.status().code(), absl::StatusCode::kFailedPrecondition) << corpus.status();
+  EXPECT_THAT(corpus.status().message(), HasSubstr("is larger than 1000 bytes"));
+  EXPECT_THAT(corpus.status().message(), HasSubstr("pacictl prepare-data"));
 }
 
 TEST(CorpusTest, LoadOfTooSmallCorpusIsInvalidArgumentSayingWhatIsNeeded) {
