@@ -198,7 +198,41 @@ INSTANTIATE_TEST_SUITE_P(
                     "spec.worker.env[0].name: POD_IP is set by the operator"},
         BadTemplate{R"({"env": [{"name": "A", "value": "1",
                                  "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]})",
-                    "spec.worker.env[0]: give value or valueFrom, not both"}));
+                    "spec.worker.env[0]: give value or valueFrom, not both"},
+        // Pod Security's restricted profile: no way to root on a node through a TrainingJob.
+        BadTemplate{R"({"volumes": [{"name": "host", "hostPath": {"path": "/"}}]})",
+                    "spec.worker.volumes[0]: hostPath volumes are not allowed: a worker's are "
+                    "configMap, csi, downwardAPI, emptyDir, ephemeral, persistentVolumeClaim, "
+                    "projected, secret"},
+        BadTemplate{R"({"volumes": [{"name": "t", "projected": {"sources": [
+                          {"configMap": {"name": "c"}},
+                          {"serviceAccountToken": {"path": "token"}}]}}]})",
+                    "spec.worker.volumes[0].projected.sources[1]: a serviceAccountToken is not "
+                    "allowed"},
+        BadTemplate{R"({"securityContext": {"privileged": true}})",
+                    "spec.worker.securityContext.privileged: must not be true"},
+        BadTemplate{R"({"securityContext": {"allowPrivilegeEscalation": true}})",
+                    "spec.worker.securityContext.allowPrivilegeEscalation: must not be true"},
+        BadTemplate{R"({"securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}}})",
+                    "spec.worker.securityContext.capabilities.drop: must include \"ALL\""},
+        BadTemplate{R"({"securityContext": {"capabilities": {"drop": ["ALL"],
+                                                             "add": ["SYS_ADMIN"]}}})",
+                    "spec.worker.securityContext.capabilities.add[0]: \"SYS_ADMIN\": only "
+                    "NET_BIND_SERVICE"},
+        BadTemplate{R"({"securityContext": {"runAsUser": 0}})",
+                    "spec.worker.securityContext.runAsUser: must not be 0"},
+        BadTemplate{R"({"podSecurityContext": {"runAsNonRoot": false}})",
+                    "spec.worker.podSecurityContext.runAsNonRoot: must not be false"},
+        BadTemplate{R"({"podSecurityContext": {"seccompProfile": {"type": "Unconfined"}}})",
+                    "spec.worker.podSecurityContext.seccompProfile.type: \"Unconfined\""},
+        BadTemplate{R"({"securityContext": {"procMount": "Unmasked"}})",
+                    "spec.worker.securityContext.procMount: \"Unmasked\": only Default"},
+        BadTemplate{R"({"podSecurityContext": {"seLinuxOptions": {"type": "spc_t"}}})",
+                    "spec.worker.podSecurityContext.seLinuxOptions.type: \"spc_t\""},
+        BadTemplate{R"({"podSecurityContext": {"sysctls": [{"name": "kernel.msgmax",
+                                                            "value": "1"}]}})",
+                    "spec.worker.podSecurityContext.sysctls[0].name: \"kernel.msgmax\" is not "
+                    "a namespaced safe sysctl"}));
 
 TEST(ValidateWorkerTemplateTest, AcceptsAWellFormedTemplate) {
   EXPECT_TRUE(ValidateWorkerTemplate(json::parse(R"({
@@ -207,6 +241,17 @@ TEST(ValidateWorkerTemplateTest, AcceptsAWellFormedTemplate) {
     "labels": {"team": "nlp"},
     "env": [{"name": "A", "value": "1"}]})"))
                   .ok());
+  // What the restricted profile allows stays allowed.
+  const absl::Status restricted = ValidateWorkerTemplate(json::parse(R"({
+    "volumes": [{"name": "cfg", "configMap": {"name": "c"}},
+                {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {}}},
+                {"name": "p", "projected": {"sources": [{"secret": {"name": "s"}}]}}],
+    "securityContext": {"runAsUser": 2000, "allowPrivilegeEscalation": false,
+                        "capabilities": {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]},
+                        "seccompProfile": {"type": "Localhost", "localhostProfile": "p.json"}},
+    "podSecurityContext": {"runAsNonRoot": true, "fsGroup": 2000,
+                           "sysctls": [{"name": "net.ipv4.tcp_keepalive_time", "value": "60"}]}})"));
+  EXPECT_TRUE(restricted.ok()) << restricted;
 }
 
 TEST(ReconcileWithWorkerTemplateTest, ABadTemplateFailsTheJobNamingTheField) {
