@@ -228,7 +228,13 @@ TEST_F(JobManagerTest, ALostWorkerRestartsTheJobFromItsCheckpointOnFreeWorkers) 
   ASSERT_TRUE(manager_->Submit(Spec("a")).ok());
   ConnectWorker("w1");
   ConnectWorker("w2");
-  Take("w1");
+  // Both stages of the attempt share one fresh link secret.
+  auto first = Take("w1"), second = Take("w2");
+  ASSERT_EQ(first.size(), 1u);
+  ASSERT_EQ(second.size(), 1u);
+  const std::string secret = first[0].assign().link_secret();
+  EXPECT_EQ(secret.size(), 32u);
+  EXPECT_EQ(second[0].assign().link_secret(), secret);
   manager_->Disconnect("w2");
   v1::Job job = *manager_->Get("a");
   EXPECT_EQ(job.status().phase(), v1::RESTARTING);
@@ -249,6 +255,9 @@ TEST_F(JobManagerTest, ALostWorkerRestartsTheJobFromItsCheckpointOnFreeWorkers) 
   ASSERT_EQ(assign.size(), 1u);
   EXPECT_EQ(assign[0].assign().attempt(), 2);
   EXPECT_TRUE(assign[0].assign().spec().checkpoint().resume());
+  // The new attempt's links take no stream of the old one's.
+  EXPECT_EQ(assign[0].assign().link_secret().size(), 32u);
+  EXPECT_NE(assign[0].assign().link_secret(), secret);
   // A late report of the dead attempt changes nothing.
   manager_->OnReport("w1", Report("a", 1, 0, 9));
   EXPECT_EQ(manager_->Get("a")->status().attempt(), 2);

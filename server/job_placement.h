@@ -26,8 +26,8 @@ std::string SlotName(const v1::JobSpec& spec, int slot);
 PendingJob AsPending(const v1::Job& job, int64_t sequence);
 
 // A new attempt on `worker_ids` (slot order) at `now`: the attempt number,
-// the per-slot progress and trace, and the status' stages with each worker's
-// addresses. Every worker must be connected.
+// the per-slot progress and trace, the status' stages with each worker's
+// addresses, and a new link secret. Every worker must be connected.
 void StartAttempt(JobState& state, const WorkerRegistry& workers,
                   const std::vector<std::string>& worker_ids, absl::Time now);
 

@@ -35,6 +35,7 @@ struct JobState {
   // status().stages(slot).worker_id(), the one record of the placement.
   std::vector<StageProgress> stages;
   CheckpointShards shards;
+  std::string link_secret;  // the current attempt's (StageAssignment.link_secret)
   absl::Time attempt_started;
   absl::Time queued_since;
   absl::Time last_persisted;

@@ -101,6 +101,7 @@ LinkExpectations ExpectationsOf(const v1::StageAssignment& assignment) {
   const v1::JobSpec& spec = assignment.spec();
   LinkExpectations expect;
   expect.job_name = RunId(spec.name(), assignment.attempt());
+  expect.secret = assignment.link_secret();
   expect.stage = assignment.stage();
   expect.num_stages = spec.pipeline().num_stages();
   expect.hidden_shape = {spec.pipeline().micro_batch_size(), spec.model().seq_len(),
@@ -200,7 +201,8 @@ std::unique_ptr<PeerSender> StageHost::OpenLink(int peer,
   if (peer < 0 || peer >= assignment_.spec().pipeline().num_stages()) return nullptr;
   auto sender = std::make_unique<PeerSender>(
       PeerSender::Options{assignment_.stage_addresses(peer), absl::StrCat("stage ", peer), 16,
-                          absl::Seconds(60), options_.link_credentials},
+                          absl::Seconds(60), options_.link_credentials,
+                          assignment_.link_secret()},
       [inbox](absl::Status status) { inbox->Fail(std::move(status)); });
   sender->Start();
   return sender;

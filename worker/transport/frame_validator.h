@@ -12,8 +12,13 @@ namespace paci {
 
 // What a stage accepts on its link. Every tensor between stages is the hidden
 // state (or its gradient): [micro_batch_size, seq_len, d_model].
+// The metadata key of a stage link stream's attempt secret
+// (StageAssignment.link_secret).
+inline constexpr char kLinkSecretMetadata[] = "paci-link-secret";
+
 struct LinkExpectations {
   std::string job_name;
+  std::string secret;  // the attempt's link secret; empty: none asked (tests)
   int stage = 0;
   int num_stages = 1;
   std::vector<int64_t> hidden_shape;

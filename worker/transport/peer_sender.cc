@@ -4,6 +4,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
+#include "worker/transport/frame_validator.h"
 
 namespace paci {
 
@@ -65,6 +66,7 @@ void PeerSender::Run() {
     return;
   }
   v1::PushSummary summary;
+  if (!options_.secret.empty()) context_.AddMetadata(kLinkSecretMetadata, options_.secret);
   std::unique_ptr<grpc::ClientWriter<v1::TensorFrame>> writer =
       stub_->Push(&context_, &summary);
   while (true) {

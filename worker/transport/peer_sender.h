@@ -34,6 +34,7 @@ class PeerSender final : public FrameSender {
     absl::Duration connect_timeout = absl::Seconds(60);
     // TLS toward the peer when set; plaintext otherwise.
     std::shared_ptr<grpc::ChannelCredentials> credentials;
+    std::string secret;  // the attempt's link secret, sent on the stream
   };
 
   PeerSender(const Options& options, std::function<void(absl::Status)> on_failure);

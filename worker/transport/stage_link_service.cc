@@ -1,6 +1,7 @@
 #include "worker/transport/stage_link_service.h"
 
 #include <glog/logging.h>
+#include <openssl/crypto.h>
 
 #include "absl/strings/str_cat.h"
 
@@ -31,6 +32,21 @@ grpc::Status StageLinkService::Push(grpc::ServerContext* context,
     return grpc::Status(grpc::StatusCode::UNAVAILABLE, "this worker runs no stage");
   }
   const LinkExpectations& e = attached->expect;
+  if (!e.secret.empty()) {
+    // Before any frame: a stranger reaches neither the inbox nor the job.
+    const auto& metadata = context->client_metadata();
+    const auto given = metadata.find(kLinkSecretMetadata);
+    const bool matches = given != metadata.end() && given->second.size() == e.secret.size() &&
+                         CRYPTO_memcmp(given->second.data(), e.secret.data(), e.secret.size()) == 0;
+    if (!matches) {
+      frames_rejected_.fetch_add(1);
+      LOG(WARNING) << "stage link of " << e.job_name << " stage " << e.stage << ": refused "
+                   << context->peer() << ", which is not a peer of this attempt ("
+                   << (given == metadata.end() ? "no" : "a wrong") << " link secret)";
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                          "stage link: not a peer of this attempt (no or a wrong link secret)");
+    }
+  }
   Inbox& inbox = *attached->inbox;
   v1::TensorFrame frame;
   int peer = -1;

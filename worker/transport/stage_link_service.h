@@ -12,7 +12,9 @@
 
 namespace paci {
 
-// The gRPC adapter of a worker's incoming links. A worker's server lives
+// The gRPC adapter of a worker's incoming links. A stream must carry the
+// attached attempt's link secret (kLinkSecretMetadata) or it is refused as
+// UNAUTHENTICATED before a frame is read, leaving the Inbox untouched. A worker's server lives
 // longer than any one stage it runs: the stage attaches its expectations and
 // Inbox when it starts and detaches when it ends.
 //

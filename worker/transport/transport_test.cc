@@ -13,9 +13,12 @@
 namespace paci {
 namespace {
 
+constexpr char kSecret[] = "0123456789abcdef0123456789abcdef";
+
 LinkExpectations Expect() {
   LinkExpectations e;
   e.job_name = "job";
+  e.secret = kSecret;
   e.stage = 1;
   e.num_stages = 3;
   e.hidden_shape = {2, 3, 4};
@@ -123,6 +126,7 @@ TEST_F(StageLinkTest, FramesArriveInOrderThroughABoundedInbox) {
   PeerSender::Options options;
   options.address = address_;
   options.peer_name = "stage 1";
+  options.secret = kSecret;
   PeerSender sender(options, [&](absl::Status s) { failure = s; });
   sender.Start();
   for (uint64_t id = 0; id < 6; ++id) ASSERT_TRUE(sender.Send(Activation(id)));
@@ -149,6 +153,7 @@ TEST_F(StageLinkTest, AMalformedFrameIsRefusedAndNeverQueued) {
   auto channel = grpc::CreateChannel(address_, grpc::InsecureChannelCredentials());
   auto stub = v1::StageLink::NewStub(channel);
   grpc::ClientContext context;
+  context.AddMetadata(kLinkSecretMetadata, kSecret);
   v1::PushSummary summary;
   auto writer = stub->Push(&context, &summary);
   v1::TensorFrame bad = Activation(0);
@@ -162,11 +167,34 @@ TEST_F(StageLinkTest, AMalformedFrameIsRefusedAndNeverQueued) {
   EXPECT_EQ(service_->frames_rejected(), 1);
 }
 
+// A stranger on the port, even with well-formed frames of the right job and
+// sender, is refused before its first frame and cannot fail the stage.
+TEST_F(StageLinkTest, AStreamWithoutTheAttemptsSecretIsRefusedAndHarmsNothing) {
+  auto channel = grpc::CreateChannel(address_, grpc::InsecureChannelCredentials());
+  auto stub = v1::StageLink::NewStub(channel);
+  for (const char* secret : {"", "0123456789abcdef0123456789abcdee", "short"}) {
+    grpc::ClientContext context;
+    if (*secret != '\0') context.AddMetadata(kLinkSecretMetadata, secret);
+    v1::PushSummary summary;
+    auto writer = stub->Push(&context, &summary);
+    writer->Write(Activation(0));
+    writer->WritesDone();
+    const grpc::Status status = writer->Finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED) << secret;
+    EXPECT_NE(status.error_message().find("not a peer of this attempt"), std::string::npos);
+    EXPECT_EQ(summary.frames_received(), 0);
+  }
+  EXPECT_EQ(service_->frames_rejected(), 3);
+  EXPECT_FALSE(inbox_->PeekKind(Inbox::From::kPrevious).has_value());
+  EXPECT_TRUE(inbox_->failure().ok()) << inbox_->failure();
+}
+
 TEST_F(StageLinkTest, APeerThatVanishesMidTrainingFailsTheInbox) {
   {
     auto channel = grpc::CreateChannel(address_, grpc::InsecureChannelCredentials());
     auto stub = v1::StageLink::NewStub(channel);
     grpc::ClientContext context;
+    context.AddMetadata(kLinkSecretMetadata, kSecret);
     v1::PushSummary summary;
     auto writer = stub->Push(&context, &summary);
     ASSERT_TRUE(writer->Write(Activation(0)));
