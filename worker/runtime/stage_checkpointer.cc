@@ -91,15 +91,15 @@ absl::StatusOr<StageCheckpointer::Start> StageCheckpointer::Restore(StageModel& 
 }
 
 absl::StatusOr<std::optional<int64_t>> StageCheckpointer::ResumeStep() const {
-  const std::string& directory = spec_.checkpoint().directory();
+  if (resume_step_) return *resume_step_;
   std::vector<std::string> passed_over;
-  ASSIGN_OR_RETURN(std::optional<int64_t> step,
-                   LatestSoundStep(directory, num_stages_, &passed_over));
-  for (const std::string& torn : passed_over) {
+  const absl::StatusOr<std::optional<int64_t>>& found = resume_step_.emplace(
+      LatestSoundStep(spec_.checkpoint().directory(), num_stages_, &passed_over));
+  for (const std::string& torn : passed_over) {  // only when a sound step was found
     LOG(WARNING) << "job=" << spec_.name() << " stage " << stage_ << ": checkpoint " << torn
-                 << "; resuming from step " << *step << " instead";
+                 << "; resuming from step " << **found << " instead";
   }
-  return step;
+  return found;
 }
 
 absl::StatusOr<std::string> StageCheckpointer::Save(int64_t step, uint64_t samples,

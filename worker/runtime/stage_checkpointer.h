@@ -52,8 +52,10 @@ class StageCheckpointer {
 
  private:
   // The step this job's own checkpoint resumes from (LatestSoundStep; the
-  // torn steps it passed over logged), nullopt when there is none.
+  // torn steps it passed over logged), nullopt when there is none. Found
+  // once: InitialWeights and Restore both ask, and it reads every shard.
   absl::StatusOr<std::optional<int64_t>> ResumeStep() const;
+  mutable std::optional<absl::StatusOr<std::optional<int64_t>>> resume_step_;
 
   const v1::JobSpec& spec_;
   const int stage_, num_stages_;
