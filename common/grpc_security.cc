@@ -5,6 +5,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/net_address.h"
 
 namespace paci {
 namespace {
@@ -18,6 +19,20 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) 
 }
 
 }  // namespace
+
+absl::Status CheckExposure(const std::string& host, const TlsFiles& tls, bool has_token,
+                           bool insecure, const std::string& what_callers_can_do) {
+  if (IsLoopbackHost(host) || insecure) return absl::OkStatus();
+  const bool encrypted = !tls.cert_file.empty();
+  const bool authenticated = !tls.ca_file.empty() || has_token;
+  if (encrypted && authenticated) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "refusing to serve on ", host, " ",
+      encrypted ? "without client authentication (--tls_ca for mutual TLS, or --auth_token_file)"
+                : "in plaintext (--tls_cert and --tls_key, with --tls_ca for mutual TLS)",
+      ": anyone who reaches the port could ", what_callers_can_do,
+      ". Give those flags, listen on 127.0.0.1, or pass --insecure to serve so anyway"));
+}
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const TlsFiles& tls) {

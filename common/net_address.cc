@@ -12,4 +12,18 @@ std::string HostOfAddress(absl::string_view address) {
   return std::string(address.substr(0, address.rfind(':')));
 }
 
+bool IsLoopbackHost(absl::string_view host) {
+  if (host == "localhost" || host == "[::1]") return true;
+  if (!absl::StartsWith(host, "127.")) return false;
+  int dots = 0;
+  for (char c : host) {
+    if (c == '.') {
+      ++dots;
+    } else if (c < '0' || c > '9') {
+      return false;
+    }
+  }
+  return dots == 3;
+}
+
 }  // namespace paci

@@ -12,4 +12,9 @@ namespace paci {
 // "example.org", "[::1]". An IPv6 host must be in brackets.
 std::string HostOfAddress(absl::string_view address);
 
+// Whether a host (as HostOfAddress gives it) is this machine's loopback only:
+// "localhost", 127.0.0.0/8 or "[::1]". "0.0.0.0", "[::]" and every other
+// address are reachable from elsewhere.
+bool IsLoopbackHost(absl::string_view host);
+
 }  // namespace paci

@@ -50,6 +50,9 @@ ABSL_FLAG(std::string, worker_command, "paci_worker", "command of worker pods");
 ABSL_FLAG(std::string, worker_args, "", "comma-separated extra arguments for every worker");
 ABSL_FLAG(int, worker_link_port, 7000, "port of each worker pod's stage link");
 ABSL_FLAG(int, worker_metrics_port, 9100, "port of each worker pod's /metrics");
+ABSL_FLAG(bool, network_policies, true,
+          "a NetworkPolicy per TrainingJob: its worker pods take connections only from each other "
+          "(and metrics scrapes)");
 ABSL_FLAG(std::string, metrics_address, "0.0.0.0:8080", "host:port of /metrics, /healthz, /readyz");
 ABSL_FLAG(std::string, metrics_port_file, "", "write the bound metrics port here");
 ABSL_FLAG(bool, leader_election, true, "elect one active replica with a Lease");
@@ -102,6 +105,7 @@ absl::StatusOr<ControllerOptions> ControllerOptionsFromFlags() {
   reconciler.worker_command = absl::GetFlag(FLAGS_worker_command);
   reconciler.link_port = absl::GetFlag(FLAGS_worker_link_port);
   reconciler.metrics_port = absl::GetFlag(FLAGS_worker_metrics_port);
+  reconciler.network_policies = absl::GetFlag(FLAGS_network_policies);
   reconciler.poll_interval = absl::Seconds(absl::GetFlag(FLAGS_poll_interval_seconds));
   for (absl::string_view arg :
        absl::StrSplit(absl::GetFlag(FLAGS_worker_args), ',', absl::SkipEmpty())) {

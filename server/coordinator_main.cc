@@ -35,6 +35,9 @@ ABSL_FLAG(std::string, tls_cert, "", "PEM certificate: serve TLS");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key for --tls_cert");
 ABSL_FLAG(std::string, tls_ca, "", "PEM CA: require client certificates it signed");
 ABSL_FLAG(std::string, auth_token_file, "", "clients and workers must send this bearer token");
+ABSL_FLAG(bool, insecure, false,
+          "serve a non-loopback address without mutual TLS or a token (anyone reaching it may "
+          "submit, cancel and register workers)");
 ABSL_FLAG(double, heartbeat_timeout_seconds, 5, "a silent worker is dead after this");
 ABSL_FLAG(double, stall_timeout_seconds, 120, "a stage without progress this long is stalled");
 ABSL_FLAG(double, reconnect_grace_seconds, 10,
@@ -50,6 +53,17 @@ namespace {
 
 absl::Status Main(const paci::ShutdownSignal& shutdown) {
   using namespace paci;
+  // Who may call, checked before anything is opened or created.
+  std::string token;
+  if (!absl::GetFlag(FLAGS_auth_token_file).empty()) {
+    ASSIGN_OR_RETURN(token, ReadTokenFile(absl::GetFlag(FLAGS_auth_token_file)));
+  }
+  TlsFiles tls{absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+               absl::GetFlag(FLAGS_tls_ca)};
+  const std::string listen = absl::GetFlag(FLAGS_listen);
+  const std::string host = HostOfAddress(listen);
+  RETURN_IF_ERROR(CheckExposure(host, tls, !token.empty(), absl::GetFlag(FLAGS_insecure),
+                                "submit, list and cancel every job and register as a worker"));
   ASSIGN_OR_RETURN(std::unique_ptr<SqliteJobStore> store,
                    SqliteJobStore::Open(absl::GetFlag(FLAGS_db)));
   auto registry = std::make_shared<prometheus::Registry>();
@@ -66,12 +80,6 @@ absl::Status Main(const paci::ShutdownSignal& shutdown) {
   JobManager manager(*store, metrics, options);
   RETURN_IF_ERROR(manager.Recover());
 
-  std::string token;
-  if (!absl::GetFlag(FLAGS_auth_token_file).empty()) {
-    ASSIGN_OR_RETURN(token, ReadTokenFile(absl::GetFlag(FLAGS_auth_token_file)));
-  }
-  TlsFiles tls{absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
-               absl::GetFlag(FLAGS_tls_ca)};
   ASSIGN_OR_RETURN(auto credentials, MakeServerCredentials(tls));
 
   CoordinatorServiceOptions service_options;
@@ -83,7 +91,6 @@ absl::Status Main(const paci::ShutdownSignal& shutdown) {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
-  const std::string listen = absl::GetFlag(FLAGS_listen);
   builder.AddListeningPort(listen, credentials, &port);
   builder.SetMaxReceiveMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
   builder.RegisterService(&coordinator);
@@ -94,14 +101,16 @@ absl::Status Main(const paci::ShutdownSignal& shutdown) {
   MetricsHttpServer metrics_server(registry);
   ASSIGN_OR_RETURN(int metrics_port,
                    ServeMetrics(metrics_server, absl::GetFlag(FLAGS_metrics_address)));
-  const std::string host = HostOfAddress(listen);
   LOG(INFO) << "coordinator serving on " << host << ":" << port << " ("
             << (tls.ca_file.empty() ? (tls.enabled() ? "TLS" : "plaintext") : "mutual TLS") << ", "
             << (token.empty() ? "no client token" : "bearer token required") << ")"
             << " metrics=http://" << host << ":" << metrics_port << "/metrics"
             << " db=" << absl::GetFlag(FLAGS_db);
-  if (!tls.enabled() && host != "127.0.0.1" && host != "localhost" && host != "[::1]") {
-    LOG(WARNING) << "serving plaintext on a non-loopback address; give --tls_cert and --tls_key";
+  if (!CheckExposure(host, tls, !token.empty(), /*insecure=*/false, "").ok()) {
+    LOG(WARNING) << "INSECURE (--insecure): " << host << ":" << port
+                 << " takes calls from anyone who reaches it, without "
+                 << (tls.enabled() ? "client authentication" : "TLS")
+                 << ": they may submit, list and cancel every job and register as workers";
   }
   if (!absl::GetFlag(FLAGS_port_file).empty()) {
     RETURN_IF_ERROR(WritePortFile(absl::GetFlag(FLAGS_port_file), port));

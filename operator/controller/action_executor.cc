@@ -83,6 +83,12 @@ absl::Status ActionExecutor::MakeChanges(const ReconcileActions& actions, json& 
     RETURN_IF_ERROR(IgnoreAlreadyExists(
         kube_.Create(CollectionPath("", "v1", ns, "services"), *actions.create_service).status()));
   }
+  if (actions.create_network_policy) {
+    RETURN_IF_ERROR(IgnoreAlreadyExists(
+        kube_.Create(CollectionPath("networking.k8s.io", "v1", ns, "networkpolicies"),
+                     *actions.create_network_policy)
+            .status()));
+  }
   for (const json& pod : actions.create_pods) {
     RETURN_IF_ERROR(IgnoreAlreadyExists(kube_.Create(pods, pod).status()));
   }

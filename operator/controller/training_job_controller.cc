@@ -41,26 +41,29 @@ TrainingJobController::TrainingJobController(KubeClient& kube, CoordinatorJobs& 
                         options_.watch_timeout_seconds},
       [this](const std::string&, const json& object) { Enqueue(object, false); },
       restarts);
-  // The pods and Services a job owns, by their label naming it.
-  auto owned = [&](const char* plural) {
+  // The pods, Services and NetworkPolicies a job owns, by their label naming it.
+  auto owned = [&](const char* group, const char* plural) {
     return std::make_unique<Informer>(
         kube_,
-        Informer::Options{CollectionPath("", "v1", ns, plural), kJobNameLabel, plural,
+        Informer::Options{CollectionPath(group, "v1", ns, plural), kJobNameLabel, plural,
                           absl::Milliseconds(200), absl::Seconds(10),
                           options_.watch_timeout_seconds},
         [this](const std::string&, const json& object) { Enqueue(object, true); }, restarts);
   };
-  pods_ = owned("pods");
-  services_ = owned("services");
+  pods_ = owned("", "pods");
+  services_ = owned("", "services");
+  if (options_.reconciler.network_policies) {
+    network_policies_ = owned("networking.k8s.io", "networkpolicies");
+  }
 }
 
 TrainingJobController::~TrainingJobController() { Stop(); }
 
 absl::Status TrainingJobController::Start(absl::Duration sync_timeout) {
-  jobs_->Start();
-  pods_->Start();
-  services_->Start();
-  for (Informer* informer : {jobs_.get(), pods_.get(), services_.get()}) {
+  std::vector<Informer*> informers = {jobs_.get(), pods_.get(), services_.get()};
+  if (network_policies_) informers.push_back(network_policies_.get());
+  for (Informer* informer : informers) informer->Start();
+  for (Informer* informer : informers) {
     if (!informer->WaitForSync(sync_timeout)) {
       return absl::UnavailableError(
           absl::StrCat("the caches did not fill within ", absl::FormatDuration(sync_timeout),
@@ -77,6 +80,7 @@ void TrainingJobController::Stop() {
   queue_.ShutDown();
   for (std::thread& worker : workers_) worker.join();
   workers_.clear();
+  if (network_policies_) network_policies_->Stop();
   services_->Stop();
   pods_->Stop();
   jobs_->Stop();
@@ -170,6 +174,8 @@ absl::StatusOr<ObservedWorld> TrainingJobController::Observe(json job, const std
     return MetaString(pod, "namespace") == ns && Label(pod, kJobNameLabel) == name;
   });
   world.service_exists = services_->Get(ns, WorkerServiceName(name)).has_value();
+  world.network_policy_exists =
+      network_policies_ && network_policies_->Get(ns, WorkerServiceName(name)).has_value();
   const std::string coordinator_name = StringField(Field(job, "status"), "coordinatorJob");
   world.job = std::move(job);
   if (coordinator_name.empty()) return world;

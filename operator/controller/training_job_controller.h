@@ -78,6 +78,7 @@ class TrainingJobController {
   std::unique_ptr<Informer> jobs_;
   std::unique_ptr<Informer> pods_;
   std::unique_ptr<Informer> services_;
+  std::unique_ptr<Informer> network_policies_;  // null with options_.reconciler.network_policies off
   std::vector<std::thread> workers_;
   // The informer's copy lags behind our own writes. Per key, the object as
   // we last wrote it; while the cache holds an older version, reconciles

@@ -192,6 +192,8 @@ TEST_F(ActionExecutorTest, CarriesOutANewJobsActions) {
   // Beside the API server's own Service.
   EXPECT_THAT(Names(CollectionPath("", "v1", "default", "services")),
               UnorderedElementsAre("kjv-workers", "kubernetes"));
+  EXPECT_THAT(Names(CollectionPath("networking.k8s.io", "v1", "default", "networkpolicies")),
+              ElementsAre("kjv-workers"));
   const std::string coordinator_job = CoordinatorJobName(world.job);
   EXPECT_THAT(coordinator_.submitted(), ElementsAre(coordinator_job));
   absl::StatusOr<json> job = GetJob("kjv");

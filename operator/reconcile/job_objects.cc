@@ -375,6 +375,25 @@ json WorkerService(const json& job, const ReconcilerOptions& options) {
                           {{"name", "metrics"}, {"port", options.metrics_port}}})}}}};
 }
 
+json WorkerNetworkPolicy(const json& job, const ReconcilerOptions& options) {
+  const std::string name = MetaString(job, "name");
+  const json this_job = {{"matchLabels", {{kJobNameLabel, name}}}};
+  return {{"apiVersion", "networking.k8s.io/v1"},
+          {"kind", "NetworkPolicy"},
+          {"metadata",
+           {{"name", WorkerServiceName(name)},
+            {"namespace", MetaString(job, "namespace")},
+            {"labels", WorkerLabels(name)},
+            {"ownerReferences", OwnerReference(job)}}},
+          {"spec",
+           {{"podSelector", this_job},
+            {"policyTypes", json::array({"Ingress"})},
+            {"ingress",
+             json::array({{{"from", json::array({{{"podSelector", this_job}}})}},
+                          {{"ports", json::array({{{"protocol", "TCP"},
+                                                   {"port", options.metrics_port}}})}}})}}}};
+}
+
 json WorkerPod(const json& job, int index, const ReconcilerOptions& options) {
   const json& worker = Field(Field(job, "spec"), "worker");
   const std::string name = MetaString(job, "name");

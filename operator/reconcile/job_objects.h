@@ -37,6 +37,12 @@ nlohmann::json WorkerPod(const nlohmann::json& job, int index, const ReconcilerO
 // The headless Service (WorkerServiceName) selecting the job's pods.
 nlohmann::json WorkerService(const nlohmann::json& job, const ReconcilerOptions& options);
 
+// The NetworkPolicy (named as the Service) that fences the job's pods: they
+// take connections from each other on any port (stage links, the replicas'
+// store and Gloo) and on the metrics port from anyone; nothing else reaches
+// them where the network plugin enforces policies.
+nlohmann::json WorkerNetworkPolicy(const nlohmann::json& job, const ReconcilerOptions& options);
+
 // Where the worker Secret is mounted in worker pods.
 inline constexpr char kWorkerSecretPath[] = "/etc/paci/coordinator";
 

@@ -33,6 +33,31 @@ const json* Find(const json& list, const std::string& name) {
   return nullptr;
 }
 
+TEST(WorkerNetworkPolicyTest, TheJobsPodsTakeEachOtherAndMetricsScrapesOnly) {
+  ReconcilerOptions options;
+  options.metrics_port = 9100;
+  const json job = Job(json::object());
+  const json policy = WorkerNetworkPolicy(job, options);
+  EXPECT_EQ(policy["apiVersion"], "networking.k8s.io/v1");
+  EXPECT_EQ(policy["metadata"]["name"], "kjv-workers");
+  EXPECT_EQ(policy["metadata"]["namespace"], "team-a");
+  EXPECT_EQ(policy["metadata"]["labels"][kJobNameLabel], "kjv");  // the owned informer's label
+  EXPECT_EQ(policy["metadata"]["ownerReferences"][0]["uid"], "0123456789abcdef");
+  const json& spec = policy["spec"];
+  // It selects exactly the job's pods, as their labels are.
+  const json pod_labels = WorkerPod(job, 1, options)["metadata"]["labels"];
+  for (const auto& [key, value] : spec["podSelector"]["matchLabels"].items()) {
+    EXPECT_EQ(pod_labels[key], value) << key;
+  }
+  EXPECT_EQ(spec["policyTypes"], json::array({"Ingress"}));
+  ASSERT_EQ(spec["ingress"].size(), 2u);
+  // Peers: the same selector, no namespaceSelector (so this namespace only), every port.
+  EXPECT_EQ(spec["ingress"][0], json({{"from", json::array({{{"podSelector", spec["podSelector"]}}})}}));
+  // Anyone: the metrics port only.
+  EXPECT_EQ(spec["ingress"][1],
+            json::parse(R"({"ports": [{"protocol": "TCP", "port": 9100}]})"));
+}
+
 TEST(WorkerPodTest, DefaultsMeetTheRestrictedPodSecurityLevel) {
   const json pod = WorkerPod(Job(json::object()), 0, ReconcilerOptions{});
   const json& pod_security = pod["spec"]["securityContext"];

@@ -253,6 +253,9 @@ void ReconcileSuspended(Reconciliation& r) {
 // created, ended ones deleted (and created again once gone), strays deleted.
 void EnsureWorkers(Reconciliation& r, int workers) {
   if (!r.world.service_exists) r.actions.create_service = WorkerService(r.world.job, r.options);
+  if (r.options.network_policies && !r.world.network_policy_exists) {
+    r.actions.create_network_policy = WorkerNetworkPolicy(r.world.job, r.options);
+  }
   std::map<int, const json*> by_index;
   for (const json& pod : r.world.pods) {
     int index = -1;

@@ -57,6 +57,9 @@ struct ReconcilerOptions {
   // file: e.g. {"ca.crt", "coordinator_tls_ca"} passes --coordinator_tls_ca=<path>/ca.crt.
   std::string worker_secret;
   std::vector<std::pair<std::string, std::string>> worker_secret_flags;
+  // A NetworkPolicy per job (WorkerNetworkPolicy): its worker pods take
+  // connections only from each other, and metrics scrapes.
+  bool network_policies = true;
   // How often a running job's progress is read from the coordinator.
   absl::Duration poll_interval = absl::Seconds(2);
 };
@@ -74,6 +77,7 @@ struct ReconcileActions {
   std::optional<std::string> cancel;  // CancelJob of this coordinator job
   std::vector<std::string> delete_pods;
   std::optional<nlohmann::json> create_service;
+  std::optional<nlohmann::json> create_network_policy;
   std::vector<nlohmann::json> create_pods;
   // SubmitJob (idempotent by spec.name); its answer goes back in
   // ObservedWorld::submit_result (see the top of this file).
@@ -95,6 +99,7 @@ struct ObservedWorld {
   nlohmann::json job;                // the TrainingJob as last read
   std::vector<nlohmann::json> pods;  // pods labelled with the job's name
   bool service_exists = false;
+  bool network_policy_exists = false;
   // The coordinator's job named by status.coordinatorJob; nullopt when the
   // status names none, or the coordinator does not know it.
   std::optional<v1::Job> coordinator_job;

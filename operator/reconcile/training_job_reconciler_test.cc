@@ -80,6 +80,7 @@ ObservedWorld Observed(const std::string& phase, v1::JobPhase coordinator_phase)
   ObservedWorld world = World(Submitted(Job(), phase));
   world.pods = {Pod(0, "Running"), Pod(1, "Running")};
   world.service_exists = true;
+  world.network_policy_exists = true;
   world.coordinator_job = CoordinatorJob(coordinator_phase);
   return world;
 }
@@ -105,7 +106,13 @@ TEST(TrainingJobReconcilerTest, NewJobGetsFinalizerPodsServiceAndIsSubmitted) {
   EXPECT_TRUE(actions.add_finalizer);
   ASSERT_TRUE(actions.create_service.has_value());
   EXPECT_EQ((*actions.create_service)["spec"]["clusterIP"], "None");
+  ASSERT_TRUE(actions.create_network_policy.has_value());
+  EXPECT_EQ((*actions.create_network_policy)["kind"], "NetworkPolicy");
   EXPECT_THAT(Names(actions.create_pods), ElementsAre("kjv-worker-0", "kjv-worker-1"));
+  // Without network policies (--network_policies=false) none is made.
+  ReconcilerOptions without;
+  without.network_policies = false;
+  EXPECT_FALSE(ReconcileTrainingJob(World(job), without).create_network_policy.has_value());
   ASSERT_TRUE(actions.submit.has_value());
   EXPECT_EQ(actions.submit->name(), "kjv-01234567-g1");
   EXPECT_EQ(actions.submit->pipeline().num_stages(), 2);
@@ -197,6 +204,7 @@ TEST(TrainingJobReconcilerTest, MissingPodIsCreatedAndNothingElse) {
   ReconcileActions actions = ReconcileTrainingJob(world, ReconcilerOptions{});
   EXPECT_FALSE(actions.add_finalizer);
   EXPECT_FALSE(actions.create_service.has_value());
+  EXPECT_FALSE(actions.create_network_policy.has_value());
   EXPECT_THAT(Names(actions.create_pods), ElementsAre("kjv-worker-1"));
   EXPECT_THAT(actions.delete_pods, IsEmpty());
   EXPECT_FALSE(actions.submit.has_value());
@@ -337,6 +345,7 @@ TEST(TrainingJobReconcilerTest, LostCoordinatorJobIsSubmittedAgainUnderItsName) 
   ObservedWorld world = World(Submitted(Job(), "Running"));
   world.pods = {Pod(0, "Running"), Pod(1, "Running")};
   world.service_exists = true;
+  world.network_policy_exists = true;
   ReconcileActions actions = ReconcileTrainingJob(world, ReconcilerOptions{});
   ASSERT_TRUE(actions.submit.has_value());
   EXPECT_EQ(actions.submit->name(), "kjv-01234567-g1");
@@ -430,6 +439,7 @@ TEST(TrainingJobReconcilerTest, ARefusedResubmitOfALostJobFailsItToo) {
   ObservedWorld world = World(Submitted(Job(), "Running"));
   world.pods = {Pod(0, "Running"), Pod(1, "Running")};
   world.service_exists = true;
+  world.network_policy_exists = true;
   const ReconcileActions actions = ReconcileTrainingJob(
       Answered(world, absl::InvalidArgumentError("no such schedule")), ReconcilerOptions{});
   ASSERT_TRUE(actions.status.has_value());

@@ -44,8 +44,11 @@ class Cluster:
     """A coordinator process and worker processes, all on loopback."""
 
     def __init__(self, workdir, workers=2, token=None, port=0, extra=(), worker_extra=(),
-                 credentials=None):
+                 credentials=None, target_name=None):
+        """credentials: the tests' channel to a TLS coordinator; target_name: the name its
+        certificate must carry when that is not the address's (grpc.ssl_target_name_override)."""
         self.workdir = workdir
+        self.target_name = target_name
         self.worker_extra = list(worker_extra)
         self.credentials = credentials
         self.db = os.path.join(workdir, "coordinator.db")
@@ -103,7 +106,8 @@ class Cluster:
             raise RuntimeError("coordinator did not start:\n" + "".join(self.logs))
         self.port = ports[-1]
         self.address = "127.0.0.1:%d" % self.port
-        self.channel = (grpc.secure_channel(self.address, self.credentials) if self.credentials
+        options = (("grpc.ssl_target_name_override", self.target_name),) if self.target_name else ()
+        self.channel = (grpc.secure_channel(self.address, self.credentials, options=options) if self.credentials
                         else grpc.insecure_channel(self.address))
         self.stub = cgrpc.CoordinatorStub(self.channel)
 

@@ -109,7 +109,11 @@ state = "%(d)s/containerd-state"
                        "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
                                           "x509": {"clientCAFile": self.plane.ca_file}},
                        "authorization": {"mode": "Webhook"}, "readOnlyPort": 0, "port": 10250,
-                       "resolvConf": "/etc/resolv.conf"}, f)
+                       "resolvConf": "/etc/resolv.conf",
+                       # The node shares the host's disk, whose free share is not the test's to
+                       # keep: evict only when it is nearly full, not at kubelet's default 10 %.
+                       "evictionHard": {"nodefs.available": "1Gi", "imagefs.available": "1Gi",
+                                        "memory.available": "100Mi"}}, f)
         self.spawn("kubelet", [os.path.join(self.bin, "kubelet"), "--config", os.path.join(self.dir, "kubelet.json"),
                                "--kubeconfig", self.plane.kubeconfig_for("node"),
                                "--hostname-override=" + NODE_NAME, "--root-dir", os.path.join(self.dir, "kubelet"),

@@ -150,7 +150,9 @@ class LocalCluster:
         self.operator_kubeconfig = self.plane.service_account_kubeconfig("default", OPERATOR_ACCOUNT)
         self.coordinator_metrics_port = _free_port()
         if self.node == "kubelet":
-            self.spawn("coordinator", self.coordinator_command("0.0.0.0:0"))
+            # On every address, so that pods on the CNI bridge reach it: plaintext there is
+            # refused without --insecure (this test's host has no other tenants).
+            self.spawn("coordinator", self.coordinator_command("0.0.0.0:0") + ["--insecure"])
             self.coordinator_port = self.read_port("coordinator")
             self.coordinator_address = "127.0.0.1:%d" % self.coordinator_port
             self.worker_coordinator = "%s:%d" % (kubelet_node.GATEWAY, self.coordinator_port)

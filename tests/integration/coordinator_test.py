@@ -17,7 +17,7 @@ from paci.v1 import coordinator_pb2 as cpb
 from paci.v1 import coordinator_pb2_grpc as cgrpc
 
 from harness.coordinator import Cluster, phase, spec
-from harness.paths import BUILD, PACICTL, WORKER
+from harness.paths import BUILD, COORDINATOR, PACICTL, WORKER
 
 
 class CoordinatorTest(unittest.TestCase):
@@ -374,6 +374,32 @@ class CoordinatorTest(unittest.TestCase):
         finally:
             lone.kill()
             lone.wait()
+
+    def test_a_coordinator_others_can_reach_must_authenticate_its_clients_or_be_told_insecure(self):
+        cert, key = self.certificate()
+        db = os.path.join(self.tmp.name, "jobs.db")
+        base = [COORDINATOR, "--listen=0.0.0.0:0", "--db=" + db, "--metrics_address=127.0.0.1:0"]
+        for extra, said in (([], "refusing to serve on 0.0.0.0 in plaintext (--tls_cert and --tls_key"),
+                            (["--tls_cert=" + cert, "--tls_key=" + key],
+                             "refusing to serve on 0.0.0.0 without client authentication (--tls_ca")):
+            r = subprocess.run(base + extra, capture_output=True, text=True, timeout=60)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn(said, r.stderr)
+            self.assertIn("could submit, list and cancel every job and register as a worker", r.stderr)
+            self.assertIn("--insecure", r.stderr)
+            self.assertFalse(os.path.exists(db), "refused before its store was created")
+        # Told so, it serves, and says what that means.
+        proc = subprocess.Popen(base + ["--insecure"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            lines = []
+            for line in proc.stdout:
+                lines.append(line)
+                if "INSECURE" in line:
+                    break
+            self.assertIn("takes calls from anyone who reaches it, without TLS", "".join(lines))
+        finally:
+            proc.terminate()
+            proc.communicate(timeout=30)
 
     def test_tls_and_a_token_protect_the_coordinator(self):
         cert, key = self.certificate()

@@ -22,6 +22,7 @@ builds it from its Go module) and installed on the real control plane
 
 Run by ctest with PACI_BUILD_DIR and PACI_SOURCE_DIR set.
 """
+import base64
 import glob
 import json
 import os
@@ -29,12 +30,17 @@ import re
 import shutil
 import subprocess
 import tempfile
+import time
 import unittest
 
 import yaml
 
+import grpc
 from harness.control_plane import ControlPlane, kube_bin
+from harness.coordinator import Cluster
 from harness.paths import BUILD, SOURCE
+from paci.v1 import coordinator_pb2 as cpb
+from paci.v1 import coordinator_pb2_grpc as cgrpc
 
 CHART = os.path.join(SOURCE, "helm", "paci")
 HELM = os.path.join(kube_bin(BUILD), "helm")
@@ -50,6 +56,8 @@ for _path in sorted(glob.glob(os.path.join(SOURCE, "deploy", "grafana", "dashboa
 COMPONENTS = {"coordinator", "operator", "worker"}
 CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "Namespace"}
 TLS_MUTUAL = ["--set", "tls.enabled=true", "--set", "tls.requireClientCerts=true"]
+PLAINTEXT = ["--set", "tls.enabled=false", "--set", "insecure=true"]
+GENERATED_SECRETS = ("ca", "coordinator-tls", "operator-client-tls", "worker-tls")
 
 
 def run_renderer(args, release="paci", namespace="paci-system"):
@@ -125,6 +133,11 @@ def flags(args):
     return out
 
 
+def read_bytes(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
 def mounted_secret_file(deployment, path):
     """(secret name, key) that a file path inside the pod comes from; None if none."""
     spec = pod_template(deployment)["spec"]
@@ -178,7 +191,8 @@ class ChartFilesTest(unittest.TestCase):
             with open(path) as f:
                 used |= set(re.findall(r"\.Values((?:\.[A-Za-z_][A-Za-z0-9_]*)+)", f.read()))
         missing = []
-        for ref in sorted(used):
+        # A key starting with "_" is a template's memo of the render (paci.generatedTls), no value.
+        for ref in sorted(r for r in used if not r.startswith("._")):
             node = values
             for key in ref.strip(".").split("."):
                 if not isinstance(node, dict) or key not in node:
@@ -222,7 +236,7 @@ class RenderTest(unittest.TestCase):
         kinds = by_kind(docs)
         self.assertEqual(set(kinds), {"ServiceAccount", "ConfigMap", "PersistentVolumeClaim", "ClusterRole",
                                       "ClusterRoleBinding", "Role", "RoleBinding", "Service", "Deployment",
-                                      "PodDisruptionBudget"})
+                                      "PodDisruptionBudget", "Secret", "NetworkPolicy"})
         for d in docs:
             m = d["metadata"]
             self.assertTrue(m["name"].startswith("prod-paci-"), identity(d))
@@ -386,6 +400,7 @@ class RenderTest(unittest.TestCase):
             (["--set", "worker.image.pullPolicy=Always"],
              "at '/worker/image': additional properties 'pullPolicy' not allowed"),
             (["--set", "operator.watchNamespace=Team_A"], "at '/operator/watchNamespace'"),
+            (["--set", "tls.renewBeforeDays=0"], "at '/tls/renewBeforeDays': minimum: got 0, want 1"),
         ]
         for args, message in cases:
             error = render_error(*args)
@@ -413,7 +428,8 @@ class RenderTest(unittest.TestCase):
                          "registry.example/paci-worker-cuda:%s" % app_version)
 
     def test_every_flag_the_chart_passes_is_defined_by_its_binary(self):
-        for args in ([], TLS_MUTUAL, ["--set", "tls.enabled=true"], ["--set", "operator.watchNamespace=a"]):
+        for args in ([], TLS_MUTUAL, PLAINTEXT, ["--set", "tls.requireClientCerts=false", "--set", "insecure=true"],
+                     ["--set", "operator.watchNamespace=a"], ["--set", "networkPolicy.enabled=false"]):
             kinds = by_kind(render(*args))
             self.assertLessEqual(set(flags(container(kinds["Deployment"]["paci-coordinator"])["args"])),
                                  COORDINATOR_FLAGS, args)
@@ -458,8 +474,8 @@ class RenderTest(unittest.TestCase):
                          "ca.crt=coordinator_tls_ca,tls.crt=coordinator_tls_cert,tls.key=coordinator_tls_key")
 
         # TLS without client certificates: the server asks for none, nobody presents one.
-        kinds = by_kind(render("--set", "tls.enabled=true", "--set", "tls.secretName=my-tls",
-                               "--set", "tls.workerSecretName=my-workers"))
+        kinds = by_kind(render("--set", "tls.requireClientCerts=false", "--set", "insecure=true",
+                               "--set", "tls.secretName=my-tls", "--set", "tls.workerSecretName=my-workers"))
         coordinator = flags(container(kinds["Deployment"]["paci-coordinator"])["args"])
         operator = flags(container(kinds["Deployment"]["paci-operator"])["args"])
         self.assertIn("tls_cert", coordinator)
@@ -469,12 +485,108 @@ class RenderTest(unittest.TestCase):
                          ("my-tls", "ca.crt"))
         self.assertEqual((operator["worker_secret"], operator["worker_secret_flags"]), ("my-workers", "ca.crt=coordinator_tls_ca"))
 
-        # No TLS: plaintext everywhere, gRPC probes.
-        kinds = by_kind(render())
-        self.assertFalse({"tls_cert", "tls_ca"} & set(flags(container(kinds["Deployment"]["paci-coordinator"])["args"])))
+        self.assertIn("insecure", coordinator)
+
+        # No TLS: plaintext everywhere, gRPC probes, the coordinator told it is insecure.
+        kinds = by_kind(render(*PLAINTEXT))
+        self.assertNotIn("Secret", kinds)
+        coordinator = flags(container(kinds["Deployment"]["paci-coordinator"])["args"])
+        self.assertFalse({"tls_cert", "tls_ca"} & set(coordinator))
+        self.assertIn("insecure", coordinator)
         self.assertFalse({"coordinator_tls_ca", "worker_secret"}
                          & set(flags(container(kinds["Deployment"]["paci-operator"])["args"])))
         self.assertIn("grpc", container(kinds["Deployment"]["paci-coordinator"])["readinessProbe"])
+
+    def test_without_mutual_tls_the_chart_refuses_unless_told_insecure(self):
+        for args in (["--set", "tls.enabled=false"], ["--set", "tls.requireClientCerts=false"]):
+            error = render_error(*args)
+            self.assertIn("tls.enabled and tls.requireClientCerts must stay true", error, args)
+            self.assertIn("Set insecure=true", error, args)
+        self.assertNotIn("insecure", flags(container(by_kind(render())["Deployment"]["paci-coordinator"])["args"]))
+
+    def test_the_generated_certificates_serve_mutual_tls_to_the_operator_and_workers_only(self):
+        secrets = {}  # by namespace and name: the worker Secret's name is the same in each namespace
+        for d in render("--set", "tls.workerNamespaces={team-a,team-b}", release="alpha", namespace="ml"):
+            if d["kind"] == "Secret":
+                secrets[(d["metadata"]["namespace"], d["metadata"]["name"])] = d
+        self.assertEqual(set(secrets), {("ml", "alpha-paci-" + n) for n in GENERATED_SECRETS}
+                         | {(ns, "alpha-paci-worker-tls") for ns in ("team-a", "team-b")})
+        with tempfile.TemporaryDirectory() as d:
+            def write(secret, key, namespace="ml"):
+                path = os.path.join(d, "%s-%s-%s" % (namespace, secret, key))
+                with open(path, "wb") as f:
+                    f.write(base64.b64decode(secrets[(namespace, "alpha-paci-" + secret)]["data"][key]))
+                return path
+            ca = write("ca", "tls.crt")
+            for secret in GENERATED_SECRETS[1:]:
+                self.assertEqual(read_bytes(write(secret, "ca.crt")), read_bytes(ca), secret)
+                verified = subprocess.run(["openssl", "verify", "-CAfile", ca, write(secret, "tls.crt")],
+                                          capture_output=True, text=True)
+                self.assertEqual(verified.returncode, 0, verified.stdout + verified.stderr)
+            names = subprocess.run(["openssl", "x509", "-noout", "-ext", "subjectAltName", "-in",
+                                    write("coordinator-tls", "tls.crt")], capture_output=True, text=True).stdout
+            self.assertIn("DNS:alpha-paci-coordinator.ml.svc,", names)
+            # The coordinator pod's own Secret has its key; the operator mounts only ca.crt of it.
+            self.assertEqual(sorted(secrets[("ml", "alpha-paci-coordinator-tls")]["data"]),
+                             ["ca.crt", "tls.crt", "tls.key"])
+
+            # The real coordinator serves with them: the operator's and a worker's certificate
+            # get in, a client with none or with another release's is refused in the handshake.
+            other = {d["metadata"]["name"]: d for d in render(release="beta", namespace="ml") if d["kind"] == "Secret"}
+            stranger = {}
+            for key in ("tls.crt", "tls.key"):
+                stranger[key] = base64.b64decode(other["beta-paci-worker-tls"]["data"][key])
+            cluster = Cluster(d, workers=0, extra=["--tls_cert=" + write("coordinator-tls", "tls.crt"),
+                                                   "--tls_key=" + write("coordinator-tls", "tls.key"),
+                                                   "--tls_ca=" + write("coordinator-tls", "ca.crt")],
+                              credentials=grpc.ssl_channel_credentials(
+                                  root_certificates=read_bytes(ca),
+                                  private_key=read_bytes(write("operator-client-tls", "tls.key")),
+                                  certificate_chain=read_bytes(write("operator-client-tls", "tls.crt"))),
+                              target_name="alpha-paci-coordinator.ml.svc")
+            try:
+                self.assertEqual(list(cluster.stub.ListJobs(cpb.ListJobsRequest(), timeout=20).jobs), [])
+                self.assertTrue(cluster.wait_for_log(r"\(mutual TLS, "), "".join(cluster.logs))
+
+                def list_jobs(key=None, crt=None):
+                    channel = grpc.secure_channel(cluster.address, grpc.ssl_channel_credentials(
+                        root_certificates=read_bytes(ca), private_key=key, certificate_chain=crt),
+                        options=(("grpc.ssl_target_name_override", "alpha-paci-coordinator.ml.svc"),))
+                    try:
+                        return cgrpc.CoordinatorStub(channel).ListJobs(cpb.ListJobsRequest(), timeout=20)
+                    finally:
+                        channel.close()
+                worker = lambda key: read_bytes(write("worker-tls", key, "team-b"))  # noqa: E731
+                self.assertEqual(list(list_jobs(worker("tls.key"), worker("tls.crt")).jobs), [])
+                for key, crt in ((None, None), (stranger["tls.key"], stranger["tls.crt"])):
+                    with self.assertRaises(grpc.RpcError) as err:
+                        list_jobs(key, crt)
+                    self.assertEqual(err.exception.code(), grpc.StatusCode.UNAVAILABLE)
+            finally:
+                cluster.stop()
+
+    def test_network_policies_open_the_coordinator_to_the_operator_and_workers_only(self):
+        kinds = by_kind(render("--set-json", 'networkPolicy.coordinatorClients=[{"namespaceSelector":'
+                               '{"matchLabels":{"team":"ml"}}}]', release="alpha", namespace="ml"))
+        policy = kinds["NetworkPolicy"]["alpha-paci-coordinator"]["spec"]
+        coordinator = kinds["Deployment"]["alpha-paci-coordinator"]
+        operator = kinds["Deployment"]["alpha-paci-operator"]
+        self.assertTrue(selects(policy["podSelector"]["matchLabels"], pod_template(coordinator)["metadata"]["labels"]))
+        self.assertFalse(selects(policy["podSelector"]["matchLabels"], pod_template(operator)["metadata"]["labels"]))
+        self.assertEqual(policy["policyTypes"], ["Ingress"])
+        grpc_rule, metrics_rule = policy["ingress"]
+        self.assertEqual(grpc_rule["ports"], [{"port": "grpc"}])
+        self.assertEqual(metrics_rule, {"ports": [{"port": "metrics"}]})
+        peers = grpc_rule["from"]
+        self.assertTrue(selects(peers[0]["podSelector"]["matchLabels"], pod_template(operator)["metadata"]["labels"]))
+        self.assertNotIn("namespaceSelector", peers[0])  # the release's own operator only
+        self.assertEqual(peers[1], {"namespaceSelector": {}, "podSelector": {"matchLabels": {
+            "app.kubernetes.io/name": "paci-worker"}}})
+        self.assertEqual(peers[2], {"namespaceSelector": {"matchLabels": {"team": "ml"}}})
+        self.assertEqual(flags(container(operator)["args"])["network_policies"], "true")
+        kinds = by_kind(render("--set", "networkPolicy.enabled=false"))
+        self.assertNotIn("NetworkPolicy", kinds)
+        self.assertEqual(flags(container(kinds["Deployment"]["paci-operator"])["args"])["network_policies"], "false")
 
     def test_monitoring_objects_scrape_as_the_shipped_prometheus_config(self):
         with open(os.path.join(SOURCE, "deploy", "prometheus", "prometheus.yml")) as f:
@@ -587,7 +699,7 @@ class ClusterTest(unittest.TestCase):
         listed = json.loads(self.kubectl_ok(
             "get", "deployments,services,serviceaccounts,configmaps,persistentvolumeclaims,roles,rolebindings,"
             "poddisruptionbudgets,servicemonitors,podmonitors,prometheusrules,clusterroles,"
-            "clusterrolebindings", "-A", "-l", "app.kubernetes.io/instance=" + release, "-o", "json"))
+            "clusterrolebindings,secrets,networkpolicies", "-A", "-l", "app.kubernetes.io/instance=" + release, "-o", "json"))
         return sorted(identity(d) for d in listed["items"])
 
     def test_two_releases_side_by_side_upgrade_rollback_and_uninstall(self):
@@ -633,6 +745,60 @@ class ClusterTest(unittest.TestCase):
         self.assertIn("trainingjobs.paci.dev", self.kubectl_ok("get", "crd", "-o", "name"))
         self.assertFalse({"alpha", "beta"} & set(self.helm("list", "--namespace", "ml", "-q").split()))
 
+    def test_generated_certificates_stay_on_upgrade_and_are_renewed_before_they_end(self):
+        self.helm("install", "gamma", CHART, "--namespace", "ml", "--set", "operator.watchNamespace=team-a")
+
+        def certificates():
+            out = {}
+            for namespace in ("ml", "team-a"):
+                listed = json.loads(self.kubectl_ok("get", "secrets", "-n", namespace, "-l",
+                                                    "app.kubernetes.io/instance=gamma", "-o", "json"))
+                for d in listed["items"]:
+                    out[d["metadata"]["name"][len("gamma-paci-"):]] = (
+                        base64.b64decode(d["data"]["tls.crt"]), int(d["metadata"]["annotations"]["paci.dev/not-after"]))
+            return out
+
+        def checksum(component):
+            d = json.loads(self.kubectl_ok("get", "deployment", "-n", "ml", "gamma-paci-" + component, "-o", "json"))
+            return pod_template(d)["metadata"]["annotations"]["paci.dev/tls-checksum"]
+
+        first = certificates()
+        self.assertEqual(set(first), set(GENERATED_SECRETS))  # the worker Secret in team-a
+        year = 365 * 86400
+        self.assertAlmostEqual(first["coordinator-tls"][1] - time.time(), year, delta=3600)
+        self.assertAlmostEqual(first["ca"][1] - time.time(), 10 * year, delta=3600)
+        sums = (checksum("coordinator"), checksum("operator"))
+        # An upgrade keeps every certificate, and so the pods.
+        self.helm("upgrade", "gamma", CHART, "--namespace", "ml", "--set", "operator.watchNamespace=team-a",
+                  "--set", "operator.leaderElection.replicas=3")
+        self.assertEqual(certificates(), first)
+        self.assertEqual((checksum("coordinator"), checksum("operator")), sums)
+        # One that finds less than renewBeforeDays left renews the certificates from the same CA,
+        # and the pods that mount them roll.
+        self.helm("upgrade", "gamma", CHART, "--namespace", "ml", "--set", "operator.watchNamespace=team-a",
+                  "--set", "tls.renewBeforeDays=400")
+        renewed = certificates()
+        self.assertEqual(renewed["ca"], first["ca"])
+        for name in GENERATED_SECRETS[1:]:
+            self.assertNotEqual(renewed[name][0], first[name][0], name)
+        self.assertNotEqual(checksum("coordinator"), sums[0])
+        self.assertNotEqual(checksum("operator"), sums[1])
+        with tempfile.TemporaryDirectory() as d:
+            for name in ("ca", "coordinator-tls"):
+                with open(os.path.join(d, name), "wb") as f:
+                    f.write(renewed[name][0])
+            verified = subprocess.run(["openssl", "verify", "-CAfile", os.path.join(d, "ca"),
+                                       os.path.join(d, "coordinator-tls")], capture_output=True, text=True)
+            self.assertEqual(verified.returncode, 0, verified.stdout + verified.stderr)
+        # A CA near its end is made anew, with every certificate.
+        self.helm("upgrade", "gamma", CHART, "--namespace", "ml", "--set", "operator.watchNamespace=team-a",
+                  "--set", "tls.renewBeforeDays=3650")
+        again = certificates()
+        for name in GENERATED_SECRETS:
+            self.assertNotEqual(again[name][0], renewed[name][0], name)
+        self.helm("uninstall", "gamma", "--namespace", "ml", "--wait", "--timeout", "120s")
+        self.assertEqual(certificates(), {})
+
     def test_notes_name_the_release_its_secrets_and_the_crd_upgrade_step(self):
         notes = self.helm("install", "alpha", CHART, "--namespace", "ml", "--dry-run=server")
         notes = notes[notes.index("NOTES:"):]
@@ -641,12 +807,24 @@ class ClusterTest(unittest.TestCase):
         self.assertIn("kubectl apply --server-side --force-conflicts", notes)
         self.assertIn("every namespace", notes)
         self.assertNotIn("<no value>", notes)
-        # With TLS, the names the NOTES ask for are the names mounted.
-        notes = self.helm("install", "alpha", CHART, "--namespace", "ml", "--dry-run=server", *TLS_MUTUAL)
-        notes = notes[notes.index("NOTES:"):]
+        # By default the chart made the certificates: the NOTES name them and where they are.
+        for secret in ("alpha-paci-ca in ml", "alpha-paci-coordinator-tls in ml", "alpha-paci-worker-tls in ml, team-b",
+                       "alpha-paci-operator-client-tls in ml", "DNS:alpha-paci-coordinator.ml.svc"):
+            self.assertIn(secret, self.notes("--set", "tls.workerNamespaces={team-b}"))
+        self.assertNotIn("INSECURE", notes)
+        # With Secrets of your own, the names the NOTES ask for are the names mounted.
+        notes = self.notes("--set", "tls.generate=false")
+        self.assertIn("Create these Secrets", notes)
         for secret in ("alpha-paci-coordinator-tls", "alpha-paci-operator-client-tls", "alpha-paci-worker-tls",
                        "DNS:alpha-paci-coordinator.ml.svc"):
             self.assertIn(secret, notes)
+        self.assertIn("INSECURE: the coordinator runs without TLS", self.notes(*PLAINTEXT))
+
+    def notes(self, *args):
+        notes = self.helm("install", "alpha", CHART, "--namespace", "ml", "--dry-run=server", *args)
+        notes = notes[notes.index("NOTES:"):]
+        self.assertNotIn("<no value>", notes)
+        return notes
 
     def test_the_operator_account_may_do_what_the_operator_does_and_no_more(self):
         # One release watching team-a only: a Role there, not a ClusterRole.
@@ -662,7 +840,8 @@ class ClusterTest(unittest.TestCase):
         for verb, resource in (("watch", "trainingjobs.paci.dev"), ("patch", "trainingjobs.paci.dev/status"),
                                ("update", "trainingjobs.paci.dev/finalizers"), ("create", "pods"),
                                ("delete", "pods"), ("list", "pods"), ("create", "services"),
-                               ("create", "events")):
+                               ("create", "events"), ("watch", "networkpolicies.networking.k8s.io"),
+                               ("create", "networkpolicies.networking.k8s.io")):
             self.assertTrue(can(verb, resource, "-n", "team-a"), "%s %s in team-a" % (verb, resource))
         self.assertTrue(can("update", "leases.coordination.k8s.io", "-n", "ml"))
         # Nothing else: no Secrets anywhere, no pods outside the namespace it serves, no RBAC.

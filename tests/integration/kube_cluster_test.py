@@ -11,6 +11,7 @@ containers.
 
 Run by ctest with PACI_BUILD_DIR and PACI_SOURCE_DIR set.
 """
+import base64
 import http.client
 import json
 import os
@@ -25,7 +26,7 @@ import urllib.request
 
 import yaml
 
-from harness.control_plane import ControlPlane
+from harness.control_plane import ControlPlane, kube_bin
 from harness.local_cluster import NODE_AGENT, container_env, images
 from harness.paths import BUILD, SOURCE
 
@@ -379,6 +380,56 @@ class KubeClusterTest(unittest.TestCase):
             "seccompProfile": {"type": "RuntimeDefault"}})
         code, status = self.http("POST", pods + "?dryRun=All", restricted)
         self.assertEqual(code, 201, status)
+
+    def test_deploy_tls_makes_the_secrets_deploy_mounts_once_and_keeps_them(self):
+        env = dict(os.environ, KUBECONFIG=self.plane.kubeconfig,
+                   PATH=kube_bin(BUILD) + os.pathsep + os.environ.get("PATH", ""))
+        script = [os.path.join(SOURCE, "scripts", "deploy-tls.sh"), "--namespace", "tls-system",
+                  "--worker-namespace", "team-x", "--worker-namespace", "team-y"]
+
+        def run():
+            r = subprocess.run(script, env=env, capture_output=True, text=True, timeout=120)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            return r.stdout
+
+        def secrets():
+            out = {}
+            for ns in ("tls-system", "team-x", "team-y"):
+                for d in json.loads(self.kubectl("get", "secrets", "-n", ns, "-o", "json"))["items"]:
+                    out[(ns, d["metadata"]["name"])] = {k: base64.b64decode(v) for k, v in d["data"].items()}
+            return out
+        self.assertIn("made tls-system/paci-ca", run())
+        first = secrets()
+        self.assertEqual(set(first), {("tls-system", "paci-ca"), ("tls-system", "paci-coordinator-tls"),
+                                      ("tls-system", "paci-operator-client-tls"), ("team-x", "paci-worker-tls"),
+                                      ("team-y", "paci-worker-tls")})
+        ca = first[("tls-system", "paci-ca")]["tls.crt"]
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "ca"), "wb") as f:
+                f.write(ca)
+            for key, data in first.items():
+                if key[1] == "paci-ca":
+                    continue
+                self.assertEqual(data["ca.crt"], ca, key)
+                with open(os.path.join(d, "crt"), "wb") as f:
+                    f.write(data["tls.crt"])
+                r = subprocess.run(["openssl", "verify", "-CAfile", os.path.join(d, "ca"), os.path.join(d, "crt")],
+                                   capture_output=True, text=True)
+                self.assertEqual(r.returncode, 0, (key, r.stdout, r.stderr))
+                if key[1] == "paci-coordinator-tls":
+                    names = subprocess.run(["openssl", "x509", "-noout", "-ext", "subjectAltName", "-in",
+                                            os.path.join(d, "crt")], capture_output=True, text=True).stdout
+                    self.assertIn("DNS:paci-coordinator.tls-system.svc,", names)
+        # Again: everything kept. A deleted Secret is made anew from the same CA.
+        self.assertIn("tls-system/paci-coordinator-tls exists: kept", run())
+        self.assertEqual(secrets(), first)
+        self.kubectl("delete", "secret", "-n", "team-y", "paci-worker-tls")
+        self.assertIn("signing with it", run())
+        again = secrets()
+        self.assertNotEqual(again[("team-y", "paci-worker-tls")]["tls.crt"], first[("team-y", "paci-worker-tls")]["tls.crt"])
+        self.assertEqual(again[("team-y", "paci-worker-tls")]["ca.crt"], ca)
+        self.assertEqual({k: v for k, v in again.items() if k[0] != "team-y"},
+                         {k: v for k, v in first.items() if k[0] != "team-y"})
 
     # -- HTTP semantics ------------------------------------------------------
 

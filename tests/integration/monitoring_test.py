@@ -139,6 +139,7 @@ class DeployConfigTest(unittest.TestCase):
         self.assertEqual(rules[(("",), ("pods", "services"))],
                          {"get", "list", "watch", "create", "delete"})
         self.assertEqual(rules[(("",), ("events",))], {"create", "patch"})
+        self.assertEqual(rules[(("networking.k8s.io",), ("networkpolicies",))], {"get", "list", "watch", "create"})
         for (_, resources), verbs in rules.items():
             self.assertNotIn("*", verbs)
             self.assertNotIn("leases", resources)
@@ -161,15 +162,32 @@ class DeployConfigTest(unittest.TestCase):
         coordinator = by_kind["Deployment"]["paci-coordinator"]["spec"]
         self.assertEqual(coordinator["replicas"], 1)
         container = coordinator["template"]["spec"]["containers"][0]
+        # Mutual TLS from the Secrets scripts/deploy-tls.sh makes; no --insecure.
         self.assertEqual(container["args"], ["--listen=0.0.0.0:7070",
                                              "--metrics_address=0.0.0.0:9090",
-                                             "--db=/var/lib/paci/coordinator.db"])
-        self.assertEqual(container["readinessProbe"]["grpc"]["port"], 7070)
+                                             "--db=/var/lib/paci/coordinator.db",
+                                             "--tls_cert=/etc/paci/tls/tls.crt",
+                                             "--tls_key=/etc/paci/tls/tls.key",
+                                             "--tls_ca=/etc/paci/tls/ca.crt"])
+        volumes = {v["name"]: v for v in coordinator["template"]["spec"]["volumes"]}
+        self.assertEqual(volumes["tls"]["secret"]["secretName"], "paci-coordinator-tls")
+        self.assertEqual(container["readinessProbe"]["tcpSocket"]["port"], "grpc")  # gRPC probes are plaintext
         operator = by_kind["Deployment"]["paci-operator"]["spec"]
         self.assertEqual(operator["replicas"], 2)
         container = operator["template"]["spec"]["containers"][0]
         self.assertIn("--leader_election=true", container["args"])
         self.assertIn("--leader_election_namespace=$(POD_NAMESPACE)", container["args"])
+        for arg in ("--coordinator_tls_ca=/etc/paci/tls/ca.crt", "--coordinator_tls_cert=/etc/paci/client/tls.crt",
+                    "--worker_secret=paci-worker-tls", "--network_policies=true"):
+            self.assertIn(arg, container["args"])
+        volumes = {v["name"]: v for v in operator["template"]["spec"]["volumes"]}
+        self.assertEqual(volumes["tls"]["secret"]["items"], [{"key": "ca.crt", "path": "ca.crt"}])
+        self.assertEqual(volumes["client-tls"]["secret"]["secretName"], "paci-operator-client-tls")
+        policy = by_kind["NetworkPolicy"]["paci-coordinator"]["spec"]
+        pod_labels = coordinator["template"]["metadata"]["labels"]
+        self.assertEqual({k: pod_labels.get(k) for k in policy["podSelector"]["matchLabels"]},
+                         policy["podSelector"]["matchLabels"])
+        self.assertEqual([r["ports"] for r in policy["ingress"]], [[{"port": "grpc"}], [{"port": "metrics"}]])
         self.assertEqual(container["livenessProbe"]["httpGet"]["path"], "/healthz")
         self.assertEqual(container["readinessProbe"]["httpGet"]["path"], "/readyz")
 

@@ -205,15 +205,21 @@ class OperatorEndToEnd(unittest.TestCase):
         at_coordinator = self.coordinator.GetJob(cpb.GetJobRequest(name=status["coordinatorJob"]))
         self.assertEqual(at_coordinator.status.phase, cpb.SUCCEEDED)
 
-        # The operator never deletes the job's Service: the real controller manager's garbage
-        # collector does, through its owner reference, once the TrainingJob is deleted.
-        service = self.cluster.get("service", "kjv-tiny-workers")
-        self.assertEqual([(r["kind"], r["name"]) for r in service["metadata"]["ownerReferences"]],
-                         [("TrainingJob", "kjv-tiny")])
+        # The operator never deletes the job's Service and NetworkPolicy: the real controller
+        # manager's garbage collector does, through their owner reference, once the TrainingJob
+        # is deleted. (The policy fences the pods to each other where a network plugin enforces
+        # policies; this node's bridge does not: its pods trained through it anyway.)
+        for kind in ("service", "networkpolicy"):
+            owned = self.cluster.get(kind, "kjv-tiny-workers")
+            self.assertEqual([(r["kind"], r["name"]) for r in owned["metadata"]["ownerReferences"]],
+                             [("TrainingJob", "kjv-tiny")], kind)
+        self.assertEqual(self.cluster.get("networkpolicy", "kjv-tiny-workers")["spec"]["podSelector"],
+                         {"matchLabels": {"paci.dev/job-name": "kjv-tiny"}})
         self.kubectl("delete", "trainingjob", "kjv-tiny", "--timeout=60s")
-        wait_until("the garbage collector to delete kjv-tiny's Service", lambda: self.kubectl(
-            "get", "service", "kjv-tiny-workers", check=False).returncode != 0, timeout=60)
-        self.assertIn("NotFound", self.kubectl("get", "service", "kjv-tiny-workers", check=False).stderr)
+        for kind in ("service", "networkpolicy"):
+            wait_until("the garbage collector to delete kjv-tiny's " + kind, lambda: self.kubectl(
+                "get", kind, "kjv-tiny-workers", check=False).returncode != 0, timeout=60)
+            self.assertIn("NotFound", self.kubectl("get", kind, "kjv-tiny-workers", check=False).stderr)
 
     def test_2_dashboards_failover_and_delete(self):
         """A longer job: every dashboard panel has data; the leader dies and the

@@ -114,3 +114,72 @@ readOnlyRootFilesystem: true
 capabilities:
   drop: ["ALL"]
 {{- end -}}
+
+{{/*
+The release's generated TLS material (tls.enabled and tls.generate), decided
+once per render and kept in .Values._paciTls, so the Secrets (tls.yaml) and
+the checksums on the pod templates that mount them agree.
+
+A CA of the release (Secret "<fullname>-ca") signs the coordinator's
+certificate (its Service's DNS names) and the client certificates of the
+operator and the workers. Each Secret found in the cluster is kept as it is
+until its certificate has less than tls.renewBeforeDays left (annotation
+paci.dev/not-after, Unix seconds); then this render makes a new one from the
+same CA. A CA that nears its end is made anew, and every certificate with it.
+`helm template` and client-side dry runs see no cluster: they show new ones.
+
+A dict: ca, coordinator, operator, worker, each {crt, key, notAfter}.
+*/}}
+{{- define "paci.generatedTls" -}}
+{{- if not (hasKey .Values "_paciTls") }}
+{{- $now := now | unixEpoch | int64 }}
+{{- $renewBy := add $now (mul .Values.tls.renewBeforeDays 86400) }}
+{{- $fullname := include "paci.fullname" . }}
+{{- $coordinator := include "paci.coordinatorName" . }}
+{{- $ns := .Release.Namespace }}
+{{- $state := dict }}
+{{- /* The CA. */}}
+{{- $old := lookup "v1" "Secret" $ns (include "paci.caSecretName" .) }}
+{{- $oldNotAfter := 0 }}
+{{- if $old }}{{ $oldNotAfter = ((($old.metadata).annotations | default dict) | dig "paci.dev/not-after" "0" | int64) }}{{ end }}
+{{- $ca := dict }}
+{{- $newCa := true }}
+{{- if and $old (gt $oldNotAfter $renewBy) }}
+{{- $ca = buildCustomCert (index $old.data "tls.crt") (index $old.data "tls.key") }}
+{{- $_ := set $state "ca" (dict "crt" $ca.Cert "key" $ca.Key "notAfter" $oldNotAfter) }}
+{{- $newCa = false }}
+{{- else }}
+{{- $ca = genCA (printf "%s CA" $fullname) (int .Values.tls.caValidityDays) }}
+{{- $_ := set $state "ca" (dict "crt" $ca.Cert "key" $ca.Key "notAfter" (add $now (mul .Values.tls.caValidityDays 86400))) }}
+{{- end }}
+{{- /* The certificates it signs: Secret name, namespace, common name, DNS names. */}}
+{{- $leaves := dict
+      "coordinator" (list (include "paci.tlsSecretName" .) $ns $coordinator (list $coordinator (printf "%s.%s" $coordinator $ns) (printf "%s.%s.svc" $coordinator $ns) (printf "%s.%s.svc.cluster.local" $coordinator $ns)))
+      "operator" (list (include "paci.operatorClientSecretName" .) $ns (include "paci.operatorName" .) list)
+      "worker" (list (include "paci.workerSecretName" .) (include "paci.workerNamespace" .) (include "paci.workerServiceAccountName" .) list) }}
+{{- range $who, $leaf := $leaves }}
+{{- $old := lookup "v1" "Secret" (index $leaf 1) (index $leaf 0) }}
+{{- $oldNotAfter := 0 }}
+{{- if $old }}{{ $oldNotAfter = ((($old.metadata).annotations | default dict) | dig "paci.dev/not-after" "0" | int64) }}{{ end }}
+{{- if and (not $newCa) $old (gt $oldNotAfter $renewBy) (eq (index $old.data "ca.crt" | b64dec) $ca.Cert) }}
+{{- $_ := set $state $who (dict "crt" (index $old.data "tls.crt" | b64dec) "key" (index $old.data "tls.key" | b64dec) "notAfter" $oldNotAfter) }}
+{{- else }}
+{{- $cert := genSignedCert (index $leaf 2) nil (index $leaf 3) (int $.Values.tls.validityDays) $ca }}
+{{- $_ := set $state $who (dict "crt" $cert.Cert "key" $cert.Key "notAfter" (add $now (mul $.Values.tls.validityDays 86400))) }}
+{{- end }}
+{{- end }}
+{{- $_ := set .Values "_paciTls" $state }}
+{{- end }}
+{{- toJson .Values._paciTls }}
+{{- end }}
+
+{{/* A checksum of the certificates a pod mounts (its template changes when they do). Call with (list $ "coordinator"). */}}
+{{- define "paci.tlsChecksum" -}}
+{{- $root := index . 0 }}
+{{- $tls := include "paci.generatedTls" $root | fromJson }}
+{{- printf "%s%s" (get (get $tls "ca") "crt") (get (get $tls (index . 1)) "crt") | sha256sum }}
+{{- end }}
+
+{{- define "paci.caSecretName" -}}
+{{- include "paci.componentName" (list . "ca") }}
+{{- end }}
