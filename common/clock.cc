@@ -1,21 +1,51 @@
 #include "common/clock.h"
 
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
 namespace paci {
 namespace {
 
-class RealClock final : public Clock {
+class SteadyClock final : public Clock {
  public:
-  absl::Time Now() const override { return absl::Now(); }
+  SteadyClock(std::function<absl::Time()> wall, std::function<absl::Duration()> steady)
+      : steady_(std::move(steady)), start_(steady_()), wall_start_(wall()) {}
+
+  absl::Time Now() const override { return wall_start_ + (steady_() - start_); }
+
+  // absl::Mutex times its waits by the system clock: each wait is at most a
+  // second long and the deadline is checked against this clock between
+  // them, so a step of the system clock delays a wake by at most that.
   bool AwaitWithDeadline(absl::Mutex& mutex, const absl::Condition& condition,
                          absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex) override {
-    return mutex.AwaitWithDeadline(condition, deadline);
+    while (true) {
+      if (condition.Eval()) return true;
+      const absl::Duration left = deadline - Now();
+      if (left <= absl::ZeroDuration()) return false;
+      if (mutex.AwaitWithTimeout(condition, std::min(left, absl::Seconds(1)))) return true;
+    }
   }
+
+ private:
+  const std::function<absl::Duration()> steady_;
+  const absl::Duration start_;
+  const absl::Time wall_start_;
 };
+
+absl::Duration MonotonicNow() {
+  return absl::FromChrono(std::chrono::steady_clock::now().time_since_epoch());
+}
 
 }  // namespace
 
+std::unique_ptr<Clock> Clock::Steady(std::function<absl::Time()> wall,
+                                     std::function<absl::Duration()> steady) {
+  return std::make_unique<SteadyClock>(std::move(wall), std::move(steady));
+}
+
 Clock& Clock::Real() {
-  static RealClock* const clock = new RealClock;
+  static Clock* const clock = Steady([] { return absl::Now(); }, MonotonicNow).release();
   return *clock;
 }
 

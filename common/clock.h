@@ -2,13 +2,16 @@
 
 // Time as a component sees it: Now(), and waiting on an absl::Mutex
 // condition until a deadline by that clock. Production code uses
-// Clock::Real() (absl::Now and the Mutex's own deadline); tests give their
+// Clock::Real(), which is monotonic: a step of the system clock (an NTP
+// correction, someone's `date -s`) moves no timeout, deadline or lease; tests give their
 // component a FakeClock and move its time with Advance(), which wakes every
 // waiter whose deadline has come, so no test sleeps to let time pass.
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <memory>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -20,8 +23,16 @@ class Clock {
  public:
   virtual ~Clock() = default;
 
-  // The process's clock: absl::Now() and absl::Mutex's own deadlines.
+  // The process's clock: the system's wall time when it was first asked,
+  // plus the time the monotonic clock (CLOCK_MONOTONIC) has counted since.
+  // Its times are wall times to within the steps the system clock has taken
+  // since; its durations never see those steps.
   static Clock& Real();
+
+  // Real()'s kind of clock over given readings (tests step `wall`): the
+  // first wall reading plus `steady`'s advance since its first reading.
+  static std::unique_ptr<Clock> Steady(std::function<absl::Time()> wall,
+                                       std::function<absl::Duration()> steady);
 
   virtual absl::Time Now() const = 0;
 

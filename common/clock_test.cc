@@ -8,6 +8,33 @@
 namespace paci {
 namespace {
 
+TEST(SteadyClockTest, AStepOfTheSystemClockMovesNoDuration) {
+  absl::Time wall = absl::FromUnixSeconds(1'800'000'000);
+  absl::Duration steady = absl::Seconds(5);
+  const std::unique_ptr<Clock> clock = Clock::Steady([&] { return wall; }, [&] { return steady; });
+  const absl::Time start = clock->Now();
+  EXPECT_EQ(start, absl::FromUnixSeconds(1'800'000'000));  // a wall time
+  // The system clock jumps an hour ahead, then two hours back; one second passes.
+  wall += absl::Hours(1);
+  steady += absl::Milliseconds(400);
+  EXPECT_EQ(clock->Now() - start, absl::Milliseconds(400));
+  wall -= absl::Hours(2);
+  steady += absl::Milliseconds(600);
+  EXPECT_EQ(clock->Now() - start, absl::Seconds(1));
+}
+
+TEST(SteadyClockTest, TheRealClockWaitsOutADeadlineAndWakesForACondition) {
+  Clock& clock = Clock::Real();
+  absl::Mutex mutex;
+  bool flag = false;
+  absl::MutexLock lock(&mutex);
+  const absl::Time before = clock.Now();
+  EXPECT_FALSE(clock.AwaitWithDeadline(mutex, absl::Condition(&flag), before + absl::Milliseconds(50)));
+  EXPECT_GE(clock.Now(), before + absl::Milliseconds(50));  // never early
+  flag = true;
+  EXPECT_TRUE(clock.AwaitWithDeadline(mutex, absl::Condition(&flag), absl::InfiniteFuture()));
+}
+
 TEST(FakeClockTest, TimeMovesOnlyWhenAdvanced) {
   FakeClock clock(absl::FromUnixSeconds(100));
   EXPECT_EQ(clock.Now(), absl::FromUnixSeconds(100));

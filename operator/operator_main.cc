@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <memory>
@@ -196,10 +197,23 @@ absl::Status Main(const paci::ShutdownSignal& shutdown) {
             << (options.watch_namespace.empty() ? "(all)" : options.watch_namespace)
             << ", metrics port " << metrics_port;
 
+  std::unique_ptr<KubeClient> lease_client;
   std::unique_ptr<LeaderElector> elector;
+  std::atomic<bool> led{false};
   if (absl::GetFlag(FLAGS_leader_election)) {
+    const LeaderElector::Options lease = LeaseOptionsFromFlags(kube_options);
+    RETURN_IF_ERROR(LeaderElector::Validate(lease));
+    // Its own client, whose requests end within the renew deadline.
+    KubeClientOptions lease_client_options = kube_options;
+    lease_client_options.request_timeout = std::min(kube_options.request_timeout, lease.renew_deadline);
+    lease_client = std::make_unique<KubeClient>(lease_client_options, &metrics);
     elector = std::make_unique<LeaderElector>(
-        kube, LeaseOptionsFromFlags(kube_options), start_controller, [&] {
+        *lease_client, lease,
+        [&] {
+          start_controller();
+          led = true;
+        },
+        [&] {
           metrics.SetLeader(false);
           lost_lead = true;
         });
@@ -208,7 +222,15 @@ absl::Status Main(const paci::ShutdownSignal& shutdown) {
     start_controller();
   }
 
-  while (!lost_lead.load() && !shutdown.WaitFor(absl::Milliseconds(100))) continue;
+  // A leader whose renew deadline passes stops here, even while its renewal
+  // still waits for the API server.
+  while (!lost_lead.load() && !shutdown.WaitFor(absl::Milliseconds(100))) {
+    if (elector && led.load() && !elector->IsLeader()) {
+      LOG(WARNING) << "leader election: the renew deadline passed without a renewal";
+      metrics.SetLeader(false);
+      lost_lead = true;
+    }
+  }
   LOG(INFO) << "operator stopping";
   {
     std::unique_ptr<TrainingJobController> stopping;

@@ -8,7 +8,9 @@
 # (the coordinator's certificate for paci-coordinator.NS.svc, with ca.crt) and
 # paci-operator-client-tls (the operator's client certificate). In each worker
 # namespace (default: default; give one --worker-namespace per namespace TrainingJobs
-# run in): paci-worker-tls, the workers' client certificate. Certificates are valid
+# run in): paci-worker-tls, the workers' client certificate for that namespace
+# (common name system:paci:worker:NS: the coordinator places them only on that
+# namespace's jobs). Certificates are valid
 # N days (default 365); to renew one, delete its Secret and run this again (the CA
 # stays, so the others keep working). The Helm chart (helm/paci) does all this itself.
 set -euo pipefail
@@ -70,7 +72,9 @@ service=paci-coordinator
 issue "$NAMESPACE" paci-coordinator-tls "$service" \
   "subjectAltName=DNS:$service,DNS:$service.$NAMESPACE,DNS:$service.$NAMESPACE.svc,DNS:$service.$NAMESPACE.svc.cluster.local
 extendedKeyUsage=serverAuth"
-issue "$NAMESPACE" paci-operator-client-tls paci-operator "extendedKeyUsage=clientAuth"
+# The clients' common names are the identities the coordinator knows them by: a
+# worker's binds it to its namespace (common/peer_identity.h).
+issue "$NAMESPACE" paci-operator-client-tls system:paci:operator "extendedKeyUsage=clientAuth"
 for ns in "${WORKER_NAMESPACES[@]}"; do
-  issue "$ns" paci-worker-tls paci-worker "extendedKeyUsage=clientAuth"
+  issue "$ns" paci-worker-tls "system:paci:worker:$ns" "extendedKeyUsage=clientAuth"
 done

@@ -6,6 +6,7 @@
 #include "common/grpc_security.h"
 #include "common/job_phase.h"
 #include "common/job_spec.h"
+#include "common/peer_identity.h"
 
 namespace paci {
 
@@ -46,7 +47,9 @@ CoordinatorService::CoordinatorService(JobManager& manager,
 grpc::Status CoordinatorService::Admit(const grpc::ServerContext& context,
                                        const std::string* name) const {
   grpc::Status auth = CheckBearerToken(context, options_.token);
-  if (!auth.ok() || name == nullptr) return auth;
+  if (!auth.ok()) return auth;
+  if (absl::Status who = CheckClientIdentity(IdentityOf(context)); !who.ok()) return ToGrpc(who);
+  if (name == nullptr) return auth;
   return ToGrpc(CheckJobName(*name, "name"));
 }
 

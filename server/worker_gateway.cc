@@ -4,9 +4,12 @@
 #include <memory>
 #include <thread>
 
+#include <glog/logging.h>
+
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_security.h"
+#include "common/peer_identity.h"
 #include "server/coordinator_service.h"
 
 namespace paci {
@@ -76,6 +79,14 @@ grpc::Status WorkerGateway::Connect(
   const v1::WorkerRegistration registration = message.register_();
   absl::Status valid = CheckRegistration(registration);
   if (!valid.ok()) return ToGrpc(valid);
+  const auto label = registration.labels().find(kWorkerJobLabel);
+  absl::Status bound = CheckWorkerIdentity(
+      IdentityOf(*context), registration.worker_id(),
+      label == registration.labels().end() ? nullptr : &label->second);
+  if (!bound.ok()) {
+    LOG(WARNING) << "worker " << registration.worker_id() << " refused: " << bound;
+    return ToGrpc(bound);
+  }
 
   auto outbox = std::make_shared<Outbox>();
   absl::Status connected = manager_.Connect(

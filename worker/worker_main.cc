@@ -230,12 +230,14 @@ absl::Status Main(ShutdownSignal* shutdown) {
     status = stage_host.Run();
     absl::SleepFor(absl::Seconds(absl::GetFlag(FLAGS_exit_delay_seconds)));
   } else {
-    // The replicas of the stages this worker runs as replica 0 meet here.
+    // The replicas of the stages this worker runs as replica 0 meet here:
+    // its port is reserved now and served only once such a stage comes.
     ASSIGN_OR_RETURN(const std::unique_ptr<ReplicaStoreServer> store,
-                     ReplicaStoreServer::Start(host));
-    ASSIGN_OR_RETURN(const WorkerAgentOptions options,
+                     ReplicaStoreServer::Reserve(host));
+    ASSIGN_OR_RETURN(WorkerAgentOptions options,
                      AgentOptionsFromFlags(id, host, link_address, metrics_address,
                                            store->address()));
+    options.host.replica_store = store.get();
     ServeCoordinator(options, links, *registry, *shutdown);
   }
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));

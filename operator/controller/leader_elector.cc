@@ -101,20 +101,54 @@ bool LeaderElector::WaitToRetry(absl::Duration wait) {
                                             options_.clock->Now() + wait);
 }
 
+absl::Status LeaderElector::Validate(const Options& options) {
+  if (options.retry_period <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("leader election: the retry period must be positive");
+  }
+  if (options.retry_period >= options.renew_deadline) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "leader election: the retry period (", absl::FormatDuration(options.retry_period),
+        ") must be shorter than the renew deadline (", absl::FormatDuration(options.renew_deadline),
+        "), or a leader steps down between two renewals"));
+  }
+  if (options.renew_deadline >= options.lease_duration) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "leader election: the renew deadline (", absl::FormatDuration(options.renew_deadline),
+        ") must be shorter than the lease duration (", absl::FormatDuration(options.lease_duration),
+        "), or another replica may take the lease while this one still leads"));
+  }
+  return absl::OkStatus();
+}
+
+bool LeaderElector::IsLeader() const {
+  if (!leader_.load()) return false;
+  absl::MutexLock lock(&leading_mutex_);
+  return options_.clock->Now() < leading_until_;
+}
+
 void LeaderElector::Run() {
-  absl::Time last_renew = absl::InfinitePast();
   for (absl::Duration wait = absl::ZeroDuration(); WaitToRetry(wait);
        wait = options_.retry_period) {
+    // The lease's renewTime is this moment: others count its duration from
+    // when they see it, so this replica counts its deadline from here.
+    const absl::Time attempt = options_.clock->Now();
     const bool held = TryAcquireOrRenew();
     const absl::Time now = options_.clock->Now();
-    if (held) {
-      last_renew = now;
+    absl::Time until;
+    {
+      absl::MutexLock lock(&leading_mutex_);
+      if (held && now < attempt + options_.renew_deadline) {
+        leading_until_ = attempt + options_.renew_deadline;
+      }
+      until = leading_until_;
+    }
+    if (now < until) {
       if (!leader_.exchange(true)) {
         LOG(INFO) << "leader election: " << options_.identity << " leads (lease "
                   << options_.lease_namespace << "/" << options_.lease_name << ")";
         if (on_started_leading_) on_started_leading_();
       }
-    } else if (leader_.load() && now - last_renew > options_.renew_deadline) {
+    } else if (leader_.load()) {
       leader_ = false;
       LOG(WARNING) << "leader election: " << options_.identity << " lost the lease";
       if (on_stopped_leading_) on_stopped_leading_();

@@ -6,9 +6,16 @@
 // own clock (so clocks need not agree). Optimistic concurrency (409 on a
 // stale resourceVersion) makes sure two replicas never both win.
 //
+// A leader stops leading renew_deadline after its last renewal began, before
+// lease_duration lets another replica take the lease: IsLeader() turns false
+// at that moment by itself, even while a renewal is still waiting for the
+// server (the operator's main loop watches it), and on_stopped_leading runs
+// once the next attempt is over. A renewal that comes back after that moment
+// does not count.
+//
 // Owns one thread (Start/Stop). The callbacks run on it. Stop releases the
 // lease when held, so a replacement does not wait out the lease. Time is
-// Options::clock's (a FakeClock in tests).
+// Options::clock's (the process's monotonic clock; a FakeClock in tests).
 
 #include <atomic>
 #include <functional>
@@ -35,6 +42,10 @@ class LeaderElector {
     Clock* clock = &Clock::Real();
   };
 
+  // InvalidArgument unless 0 < retry_period < renew_deadline < lease_duration
+  // (naming the two that are out of order).
+  static absl::Status Validate(const Options& options);
+
   LeaderElector(KubeClient& client, Options options, std::function<void()> on_started_leading,
                 std::function<void()> on_stopped_leading);
   ~LeaderElector();
@@ -43,7 +54,9 @@ class LeaderElector {
 
   void Start();
   void Stop();
-  bool IsLeader() const { return leader_.load(); }
+  // Whether this replica holds the lease now: it won it, and its last
+  // renewal began less than renew_deadline ago.
+  bool IsLeader() const;
 
   // One attempt to take or renew the lease; true when this replica holds it.
   bool TryAcquireOrRenew();
@@ -62,6 +75,8 @@ class LeaderElector {
   const std::function<void()> on_stopped_leading_;
 
   std::atomic<bool> leader_{false};
+  mutable absl::Mutex leading_mutex_;
+  absl::Time leading_until_ ABSL_GUARDED_BY(leading_mutex_) = absl::InfinitePast();
   // What this replica last saw in the lease, and when (by its own clock).
   std::string observed_record_;
   absl::Time observed_time_ = absl::InfinitePast();

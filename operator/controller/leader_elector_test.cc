@@ -5,6 +5,7 @@
 
 #include <atomic>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "common/clock.h"
@@ -83,11 +84,11 @@ TEST_F(LeaderElectorTest, ALeaderThatCannotRenewStepsDownAfterTheRenewDeadline) 
   EXPECT_TRUE(elector.IsLeader());
   EXPECT_EQ(started, 1);
 
-  // The next six renewals fail: five retry periods (10 s) without one is
-  // still within the renew deadline, the sixth (12 s) is past it.
+  // The next five renewals fail: four retry periods (8 s) without one is
+  // still within the renew deadline; the fifth, at 10 s, finds it reached.
   ASSERT_TRUE(server_.Control("inject-error", {{"verb", "update"}, {"resource", "leases"}, {"code", 500},
-                                   {"count", 6}}));
-  for (int retry = 1; retry <= 5; ++retry) {
+                                   {"count", 5}}));
+  for (int retry = 1; retry <= 4; ++retry) {
     NextRetry();
     EXPECT_TRUE(elector.IsLeader()) << "after " << retry << " failed renewals";
   }
@@ -100,6 +101,52 @@ TEST_F(LeaderElectorTest, ALeaderThatCannotRenewStepsDownAfterTheRenewDeadline) 
   EXPECT_TRUE(elector.IsLeader());
   EXPECT_EQ(started, 2);
   elector.Stop();
+}
+
+TEST_F(LeaderElectorTest, ARenewalTheServerDoesNotAnswerEndsTheLeadAtTheRenewDeadline) {
+  options_.retry_period = absl::Seconds(2);
+  options_.renew_deadline = absl::Seconds(10);
+  std::atomic<int> stopped{0};
+  LeaderElector elector(client_, Replica("replica-a"), nullptr, [&] { ++stopped; });
+  elector.Start();
+  ASSERT_TRUE(clock_.BlockUntilWaitsBegun(1));  // renewed at 0 s
+  ASSERT_TRUE(elector.IsLeader());
+
+  // At 2 s the renewal's update reaches a server that does not answer.
+  ASSERT_TRUE(server_.Control("hold", {{"verb", "update"}, {"resource", "leases"}}));
+  const int64_t waits = clock_.waits_begun();
+  clock_.Advance(absl::Seconds(2));
+  for (int i = 0; i < 3000 && server_.HeldRequests() < 1; ++i) absl::SleepFor(absl::Milliseconds(10));
+  ASSERT_EQ(server_.HeldRequests(), 1) << "the renewal never reached the server";
+  clock_.Advance(absl::Milliseconds(7999));
+  EXPECT_TRUE(elector.IsLeader());  // 9.999 s after the last renewal began
+  clock_.Advance(absl::Milliseconds(1));
+  // 10 s: no longer, by itself, though its thread still waits for the answer
+  // (another replica may take the lease 15 s after it last saw it renewed).
+  EXPECT_FALSE(elector.IsLeader());
+  EXPECT_EQ(stopped, 0);
+
+  // The answer comes at 12 s, past that renewal's own deadline (2 s + 10 s):
+  // it does not count, and the elector steps down.
+  clock_.Advance(absl::Seconds(2));
+  ASSERT_TRUE(server_.Control("release"));
+  ASSERT_TRUE(clock_.BlockUntilWaitsBegun(waits + 1));
+  EXPECT_FALSE(elector.IsLeader());
+  EXPECT_EQ(stopped, 1);
+  elector.Stop();
+}
+
+TEST(LeaderElectorOptionsTest, TheRetryRenewAndLeaseTimesMustBeInThatOrder) {
+  LeaderElector::Options options;  // 2 s, 10 s, 15 s
+  EXPECT_TRUE(LeaderElector::Validate(options).ok());
+  options.renew_deadline = absl::Seconds(15);
+  EXPECT_THAT(LeaderElector::Validate(options).message(),
+              ::testing::HasSubstr("the renew deadline (15s) must be shorter than the lease duration (15s)"));
+  options.renew_deadline = absl::Seconds(2);
+  EXPECT_THAT(LeaderElector::Validate(options).message(),
+              ::testing::HasSubstr("the retry period (2s) must be shorter than the renew deadline (2s)"));
+  options.retry_period = absl::ZeroDuration();
+  EXPECT_EQ(LeaderElector::Validate(options).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(LeaderElectorTest, StoppingReleasesTheLeaseForAnotherReplicaAtOnce) {

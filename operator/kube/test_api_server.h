@@ -85,9 +85,16 @@ class TestApiServer {
     if (!result || result->status != 200) return -1;
     return nlohmann::json::parse(result->body, nullptr, false).value("open", -1);
   }
+  // Requests the proxy holds now (after Control("hold", ...)).
+  int HeldRequests() {
+    auto result = Client().Get("/fault-proxy/held");
+    if (!result || result->status != 200) return -1;
+    return nlohmann::json::parse(result->body, nullptr, false).value("held", -1);
+  }
   // POST /fault-proxy/<what> (see tests/harness/fault_proxy.py): "drop-watches",
-  // "compact", or "inject-error" with {"verb": "update", "resource": "leases",
-  // "code": 500, "count": 1}. Whether the proxy took it.
+  // "compact", "inject-error" with {"verb": "update", "resource": "leases",
+  // "code": 500, "count": 1}, "hold" with {"verb": ..., "resource": ...} (the
+  // request waits until "release"). Whether the proxy took it.
   bool Control(const std::string& what, const nlohmann::json& body = nlohmann::json()) {
     auto result = Client().Post("/fault-proxy/" + what, body.is_null() ? "" : body.dump(),
                                 "application/json");

@@ -26,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/peer_identity.h"
 #include "operator/reconcile/object_meta.h"
 #include "paci/v1/coordinator.pb.h"
 #include "paci/v1/job.pb.h"
@@ -36,7 +37,7 @@ namespace paci::op {
 // cancels its job at the coordinator first.
 inline constexpr char kFinalizer[] = "paci.dev/cancel-at-coordinator";
 // The worker label the coordinator places a job's stages by.
-inline constexpr char kWorkerSelectorKey[] = "paci.dev/job";
+inline constexpr const char* kWorkerSelectorKey = kWorkerJobLabel;  // common/peer_identity.h
 // The user and group worker pods run as by default (the images' "paci").
 inline constexpr int kWorkerUid = 65532;
 

@@ -9,6 +9,11 @@ adds faults on command:
     POST /fault-proxy/inject-error   {"verb": "update", "resource": "leases",
                                       "code": 500, "count": 1}: the next `count`
                                       matching requests get that error, as a Status
+    POST /fault-proxy/hold           {"verb": "update", "resource": "leases", "count": 1}:
+                                      the next `count` matching requests wait (a server
+                                      that does not answer) until
+    POST /fault-proxy/release        lets every held request on to the server
+    GET  /fault-proxy/held           {"held": N}: requests held now
     GET  /fault-proxy/watches        {"open": N}: watch streams open now
     POST /fault-proxy/compact        compact etcd past every revision written so far:
                                       with the server's watch cache off, a watch from
@@ -65,6 +70,8 @@ class FaultProxy:
         self.etcd_url = etcd_url
         self.lock = threading.Lock()
         self.injections = []
+        self.released = threading.Event()  # set by the release command that ends the holds
+        self.holding = 0  # requests held now
         self.watches = {}  # client socket -> upstream connection, of open watch streams
         proxy = self
 
@@ -145,9 +152,22 @@ class FaultProxy:
             return self.reply_json(handler, 200, {"dropped": self.drop_watches()})
         if handler.command == "POST" and what == "compact":
             return self.reply_json(handler, 200, {"compactedRevision": str(self.compact())})
+        if handler.command == "GET" and what == "held":
+            with self.lock:
+                return self.reply_json(handler, 200, {"held": self.holding})
         if handler.command == "GET" and what == "watches":
             with self.lock:
                 return self.reply_json(handler, 200, {"open": len(self.watches)})
+        if handler.command == "POST" and what == "hold":
+            spec = json.loads(body or b"{}")
+            with self.lock:
+                self.injections.append(dict(spec, count=int(spec.get("count", 1)), held=self.released))
+            return self.reply_json(handler, 200, {})
+        if handler.command == "POST" and what == "release":
+            with self.lock:
+                released, self.released = self.released, threading.Event()
+            released.set()
+            return self.reply_json(handler, 200, {})
         if handler.command == "POST" and what == "inject-error":
             spec = json.loads(body or b"{}")
             if "code" not in spec:
@@ -166,6 +186,15 @@ class FaultProxy:
         verb, resource, subresource = request_attributes(handler.command, url.path,
                                                          urllib.parse.parse_qs(url.query))
         injection = self.injected(verb, resource, subresource)
+        if injection and "held" in injection:
+            with self.lock:
+                self.holding += 1
+            try:
+                injection["held"].wait(timeout=300)  # then on to the server, late
+            finally:
+                with self.lock:
+                    self.holding -= 1
+            injection = None
         if injection:
             code = injection["code"]
             return self.reply_json(handler, code, {

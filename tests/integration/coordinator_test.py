@@ -309,20 +309,22 @@ class CoordinatorTest(unittest.TestCase):
             grpc.channel_ready_future(plain).result(timeout=2)
         plain.close()
 
-    def ca_and_certificates(self):
-        """A CA and two certificates it signs: the coordinator's (localhost, 127.0.0.1) and a
-        client's. Returns {"ca", "server.crt", "server.key", "client.crt", "client.key"} paths."""
+    def ca_and_certificates(self, clients=(("client", "paci-operator"),)):
+        """A CA and the certificates it signs: the coordinator's (localhost, 127.0.0.1) and one
+        per (who, common name) of `clients`. Returns {"ca", "server.crt", "server.key",
+        "<who>.crt", "<who>.key"...} paths."""
         d = os.path.join(self.tmp.name, "pki")
         os.makedirs(d, exist_ok=True)
-        path = {name: os.path.join(d, name) for name in
-                ("ca", "ca.key", "server.crt", "server.key", "client.crt", "client.key", "ext")}
+        path = {name: os.path.join(d, name) for name in ("ca", "ca.key", "server.crt", "server.key", "ext")}
+        for who, _ in clients:
+            path[who + ".crt"], path[who + ".key"] = os.path.join(d, who + ".crt"), os.path.join(d, who + ".key")
 
         def openssl(*args):
             subprocess.run(["openssl", *args], check=True, capture_output=True)
         openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=paci test CA",
                 "-keyout", path["ca.key"], "-out", path["ca"])
-        for who, cn, san in (("server", "localhost", "DNS:localhost,IP:127.0.0.1"),
-                             ("client", "paci-operator", "DNS:paci-operator")):
+        for who, cn, san in (("server", "localhost", "DNS:localhost,IP:127.0.0.1"),) + tuple(
+                (who, cn, "DNS:" + who) for who, cn in clients):
             csr = os.path.join(d, who + ".csr")
             openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=" + cn,
                     "-keyout", path[who + ".key"], "-out", csr)
@@ -400,6 +402,45 @@ class CoordinatorTest(unittest.TestCase):
         finally:
             proc.terminate()
             proc.communicate(timeout=30)
+
+    def test_a_workers_certificate_binds_it_to_its_namespace_and_opens_no_client_calls(self):
+        pki = self.ca_and_certificates(clients=(("operator", "system:paci:operator"),
+                                                ("worker", "system:paci:worker:team-a")))
+        read = lambda name: open(pki[name], "rb").read()  # noqa: E731
+        c = self.start(workers=0, credentials=grpc.ssl_channel_credentials(
+            root_certificates=read("ca"), private_key=read("operator.key"), certificate_chain=read("operator.crt")),
+            extra=["--tls_cert=" + pki["server.crt"], "--tls_key=" + pki["server.key"], "--tls_ca=" + pki["ca"]],
+            worker_extra=["--coordinator_tls_ca=" + pki["ca"], "--coordinator_tls_cert=" + pki["worker.crt"],
+                          "--coordinator_tls_key=" + pki["worker.key"]])
+        # Team a's workers, under team a's names, are taken; one claiming team b's job or id is not.
+        for worker_id, labels, refused in (
+                ("team-a.w1", "paci.dev/job=team-a.kjv", None),
+                ("team-a.w2", "paci.dev/job=team-b.kjv", 'register.labels\\[paci.dev/job\\]: "team-b.kjv"'),
+                ("team-b.w3", "paci.dev/job=team-b.kjv", 'register.worker_id: "team-b.w3" is not in namespace team-a'),
+                ("team-a.w4", None, r"register.labels\[paci.dev/job\]: missing")):
+            c.worker_extra = [a for a in c.worker_extra if not a.startswith("--labels=")]
+            if labels:
+                c.worker_extra.append("--labels=" + labels)
+            proc = c.add_worker(worker_id)
+            if refused:
+                self.assertTrue(c.wait_for_log(r"worker %s refused: PERMISSION_DENIED: .*%s" % (
+                    re.escape(worker_id), refused)), "".join(c.logs[-20:]))
+                self.assertFalse(any("worker %s connected" % worker_id in line for line in c.logs))
+                proc.kill()
+                proc.wait()
+            else:
+                self.assertTrue(c.wait_for_log(r"worker %s connected" % re.escape(worker_id)), "".join(c.logs[-20:]))
+        # The operator's certificate is a client's; a worker's is not.
+        self.assertEqual(list(c.stub.ListJobs(cpb.ListJobsRequest(), timeout=20).jobs), [])
+        as_worker = grpc.secure_channel(c.address, grpc.ssl_channel_credentials(
+            root_certificates=read("ca"), private_key=read("worker.key"), certificate_chain=read("worker.crt")))
+        with self.assertRaises(grpc.RpcError) as err:
+            cgrpc.CoordinatorStub(as_worker).SubmitJob(cpb.SubmitJobRequest(spec=spec("stolen")), timeout=20)
+        as_worker.close()
+        self.assertEqual(err.exception.code(), grpc.StatusCode.PERMISSION_DENIED)
+        self.assertIn('the certificate "system:paci:worker:team-a" is a worker\'s', err.exception.details())
+        with self.assertRaises(grpc.RpcError):
+            c.get("stolen")  # nothing was stored
 
     def test_tls_and_a_token_protect_the_coordinator(self):
         cert, key = self.certificate()

@@ -523,6 +523,14 @@ class RenderTest(unittest.TestCase):
                 verified = subprocess.run(["openssl", "verify", "-CAfile", ca, write(secret, "tls.crt")],
                                           capture_output=True, text=True)
                 self.assertEqual(verified.returncode, 0, verified.stdout + verified.stderr)
+            # The clients' common names are their identities; a worker's binds it to its namespace.
+            for secret, namespace, name in (("operator-client-tls", "ml", "system:paci:operator"),
+                                            ("worker-tls", "ml", "system:paci:worker:ml"),
+                                            ("worker-tls", "team-a", "system:paci:worker:team-a"),
+                                            ("worker-tls", "team-b", "system:paci:worker:team-b")):
+                subject = subprocess.run(["openssl", "x509", "-noout", "-subject", "-in",
+                                          write(secret, "tls.crt", namespace)], capture_output=True, text=True).stdout
+                self.assertIn("CN = " + name, subject, (secret, namespace))
             names = subprocess.run(["openssl", "x509", "-noout", "-ext", "subjectAltName", "-in",
                                     write("coordinator-tls", "tls.crt")], capture_output=True, text=True).stdout
             self.assertIn("DNS:alpha-paci-coordinator.ml.svc,", names)
@@ -556,8 +564,12 @@ class RenderTest(unittest.TestCase):
                         return cgrpc.CoordinatorStub(channel).ListJobs(cpb.ListJobsRequest(), timeout=20)
                     finally:
                         channel.close()
+                # A worker's certificate gets through the handshake, and is no client's.
                 worker = lambda key: read_bytes(write("worker-tls", key, "team-b"))  # noqa: E731
-                self.assertEqual(list(list_jobs(worker("tls.key"), worker("tls.crt")).jobs), [])
+                with self.assertRaises(grpc.RpcError) as err:
+                    list_jobs(worker("tls.key"), worker("tls.crt"))
+                self.assertEqual(err.exception.code(), grpc.StatusCode.PERMISSION_DENIED)
+                self.assertIn('"system:paci:worker:team-b" is a worker\'s', err.exception.details())
                 for key, crt in ((None, None), (stranger["tls.key"], stranger["tls.crt"])):
                     with self.assertRaises(grpc.RpcError) as err:
                         list_jobs(key, crt)

@@ -416,6 +416,11 @@ class KubeClusterTest(unittest.TestCase):
                 r = subprocess.run(["openssl", "verify", "-CAfile", os.path.join(d, "ca"), os.path.join(d, "crt")],
                                    capture_output=True, text=True)
                 self.assertEqual(r.returncode, 0, (key, r.stdout, r.stderr))
+                subject = subprocess.run(["openssl", "x509", "-noout", "-subject", "-in", os.path.join(d, "crt")],
+                                         capture_output=True, text=True).stdout
+                self.assertIn({"paci-coordinator-tls": "CN = paci-coordinator",
+                               "paci-operator-client-tls": "CN = system:paci:operator",
+                               "paci-worker-tls": "CN = system:paci:worker:" + key[0]}[key[1]], subject, key)
                 if key[1] == "paci-coordinator-tls":
                     names = subprocess.run(["openssl", "x509", "-noout", "-ext", "subjectAltName", "-in",
                                             os.path.join(d, "crt")], capture_output=True, text=True).stdout

@@ -1,13 +1,17 @@
 #include "worker/runtime/replica_group.h"
 
+#include <glog/logging.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <zlib.h>
 
-#include <chrono>
 #include <fcntl.h>
+
+#include <chrono>
+#include <cstring>
 #include <map>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -17,6 +21,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/net_address.h"
 #include "common/status_macros.h"
@@ -77,30 +82,85 @@ bool Answers(const std::string& address, absl::Duration timeout) {
 }  // namespace
 
 struct ReplicaStoreServer::Impl {
-  c10::intrusive_ptr<c10d::TCPStore> store;
+  int fd = -1;  // bound, listening once served; the store owns it then
+  uint16_t port = 0;
+  std::string host;
+  absl::Mutex mutex;
+  c10::intrusive_ptr<c10d::TCPStore> store ABSL_GUARDED_BY(mutex);
 };
 
 ReplicaStoreServer::ReplicaStoreServer(std::unique_ptr<Impl> impl, std::string address)
     : impl_(std::move(impl)), address_(std::move(address)) {}
 
-ReplicaStoreServer::~ReplicaStoreServer() = default;
+ReplicaStoreServer::~ReplicaStoreServer() {
+  absl::MutexLock lock(&impl_->mutex);
+  if (!impl_->store && impl_->fd >= 0) close(impl_->fd);
+}
 
-absl::StatusOr<std::unique_ptr<ReplicaStoreServer>> ReplicaStoreServer::Start(
+absl::StatusOr<std::unique_ptr<ReplicaStoreServer>> ReplicaStoreServer::Reserve(
     const std::string& advertise_host) {
+  auto impl = std::make_unique<Impl>();
+  impl->host = advertise_host;
+  // Every interface, IPv6 and IPv4 on one socket (IPv4 alone where there is no IPv6).
+  impl->fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (impl->fd >= 0) {
+    const int off = 0;
+    sockaddr_in6 any{};
+    any.sin6_family = AF_INET6;
+    any.sin6_addr = in6addr_any;
+    if (setsockopt(impl->fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof(off)) != 0 ||
+        bind(impl->fd, reinterpret_cast<sockaddr*>(&any), sizeof(any)) != 0) {
+      close(impl->fd);
+      impl->fd = -1;
+    }
+  }
+  if (impl->fd < 0) {
+    impl->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in any{};
+    any.sin_family = AF_INET;
+    any.sin_addr.s_addr = htonl(INADDR_ANY);
+    if (impl->fd < 0 || bind(impl->fd, reinterpret_cast<sockaddr*>(&any), sizeof(any)) != 0) {
+      const int error = errno;
+      if (impl->fd >= 0) close(impl->fd);
+      return absl::UnavailableError(absl::StrCat(
+          "cannot reserve a port for the replicas' rendezvous store: ", strerror(error)));
+    }
+  }
+  sockaddr_storage bound{};
+  socklen_t length = sizeof(bound);
+  getsockname(impl->fd, reinterpret_cast<sockaddr*>(&bound), &length);
+  impl->port = ntohs(bound.ss_family == AF_INET6
+                         ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                         : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  const std::string address = absl::StrCat(advertise_host, ":", impl->port);
+  return std::unique_ptr<ReplicaStoreServer>(new ReplicaStoreServer(std::move(impl), address));
+}
+
+absl::Status ReplicaStoreServer::Serve() {
+  absl::MutexLock lock(&impl_->mutex);
+  if (impl_->store) return absl::OkStatus();
+  if (listen(impl_->fd, SOMAXCONN) != 0) {
+    return absl::UnavailableError(absl::StrCat("cannot serve the replicas' rendezvous store on ",
+                                               address_, ": listen: ", strerror(errno)));
+  }
   c10d::TCPStoreOptions options;
-  options.port = 0;  // any free port
+  options.port = impl_->port;
   options.isServer = true;
   options.waitWorkers = false;
-  auto impl = std::make_unique<Impl>();
+  options.masterListenFd = impl_->fd;
   try {
-    impl->store = c10::make_intrusive<c10d::TCPStore>(Unbracketed(advertise_host), options);
+    impl_->store = c10::make_intrusive<c10d::TCPStore>(Unbracketed(impl_->host), options);
   } catch (const std::exception& e) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot serve the replicas' rendezvous store on ", advertise_host, ": ",
-                     e.what()));
+    return absl::UnavailableError(absl::StrCat("cannot serve the replicas' rendezvous store on ",
+                                               address_, ": ", e.what()));
   }
-  const std::string address = absl::StrCat(advertise_host, ":", impl->store->getPort());
-  return std::unique_ptr<ReplicaStoreServer>(new ReplicaStoreServer(std::move(impl), address));
+  LOG(INFO) << "serving the replicas' rendezvous store on " << address_;
+  return absl::OkStatus();
+}
+
+bool ReplicaStoreServer::serving() const {
+  absl::MutexLock lock(&impl_->mutex);
+  return impl_->store != nullptr;
 }
 
 struct ReplicaGroup::Impl {

@@ -17,16 +17,24 @@ class Store;
 namespace paci {
 
 // The rendezvous store (torch.distributed's TCPStore) a worker serves for the
-// replica groups of the stages whose replica 0 it runs. It listens on every
-// interface; `address()` is `advertise_host` with the port it was given.
+// replica groups of the stages whose replica 0 it runs. TCPStore has no
+// authentication, so it is served only when needed: Reserve binds its port
+// (on every interface, `address()` is `advertise_host` with that port) without
+// listening, so a connection there is refused, and the first Serve (replica 0
+// of a job with data_parallel > 1) starts the store on it. A worker that only
+// ever runs R = 1 jobs never serves one.
 class ReplicaStoreServer {
  public:
-  // Unavailable when it cannot listen.
-  static absl::StatusOr<std::unique_ptr<ReplicaStoreServer>> Start(
+  // Unavailable when no port can be bound.
+  static absl::StatusOr<std::unique_ptr<ReplicaStoreServer>> Reserve(
       const std::string& advertise_host);
   ~ReplicaStoreServer();
 
   const std::string& address() const { return address_; }
+  // Starts the store on the reserved port, once; later calls return at once.
+  // Unavailable when it cannot.
+  absl::Status Serve();
+  bool serving() const;
 
  private:
   struct Impl;

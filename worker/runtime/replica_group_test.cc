@@ -9,6 +9,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace paci {
@@ -63,9 +65,41 @@ std::vector<std::unique_ptr<ReplicaGroup>> JoinAll(const ReplicaStoreServer& sto
   return groups;
 }
 
-TEST(ReplicaGroupTest, AverageGivesEveryReplicaTheSameMeanInEachTensorsOwnType) {
-  auto store = ReplicaStoreServer::Start("127.0.0.1");
+// Whether a TCP connection to 127.0.0.1:`port` is taken.
+bool Connects(uint16_t port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(port);
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const bool connected = connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) == 0;
+  close(fd);
+  return connected;
+}
+
+TEST(ReplicaStoreServerTest, AReservedStoreRefusesConnectionsUntilServed) {
+  auto store = ReplicaStoreServer::Reserve("127.0.0.1");
   ASSERT_TRUE(store.ok()) << store.status();
+  const std::string& address = (*store)->address();
+  ASSERT_TRUE(absl::StartsWith(address, "127.0.0.1:")) << address;
+  uint32_t port = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(address.substr(address.rfind(':') + 1), &port)) << address;
+  // A worker that runs no replicated stage: nobody can reach (or forge keys in) its store.
+  EXPECT_FALSE((*store)->serving());
+  EXPECT_FALSE(Connects(port));
+  ASSERT_TRUE((*store)->Serve().ok());
+  EXPECT_TRUE((*store)->serving());
+  EXPECT_TRUE(Connects(port));
+  EXPECT_TRUE((*store)->Serve().ok());  // once: later calls change nothing
+  // It is a TCPStore: the replicas meet through it.
+  std::vector<std::unique_ptr<ReplicaGroup>> groups = JoinAll(**store, 2);
+  for (const auto& g : groups) EXPECT_NE(g, nullptr);
+}
+
+TEST(ReplicaGroupTest, AverageGivesEveryReplicaTheSameMeanInEachTensorsOwnType) {
+  auto store = ReplicaStoreServer::Reserve("127.0.0.1");
+  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_TRUE((*store)->Serve().ok());
   std::vector<std::unique_ptr<ReplicaGroup>> groups = JoinAll(**store, 3);
   ASSERT_EQ(groups.size(), 3u);
   for (const auto& g : groups) ASSERT_NE(g, nullptr);
@@ -117,8 +151,9 @@ TEST(ReplicaGroupTest, AStoreNobodyServesFailsTheJoinNamingIt) {
 }
 
 TEST(ReplicaGroupTest, AReplicaThatNeverArrivesFailsTheJoinWithinItsTimeoutNamingIt) {
-  auto store = ReplicaStoreServer::Start("127.0.0.1");
+  auto store = ReplicaStoreServer::Reserve("127.0.0.1");
   ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_TRUE((*store)->Serve().ok());
   const std::string gone = ClosedAddress();  // replica 2's worker died before it joined
   ReplicaGroupOptions o = Options(**store, 0, 3, {(*store)->address(), (*store)->address(), gone});
   o.join_timeout = absl::Seconds(2);
@@ -138,8 +173,9 @@ TEST(ReplicaGroupTest, AReplicaThatNeverArrivesFailsTheJoinWithinItsTimeoutNamin
 }
 
 TEST(ReplicaGroupTest, AReplicaThatLeavesFailsTheAllReduceNamingIt) {
-  auto store = ReplicaStoreServer::Start("127.0.0.1");
+  auto store = ReplicaStoreServer::Reserve("127.0.0.1");
   ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_TRUE((*store)->Serve().ok());
   const std::string gone = ClosedAddress();  // replica 1's worker, no longer listening
   std::vector<std::unique_ptr<ReplicaGroup>> groups =
       JoinAll(**store, 2, {(*store)->address(), gone});

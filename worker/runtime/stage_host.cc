@@ -53,6 +53,9 @@ absl::StatusOr<std::unique_ptr<ReplicaGroup>> JoinReplicas(const v1::StageAssign
                                                            const StageHostOptions& options) {
   const int R = assignment.spec().pipeline().data_parallel();
   if (R <= 1) return nullptr;
+  if (assignment.replica() == 0 && options.replica_store != nullptr) {
+    RETURN_IF_ERROR(options.replica_store->Serve());  // the others meet at it
+  }
   ReplicaGroupOptions o;
   o.store_address = assignment.replica_store_address();
   o.prefix = assignment.replica_group();

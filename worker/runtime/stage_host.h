@@ -29,6 +29,8 @@ class ReportSink {
   virtual void Deliver(const v1::StageReport& report) = 0;
 };
 
+class ReplicaStoreServer;  // worker/runtime/replica_group.h
+
 struct StageHostOptions {
   absl::Duration report_interval = absl::Milliseconds(500);
   // Credentials for the links to the neighbours (TLS); null: plaintext.
@@ -41,6 +43,9 @@ struct StageHostOptions {
   // How long one all-reduce waits for the slowest replica (replica 0 may be
   // evaluating or writing a checkpoint meanwhile).
   absl::Duration replica_timeout = absl::Minutes(5);
+  // This worker's rendezvous store, served (ReplicaStoreServer::Serve) once it
+  // runs replica 0 of a stage with replicas; null: none (by hand).
+  ReplicaStoreServer* replica_store = nullptr;
 };
 
 // Runs one assigned stage from start to end: loads the corpus (first and last

@@ -249,8 +249,9 @@ TEST(StageRuntimeTest, TwoReplicasTrainAsOneWithTwiceTheAccumulation) {
   Stage one(1, 0, nullptr, nullptr, "none",
             [](v1::JobSpec& s) { s.mutable_pipeline()->set_accumulation(2 * kAccumulation); });
   const v1::StageReport alone = one.Train();
-  auto store = ReplicaStoreServer::Start("127.0.0.1");
+  auto store = ReplicaStoreServer::Reserve("127.0.0.1");
   ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_TRUE((*store)->Serve().ok());
   const SpecEdit replicated = [](v1::JobSpec& s) { s.mutable_pipeline()->set_data_parallel(2); };
   std::vector<std::unique_ptr<Stage>> replicas;
   for (int r = 0; r < 2; ++r) {

@@ -128,7 +128,8 @@ paci.dev/not-after, Unix seconds); then this render makes a new one from the
 same CA. A CA that nears its end is made anew, and every certificate with it.
 `helm template` and client-side dry runs see no cluster: they show new ones.
 
-A dict: ca, coordinator, operator, worker, each {crt, key, notAfter}.
+A dict: ca, coordinator, operator and "worker:<namespace>" for each of
+paci.workerNamespaces, each {crt, key, notAfter}.
 */}}
 {{- define "paci.generatedTls" -}}
 {{- if not (hasKey .Values "_paciTls") }}
@@ -153,10 +154,15 @@ A dict: ca, coordinator, operator, worker, each {crt, key, notAfter}.
 {{- $_ := set $state "ca" (dict "crt" $ca.Cert "key" $ca.Key "notAfter" (add $now (mul .Values.tls.caValidityDays 86400))) }}
 {{- end }}
 {{- /* The certificates it signs: Secret name, namespace, common name, DNS names. */}}
+{{- /* The operator's and the workers' common names are the identities the
+coordinator knows them by (common/peer_identity.h): a worker's binds it to
+its namespace. */}}
 {{- $leaves := dict
       "coordinator" (list (include "paci.tlsSecretName" .) $ns $coordinator (list $coordinator (printf "%s.%s" $coordinator $ns) (printf "%s.%s.svc" $coordinator $ns) (printf "%s.%s.svc.cluster.local" $coordinator $ns)))
-      "operator" (list (include "paci.operatorClientSecretName" .) $ns (include "paci.operatorName" .) list)
-      "worker" (list (include "paci.workerSecretName" .) (include "paci.workerNamespace" .) (include "paci.workerServiceAccountName" .) list) }}
+      "operator" (list (include "paci.operatorClientSecretName" .) $ns "system:paci:operator" list) }}
+{{- range (include "paci.workerNamespaces" . | fromJsonArray) }}
+{{- $_ := set $leaves (printf "worker:%s" .) (list (include "paci.workerSecretName" $) . (printf "system:paci:worker:%s" .) list) }}
+{{- end }}
 {{- range $who, $leaf := $leaves }}
 {{- $old := lookup "v1" "Secret" (index $leaf 1) (index $leaf 0) }}
 {{- $oldNotAfter := 0 }}
@@ -178,6 +184,11 @@ A dict: ca, coordinator, operator, worker, each {crt, key, notAfter}.
 {{- $root := index . 0 }}
 {{- $tls := include "paci.generatedTls" $root | fromJson }}
 {{- printf "%s%s" (get (get $tls "ca") "crt") (get (get $tls (index . 1)) "crt") | sha256sum }}
+{{- end }}
+
+{{/* The namespaces that get the worker Secret, as a JSON list. */}}
+{{- define "paci.workerNamespaces" -}}
+{{- prepend .Values.tls.workerNamespaces (include "paci.workerNamespace" .) | uniq | toJson }}
 {{- end }}
 
 {{- define "paci.caSecretName" -}}
