@@ -45,7 +45,8 @@ ABSL_FLAG(std::string, worker_id, "", "this worker's id; default <hostname>-<pid
 ABSL_FLAG(std::string, labels, "", "k=v,... labels jobs can select workers by");
 ABSL_FLAG(std::string, device, "cpu", "the device stages run on");
 ABSL_FLAG(std::string, tls_ca, "",
-          "PEM CA that signed the other workers' certificates (stage links over TLS)");
+          "PEM CA that signed the other workers' certificates: with --tls_cert the stage links "
+          "are mutual TLS (each end presents its certificate)");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate: serve the stage links over TLS");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key for --tls_cert");
 ABSL_FLAG(std::string, spec, "", "job spec (YAML) when started by hand");
@@ -104,9 +105,11 @@ absl::StatusOr<v1::StageAssignment> AssignmentFromFlags() {
 absl::StatusOr<std::unique_ptr<grpc::Server>> ServeLinks(StageLinkService& links,
                                                          const std::string& listen, int* port) {
   grpc::ServerBuilder builder;
+  // With a CA, mutual TLS: a sender must present a certificate it signed.
   ASSIGN_OR_RETURN(auto credentials,
                    MakeServerCredentials(TlsFiles{absl::GetFlag(FLAGS_tls_cert),
-                                                  absl::GetFlag(FLAGS_tls_key), ""}));
+                                                  absl::GetFlag(FLAGS_tls_key),
+                                                  absl::GetFlag(FLAGS_tls_ca)}));
   builder.AddListeningPort(listen, credentials, port);
   builder.SetMaxReceiveMessageSize(1 << 30);
   builder.RegisterService(&links);
@@ -133,11 +136,15 @@ absl::StatusOr<StageHostOptions> HostOptionsFromFlags(const std::string& host) {
   options.replica_timeout = absl::Seconds(absl::GetFlag(FLAGS_replica_timeout_seconds));
   options.report_interval = absl::Seconds(absl::GetFlag(FLAGS_report_interval_seconds));
   // The stage links speak TLS when this worker serves them over TLS (every
-  // stage is given the same flags).
+  // stage is given the same flags); it presents its own certificate to the
+  // neighbours it sends to, which with --tls_ca require one.
   const bool tls_links = !absl::GetFlag(FLAGS_tls_cert).empty();
   ASSIGN_OR_RETURN(
       options.link_credentials,
-      MakeChannelCredentials(TlsFiles{"", "", tls_links ? absl::GetFlag(FLAGS_tls_ca) : ""}));
+      MakeChannelCredentials(tls_links ? TlsFiles{absl::GetFlag(FLAGS_tls_cert),
+                                                  absl::GetFlag(FLAGS_tls_key),
+                                                  absl::GetFlag(FLAGS_tls_ca)}
+                                       : TlsFiles{}));
   return options;
 }
 

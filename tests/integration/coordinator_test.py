@@ -302,12 +302,15 @@ class CoordinatorTest(unittest.TestCase):
         c.submit(spec("secure", steps=10))
         done = c.wait("secure", lambda j: phase(j) in ("SUCCEEDED", "FAILED"))
         self.assertEqual(phase(done), "SUCCEEDED", done.status.message)
-        # The stage links refuse plaintext.
+        # The stage links refuse plaintext, and (mutual TLS) a sender without a certificate.
         link = done.status.stages[1].link_address
-        plain = grpc.insecure_channel(link)
-        with self.assertRaises(grpc.FutureTimeoutError):
-            grpc.channel_ready_future(plain).result(timeout=2)
-        plain.close()
+        with open(cert, "rb") as f:
+            trusting = grpc.ssl_channel_credentials(root_certificates=f.read())
+        for channel in (grpc.insecure_channel(link),
+                        grpc.secure_channel(link, trusting, options=(("grpc.ssl_target_name_override", "localhost"),))):
+            with self.assertRaises(grpc.FutureTimeoutError):
+                grpc.channel_ready_future(channel).result(timeout=2)
+            channel.close()
 
     def ca_and_certificates(self, clients=(("client", "paci-operator"),)):
         """A CA and the certificates it signs: the coordinator's (localhost, 127.0.0.1) and one
