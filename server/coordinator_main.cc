@@ -43,6 +43,9 @@ ABSL_FLAG(double, stall_timeout_seconds, 120, "a stage without progress this lon
 ABSL_FLAG(double, reconnect_grace_seconds, 10,
           "after a restart, how long running jobs wait for their workers");
 ABSL_FLAG(int, max_message_bytes, 4 << 20, "largest request accepted");
+ABSL_FLAG(int, max_watchers, 256, "WatchJob streams open at once");
+ABSL_FLAG(int, max_watchers_per_client, 64,
+          "WatchJob streams open at once from one client (certificate, or host)");
 ABSL_FLAG(int, max_jobs, 100000, "unfinished jobs held at most; submissions past it are refused");
 ABSL_FLAG(int64_t, finished_jobs_to_keep, 10000,
           "finished jobs kept; past it the oldest are removed (-1: no limit)");
@@ -84,6 +87,8 @@ absl::Status Main(const paci::ShutdownSignal& shutdown) {
 
   CoordinatorServiceOptions service_options;
   service_options.token = token;
+  service_options.max_watchers = absl::GetFlag(FLAGS_max_watchers);
+  service_options.max_watchers_per_client = absl::GetFlag(FLAGS_max_watchers_per_client);
   CoordinatorService coordinator(manager, service_options);
   WorkerGateway gateway(manager, token);
 

@@ -40,9 +40,44 @@ absl::Status CheckLabels(const google::protobuf::Map<std::string, std::string>& 
   return absl::OkStatus();
 }
 
+absl::Status WatcherSlots::Take(const std::string& client) {
+  absl::MutexLock lock(&mutex_);
+  if (total_ >= max_total_) {
+    return absl::ResourceExhaustedError(absl::StrCat("more than ", max_total_, " watchers"));
+  }
+  int& mine = per_client_[client];
+  if (mine >= max_per_client_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "client ", client, " holds ", mine, " watchers, its limit (--max_watchers_per_client)"));
+  }
+  ++mine;
+  ++total_;
+  return absl::OkStatus();
+}
+
+void WatcherSlots::Give(const std::string& client) {
+  absl::MutexLock lock(&mutex_);
+  --total_;
+  auto it = per_client_.find(client);
+  if (it != per_client_.end() && --it->second <= 0) per_client_.erase(it);
+}
+
+std::string ClientKey(const grpc::ServerContext& context) {
+  const PeerIdentity peer = IdentityOf(context);
+  if (!peer.common_name.empty()) return "cn:" + peer.common_name;
+  // "ipv4:10.0.0.7:51234", "ipv6:[::1]:51234": the host is what stays a client's.
+  std::string address = context.peer();
+  const size_t colon = address.rfind(':');
+  const size_t first = address.find(':');
+  if (colon != std::string::npos && colon != first) address.resize(colon);
+  return "host:" + address;
+}
+
 CoordinatorService::CoordinatorService(JobManager& manager,
                                        const CoordinatorServiceOptions& options)
-    : manager_(manager), options_(options) {}
+    : manager_(manager),
+      options_(options),
+      watchers_(options.max_watchers, options.max_watchers_per_client) {}
 
 grpc::Status CoordinatorService::Admit(const grpc::ServerContext& context,
                                        const std::string* name) const {
@@ -131,11 +166,8 @@ grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* context,
                                           const v1::WatchJobRequest* request,
                                           grpc::ServerWriter<v1::Job>* writer) {
   if (grpc::Status admitted = Admit(*context, &request->name()); !admitted.ok()) return admitted;
-  if (watchers_.fetch_add(1) >= options_.max_watchers) {
-    watchers_.fetch_sub(1);
-    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                        absl::StrCat("more than ", options_.max_watchers, " watchers"));
-  }
+  const std::string client = ClientKey(*context);
+  if (absl::Status slot = watchers_.Take(client); !slot.ok()) return ToGrpc(slot);
   grpc::Status result = grpc::Status::OK;
   int64_t version = -1;
   while (!context->IsCancelled()) {
@@ -150,7 +182,7 @@ grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* context,
     if (!writer->Write(*job)) break;
     if (IsTerminal(job->status().phase())) break;
   }
-  watchers_.fetch_sub(1);
+  watchers_.Give(client);
   return result;
 }
 

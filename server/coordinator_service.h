@@ -1,7 +1,11 @@
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 #include "paci/v1/coordinator.grpc.pb.h"
 #include "server/job_manager.h"
@@ -11,7 +15,31 @@ namespace paci {
 struct CoordinatorServiceOptions {
   std::string token;        // bearer token clients must send; empty: none
   int max_watchers = 256;   // concurrent WatchJob streams
+  // ... of one client: one certificate's common name, or one host without.
+  int max_watchers_per_client = 64;
 };
+
+// The WatchJob streams open now, in all and per client; a slot is taken for
+// the life of a stream.
+class WatcherSlots {
+ public:
+  WatcherSlots(int max_total, int max_per_client)
+      : max_total_(max_total), max_per_client_(max_per_client) {}
+  // ResourceExhausted naming the limit when `client` may not open another.
+  absl::Status Take(const std::string& client) ABSL_LOCKS_EXCLUDED(mutex_);
+  void Give(const std::string& client) ABSL_LOCKS_EXCLUDED(mutex_);
+
+ private:
+  const int max_total_;
+  const int max_per_client_;
+  absl::Mutex mutex_;
+  int total_ ABSL_GUARDED_BY(mutex_) = 0;
+  std::map<std::string, int> per_client_ ABSL_GUARDED_BY(mutex_);
+};
+
+// Who a call comes from, for per-client limits: "cn:<common name>" of its
+// client certificate, else "host:<peer address without its port>".
+std::string ClientKey(const grpc::ServerContext& context);
 
 // The gRPC adapter of the job API: authenticates, validates the request
 // (sizes, names, the spec with ValidateJobSpec) and calls the JobManager.
@@ -40,7 +68,7 @@ class CoordinatorService final : public v1::Coordinator::Service {
 
   JobManager& manager_;
   const CoordinatorServiceOptions options_;
-  std::atomic<int> watchers_{0};
+  WatcherSlots watchers_;
 };
 
 // absl::Status to grpc::Status, keeping code and message.

@@ -28,17 +28,21 @@ class CoordinatorServiceTest : public ::testing::Test {
     ASSERT_TRUE(manager_->Recover().ok());
   }
 
-  void Serve(CoordinatorServiceOptions options) {
+  void Serve(CoordinatorServiceOptions options, const std::string& listen = "127.0.0.1") {
     service_ = std::make_unique<CoordinatorService>(*manager_, options);
-    int port = 0;
     grpc::ServerBuilder builder;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.AddListeningPort(listen + ":0", grpc::InsecureServerCredentials(), &port_);
     builder.RegisterService(service_.get());
     server_ = builder.BuildAndStart();
-    ASSERT_NE(port, 0);
-    stub_ = v1::Coordinator::NewStub(grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
-                                                         grpc::InsecureChannelCredentials()));
+    if (listen == "127.0.0.1") ASSERT_NE(port_, 0);
+    stub_ = StubAt("127.0.0.1");
   }
+  // A client at another address of this machine.
+  std::unique_ptr<v1::Coordinator::Stub> StubAt(const std::string& host) {
+    return v1::Coordinator::NewStub(grpc::CreateChannel(absl::StrCat(host, ":", port_),
+                                                        grpc::InsecureChannelCredentials()));
+  }
+  int port_ = 0;
 
   void TearDown() override {
     if (server_) server_->Shutdown(std::chrono::system_clock::now());
@@ -226,6 +230,53 @@ TEST_F(CoordinatorServiceTest, WatchersBeyondTheLimitAreRefused) {
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   first_context->TryCancel();
   first->Finish();
+}
+
+TEST_F(CoordinatorServiceTest, OneClientsWatchersAreLimitedAndOthersStillWatch) {
+  CoordinatorServiceOptions options;
+  options.max_watchers = 10;
+  options.max_watchers_per_client = 1;
+  // Two clients: 127.0.0.1 and [::1] (every 127.x address leaves from 127.0.0.1).
+  Serve(options, "[::]");
+  if (port_ == 0) GTEST_SKIP() << "no IPv6 loopback here to be a second client from";
+  v1::Job job;
+  ASSERT_TRUE(Submit(Spec("gpt"), &job).ok());
+  v1::WatchJobRequest watch;
+  watch.set_name("gpt");
+  v1::Job seen;
+  auto held_context = Context();
+  auto held = stub_->WatchJob(held_context.get(), watch);
+  ASSERT_TRUE(held->Read(&seen));
+  // The same client (127.0.0.1) again: refused, naming it and the limit.
+  auto again_context = Context();
+  auto again = stub_->WatchJob(again_context.get(), watch);
+  EXPECT_FALSE(again->Read(&seen));
+  grpc::Status refused = again->Finish();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(refused.error_message(),
+            "client host:ipv4:127.0.0.1 holds 1 watchers, its limit (--max_watchers_per_client)");
+  // Another client ([::1]) still watches.
+  auto other_stub = StubAt("[::1]");
+  auto other_context = Context();
+  auto other = other_stub->WatchJob(other_context.get(), watch);
+  EXPECT_TRUE(other->Read(&seen));
+  EXPECT_EQ(seen.spec().name(), "gpt");
+  // Once the first stream ends, its client has its slot back.
+  held_context->TryCancel();
+  held->Finish();
+  other_context->TryCancel();
+  other->Finish();
+  // (The server sees the cancel at its next look, within half a second.)
+  bool watched = false;
+  for (int attempt = 0; attempt < 100 && !watched; ++attempt) {
+    auto later_context = Context();
+    auto later = stub_->WatchJob(later_context.get(), watch);
+    watched = later->Read(&seen);
+    later_context->TryCancel();
+    later->Finish();
+    if (!watched) absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_TRUE(watched);
 }
 
 }  // namespace
