@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
+#include <utility>
+#include <vector>
 
 #include <google/protobuf/util/json_util.h>
 
@@ -63,6 +66,11 @@ void MirrorCoordinator(const v1::Job& job, json& status) {
   SetRounded(status, "validationLoss", s.validation_loss(), 1e4);
   SetRounded(status, "tokensPerSecond", s.tokens_per_second(), 1);
   status["restarts"] = s.restarts();
+  if (s.checkpoint_step() > 0) {
+    status["checkpointStep"] = s.checkpoint_step();
+  } else {
+    status.erase("checkpointStep");
+  }
   if (!s.message().empty()) {
     status["message"] = s.message();
   } else {
@@ -251,12 +259,81 @@ void ReconcileSuspended(Reconciliation& r) {
 
 // The worker pods (one per stage) and their Service: missing ones are
 // created, ended ones deleted (and created again once gone), strays deleted.
+// What keeps a worker pod from running, as its status says: a container
+// waiting to be pulled or created, or crashing; or no node for it.
+// {reason, message}; an empty reason when nothing does.
+std::pair<std::string, std::string> PodTrouble(const json& pod) {
+  static const std::set<std::string> kWaiting = {
+      "ErrImagePull",          "ImagePullBackOff",      "InvalidImageName", "CrashLoopBackOff",
+      "CreateContainerConfigError", "CreateContainerError", "RunContainerError"};
+  const json& status = Field(pod, "status");
+  const json& containers = Field(status, "containerStatuses");
+  if (containers.is_array()) {
+    for (const json& container : containers) {
+      const json& waiting = Field(Field(container, "state"), "waiting");
+      const std::string reason = StringField(waiting, "reason");
+      if (kWaiting.count(reason) != 0) return {reason, StringField(waiting, "message")};
+    }
+  }
+  const json& conditions = Field(status, "conditions");
+  if (conditions.is_array()) {
+    for (const json& condition : conditions) {
+      if (StringField(condition, "type") == "PodScheduled" &&
+          StringField(condition, "status") == "False" &&
+          StringField(condition, "reason") == "Unschedulable") {
+        return {"Unschedulable", StringField(condition, "message")};
+      }
+    }
+  }
+  return {};
+}
+
+// How a worker pod's container ended: " (OOMKilled, exit code 137)", or "".
+std::string HowItEnded(const json& pod) {
+  const json& containers = Field(Field(pod, "status"), "containerStatuses");
+  if (!containers.is_array()) return "";
+  for (const json& container : containers) {
+    const json& terminated = Field(Field(container, "state"), "terminated");
+    if (!terminated.is_object()) continue;
+    const std::string reason = StringField(terminated, "reason");
+    return absl::StrCat(", ", reason.empty() ? "terminated" : reason, ", exit code ",
+                        IntField(terminated, "exitCode", 0));
+  }
+  return "";
+}
+
+// The WorkersBlocked condition: true, naming the pod and why, while a pod
+// cannot start (an image that cannot be pulled, no node for it, ...), with a
+// Warning Event when that begins or its reason changes.
+void ReportBlockedWorkers(Reconciliation& r, const std::vector<std::pair<std::string, std::string>>&
+                                                 troubles) {
+  if (troubles.empty()) {
+    r.ClearCondition("WorkersBlocked", "WorkersStarted");
+    return;
+  }
+  const auto& [reason, message] = troubles.front();
+  std::string before;
+  const json& conditions = Field(r.status, "conditions");
+  if (conditions.is_array()) {
+    for (const json& c : conditions) {
+      if (StringField(c, "type") == "WorkersBlocked" && StringField(c, "status") == "True") {
+        before = StringField(c, "reason");
+      }
+    }
+  }
+  std::string text = message;
+  if (troubles.size() > 1) absl::StrAppend(&text, " (and ", troubles.size() - 1, " more)");
+  r.SetCondition("WorkersBlocked", true, reason, text);
+  if (before != reason) r.Event("Warning", reason, text);
+}
+
 void EnsureWorkers(Reconciliation& r, int workers) {
   if (!r.world.service_exists) r.actions.create_service = WorkerService(r.world.job, r.options);
   if (r.options.network_policies && !r.world.network_policy_exists) {
     r.actions.create_network_policy = WorkerNetworkPolicy(r.world.job, r.options);
   }
   std::map<int, const json*> by_index;
+  std::vector<std::pair<std::string, std::string>> troubles;
   for (const json& pod : r.world.pods) {
     int index = -1;
     try {
@@ -273,9 +350,14 @@ void EnsureWorkers(Reconciliation& r, int workers) {
     if (!BeingDeleted(pod) && (pod_phase == "Failed" || pod_phase == "Succeeded")) {
       r.actions.delete_pods.push_back(pod_name);
       r.Event("Warning", "WorkerExited",
-              absl::StrCat("worker pod ", pod_name, " ended (", pod_phase, "); replacing it"));
+              absl::StrCat("worker pod ", pod_name, " ended (", pod_phase, HowItEnded(pod),
+                           "); replacing it"));
+    } else if (auto [reason, message] = PodTrouble(pod); !reason.empty()) {
+      troubles.emplace_back(reason, absl::StrCat("pod ", pod_name, ": ", reason,
+                                                 message.empty() ? "" : ": ", message));
     }
   }
+  ReportBlockedWorkers(r, troubles);
   for (int index = 0; index < workers; ++index) {
     if (by_index.count(index) == 0) {
       r.actions.create_pods.push_back(WorkerPod(r.world.job, index, r.options));
@@ -344,6 +426,15 @@ void MirrorStatus(Reconciliation& r, int workers) {
   r.SetCondition("Running", running,
                  running ? "Training" : (s.reason().empty() ? phase : s.reason()),
                  running ? absl::StrCat("attempt ", s.attempt(), " on ", workers, " workers") : "");
+  // The coordinator's Stalled condition: a stage without progress.
+  for (const v1::JobCondition& condition : s.conditions()) {
+    if (condition.type() != "Stalled") continue;
+    if (condition.status()) {
+      r.SetCondition("Stalled", true, condition.reason(), condition.message());
+    } else {
+      r.ClearCondition("Stalled", condition.reason().empty() ? "Progressing" : condition.reason());
+    }
+  }
   if (phase != r.phase_before && running) {
     r.Event("Normal", "Running",
             absl::StrCat("training on ", workers, " workers (attempt ", s.attempt(), ")"));
@@ -370,8 +461,57 @@ void ReconcileRunning(Reconciliation& r, v1::JobSpec job_spec) {
 
 }  // namespace
 
+// The generation a Failed job failed at (its Failed condition's), or 0 when
+// the job is not Failed.
+int64_t FailedGeneration(const json& job) {
+  const json& status = Field(job, "status");
+  if (StringField(status, "phase") != kPhaseFailed) return 0;
+  const json& conditions = Field(status, "conditions");
+  if (!conditions.is_array()) return 0;
+  for (const json& c : conditions) {
+    if (StringField(c, "type") == "Failed" && StringField(c, "status") == "True") {
+      return IntField(c, "observedGeneration", Generation(job));
+    }
+  }
+  return 0;
+}
+
+// A Failed job whose spec changed since it failed (kubectl apply of a fixed
+// spec) runs again, as a new coordinator job (its name has the generation):
+// the world as if it had never been submitted, its Failed condition False.
+ObservedWorld AsRerun(const ObservedWorld& world) {
+  ObservedWorld again = world;
+  json& status = again.job["status"];
+  for (const char* key : {"phase", "coordinatorJob", "message", "completionTime", "startTime"}) {
+    status.erase(key);
+  }
+  for (json& c : status["conditions"]) {
+    if (StringField(c, "type") != "Failed") continue;
+    c["status"] = "False";
+    c["reason"] = "SpecChanged";
+    c["message"] = absl::StrCat("generation ", Generation(world.job),
+                                " changed the spec after it failed: running again");
+    c["lastTransitionTime"] = Rfc3339(world.now);
+    c["observedGeneration"] = Generation(world.job);
+  }
+  again.coordinator_job.reset();
+  return again;
+}
+
 ReconcileActions ReconcileTrainingJob(const ObservedWorld& world,
                                       const ReconcilerOptions& options) {
+  if (!BeingDeleted(world.job) && FailedGeneration(world.job) != 0 &&
+      FailedGeneration(world.job) < Generation(world.job)) {
+    const ObservedWorld again = AsRerun(world);
+    ReconcileActions actions = ReconcileTrainingJob(again, options);
+    if (!actions.status) actions.status = Field(again.job, "status");
+    actions.events.insert(actions.events.begin(),
+                          {"Normal", "Rerunning",
+                           absl::StrCat("generation ", Generation(world.job),
+                                        " changed the spec after the job failed at generation ",
+                                        FailedGeneration(world.job), "; running it again")});
+    return actions;
+  }
   Reconciliation r(world, options);
   if (BeingDeleted(world.job)) {
     ReconcileDeletion(r);

@@ -252,6 +252,115 @@ TEST(TrainingJobReconcilerTest, FailedPodIsDeletedWithAWarning) {
   EXPECT_THAT(Reasons(actions), ElementsAre("WorkerExited", "Restarting"));
 }
 
+TEST(TrainingJobReconcilerTest, AWorkerKilledForMemorySaysSo) {
+  ObservedWorld world = Observed("Running", v1::RESTARTING);
+  world.pods[1]["status"] = json::parse(R"({"phase": "Failed", "containerStatuses": [
+      {"name": "worker", "state": {"terminated": {"reason": "OOMKilled", "exitCode": 137}}}]})");
+  ReconcileActions actions = ReconcileTrainingJob(world, ReconcilerOptions{});
+  ASSERT_THAT(Reasons(actions), ElementsAre("WorkerExited", "Restarting"));
+  EXPECT_EQ(actions.events[0].message,
+            "worker pod kjv-worker-1 ended (Failed, OOMKilled, exit code 137); replacing it");
+}
+
+TEST(TrainingJobReconcilerTest, APodThatCannotStartIsAConditionAndOneWarning) {
+  ObservedWorld world = Observed("Running", v1::RUNNING);
+  world.pods[1]["status"] = json::parse(R"({"phase": "Pending", "containerStatuses": [
+      {"name": "worker", "state": {"waiting": {"reason": "ImagePullBackOff",
+                                              "message": "Back-off pulling image \"example/worker:2\""}}}]})");
+  world.pods[0]["status"] = json::parse(R"({"phase": "Pending", "conditions": [
+      {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+       "message": "0/3 nodes are available: 3 Insufficient cpu."}]})");
+  ReconcileActions actions = ReconcileTrainingJob(world, ReconcilerOptions{});
+  ASSERT_TRUE(actions.status.has_value());
+  json blocked;
+  for (const json& c : (*actions.status)["conditions"]) {
+    if (c["type"] == "WorkersBlocked") blocked = c;
+  }
+  EXPECT_EQ(blocked["status"], "True");
+  EXPECT_EQ(blocked["reason"], "Unschedulable");  // the first pod's
+  EXPECT_EQ(blocked["message"],
+            "pod kjv-worker-0: Unschedulable: 0/3 nodes are available: 3 Insufficient cpu. (and 1 more)");
+  EXPECT_THAT(Reasons(actions), ElementsAre("Unschedulable"));
+  EXPECT_EQ(actions.events[0].type, "Warning");
+  // Seen again: the condition stays, no second Event.
+  world.job["status"] = *actions.status;
+  actions = ReconcileTrainingJob(world, ReconcilerOptions{});
+  EXPECT_THAT(Reasons(actions), IsEmpty());
+  // The pods start: the condition turns False.
+  world.pods = {Pod(0, "Running"), Pod(1, "Running")};
+  actions = ReconcileTrainingJob(world, ReconcilerOptions{});
+  ASSERT_TRUE(actions.status.has_value());
+  for (const json& c : (*actions.status)["conditions"]) {
+    if (c["type"] == "WorkersBlocked") EXPECT_EQ(c["status"], "False");
+  }
+}
+
+TEST(TrainingJobReconcilerTest, TheCoordinatorsStalledConditionAndCheckpointStepAreMirrored) {
+  ObservedWorld world = Observed("Running", v1::RUNNING);
+  v1::JobCondition* stalled = world.coordinator_job->mutable_status()->add_conditions();
+  stalled->set_type("Stalled");
+  stalled->set_status(true);
+  stalled->set_reason("NoProgress");
+  stalled->set_message("stage 1 made no progress for 120s");
+  world.coordinator_job->mutable_status()->set_checkpoint_step(45);
+  ReconcileActions actions = ReconcileTrainingJob(world, ReconcilerOptions{});
+  ASSERT_TRUE(actions.status.has_value());
+  EXPECT_EQ((*actions.status)["checkpointStep"], 45);
+  json mirrored;
+  for (const json& c : (*actions.status)["conditions"]) {
+    if (c["type"] == "Stalled") mirrored = c;
+  }
+  EXPECT_EQ(mirrored["status"], "True");
+  EXPECT_EQ(mirrored["reason"], "NoProgress");
+  EXPECT_EQ(mirrored["message"], "stage 1 made no progress for 120s");
+}
+
+// A Failed job at generation 1 (its Failed condition says so), observed at `generation`.
+ObservedWorld FailedAt1(int64_t generation) {
+  ObservedWorld world = World(Submitted(Job(), "Failed"));
+  world.job["metadata"]["generation"] = generation;
+  world.job["status"]["conditions"] = json::parse(R"([{"type": "Failed", "status": "True",
+      "reason": "StageFailed", "message": "stage 1: out of memory", "observedGeneration": 1,
+      "lastTransitionTime": "2027-01-15T08:00:00Z"}])");
+  world.job["status"]["completionTime"] = "2027-01-15T08:00:00Z";
+  world.coordinator_job = CoordinatorJob(v1::FAILED);
+  world.service_exists = true;
+  world.network_policy_exists = true;
+  return world;
+}
+
+TEST(TrainingJobReconcilerTest, AFailedJobWhoseSpecIsFixedRunsAgainAsANewCoordinatorJob) {
+  // Unchanged: it stays Failed; nothing runs.
+  ReconcileActions actions = ReconcileTrainingJob(FailedAt1(1), ReconcilerOptions{});
+  EXPECT_FALSE(actions.submit.has_value());
+  EXPECT_THAT(actions.create_pods, IsEmpty());
+  // Re-applied with a fix (generation 2): submitted again under generation 2's name.
+  ObservedWorld fixed = FailedAt1(2);
+  actions = ReconcileTrainingJob(fixed, ReconcilerOptions{});
+  ASSERT_TRUE(actions.submit.has_value());
+  EXPECT_EQ(actions.submit->name(), "kjv-01234567-g2");
+  EXPECT_THAT(Names(actions.create_pods), ElementsAre("kjv-worker-0", "kjv-worker-1"));
+  ASSERT_TRUE(actions.status.has_value());
+  EXPECT_EQ((*actions.status)["phase"], "Pending");
+  EXPECT_EQ((*actions.status)["coordinatorJob"], "kjv-01234567-g2");
+  EXPECT_FALSE(actions.status->contains("completionTime"));
+  json failed;
+  for (const json& c : (*actions.status)["conditions"]) {
+    if (c["type"] == "Failed") failed = c;
+  }
+  EXPECT_EQ(failed["status"], "False");
+  EXPECT_EQ(failed["reason"], "SpecChanged");
+  EXPECT_THAT(Reasons(actions), ElementsAre("Rerunning", "Submitted"));
+  EXPECT_EQ(actions.events[0].message,
+            "generation 2 changed the spec after the job failed at generation 1; running it again");
+  // The coordinator's answer to that submit (the executor's second call) is reported once.
+  fixed.submit_result = absl::OkStatus();
+  actions = ReconcileTrainingJob(fixed, ReconcilerOptions{});
+  EXPECT_FALSE(actions.submit.has_value());
+  EXPECT_THAT(Reasons(actions), ElementsAre("Rerunning", "Submitted"));
+  EXPECT_EQ((*actions.status)["coordinatorJob"], "kjv-01234567-g2");
+}
+
 TEST(TrainingJobReconcilerTest, CoordinatorSucceededFinishesTheJobAndStopsWorkers) {
   ObservedWorld world = Observed("Running", v1::SUCCEEDED);
   ReconcileActions actions = ReconcileTrainingJob(world, ReconcilerOptions{});
