@@ -6,6 +6,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace paci {
 
@@ -40,12 +41,23 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
     const TlsFiles& tls);
 
+// Keepalive on coordinator connections: a ping after this long without one,
+// and the connection given up when it is not answered within the timeout.
+inline constexpr absl::Duration kKeepaliveTime = absl::Seconds(10);
+inline constexpr absl::Duration kKeepaliveTimeout = absl::Seconds(5);
+
 // A channel to the coordinator for the processes that must find it again
 // soon after it restarts (workers, the operator): gRPC's reconnect backoff
 // starts at 100 ms and is capped at 1 s, not its default 1 s growing to 120 s,
-// so a coordinator back within seconds is reached within about a second.
+// so a coordinator back within seconds is reached within about a second; and
+// keepalive pings (kKeepaliveTime), so one that stopped answering is left
+// within about 15 s.
 std::shared_ptr<grpc::Channel> CreateCoordinatorChannel(
     const std::string& address, const std::shared_ptr<grpc::ChannelCredentials>& credentials);
+
+// A server's side of the keepalives: it takes its clients' pings (every
+// kKeepaliveTime / 2 at most, with or without calls) and pings them itself.
+void AllowKeepalivePings(grpc::ServerBuilder& builder);
 
 // Checks "authorization: Bearer <token>" on a call. An empty `token`
 // accepts every call. UNAUTHENTICATED otherwise (comparison in constant time).

@@ -98,6 +98,7 @@ absl::Status Main(const paci::ShutdownSignal& shutdown) {
   int port = 0;
   builder.AddListeningPort(listen, credentials, &port);
   builder.SetMaxReceiveMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
+  AllowKeepalivePings(builder);
   builder.RegisterService(&coordinator);
   builder.RegisterService(&gateway);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();

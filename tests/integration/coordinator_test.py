@@ -445,6 +445,21 @@ class CoordinatorTest(unittest.TestCase):
         with self.assertRaises(grpc.RpcError):
             c.get("stolen")  # nothing was stored
 
+    def test_a_worker_leaves_a_coordinator_that_stops_answering_and_comes_back(self):
+        c = self.start(workers=1)
+        self.assertTrue(c.wait_for_log(r"worker w0 connected"))
+        # Frozen, its connections stay open: only the keepalive pings, unanswered, tell.
+        c.coordinator.send_signal(signal.SIGSTOP)
+        try:
+            self.assertTrue(c.wait_for_log(r"\[w0\].*lost the coordinator at", timeout=60),
+                            "the worker never noticed: " + "".join(c.logs[-10:]))
+        finally:
+            c.coordinator.send_signal(signal.SIGCONT)
+        # Back, it takes the worker again.
+        with c.logged:
+            self.assertTrue(c.logged.wait_for(lambda: sum("worker w0 connected" in line for line in c.logs) >= 2,
+                                              timeout=60), "".join(c.logs[-10:]))
+
     def test_tls_and_a_token_protect_the_coordinator(self):
         cert, key = self.certificate()
         c = self.start(workers=0, token="t0k3n",
