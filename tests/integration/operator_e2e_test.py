@@ -377,6 +377,34 @@ class OperatorEndToEnd(unittest.TestCase):
         self.assertGreaterEqual(status["step"], checkpoint)
         self.kubectl("delete", "trainingjob", "kjv-pause", "--timeout=60s")
 
+    def test_5_a_failed_job_fixed_and_applied_again_runs_again(self):
+        with open(os.path.join(SOURCE, "examples", "trainingjob.yaml")) as f:
+            manifest = yaml.safe_load(f)
+        manifest["metadata"]["name"] = "kjv-fix"
+        corpus = manifest["spec"]["data"]["corpusPath"]
+        manifest["spec"]["data"]["corpusPath"] = "tests/data/no-such-corpus.txt"
+        manifest["spec"]["runPolicy"]["backoffLimit"] = 0
+        self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(manifest))
+        failed = wait_until("kjv-fix Failed", lambda: (lambda s: s.get("phase") == "Failed" and s)(
+            self.status_of("kjv-fix")), timeout=180, interval=0.5)
+        self.assertIn("no-such-corpus.txt", failed.get("message", ""), failed)
+        first = failed["coordinatorJob"]
+        self.assertTrue(first.endswith("-g1"), first)
+        # Applied again with the right corpus: a new generation runs, as a new coordinator job.
+        manifest["spec"]["data"]["corpusPath"] = corpus
+        self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(manifest))
+        status = wait_until("kjv-fix finished again", lambda: (lambda s: s.get("coordinatorJob") != first
+                            and s.get("phase") in ("Succeeded", "Failed") and s)(self.status_of("kjv-fix")),
+                            timeout=300, interval=0.5)
+        self.assertEqual(status["phase"], "Succeeded", status)
+        self.assertTrue(status["coordinatorJob"].endswith("-g2"), status["coordinatorJob"])
+        conditions = {c["type"]: c for c in status["conditions"]}
+        self.assertEqual((conditions["Failed"]["status"], conditions["Failed"]["reason"]), ("False", "SpecChanged"))
+        events = json.loads(self.kubectl("get", "events", "-o", "json").stdout)["items"]
+        reasons = [e["reason"] for e in events if e["involvedObject"]["name"] == "kjv-fix"]
+        self.assertEqual(reasons.count("Rerunning"), 1, reasons)
+        self.kubectl("delete", "trainingjob", "kjv-fix", "--timeout=60s")
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
