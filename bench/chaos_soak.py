@@ -42,6 +42,7 @@ import yaml
 from _paths import ROOT, use_build
 from bench_results import write_result
 from harness.local_cluster import LocalCluster, container_env, wait_until
+from harness.pki import make_pki, mutual_tls_args, worker_secret
 
 KINDS = ("worker", "coordinator", "operator")
 SHARED = {"volumes": [{"name": "shared", "persistentVolumeClaim": {"claimName": "paci-shared"}}],
@@ -61,6 +62,10 @@ def parse_args():
     parser.add_argument("--weights", default="6,2,2", help="worker,coordinator,operator odds")
     parser.add_argument("--drain_minutes", type=float, default=15,
                         help="how long the jobs in flight may take to finish after the kills stop")
+    parser.add_argument("--secure", action="store_true",
+                        help="the coordinator under mutual TLS and a token, the operator and the "
+                             "workers with their own certificates (tests/harness/pki.py); "
+                             "results as chaos_soak_secure")
     parser.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
     return parser.parse_args()
 
@@ -73,16 +78,18 @@ def load_stubs(build):
 
 
 class Soak:
-    def __init__(self, args, cluster, stubs):
+    def __init__(self, args, cluster, stubs, pki=None):
         self.args = args
         self.cluster = cluster
         self.grpc, self.cpb, cgrpc = stubs
         # Reconnecting as the workers and the operator do (CreateCoordinatorChannel), so a
         # recovery is not measured late by this client's own backoff.
-        self.coordinator = cgrpc.CoordinatorStub(self.grpc.insecure_channel(
-            cluster.coordinator_address, options=[("grpc.initial_reconnect_backoff_ms", 100),
-                                                  ("grpc.min_reconnect_backoff_ms", 100),
-                                                  ("grpc.max_reconnect_backoff_ms", 1000)]))
+        self.pki, self.cgrpc = pki, cgrpc
+        self.metadata = ()
+        if pki:
+            with open(pki["token"]) as f:
+                self.metadata = (("authorization", "Bearer " + f.read().strip()),)
+        self.connect()
         self.rng = random.Random(args.seed)
         self.lock = threading.Lock()
         self.jobs = {}        # TrainingJob name -> Tracked
@@ -101,13 +108,28 @@ class Soak:
         return {j["metadata"]["name"]: j for j in
                 self.api("/apis/paci.dev/v1alpha1/namespaces/default/trainingjobs")["items"]}
 
+    def connect(self):
+        """A channel to the coordinator; secure: a client of the CA (the operator's certificate)."""
+        options = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect_backoff_ms", 100),
+                   ("grpc.max_reconnect_backoff_ms", 1000)]
+        if self.pki:
+            def read(key):
+                with open(self.pki[key], "rb") as f:
+                    return f.read()
+            channel = self.grpc.secure_channel(self.cluster.coordinator_address, self.grpc.ssl_channel_credentials(
+                root_certificates=read("ca.crt"), private_key=read("operator.key"),
+                certificate_chain=read("operator.crt")), options=options)
+        else:
+            channel = self.grpc.insecure_channel(self.cluster.coordinator_address, options=options)
+        self.coordinator = self.cgrpc.CoordinatorStub(channel)
+
     def coordinator_jobs(self, omit_loss_history=True):
         """Every coordinator job of the soak, by name (all pages)."""
         jobs, token = {}, ""
         while True:
             page = self.coordinator.ListJobs(self.cpb.ListJobsRequest(
                 name_prefix="soak-", page_size=1000, page_token=token,
-                omit_loss_history=omit_loss_history), timeout=10)
+                omit_loss_history=omit_loss_history), timeout=10, metadata=self.metadata)
             jobs.update((j.name, j) for j in page.jobs)
             token = page.next_page_token
             if not token:
@@ -149,8 +171,13 @@ class Soak:
             try:
                 tjobs = self.training_jobs()
                 cjobs = self.coordinator_jobs()
-            except (OSError, ValueError, self.grpc.RpcError):
-                self.stop_observer.wait(0.3)  # the coordinator is down: look again
+            except (OSError, ValueError, self.grpc.RpcError) as error:
+                # The coordinator is down: look again. A secure channel of this Python client
+                # was seen to stay failed after restarts of the coordinator while a new one got
+                # answers at once: a failed call opens a new channel.
+                if isinstance(error, self.grpc.RpcError) and self.pki:
+                    self.connect()
+                self.stop_observer.wait(0.3)
                 continue
             now = time.monotonic()
             with self.lock:
@@ -369,8 +396,8 @@ def table(result):
     return "\n".join(rows)
 
 
-def run(args, cluster):
-    soak = Soak(args, cluster, load_stubs(args.build))
+def run(args, cluster, pki=None):
+    soak = Soak(args, cluster, load_stubs(args.build), pki)
     threads = [threading.Thread(target=f, daemon=True, name=f.__name__)
                for f in (soak.stream, soak.observe, soak.kill_loop)]
     for t in threads:
@@ -397,19 +424,30 @@ def run(args, cluster):
 
 def main():
     args = parse_args()
-    with tempfile.TemporaryDirectory(prefix="paci-soak-") as workdir, \
-            LocalCluster(workdir, args.build, ROOT) as cluster:
-        cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all([
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default", "labels": {
-                "pod-security.kubernetes.io/enforce": "restricted"}}},
-            {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-             "metadata": {"name": "paci-shared", "namespace": "default"},
-             "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}}]))
-        result = run(args, cluster)
+    with tempfile.TemporaryDirectory(prefix="paci-soak-") as workdir:
+        coordinator_args, operator_args, secrets, pki = [], [], [], None
+        if args.secure:
+            pki = make_pki(workdir)
+            coordinator_args, operator_args = mutual_tls_args(pki, "paci-worker-credentials")
+            secrets = [worker_secret(pki, "paci-worker-credentials", "default")]
+        with LocalCluster(workdir, args.build, ROOT, coordinator_args=coordinator_args,
+                          operator_args=operator_args) as cluster:
+            result = soak(args, cluster, secrets, pki)
     text = table(result)
-    write_result(args.out, "chaos_soak", result, text)
+    write_result(args.out, "chaos_soak_secure" if args.secure else "chaos_soak", result, text)
     print(text)
     return 1 if result["problems"] or result["failed"] else 0
+
+
+def soak(args, cluster, secrets, pki):
+    """The namespace (restricted), its claim and the worker Secret when secure; then the run."""
+    cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all([
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default", "labels": {
+            "pod-security.kubernetes.io/enforce": "restricted"}}},
+        {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+         "metadata": {"name": "paci-shared", "namespace": "default"},
+         "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}}] + secrets))
+    return run(args, cluster, pki)
 
 
 if __name__ == "__main__":

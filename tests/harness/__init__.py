@@ -12,6 +12,7 @@ benchmarks (bench/) start and drive, and no test of its own.
     node_agent     the node agent (pods as containers or processes)
     kubelet_node   a real kubelet with containerd
     local_cluster  a whole paci cluster on the control plane
+    pki            certificates for mutual TLS, its flags and the worker Secret
 
 Import it with tests/ on the module path (ctest sets PYTHONPATH to tests/ and
 BUILD/python, where the paci.v1 stubs are generated; bench/_paths.py does the same
