@@ -21,8 +21,8 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) 
 }  // namespace
 
 absl::Status CheckExposure(const std::string& host, const TlsFiles& tls, bool has_token,
-                           bool insecure, const std::string& what_callers_can_do) {
-  if (IsLoopbackHost(host) || insecure) return absl::OkStatus();
+                           const std::string& what_callers_can_do) {
+  if (IsLoopbackHost(host)) return absl::OkStatus();
   const bool encrypted = !tls.cert_file.empty();
   const bool authenticated = !tls.ca_file.empty() || has_token;
   if (encrypted && authenticated) return absl::OkStatus();

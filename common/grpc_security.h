@@ -21,14 +21,15 @@ struct TlsFiles {
   bool enabled() const { return !cert_file.empty() || !ca_file.empty(); }
 };
 
-// Whether a server listening on `host` (HostOfAddress of its address) may
-// serve with this security. On loopback anything goes (the local default).
+// Whether a server listening on `host` (HostOfAddress of its address) serves
+// safely with this security. On loopback anything goes (the local default).
 // Elsewhere a server must authenticate its clients, with mutual TLS (a CA in
-// `tls`) or TLS and a bearer token, unless `insecure` says to serve anyway:
-// FailedPrecondition saying what is missing and what anyone reaching the
-// port could then do (`what_callers_can_do`, e.g. "submit, cancel ...").
+// `tls`) or TLS and a bearer token: else FailedPrecondition saying what is
+// missing and what anyone reaching the port could then do
+// (`what_callers_can_do`, e.g. "submit, cancel ..."), and that --insecure
+// serves anyway (the caller's flag).
 absl::Status CheckExposure(const std::string& host, const TlsFiles& tls, bool has_token,
-                           bool insecure, const std::string& what_callers_can_do);
+                           const std::string& what_callers_can_do);
 
 // Server credentials: TLS when cert_file and key_file are given, requiring
 // client certificates signed by ca_file when that is given; else insecure.

@@ -27,20 +27,19 @@ TEST(CheckExposureTest, LoopbackServesAnythingElsewhereNeedsTlsAndClientAuthenti
   const TlsFiles plaintext;
   const TlsFiles server_tls{"c.crt", "c.key", ""};
   const TlsFiles mutual{"c.crt", "c.key", "ca.crt"};
-  EXPECT_TRUE(CheckExposure("127.0.0.1", plaintext, false, false, kWhat).ok());
-  EXPECT_TRUE(CheckExposure("0.0.0.0", mutual, false, false, kWhat).ok());
-  EXPECT_TRUE(CheckExposure("0.0.0.0", server_tls, /*has_token=*/true, false, kWhat).ok());
+  EXPECT_TRUE(CheckExposure("127.0.0.1", plaintext, false, kWhat).ok());
+  EXPECT_TRUE(CheckExposure("0.0.0.0", mutual, false, kWhat).ok());
+  EXPECT_TRUE(CheckExposure("0.0.0.0", server_tls, /*has_token=*/true, kWhat).ok());
 
-  const absl::Status plain = CheckExposure("0.0.0.0", plaintext, true, false, kWhat);
+  const absl::Status plain = CheckExposure("0.0.0.0", plaintext, true, kWhat);
   EXPECT_EQ(plain.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(plain.message(), AllOf(HasSubstr("refusing to serve on 0.0.0.0 in plaintext"),
                                      HasSubstr("--tls_cert"), HasSubstr("could submit jobs"),
                                      HasSubstr("--insecure")));
-  const absl::Status anonymous = CheckExposure("10.0.0.7", server_tls, false, false, kWhat);
+  const absl::Status anonymous = CheckExposure("10.0.0.7", server_tls, false, kWhat);
   EXPECT_EQ(anonymous.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(anonymous.message(), HasSubstr("without client authentication (--tls_ca"));
-  // Said out loud, it is allowed.
-  EXPECT_TRUE(CheckExposure("0.0.0.0", plaintext, false, /*insecure=*/true, kWhat).ok());
+  // (--insecure, which serves anyway: CoordinatorTest.test_a_coordinator_others_can_reach_...)
 }
 
 }  // namespace

@@ -65,8 +65,9 @@ absl::Status Main(const paci::ShutdownSignal& shutdown) {
                absl::GetFlag(FLAGS_tls_ca)};
   const std::string listen = absl::GetFlag(FLAGS_listen);
   const std::string host = HostOfAddress(listen);
-  RETURN_IF_ERROR(CheckExposure(host, tls, !token.empty(), absl::GetFlag(FLAGS_insecure),
-                                "submit, list and cancel every job and register as a worker"));
+  const absl::Status exposure = CheckExposure(
+      host, tls, !token.empty(), "submit, list and cancel every job and register as a worker");
+  if (!exposure.ok() && !absl::GetFlag(FLAGS_insecure)) return exposure;
   ASSIGN_OR_RETURN(std::unique_ptr<SqliteJobStore> store,
                    SqliteJobStore::Open(absl::GetFlag(FLAGS_db)));
   auto registry = std::make_shared<prometheus::Registry>();
@@ -112,7 +113,7 @@ absl::Status Main(const paci::ShutdownSignal& shutdown) {
             << (token.empty() ? "no client token" : "bearer token required") << ")"
             << " metrics=http://" << host << ":" << metrics_port << "/metrics"
             << " db=" << absl::GetFlag(FLAGS_db);
-  if (!CheckExposure(host, tls, !token.empty(), /*insecure=*/false, "").ok()) {
+  if (!exposure.ok()) {  // and --insecure said to serve anyway
     LOG(WARNING) << "INSECURE (--insecure): " << host << ":" << port
                  << " takes calls from anyone who reaches it, without "
                  << (tls.enabled() ? "client authentication" : "TLS")

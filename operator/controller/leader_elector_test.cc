@@ -116,8 +116,7 @@ TEST_F(LeaderElectorTest, ARenewalTheServerDoesNotAnswerEndsTheLeadAtTheRenewDea
   ASSERT_TRUE(server_.Control("hold", {{"verb", "update"}, {"resource", "leases"}}));
   const int64_t waits = clock_.waits_begun();
   clock_.Advance(absl::Seconds(2));
-  for (int i = 0; i < 3000 && server_.HeldRequests() < 1; ++i) absl::SleepFor(absl::Milliseconds(10));
-  ASSERT_EQ(server_.HeldRequests(), 1) << "the renewal never reached the server";
+  ASSERT_EQ(server_.HeldRequests(/*at_least=*/1), 1) << "the renewal never reached the server";
   clock_.Advance(absl::Milliseconds(7999));
   EXPECT_TRUE(elector.IsLeader());  // 9.999 s after the last renewal began
   clock_.Advance(absl::Milliseconds(1));

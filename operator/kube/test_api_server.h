@@ -85,9 +85,10 @@ class TestApiServer {
     if (!result || result->status != 200) return -1;
     return nlohmann::json::parse(result->body, nullptr, false).value("open", -1);
   }
-  // Requests the proxy holds now (after Control("hold", ...)).
-  int HeldRequests() {
-    auto result = Client().Get("/fault-proxy/held");
+  // Requests the proxy holds (after Control("hold", ...)), once at least
+  // `at_least` are (the proxy answers within 30 s either way).
+  int HeldRequests(int at_least = 0) {
+    auto result = Client().Get("/fault-proxy/held?at_least=" + std::to_string(at_least));
     if (!result || result->status != 200) return -1;
     return nlohmann::json::parse(result->body, nullptr, false).value("held", -1);
   }

@@ -64,11 +64,20 @@ json OwnerReference(const json& job) {
                        {"blockOwnerDeletion", true}}});
 }
 
+// The metadata of an object the job owns besides its pods: its name, the
+// job's namespace, the labels the owned informers select by, the owner.
+json OwnedMetadata(const json& job, const std::string& name) {
+  return {{"name", name},
+          {"namespace", MetaString(job, "namespace")},
+          {"labels", WorkerLabels(MetaString(job, "name"))},
+          {"ownerReferences", OwnerReference(job)}};
+}
+
 json WorkerArgs(const json& job, const ReconcilerOptions& options) {
   json args = json::array({
       "--coordinator=" + options.worker_coordinator_address,
       std::string("--worker_id=$(POD_NAMESPACE).$(POD_NAME)"),
-      absl::StrCat("--labels=", kWorkerSelectorKey, "=", WorkerSelectorValue(job)),
+      absl::StrCat("--labels=", kWorkerJobLabel, "=", WorkerSelectorValue(job)),
       absl::StrCat("--listen=$(POD_IP):", options.link_port),
       std::string("--advertise_host=$(POD_IP)"),
       absl::StrCat("--metrics_address=$(POD_IP):", options.metrics_port),
@@ -361,11 +370,7 @@ json WorkerService(const json& job, const ReconcilerOptions& options) {
   const std::string name = MetaString(job, "name");
   return {{"apiVersion", "v1"},
           {"kind", "Service"},
-          {"metadata",
-           {{"name", WorkerServiceName(name)},
-            {"namespace", MetaString(job, "namespace")},
-            {"labels", WorkerLabels(name)},
-            {"ownerReferences", OwnerReference(job)}}},
+          {"metadata", OwnedMetadata(job, WorkerServiceName(name))},
           {"spec",
            {{"clusterIP", "None"},
             {"selector", {{kJobNameLabel, name}}},
@@ -380,11 +385,7 @@ json WorkerNetworkPolicy(const json& job, const ReconcilerOptions& options) {
   const json this_job = {{"matchLabels", {{kJobNameLabel, name}}}};
   return {{"apiVersion", "networking.k8s.io/v1"},
           {"kind", "NetworkPolicy"},
-          {"metadata",
-           {{"name", WorkerServiceName(name)},
-            {"namespace", MetaString(job, "namespace")},
-            {"labels", WorkerLabels(name)},
-            {"ownerReferences", OwnerReference(job)}}},
+          {"metadata", OwnedMetadata(job, WorkerServiceName(name))},
           {"spec",
            {{"podSelector", this_job},
             {"policyTypes", json::array({"Ingress"})},

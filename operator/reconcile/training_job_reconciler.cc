@@ -500,8 +500,8 @@ ObservedWorld AsRerun(const ObservedWorld& world) {
 
 ReconcileActions ReconcileTrainingJob(const ObservedWorld& world,
                                       const ReconcilerOptions& options) {
-  if (!BeingDeleted(world.job) && FailedGeneration(world.job) != 0 &&
-      FailedGeneration(world.job) < Generation(world.job)) {
+  const int64_t failed_at = FailedGeneration(world.job);
+  if (!BeingDeleted(world.job) && failed_at != 0 && failed_at < Generation(world.job)) {
     const ObservedWorld again = AsRerun(world);
     ReconcileActions actions = ReconcileTrainingJob(again, options);
     if (!actions.status) actions.status = Field(again.job, "status");
@@ -509,7 +509,7 @@ ReconcileActions ReconcileTrainingJob(const ObservedWorld& world,
                           {"Normal", "Rerunning",
                            absl::StrCat("generation ", Generation(world.job),
                                         " changed the spec after the job failed at generation ",
-                                        FailedGeneration(world.job), "; running it again")});
+                                        failed_at, "; running it again")});
     return actions;
   }
   Reconciliation r(world, options);
@@ -587,7 +587,7 @@ absl::StatusOr<v1::JobSpec> JobSpecFromTrainingJob(const json& job,
   }
   run_policy.set_active_deadline_seconds(IntField(policy, "activeDeadlineSeconds", 0));
   run_policy.set_priority(static_cast<int32_t>(IntField(policy, "priority", 0)));
-  (*run_policy.mutable_worker_selector())[kWorkerSelectorKey] = WorkerSelectorValue(job);
+  (*run_policy.mutable_worker_selector())[kWorkerJobLabel] = WorkerSelectorValue(job);
   ApplyJobSpecDefaults(&result);
   if (absl::Status valid = ValidateJobSpec(result); !valid.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("spec.", valid.message()));

@@ -36,8 +36,6 @@ namespace paci::op {
 // The finalizer the operator puts on every TrainingJob, so deleting one
 // cancels its job at the coordinator first.
 inline constexpr char kFinalizer[] = "paci.dev/cancel-at-coordinator";
-// The worker label the coordinator places a job's stages by.
-inline constexpr const char* kWorkerSelectorKey = kWorkerJobLabel;  // common/peer_identity.h
 // The user and group worker pods run as by default (the images' "paci").
 inline constexpr int kWorkerUid = 65532;
 
@@ -123,7 +121,8 @@ absl::StatusOr<v1::JobSpec> JobSpecFromTrainingJob(const nlohmann::json& job,
 // characters: unique per object and per submission.
 std::string CoordinatorJobName(const nlohmann::json& job);
 
-// "namespace.name", the value of kWorkerSelectorKey on the job's pods.
+// "namespace.name", the value of kWorkerJobLabel (common/peer_identity.h) on
+// the job's pods: the label the coordinator places its stages by.
 std::string WorkerSelectorValue(const nlohmann::json& job);
 
 // The phase of .status for a coordinator phase ("Pending", "Running", ...).

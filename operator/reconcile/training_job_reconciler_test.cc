@@ -117,7 +117,7 @@ TEST(TrainingJobReconcilerTest, NewJobGetsFinalizerPodsServiceAndIsSubmitted) {
   EXPECT_EQ(actions.submit->name(), "kjv-01234567-g1");
   EXPECT_EQ(actions.submit->pipeline().num_stages(), 2);
   EXPECT_EQ(actions.submit->run_policy().backoff_limit(), 2);
-  EXPECT_EQ(actions.submit->run_policy().worker_selector().at(kWorkerSelectorKey), "team-a.kjv");
+  EXPECT_EQ(actions.submit->run_policy().worker_selector().at(kWorkerJobLabel), "team-a.kjv");
   ASSERT_TRUE(actions.status.has_value());
   EXPECT_EQ((*actions.status)["phase"], "Pending");
   EXPECT_EQ((*actions.status)["coordinatorJob"], "kjv-01234567-g1");

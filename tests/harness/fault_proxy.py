@@ -13,7 +13,8 @@ adds faults on command:
                                       the next `count` matching requests wait (a server
                                       that does not answer) until
     POST /fault-proxy/release        lets every held request on to the server
-    GET  /fault-proxy/held           {"held": N}: requests held now
+    GET  /fault-proxy/held?at_least=N  {"held": M}: requests held now, answered once
+                                      M >= N (at most 30 s later)
     GET  /fault-proxy/watches        {"open": N}: watch streams open now
     POST /fault-proxy/compact        compact etcd past every revision written so far:
                                       with the server's watch cache off, a watch from
@@ -72,6 +73,7 @@ class FaultProxy:
         self.injections = []
         self.released = threading.Event()  # set by the release command that ends the holds
         self.holding = 0  # requests held now
+        self.held_changed = threading.Condition(self.lock)
         self.watches = {}  # client socket -> upstream connection, of open watch streams
         proxy = self
 
@@ -153,7 +155,9 @@ class FaultProxy:
         if handler.command == "POST" and what == "compact":
             return self.reply_json(handler, 200, {"compactedRevision": str(self.compact())})
         if handler.command == "GET" and what == "held":
-            with self.lock:
+            wanted = int(urllib.parse.parse_qs(urllib.parse.urlsplit(handler.path).query).get("at_least", ["0"])[0])
+            with self.held_changed:
+                self.held_changed.wait_for(lambda: self.holding >= wanted, timeout=30)
                 return self.reply_json(handler, 200, {"held": self.holding})
         if handler.command == "GET" and what == "watches":
             with self.lock:
@@ -187,13 +191,15 @@ class FaultProxy:
                                                          urllib.parse.parse_qs(url.query))
         injection = self.injected(verb, resource, subresource)
         if injection and "held" in injection:
-            with self.lock:
+            with self.held_changed:
                 self.holding += 1
+                self.held_changed.notify_all()
             try:
                 injection["held"].wait(timeout=300)  # then on to the server, late
             finally:
-                with self.lock:
+                with self.held_changed:
                     self.holding -= 1
+                    self.held_changed.notify_all()
             injection = None
         if injection:
             code = injection["code"]

@@ -141,8 +141,7 @@ paci.workerNamespaces, each {crt, key, notAfter}.
 {{- $state := dict }}
 {{- /* The CA. */}}
 {{- $old := lookup "v1" "Secret" $ns (include "paci.caSecretName" .) }}
-{{- $oldNotAfter := 0 }}
-{{- if $old }}{{ $oldNotAfter = ((($old.metadata).annotations | default dict) | dig "paci.dev/not-after" "0" | int64) }}{{ end }}
+{{- $oldNotAfter := include "paci.notAfter" $old | int64 }}
 {{- $ca := dict }}
 {{- $newCa := true }}
 {{- if and $old (gt $oldNotAfter $renewBy) }}
@@ -165,8 +164,7 @@ its namespace. */}}
 {{- end }}
 {{- range $who, $leaf := $leaves }}
 {{- $old := lookup "v1" "Secret" (index $leaf 1) (index $leaf 0) }}
-{{- $oldNotAfter := 0 }}
-{{- if $old }}{{ $oldNotAfter = ((($old.metadata).annotations | default dict) | dig "paci.dev/not-after" "0" | int64) }}{{ end }}
+{{- $oldNotAfter := include "paci.notAfter" $old | int64 }}
 {{- if and (not $newCa) $old (gt $oldNotAfter $renewBy) (eq (index $old.data "ca.crt" | b64dec) $ca.Cert) }}
 {{- $_ := set $state $who (dict "crt" (index $old.data "tls.crt" | b64dec) "key" (index $old.data "tls.key" | b64dec) "notAfter" $oldNotAfter) }}
 {{- else }}
@@ -177,6 +175,11 @@ its namespace. */}}
 {{- $_ := set .Values "_paciTls" $state }}
 {{- end }}
 {{- toJson .Values._paciTls }}
+{{- end }}
+
+{{/* A Secret's paci.dev/not-after (Unix seconds), 0 for none or no Secret. */}}
+{{- define "paci.notAfter" -}}
+{{- if . }}{{ ((.metadata).annotations | default dict) | dig "paci.dev/not-after" "0" }}{{ else }}0{{ end }}
 {{- end }}
 
 {{/* A checksum of the certificates a pod mounts (its template changes when they do). Call with (list $ "coordinator"). */}}
