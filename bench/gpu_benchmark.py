@@ -149,7 +149,7 @@ def eager_baseline(args, precision, accumulation):
             self.wpe = nn.Embedding(args.seq_len, args.d_model)
             self.blocks = nn.ModuleList(Block(args.d_model, args.heads, args.seq_len)
                                         for _ in range(args.layers))
-            self.ln_f, self.head = nn.LayerNorm(args.d_model), nn.Linear(args.d_model, args.vocab)
+            self.ln_f, self.head = nn.LayerNorm(args.d_model), nn.Linear(args.d_model, args.vocab, bias=False)
 
         def forward(self, idx):
             x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))

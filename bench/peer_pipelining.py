@@ -122,7 +122,7 @@ def build_model_classes():
                                     for b in range(first, end)})
             if self.has_head:
                 self.ln_f = nn.LayerNorm(cfg["d_model"])
-                self.head = nn.Linear(cfg["d_model"], cfg["vocab"])
+                self.head = nn.Linear(cfg["d_model"], cfg["vocab"], bias=False)
 
         def forward(self, x):
             if self.has_embedding:

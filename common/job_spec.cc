@@ -61,8 +61,40 @@ absl::Status ValidateModel(const v1::ModelSpec& m) {
                           absl::StrCat("a divisor of model.d_model (", m.d_model(), ")"),
                           m.num_heads()));
   RETURN_IF_ERROR(RequireBetween("model.seq_len", m.seq_len(), 2, 65536));
-  return Require(m.dropout() >= 0 && m.dropout() < 1, "model.dropout", "in [0, 1)",
-                 m.dropout());
+  RETURN_IF_ERROR(Require(m.dropout() >= 0 && m.dropout() < 1, "model.dropout", "in [0, 1)",
+                          m.dropout()));
+  const bool llama = m.architecture() == "llama";
+  if (!llama && m.architecture() != "gpt2" && !m.architecture().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.architecture: must be \"gpt2\" or \"llama\", got \"", m.architecture(), "\""));
+  }
+  if (m.has_num_kv_heads()) {
+    RETURN_IF_ERROR(Require(m.num_kv_heads() >= 1 && m.num_heads() % m.num_kv_heads() == 0,
+                            "model.num_kv_heads",
+                            absl::StrCat("a divisor of model.num_heads (", m.num_heads(), ")"),
+                            m.num_kv_heads()));
+    RETURN_IF_ERROR(Require(llama || m.num_kv_heads() == m.num_heads(), "model.num_kv_heads",
+                            "model.num_heads for gpt2 (grouped-query attention is llama's)",
+                            m.num_kv_heads()));
+  }
+  if (m.has_ffn_hidden_size()) {
+    RETURN_IF_ERROR(RequireBetween("model.ffn_hidden_size", m.ffn_hidden_size(), 1, 1048576));
+  }
+  if (llama) {
+    RETURN_IF_ERROR(Require((m.d_model() / m.num_heads()) % 2 == 0, "model.num_heads",
+                            "one that leaves an even head size (d_model / num_heads) for "
+                            "rotary positions",
+                            m.num_heads()));
+  }
+  if (m.has_rope_theta()) {
+    RETURN_IF_ERROR(Require(m.rope_theta() > 1 && m.rope_theta() <= 1e9, "model.rope_theta",
+                            "in (1, 1e9]", m.rope_theta()));
+  }
+  if (m.has_norm_eps()) {
+    RETURN_IF_ERROR(Require(m.norm_eps() > 0 && m.norm_eps() <= 0.1, "model.norm_eps",
+                            "in (0, 0.1]", m.norm_eps()));
+  }
+  return absl::OkStatus();
 }
 
 // pipeline.max_drift against the schedule and the accumulation.
@@ -313,10 +345,23 @@ void ApplyDriftLimitDefaults(v1::PipelineSpec* pipeline) {
   }
 }
 
+int DefaultFfnHiddenSize(std::string_view architecture, int d_model) {
+  if (architecture != "llama") return 4 * d_model;
+  const int64_t hidden = (int64_t{8} * d_model + 2) / 3;
+  return static_cast<int>((hidden + 7) / 8 * 8);
+}
+
 void ApplyJobSpecDefaults(v1::JobSpec* spec) {
   v1::ModelSpec* model = spec->mutable_model();
   if (!model->has_dropout()) model->set_dropout(0);
   if (!model->has_init_seed()) model->set_init_seed(1234);
+  if (model->architecture().empty()) model->set_architecture("gpt2");
+  if (!model->has_num_kv_heads()) model->set_num_kv_heads(model->num_heads());
+  if (!model->has_ffn_hidden_size()) {
+    model->set_ffn_hidden_size(DefaultFfnHiddenSize(model->architecture(), model->d_model()));
+  }
+  if (!model->has_rope_theta()) model->set_rope_theta(10000);
+  if (!model->has_norm_eps()) model->set_norm_eps(1e-5);
 
   v1::PipelineSpec* pipeline = spec->mutable_pipeline();
   if (pipeline->schedule().empty()) pipeline->set_schedule("paci");

@@ -25,6 +25,10 @@ absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path);
 // Fills every unset optional field with its documented default (see
 // job.proto) and an empty schedule with "paci". Idempotent.
 void ApplyJobSpecDefaults(v1::JobSpec* spec);
+// model.ffn_hidden_size's default: 4 * d_model for "gpt2" (or ""), 8/3 *
+// d_model rounded up to a multiple of 8 for "llama" (its MLP has three
+// matrices, so both hold about the same parameters).
+int DefaultFfnHiddenSize(std::string_view architecture, int d_model);
 
 // Checks a spec after defaults: InvalidArgument whose message starts with the
 // field path and gives the allowed range, e.g.

@@ -75,6 +75,10 @@ const FieldSetUp kSetUps[] = {
      std::nullopt},
     // No bound of its own above: a divisor of dModel, whose maximum is 65536.
     {"model.numHeads", R"({"model": {"dModel": 65536}})", 65536},
+    // Grouped-query attention is llama's, and the heads a divisor of num_heads
+    // (at most 32768 heads there: rotary positions need an even head size).
+    {"model.numKvHeads",
+     R"({"model": {"architecture": "llama", "dModel": 65536, "numHeads": 32768}})", 32768},
 };
 
 const FieldSetUp* FieldSetUpOf(const std::string& path) {

@@ -31,6 +31,11 @@ model:
   seq_len: 64
   dropout: 0.1
   init_seed: 42
+  architecture: gpt2
+  num_kv_heads: 4
+  ffn_hidden_size: 512
+  rope_theta: 10000
+  norm_eps: 1e-5
 pipeline:
   num_stages: 2
   schedule: gpipe

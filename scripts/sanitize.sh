@@ -23,7 +23,7 @@ ninja -C build-asan build.ninja >/dev/null
 TORCH_TESTS='^(worker_model_test|worker_runtime_test|worker_stage_runtime_test|worker_inference_test|worker_replica_group_test)$'
 mapfile -t TESTS < <(ninja -C build-asan -t targets all | grep -v '^cmake_' |
                      sed -n 's/^\([a-z_]*_test\): phony$/\1/p' | grep -Ev "$TORCH_TESTS" | sort -u)
-FUZZERS=(frame_fuzz job_spec_fuzz training_job_fuzz checkpoint_fuzz dataset_fuzz)
+FUZZERS=(frame_fuzz job_spec_fuzz training_job_fuzz checkpoint_fuzz dataset_fuzz safetensors_fuzz)
 # Per fuzzer limits: a slower input is a hang, a larger one out of memory. The
 # checkpoint fuzzer's forged archives make LibTorch's unpickler allocate what a
 # field says: a LONG_BINPUT memo id grows its memo table to that many entries

@@ -4,6 +4,7 @@
 //   paci_model sample --checkpoint=DIR --prompt=TEXT [--max_tokens=N]
 //                     [--temperature=T] [--top_k=K] [--seed=S]
 //   paci_model export --checkpoint=DIR --out=FILE
+//   paci_model export --format=hf --checkpoint=DIR --out=FOLDER [--max_shard_bytes=N]
 //
 // pacictl sample and pacictl export run it (pacictl itself never links Torch).
 
@@ -19,6 +20,7 @@
 #include "common/main_support.h"
 #include "common/status_macros.h"
 #include "worker/model/gpt_weights.h"
+#include "worker/model/hf_format.h"
 #include "worker/model/inference_model.h"
 #include "worker/model/model_export.h"
 #include "worker/model/sampler.h"
@@ -30,7 +32,12 @@ ABSL_FLAG(int, max_tokens, 200, "sample: tokens to generate");
 ABSL_FLAG(double, temperature, 1.0, "sample: softmax temperature; 0: always the likeliest token");
 ABSL_FLAG(int, top_k, 0, "sample: draw among the K likeliest tokens only; 0: among all");
 ABSL_FLAG(uint64_t, seed, 1, "sample: the seed of the draws (the same seed, the same text)");
-ABSL_FLAG(std::string, out, "", "export: the TorchScript file to write");
+ABSL_FLAG(std::string, out, "", "export: the TorchScript file (or, --format=hf, folder) to write");
+ABSL_FLAG(std::string, format, "torchscript",
+          "export: torchscript (one file, torch.jit.load) or hf (a Hugging Face model folder: "
+          "config.json, model.safetensors, tokenizer files; transformers' from_pretrained)");
+ABSL_FLAG(int64_t, max_shard_bytes, int64_t{5} << 30,
+          "export --format=hf: the most tensor bytes in one .safetensors shard");
 
 namespace paci {
 namespace {
@@ -39,7 +46,8 @@ constexpr char kUsage[] =
     "samples from or exports a checkpoint:\n"
     "  paci_model sample --checkpoint=DIR --prompt=TEXT [--max_tokens=N] [--temperature=T]\n"
     "                    [--top_k=K] [--seed=S]\n"
-    "  paci_model export --checkpoint=DIR --out=FILE";
+    "  paci_model export [--format=torchscript|hf] --checkpoint=DIR --out=FILE|FOLDER\n"
+    "                    [--max_shard_bytes=N]";
 
 // The checkpoint's model, as the training model and as the inference module.
 struct LoadedModel {
@@ -86,7 +94,24 @@ absl::Status RunSample() {
 absl::Status RunExport() {
   const std::string out = absl::GetFlag(FLAGS_out);
   if (out.empty()) return absl::InvalidArgumentError("--out: must be set");
+  const std::string format = absl::GetFlag(FLAGS_format);
+  if (format != "torchscript" && format != "hf") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--format: must be torchscript or hf, got \"", format, "\""));
+  }
   ASSIGN_OR_RETURN(LoadedModel loaded, Load());
+  if (format == "hf") {
+    NamedWeights weights;
+    for (const auto& item : loaded.reference->named_parameters(/*recurse=*/true)) {
+      weights[item.key()] = item.value();
+    }
+    HfExportOptions options;
+    options.max_shard_bytes = absl::GetFlag(FLAGS_max_shard_bytes);
+    RETURN_IF_ERROR(WriteHfFolder(loaded.reference->config(), weights,
+                                  *loaded.checkpoint.tokenizer, out, options));
+    LOG(INFO) << "wrote the Hugging Face model folder " << out;
+    return absl::OkStatus();
+  }
   RETURN_IF_ERROR(
       ExportModel(loaded.reference, loaded.module, *loaded.checkpoint.tokenizer, out));
   LOG(INFO) << "wrote " << out;

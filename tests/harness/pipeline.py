@@ -18,7 +18,7 @@ from .paths import CORPUS, PACICTL
 
 TINY = """
 name: {name}
-model: {{vocab_size: 80, num_layers: 4, d_model: {d_model}, num_heads: 4, seq_len: 32}}
+model: {{vocab_size: 80, num_layers: 4, d_model: {d_model}, num_heads: 4, seq_len: 32{model_extra}}}
 pipeline: {{num_stages: {P}, schedule: {schedule}, accumulation: {a}, micro_batch_size: 4,
             partition: "{partition}"}}
 optimizer: {{lr: 3e-3, warmup_fraction: 0.1}}
@@ -29,7 +29,7 @@ data: {{corpus_path: {corpus}}}
 
 def spec_text(**kw):
     values = dict(name="tiny", d_model=32, P=2, schedule="paci", a=2, steps=30, partition="balanced",
-                  eval_interval=10, corpus=CORPUS)
+                  eval_interval=10, corpus=CORPUS, model_extra="")
     values.update(kw)
     text = TINY.format(**values)
     if "checkpoint" in kw:

@@ -31,38 +31,100 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
 
 }  // namespace
 
-CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GptConfig& c)
-    : num_heads_(c.num_heads), dropout_(c.dropout) {
-  qkv_ = register_module("qkv", torch::nn::Linear(c.d_model, 3 * c.d_model));
-  proj_ = register_module("proj", torch::nn::Linear(c.d_model, c.d_model));
+NormImpl::NormImpl(const GptConfig& c) : rms_(c.llama()), eps_(c.norm_eps) {
+  weight_ = register_parameter("weight", torch::ones({c.d_model}));
+  if (!rms_) bias_ = register_parameter("bias", torch::zeros({c.d_model}));
+}
+
+torch::Tensor NormImpl::forward(const torch::Tensor& x) {
+  if (!rms_) return torch::layer_norm(x, {x.size(-1)}, weight_, bias_, eps_);
+  const torch::Tensor x32 = x.to(torch::kFloat);
+  const torch::Tensor normed = x32 * torch::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps_);
+  return weight_ * normed.to(x.scalar_type());
+}
+
+std::pair<torch::Tensor, torch::Tensor> RotaryTables(const GptConfig& c, int64_t start,
+                                                     int64_t length, const torch::Device& device) {
+  const int64_t half = c.head_size() / 2;
+  const auto options = torch::dtype(torch::kFloat).device(device);
+  // inv_freq[i] = theta^(-2i / head_size), as Hugging Face's default rope.
+  const torch::Tensor inv_freq =
+      1.0 / torch::pow(c.rope_theta, torch::arange(0, 2 * half, 2, options) / (2.0 * half));
+  const torch::Tensor positions = torch::arange(start, start + length, options);
+  const torch::Tensor freqs = torch::outer(positions, inv_freq);
+  const torch::Tensor angles = torch::cat({freqs, freqs}, -1);
+  return {angles.cos(), angles.sin()};
+}
+
+torch::Tensor ApplyRotary(const torch::Tensor& x, const torch::Tensor& cos,
+                          const torch::Tensor& sin) {
+  const int64_t half = x.size(-1) / 2;
+  const torch::Tensor rotated =
+      torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+  return (x * cos.to(x.scalar_type()) + rotated * sin.to(x.scalar_type()));
+}
+
+CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GptConfig& c) : config_(c) {
+  const bool bias = !c.llama();
+  const int64_t kv_width = int64_t{c.kv_heads()} * c.head_size();
+  qkv_ = register_module("qkv", torch::nn::Linear(torch::nn::LinearOptions(
+                                                      c.d_model, c.d_model + 2 * kv_width)
+                                                      .bias(bias)));
+  proj_ = register_module(
+      "proj", torch::nn::Linear(torch::nn::LinearOptions(c.d_model, c.d_model).bias(bias)));
 }
 
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
-  const int64_t B = x.size(0), T = x.size(1), D = x.size(2), H = num_heads_;
-  auto qkv = qkv_(x).view({B, T, 3, H, D / H}).permute({2, 0, 3, 1, 4});
-  auto q = qkv[0], k = qkv[1], v = qkv[2];  // [B, H, T, D/H]
-  auto y = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{},
-                                            is_training() ? dropout_ : 0.0, /*is_causal=*/true);
+  const int64_t B = x.size(0), T = x.size(1), D = x.size(2);
+  const int64_t H = config_.num_heads, KV = config_.kv_heads(), S = config_.head_size();
+  const auto parts = qkv_(x).split({H * S, KV * S, KV * S}, -1);
+  auto q = parts[0].view({B, T, H, S}).transpose(1, 2);  // [B, H, T, S]
+  auto k = parts[1].view({B, T, KV, S}).transpose(1, 2);
+  auto v = parts[2].view({B, T, KV, S}).transpose(1, 2);
+  if (config_.llama()) {
+    const auto [cos, sin] = RotaryTables(config_, 0, T, x.device());
+    q = ApplyRotary(q, cos, sin);
+    k = ApplyRotary(k, cos, sin);
+    if (KV != H) {
+      k = k.repeat_interleave(H / KV, 1);
+      v = v.repeat_interleave(H / KV, 1);
+    }
+  }
+  const double dropout = is_training() ? config_.dropout : 0.0;
+  auto y = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, dropout, /*is_causal=*/true);
   y = y.transpose(1, 2).contiguous().view({B, T, D});
-  return torch::dropout(proj_(y), dropout_, is_training());
+  return torch::dropout(proj_(y), config_.dropout, is_training());
 }
 
 BlockImpl::BlockImpl(const GptConfig& c, bool attention, bool mlp)
-    : dropout_(c.dropout), has_attention_(attention), has_mlp_(mlp) {
+    : dropout_(c.dropout), llama_(c.llama()), has_attention_(attention), has_mlp_(mlp) {
   if (attention) {
-    ln1_ = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.d_model})));
+    ln1_ = register_module("ln1", Norm(c));
     attn_ = register_module("attn", CausalSelfAttention(c));
   }
   if (mlp) {
-    ln2_ = register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.d_model})));
-    fc_ = register_module("fc", torch::nn::Linear(c.d_model, 4 * c.d_model));
-    proj_ = register_module("proj", torch::nn::Linear(4 * c.d_model, c.d_model));
+    const int64_t F = c.ffn();
+    ln2_ = register_module("ln2", Norm(c));
+    fc_ = register_module("fc", torch::nn::Linear(torch::nn::LinearOptions(
+                                                      c.d_model, llama_ ? 2 * F : F)
+                                                      .bias(!llama_)));
+    proj_ = register_module(
+        "proj", torch::nn::Linear(torch::nn::LinearOptions(F, c.d_model).bias(!llama_)));
   }
 }
 
 torch::Tensor BlockImpl::forward(torch::Tensor x) {
   if (has_attention_) x = x + attn_(ln1_(x));
-  if (has_mlp_) x = x + torch::dropout(proj_(torch::gelu(fc_(ln2_(x)))), dropout_, is_training());
+  if (has_mlp_) {
+    torch::Tensor h = fc_(ln2_(x));
+    if (llama_) {
+      const auto gate_up = h.chunk(2, -1);
+      h = torch::silu(gate_up[0]) * gate_up[1];
+    } else {
+      h = torch::gelu(h);
+    }
+    x = x + torch::dropout(proj_(h), dropout_, is_training());
+  }
   return x;
 }
 
@@ -70,15 +132,19 @@ GptStageImpl::GptStageImpl(const GptConfig& config, const StagePartition& partit
     : config_(config), partition_(partition) {
   if (partition.has_embedding()) {
     wte_ = register_module("wte", torch::nn::Embedding(config.vocab_size, config.d_model));
-    wpe_ = register_module("wpe", torch::nn::Embedding(config.seq_len, config.d_model));
+    if (!config.llama()) {
+      wpe_ = register_module("wpe", torch::nn::Embedding(config.seq_len, config.d_model));
+    }
   }
   for (int b = partition.first_block(); b < partition.end_block(); ++b) {
     blocks_.push_back(register_module(
         absl::StrCat("h", b), Block(config, partition.has_attention(b), partition.has_mlp(b))));
   }
   if (partition.has_head()) {
-    ln_f_ = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({config.d_model})));
-    head_ = register_module("head", torch::nn::Linear(config.d_model, config.vocab_size));
+    ln_f_ = register_module("ln_f", Norm(config));
+    head_ = register_module("head", torch::nn::Linear(torch::nn::LinearOptions(
+                                                          config.d_model, config.vocab_size)
+                                                          .bias(false)));
   }
   InitParameters();
 }
@@ -105,8 +171,11 @@ void GptStageImpl::InitParameters() {
 
 torch::Tensor GptStageImpl::forward(torch::Tensor x) {
   if (partition_.has_embedding()) {
-    auto positions = torch::arange(x.size(1), torch::dtype(torch::kLong).device(x.device()));
-    x = wte_(x) + wpe_(positions);
+    if (config_.llama()) {
+      x = wte_(x);
+    } else {
+      x = wte_(x) + wpe_(torch::arange(x.size(1), torch::dtype(torch::kLong).device(x.device())));
+    }
     x = torch::dropout(x, config_.dropout, is_training());
   }
   for (auto& block : blocks_) x = block(x);
@@ -115,7 +184,13 @@ torch::Tensor GptStageImpl::forward(torch::Tensor x) {
 }
 
 std::string GptStageImpl::Fingerprint() const {
-  return absl::StrCat("vocab=", config_.vocab_size, " layers=", config_.num_layers,
+  const std::string architecture =
+      config_.llama() ? absl::StrCat("llama kv_heads=", config_.kv_heads(),
+                                     " ffn=", config_.ffn(), " ")
+                      : (config_.ffn() == 4 * config_.d_model
+                             ? ""
+                             : absl::StrCat("ffn=", config_.ffn(), " "));
+  return absl::StrCat(architecture, "vocab=", config_.vocab_size, " layers=", config_.num_layers,
                       " d_model=", config_.d_model, " heads=", config_.num_heads,
                       " seq_len=", config_.seq_len, " blocks=[", partition_.first_block(), ",",
                       partition_.end_block(), ") emb=", partition_.has_embedding(),

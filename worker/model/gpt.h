@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include <torch/torch.h>
 
@@ -15,23 +16,51 @@
 namespace paci {
 
 
+// LayerNorm (gpt2: weight and bias) or RMSNorm (llama: weight only), over the
+// last dimension, with the config's epsilon. RMSNorm computes as Hugging
+// Face's LlamaRMSNorm does: in float32, then back to the input's dtype.
+class NormImpl : public torch::nn::Module {
+ public:
+  explicit NormImpl(const GptConfig& config);
+  torch::Tensor forward(const torch::Tensor& x);
+
+ private:
+  bool rms_;
+  double eps_;
+  torch::Tensor weight_, bias_;
+};
+TORCH_MODULE(Norm);
+
+// The rotary position embedding's cos and sin tables, [positions, head_size]
+// each (Hugging Face's rotate-half layout), for positions [start, start + T).
+std::pair<torch::Tensor, torch::Tensor> RotaryTables(const GptConfig& config, int64_t start,
+                                                     int64_t length, const torch::Device& device);
+// x [B, heads, T, head_size] rotated by the tables of its positions.
+torch::Tensor ApplyRotary(const torch::Tensor& x, const torch::Tensor& cos,
+                          const torch::Tensor& sin);
+
 // Causal multi-head self-attention: LibTorch's fused
 // scaled_dot_product_attention (flash or memory-efficient kernels on GPUs).
+// One fused projection "qkv" makes the num_heads query heads and the
+// num_kv_heads key and value heads (rows in that order); llama rotates the
+// queries and keys and shares each key/value head among num_heads /
+// num_kv_heads consecutive query heads.
 class CausalSelfAttentionImpl : public torch::nn::Module {
  public:
   CausalSelfAttentionImpl(const GptConfig& config);
   torch::Tensor forward(const torch::Tensor& x);
 
  private:
-  int num_heads_;
-  double dropout_;
+  GptConfig config_;
   torch::nn::Linear qkv_{nullptr}, proj_{nullptr};
 };
 TORCH_MODULE(CausalSelfAttention);
 
-// Pre-LN transformer block: x + attn(ln1(x)), then x + mlp(ln2(x)) with GELU.
-// A stage may hold only one half (the partition units "h<b>.attn" and
-// "h<b>.mlp"): it registers only that half's modules, under their global names.
+// Pre-norm transformer block: x + attn(ln1(x)), then x + mlp(ln2(x)); the MLP
+// is proj(gelu(fc(x))) (gpt2) or proj(silu(gate) * up) with [gate; up] =
+// fc(x) (llama's SwiGLU, the gate's rows first). A stage may hold only one
+// half (the partition units "h<b>.attn" and "h<b>.mlp"): it registers only
+// that half's modules, under their global names.
 class BlockImpl : public torch::nn::Module {
  public:
   BlockImpl(const GptConfig& config, bool attention = true, bool mlp = true);
@@ -39,8 +68,8 @@ class BlockImpl : public torch::nn::Module {
 
  private:
   double dropout_;
-  bool has_attention_, has_mlp_;
-  torch::nn::LayerNorm ln1_{nullptr}, ln2_{nullptr};
+  bool llama_, has_attention_, has_mlp_;
+  Norm ln1_{nullptr}, ln2_{nullptr};
   CausalSelfAttention attn_{nullptr};
   torch::nn::Linear fc_{nullptr}, proj_{nullptr};
 };
@@ -62,7 +91,8 @@ class GptStageImpl : public torch::nn::Module {
   const GptConfig& config() const { return config_; }
   const StagePartition& partition() const { return partition_; }
   // "vocab=.. layers=.. d_model=.. heads=.. seq_len=.. blocks=[a,b) emb=. head=.",
-  // followed by " units=[u,v)" when the stage ends inside a block.
+  // followed by " units=[u,v)" when the stage ends inside a block; llama's
+  // starts "llama kv_heads=.. ffn=.. ".
   std::string Fingerprint() const;
 
  private:
@@ -70,10 +100,10 @@ class GptStageImpl : public torch::nn::Module {
 
   GptConfig config_;
   StagePartition partition_;
-  torch::nn::Embedding wte_{nullptr}, wpe_{nullptr};
+  torch::nn::Embedding wte_{nullptr}, wpe_{nullptr};  // wpe: gpt2 only
   std::vector<Block> blocks_;
-  torch::nn::LayerNorm ln_f_{nullptr};
-  torch::nn::Linear head_{nullptr};
+  Norm ln_f_{nullptr};
+  torch::nn::Linear head_{nullptr};  // no bias, as in GPT-2 and Llama
 };
 TORCH_MODULE(GptStage);
 

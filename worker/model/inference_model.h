@@ -11,13 +11,14 @@
 //   decode(idx: Tensor[B, T], k_cache: List[Tensor], v_cache: List[Tensor])
 //       -> (Tensor[B, vocab], List[Tensor], List[Tensor])
 //       the logits of the last position of idx and the caches with idx's
-//       keys and values appended: one [B, heads, positions, d_model/heads]
+//       keys and values appended: one [B, kv_heads, positions, d_model/heads]
 //       tensor per layer, or empty lists to start. idx's positions follow the
 //       cached ones; more than seq_len positions in all is an error.
 //
 // Its parameters keep GptStage's global names ("h3.attn.qkv.weight") and its
-// int attributes vocab_size, num_layers, d_model, num_heads and seq_len say
-// its shape.
+// int attributes vocab_size, num_layers, d_model, num_heads, num_kv_heads,
+// ffn_hidden_size and seq_len, float attributes norm_eps and rope_theta and
+// the string attribute architecture ("gpt2" or "llama") say its shape.
 
 #include <torch/script.h>
 

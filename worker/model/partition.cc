@@ -55,16 +55,53 @@ StagePartition PartitionStage(int num_layers, int num_stages, int stage) {
   return StagePartition{num_layers, bounds[stage], bounds[stage + 1]};
 }
 
+const char* ArchitectureName(Architecture architecture) {
+  return architecture == Architecture::kLlama ? "llama" : "gpt2";
+}
+
+int GptConfig::ffn() const {
+  return ffn_hidden_size > 0 ? ffn_hidden_size
+                             : DefaultFfnHiddenSize(ArchitectureName(architecture), d_model);
+}
+
 GptConfig GptConfigFromSpec(const v1::ModelSpec& model) {
   GptConfig c;
+  c.architecture = model.architecture() == "llama" ? Architecture::kLlama : Architecture::kGpt2;
   c.vocab_size = model.vocab_size();
   c.num_layers = model.num_layers();
   c.d_model = model.d_model();
   c.num_heads = model.num_heads();
+  if (model.has_num_kv_heads()) c.num_kv_heads = model.num_kv_heads();
+  if (model.has_ffn_hidden_size()) c.ffn_hidden_size = model.ffn_hidden_size();
   c.seq_len = model.seq_len();
+  if (model.has_rope_theta()) c.rope_theta = model.rope_theta();
+  if (model.has_norm_eps()) c.norm_eps = model.norm_eps();
   c.dropout = model.dropout();
-  c.init_seed = model.init_seed();
+  c.init_seed = model.has_init_seed() ? model.init_seed() : 1234;
   return c;
+}
+
+std::optional<std::string> ShapeDifference(const GptConfig& here, const GptConfig& there) {
+  if (here.architecture != there.architecture) {
+    return absl::StrCat("model.architecture is ", ArchitectureName(there.architecture),
+                        " there, ", ArchitectureName(here.architecture), " here");
+  }
+  const std::pair<const char*, std::pair<double, double>> fields[] = {
+      {"model.vocab_size", {here.vocab_size, there.vocab_size}},
+      {"model.num_layers", {here.num_layers, there.num_layers}},
+      {"model.d_model", {here.d_model, there.d_model}},
+      {"model.num_heads", {here.num_heads, there.num_heads}},
+      {"model.num_kv_heads", {here.kv_heads(), there.kv_heads()}},
+      {"model.ffn_hidden_size", {here.ffn(), there.ffn()}},
+      {"model.seq_len", {here.seq_len, there.seq_len}},
+      {"model.rope_theta", {here.llama() ? here.rope_theta : 0, there.llama() ? there.rope_theta : 0}},
+      {"model.norm_eps", {here.norm_eps, there.norm_eps}}};
+  for (const auto& [field, values] : fields) {
+    if (values.first != values.second) {
+      return absl::StrCat(field, " is ", values.second, " there, ", values.first, " here");
+    }
+  }
+  return std::nullopt;
 }
 
 ModelShape ModelShapeFromSpec(const v1::JobSpec& spec) {
@@ -94,22 +131,32 @@ std::vector<UnitCost> FlopUnitCosts(const ModelShape& m) {
     c.optimizer = E * 12 * params / a;
     return c;
   };
+  const double F = m.ffn();
+  const double kv = double(m.kv_heads()) * m.head_size();  // key (and value) width
+  const bool llama = m.llama();
   std::vector<UnitCost> costs;
-  // Embedding: a gather and the position add; its backward scatters into a
-  // dense [vocab, d] gradient.
-  UnitCost emb = unit(0, 2 * N * d, V * d + T * d);
-  emb.backward += E * (V * d + T * d);
+  // Embedding: a gather (and gpt2's position add); its backward scatters into
+  // a dense [vocab, d] gradient.
+  const double embedding_params = V * d + (llama ? 0 : T * d);
+  UnitCost emb = unit(0, (llama ? 1 : 2) * N * d, embedding_params);
+  emb.backward += E * embedding_params;
   costs.push_back(emb);
   for (int b = 0; b < L; ++b) {
-    // qkv and output projections, q.k and att.v; LayerNorm, biases, layout
-    // copies, residual, softmax.
-    costs.push_back(unit(8 * N * d * d + 4 * N * T * d, 14 * N * d + 3 * scores,
-                         4 * d * d + 6 * d));
-    // fc and proj; LayerNorm, biases, GELU, residual.
-    costs.push_back(unit(16 * N * d * d, 23 * N * d, 8 * d * d + 7 * d));
+    // qkv and output projections, q.k and att.v; the norm, biases, layout
+    // copies, residual, softmax; llama's rotation of q and k.
+    costs.push_back(unit(2 * N * d * (d + 2 * kv) + 2 * N * d * d + 4 * N * T * d,
+                         14 * N * d + 3 * scores + (llama ? 6 * N * (d + kv) : 0),
+                         d * (d + 2 * kv) + d * d + (llama ? d : 4 * d + 2 * kv)));
+    // gpt2: fc and proj; LayerNorm, biases, GELU, residual. llama: gate, up
+    // and down; RMSNorm, SiLU, the product, residual.
+    if (llama) {
+      costs.push_back(unit(6 * N * d * F, 3 * N * d + 6 * N * F, 3 * d * F + d));
+    } else {
+      costs.push_back(unit(4 * N * d * F, 3 * N * d + 5 * N * F, 2 * d * F + F + 3 * d));
+    }
   }
-  // ln_f, the head's matmul, bias, log-softmax and the loss over [N, vocab].
-  costs.push_back(unit(2 * N * d * V, 4 * N * V + 4 * N * d, d * V + V + 2 * d));
+  // The final norm, the head's matmul, log-softmax and the loss over [N, vocab].
+  costs.push_back(unit(2 * N * d * V, 4 * N * V + 4 * N * d, d * V + (llama ? 1 : 2) * d));
   return costs;
 }
 

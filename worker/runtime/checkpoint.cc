@@ -78,21 +78,29 @@ std::string FirstLine(const std::string& text) {
   return std::string(text.substr(0, text.find('\n')));
 }
 
-// The model config's archive entries, in the order written.
-constexpr const char* kConfigKeys[] = {"vocab_size", "num_layers", "d_model", "num_heads",
-                                       "seq_len"};
+// The model config's int archive entries, in the order written. Shards
+// written before the llama architecture lack the ones after seq_len and the
+// float and string entries (WriteConfigAndTokenizer): they are gpt2's.
+constexpr const char* kConfigKeys[] = {"vocab_size", "num_layers",   "d_model",        "num_heads",
+                                       "seq_len",    "num_kv_heads", "ffn_hidden_size"};
 
 std::vector<int*> ConfigFields(GptConfig& c) {
-  return {&c.vocab_size, &c.num_layers, &c.d_model, &c.num_heads, &c.seq_len};
+  return {&c.vocab_size, &c.num_layers,   &c.d_model,        &c.num_heads,
+          &c.seq_len,    &c.num_kv_heads, &c.ffn_hidden_size};
 }
 
 void WriteConfigAndTokenizer(const GptConfig& config, const std::string& tokenizer,
                              torch::serialize::OutputArchive& archive) {
   GptConfig copy = config;
+  copy.num_kv_heads = config.kv_heads();
+  copy.ffn_hidden_size = config.ffn();
   const std::vector<int*> fields = ConfigFields(copy);
   for (size_t i = 0; i < fields.size(); ++i) {
     archive.write(kConfigKeys[i], c10::IValue(static_cast<int64_t>(*fields[i])));
   }
+  archive.write("architecture", c10::IValue(std::string(ArchitectureName(config.architecture))));
+  archive.write("rope_theta", c10::IValue(config.rope_theta));
+  archive.write("norm_eps", c10::IValue(config.norm_eps));
   if (!tokenizer.empty()) {
     // As bytes in a tensor: a SentencePiece model is binary, not a string.
     archive.write("tokenizer",
@@ -143,11 +151,23 @@ absl::StatusOr<ShardMeta> ReadMeta(const std::string& path,
   meta.next_micro_batch = static_cast<uint64_t>(value.toInt());
   if (archive.try_read(kConfigKeys[0], value)) {  // shards before the config have none
     meta.config.emplace();
-    const std::vector<int*> fields = ConfigFields(*meta.config);
+    GptConfig& config = *meta.config;
+    const std::vector<int*> fields = ConfigFields(config);
     for (size_t i = 0; i < fields.size(); ++i) {
-      archive.read(kConfigKeys[i], value);
+      if (i >= 5 && !archive.try_read(kConfigKeys[i], value)) break;  // gpt2's defaults
+      if (i < 5) archive.read(kConfigKeys[i], value);
       *fields[i] = static_cast<int>(value.toInt());
     }
+    if (archive.try_read("architecture", value)) {
+      if (!value.isString() || (value.toStringRef() != "gpt2" && value.toStringRef() != "llama")) {
+        return absl::DataLossError(absl::StrCat("checkpoint ", path,
+                                                " names no architecture paci knows (gpt2, llama)"));
+      }
+      config.architecture =
+          value.toStringRef() == "llama" ? Architecture::kLlama : Architecture::kGpt2;
+    }
+    if (archive.try_read("rope_theta", value)) config.rope_theta = value.toDouble();
+    if (archive.try_read("norm_eps", value)) config.norm_eps = value.toDouble();
   }
   torch::Tensor tokenizer;
   if (archive.try_read("tokenizer", tokenizer)) {

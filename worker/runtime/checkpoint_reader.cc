@@ -10,16 +10,6 @@
 namespace paci {
 namespace {
 
-bool SameShape(const GptConfig& a, const GptConfig& b) {
-  return a.vocab_size == b.vocab_size && a.num_layers == b.num_layers &&
-         a.d_model == b.d_model && a.num_heads == b.num_heads && a.seq_len == b.seq_len;
-}
-
-std::string Describe(const GptConfig& c) {
-  return absl::StrCat("vocab_size=", c.vocab_size, " num_layers=", c.num_layers,
-                      " d_model=", c.d_model, " num_heads=", c.num_heads, " seq_len=", c.seq_len);
-}
-
 // Whether the shard at `path` belongs with stage 0's (`first`) as stage
 // `stage` of the step `where` names.
 absl::Status CheckAgrees(const std::string& path, const ShardMeta& meta, const ShardMeta& first,
@@ -35,10 +25,10 @@ absl::Status CheckAgrees(const std::string& path, const ShardMeta& meta, const S
                                                       meta.job_name, "\", stage 0's of job \"",
                                                       first.job_name, "\""));
   }
-  if (!SameShape(*meta.config, *first.config)) {
+  if (auto difference = ShapeDifference(*first.config, *meta.config)) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "checkpoint ", path, " holds a model of ", Describe(*meta.config), ", stage 0's is ",
-        Describe(*first.config)));
+        "checkpoint ", path, " holds another model than stage 0's shard (there: this shard; ",
+        "here: stage 0's): ", *difference));
   }
   return absl::OkStatus();
 }

@@ -24,6 +24,7 @@
 #include "common/temp_dir.h"
 #include "worker/data/char_tokenizer.h"
 #include "worker/model/gpt_weights.h"
+#include "worker/model/hf_format.h"
 #include "worker/model/inference_model.h"
 #include "worker/model/model_export.h"
 #include "worker/model/sampler.h"
@@ -48,6 +49,19 @@ GptConfig TinyConfig() {
   c.d_model = 16;
   c.num_heads = 2;
   c.seq_len = 12;
+  return c;
+}
+
+// A llama of the same size: grouped-query attention (4 query heads share 2
+// key/value heads), a SwiGLU MLP of width 24, a rotary base not the default.
+GptConfig TinyLlama() {
+  GptConfig c = TinyConfig();
+  c.architecture = Architecture::kLlama;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.ffn_hidden_size = 24;
+  c.rope_theta = 500;
+  c.norm_eps = 1e-6;
   return c;
 }
 
@@ -162,6 +176,111 @@ TEST_F(InferenceTest, DecodingWithTheCacheGivesTheFullForwardsLogitsAtEveryPosit
   EXPECT_EQ(k_cache.get(0).size(2), 12);
   // A thirteenth position is past seq_len.
   EXPECT_ANY_THROW(Decode(module, idx.index({Slice(), Slice(0, 1)}), k_cache, v_cache));
+}
+
+TEST_F(InferenceTest, TheLlamaInferenceModuleAndItsCacheComputeTheTrainingModelsLogits) {
+  GptStage reference = PerturbedStage(TinyLlama(), 1, 0);
+  EXPECT_THAT(reference->Fingerprint(), HasSubstr("llama kv_heads=2 ffn=24"));
+  torch::jit::Module module = *BuildInferenceModule(reference);
+  const torch::Tensor idx = torch::randint(20, {2, 12}, torch::kLong);
+  torch::NoGradGuard no_grad;
+  const torch::Tensor full = Forward(module, idx);
+  EXPECT_LT(MaxDifference(full, reference(idx)), 1e-5);
+  using torch::indexing::Slice;
+  c10::List<torch::Tensor> k_cache, v_cache;
+  torch::Tensor last = Decode(module, idx.index({Slice(), Slice(0, 5)}), k_cache, v_cache);
+  EXPECT_LT(MaxDifference(last, full.index({Slice(), 4})), 1e-5);
+  for (int64_t t = 5; t < 12; ++t) {
+    last = Decode(module, idx.index({Slice(), Slice(t, t + 1)}), k_cache, v_cache);
+    EXPECT_LT(MaxDifference(last, full.index({Slice(), t})), 1e-5) << "position " << t;
+  }
+  EXPECT_EQ(k_cache.get(0).size(1), 2);  // the key/value heads, not the query heads
+  EXPECT_EQ(module.attr("architecture").toStringRef(), "llama");
+}
+
+TEST_F(InferenceTest, ALlamaOfTwoStagesCheckpointsAndReadsBackAsTheSameModel) {
+  for (const int stages : {2, 3}) {
+    const std::string dir = Path(absl::StrCat("llama", stages));
+    WriteCheckpoint(dir, 10, stages, TinyLlama());
+    absl::StatusOr<ModelCheckpoint> checkpoint = ReadCheckpoint(dir);
+    ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+    EXPECT_FALSE(ShapeDifference(TinyLlama(), checkpoint->config).has_value());
+    absl::StatusOr<GptStage> model =
+        GptFromWeights(checkpoint->config, checkpoint->parameters, "test");
+    ASSERT_TRUE(model.ok()) << model.status();
+    GptStage reference = PerturbedStage(TinyLlama(), 1, 0);
+    const torch::Tensor idx = torch::randint(20, {2, 12}, torch::kLong);
+    torch::NoGradGuard no_grad;
+    EXPECT_LT(MaxDifference((*model)(idx), reference(idx)), 1e-5) << stages << " stages";
+  }
+  GptConfig other = TinyLlama();
+  other.num_kv_heads = 4;
+  EXPECT_EQ(*ShapeDifference(other, TinyLlama()), "model.num_kv_heads is 2 there, 4 here");
+}
+
+NamedWeights WeightsOf(GptStage& model) {
+  NamedWeights weights;
+  for (const auto& item : model->named_parameters()) weights[item.key()] = item.value();
+  return weights;
+}
+
+TEST_F(InferenceTest, AHuggingFaceFolderOfEitherArchitectureReadsBackAsTheSameWeights) {
+  for (const GptConfig& config : {TinyConfig(), TinyLlama()}) {
+    for (const int64_t shard_bytes : {int64_t{1} << 30, int64_t{4096}}) {
+      const std::string folder =
+          Path(absl::StrCat("hf-", ArchitectureName(config.architecture), "-", shard_bytes));
+      GptStage model = PerturbedStage(config, 1, 0);
+      HfExportOptions options;
+      options.max_shard_bytes = shard_bytes;
+      ASSERT_TRUE(WriteHfFolder(config, WeightsOf(model), Alphabet(), folder, options).ok());
+      const bool sharded = shard_bytes < 100000;
+      EXPECT_EQ(fs::exists(folder + "/model.safetensors.index.json"), sharded);
+      EXPECT_EQ(fs::exists(folder + "/model.safetensors"), !sharded);
+      EXPECT_TRUE(fs::exists(folder + "/tokenizer.json"));
+      ASSERT_TRUE(IsHfFolder(folder));
+      absl::StatusOr<HfModel> back = ReadHfFolder(folder);
+      ASSERT_TRUE(back.ok()) << back.status();
+      EXPECT_FALSE(ShapeDifference(config, back->config).has_value())
+          << *ShapeDifference(config, back->config);
+      const NamedWeights original = WeightsOf(model);
+      ASSERT_EQ(back->weights.size(), original.size());
+      for (const auto& [name, tensor] : original) {
+        ASSERT_TRUE(back->weights.count(name)) << name;
+        EXPECT_TRUE(torch::equal(back->weights.at(name), tensor)) << name;
+      }
+    }
+  }
+}
+
+TEST_F(InferenceTest, AMalformedHuggingFaceFolderIsRefusedNamingTheFileAndWhat) {
+  const std::string folder = Path("hf-bad");
+  GptStage model = PerturbedStage(TinyLlama(), 1, 0);
+  ASSERT_TRUE(WriteHfFolder(TinyLlama(), WeightsOf(model), Alphabet(), folder).ok());
+  // A truncated weights file.
+  const std::string weights = folder + "/model.safetensors";
+  fs::resize_file(weights, fs::file_size(weights) - 4);
+  absl::StatusOr<HfModel> read = ReadHfFolder(folder);
+  ASSERT_FALSE(read.ok());
+  EXPECT_THAT(read.status().message(), HasSubstr("model.safetensors"));
+  // A config of another shape than the tensors.
+  ASSERT_TRUE(WriteHfFolder(TinyLlama(), WeightsOf(model), Alphabet(), folder).ok());
+  GptConfig wider = TinyLlama();
+  wider.ffn_hidden_size = 32;
+  { std::ofstream(folder + "/config.json") << HfConfigJson(wider); }
+  read = ReadHfFolder(folder);
+  ASSERT_FALSE(read.ok());
+  EXPECT_THAT(read.status().message(), HasSubstr("gate_proj"));
+  // A model paci does not build.
+  { std::ofstream(folder + "/config.json") << R"({"model_type": "bert"})"; }
+  read = ReadHfFolder(folder);
+  ASSERT_FALSE(read.ok());
+  EXPECT_THAT(read.status().message(), AllOf(HasSubstr("config.json"), HasSubstr("bert")));
+  EXPECT_FALSE(GptConfigFromHfConfig(R"({"model_type": "llama", "rope_scaling": {"type": "yarn"}})",
+                                     "config.json")
+                   .ok());
+  EXPECT_FALSE(GptConfigFromHfConfig(R"({"model_type": "gpt2", "activation_function": "gelu_new"})",
+                                     "config.json")
+                   .ok());
 }
 
 TEST_F(InferenceTest, GreedySamplingFollowsTheLikeliestTokenAndTheSameSeedGivesTheSameText) {

@@ -7,27 +7,24 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "worker/model/hf_format.h"
 #include "worker/runtime/checkpoint.h"
 #include "worker/runtime/checkpoint_layout.h"
 
 namespace paci {
 namespace {
 
-// The model shapes of this job and of a checkpoint differ: the first field
-// that does, named as the spec names it.
-std::optional<std::string> ShapeDifference(const GptConfig& job, const GptConfig& source) {
-  const std::pair<const char*, std::pair<int, int>> fields[] = {
-      {"model.vocab_size", {job.vocab_size, source.vocab_size}},
-      {"model.num_layers", {job.num_layers, source.num_layers}},
-      {"model.d_model", {job.d_model, source.d_model}},
-      {"model.num_heads", {job.num_heads, source.num_heads}},
-      {"model.seq_len", {job.seq_len, source.seq_len}}};
-  for (const auto& [field, values] : fields) {
-    if (values.first != values.second) {
-      return absl::StrCat(field, " is ", values.second, " there, ", values.first, " here");
-    }
-  }
-  return std::nullopt;
+// A Hugging Face model folder as a checkpoint of step 0 without a tokenizer
+// (the job's data brings its own, and must encode to the model's ids).
+absl::StatusOr<ModelCheckpoint> ReadHfAsCheckpoint(const std::string& folder) {
+  ASSIGN_OR_RETURN(HfModel model, ReadHfFolder(folder));
+  ModelCheckpoint checkpoint;
+  checkpoint.directory = folder;
+  checkpoint.num_stages = 1;
+  checkpoint.job_name = "huggingface";
+  checkpoint.config = model.config;
+  checkpoint.parameters = std::move(model.weights);
+  return checkpoint;
 }
 
 }  // namespace
@@ -43,9 +40,12 @@ absl::StatusOr<std::optional<StageCheckpointer::Source>> StageCheckpointer::Init
     ASSIGN_OR_RETURN(std::optional<int64_t> latest, ResumeStep());
     if (latest) return std::nullopt;
   }
-  // Fine-tuning: the weights by name from a checkpoint of any cut; the
-  // optimizer stays fresh and the job starts at step 0.
-  absl::StatusOr<ModelCheckpoint> source = ReadCheckpoint(ckpt.init_from());
+  // Fine-tuning: the weights by name from a checkpoint of any cut, or from a
+  // Hugging Face model folder; the optimizer stays fresh and the job starts
+  // at step 0.
+  absl::StatusOr<ModelCheckpoint> source = IsHfFolder(ckpt.init_from())
+                                               ? ReadHfAsCheckpoint(ckpt.init_from())
+                                               : ReadCheckpoint(ckpt.init_from());
   if (!source.ok()) {
     return absl::Status(source.status().code(),
                         absl::StrCat("checkpoint.init_from: ", source.status().message()));
@@ -56,7 +56,8 @@ absl::StatusOr<std::optional<StageCheckpointer::Source>> StageCheckpointer::Init
     return absl::FailedPreconditionError(
         absl::StrCat(where, " holds a model of another shape: ", *difference));
   }
-  if (tokenizer_ != nullptr && source->tokenizer->Id() != tokenizer_->Id()) {
+  if (tokenizer_ != nullptr && source->tokenizer != nullptr &&
+      source->tokenizer->Id() != tokenizer_->Id()) {
     LOG(WARNING) << where << " was trained with another tokenizer than this job's data: "
                  << "its token ids mean other text";
   }
