@@ -37,6 +37,13 @@ def spec_text(**kw):
     return text.replace("checkpoint: {checkpoint}", "")
 
 
+def pacictl(*args):
+    """Runs pacictl; (exit code, stdout, stderr)."""
+    proc = subprocess.run([PACICTL] + list(args), capture_output=True, text=True,
+                          errors="replace", timeout=300)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
 class Run:
     """One `pacictl train` process; scrapes every stage's /metrics while it runs."""
 

@@ -11,23 +11,14 @@ import glob
 import json
 import os
 import shutil
-import subprocess
 import tempfile
 import unittest
 
 import torch
 
-from harness.paths import PACICTL
-from harness.pipeline import Run, spec_text
+from harness.pipeline import Run, pacictl, spec_text
 
 PROMPT = "In the beginning God"
-
-
-def pacictl(*args):
-    """Runs pacictl; (exit code, stdout, stderr)."""
-    proc = subprocess.run([PACICTL] + list(args), capture_output=True, text=True,
-                          errors="replace", timeout=300)
-    return proc.returncode, proc.stdout, proc.stderr
 
 
 class ExportTest(unittest.TestCase):

@@ -9,24 +9,17 @@ encode text to paci's ids. Run by ctest with PACI_BUILD_DIR and PACI_SOURCE_DIR.
 """
 import json
 import os
-import subprocess
 import tempfile
 import unittest
 
 import torch
 import transformers
 
-from harness.paths import CORPUS, PACICTL
-from harness.pipeline import Run, spec_text
+from harness.paths import CORPUS
+from harness.pipeline import Run, pacictl, spec_text
 
 LLAMA = ", architecture: llama, num_kv_heads: 2, ffn_hidden_size: 80, rope_theta: 500"
 TEXT = "In the beginning God created the heaven and the earth."
-
-
-def pacictl(*args):
-    proc = subprocess.run([PACICTL] + list(args), capture_output=True, text=True,
-                          errors="replace", timeout=300)
-    return proc.returncode, proc.stdout, proc.stderr
 
 
 class HfFormatTest(unittest.TestCase):

@@ -106,25 +106,8 @@ absl::Status WriteJson(const std::string& path, const json& value) {
 // the Fuse decoder (tokens joined without spaces).
 json CharTokenizerJson(const CharTokenizer& tokenizer) {
   json vocab = json::object();
-  const std::vector<char32_t>& code_points = tokenizer.code_points();
-  for (size_t id = 0; id < code_points.size(); ++id) {
-    std::string utf8;
-    const char32_t c = code_points[id];
-    if (c < 0x80) {
-      utf8.push_back(static_cast<char>(c));
-    } else if (c < 0x800) {
-      utf8.push_back(static_cast<char>(0xC0 | (c >> 6)));
-      utf8.push_back(static_cast<char>(0x80 | (c & 0x3F)));
-    } else if (c < 0x10000) {
-      utf8.push_back(static_cast<char>(0xE0 | (c >> 12)));
-      utf8.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
-      utf8.push_back(static_cast<char>(0x80 | (c & 0x3F)));
-    } else {
-      utf8.push_back(static_cast<char>(0xF0 | (c >> 18)));
-      utf8.push_back(static_cast<char>(0x80 | ((c >> 12) & 0x3F)));
-      utf8.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
-      utf8.push_back(static_cast<char>(0x80 | (c & 0x3F)));
-    }
+  for (int id = 0; id < tokenizer.vocab_size(); ++id) {
+    const std::string utf8 = tokenizer.Decode({id});
     vocab[utf8] = id;
   }
   return json{{"version", "1.0"},
