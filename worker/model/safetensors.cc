@@ -73,8 +73,9 @@ absl::StatusOr<SafetensorsFile> ParseSafetensors(std::string_view bytes, const s
       }
       continue;
     }
+    const std::string tensor_name = name;  // a structured binding cannot be captured before C++20
     const auto fail = [&](const std::string& problem) {
-      return Bad(what, absl::StrCat("tensor \"", name, "\" ", problem));
+      return Bad(what, absl::StrCat("tensor \"", tensor_name, "\" ", problem));
     };
     if (!entry.is_object()) return fail("is not an object");
     const auto dtype = entry.find("dtype");
