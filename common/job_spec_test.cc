@@ -793,6 +793,18 @@ TEST(LoadAndValidateJobSpecTest, ShardExampleSpecValidates) {
   EXPECT_EQ(spec->data().validation_shards(), 1);
 }
 
+// The Llama example validates and keeps its architecture's fields.
+TEST(LoadAndValidateJobSpecTest, LlamaExampleSpecValidates) {
+  absl::StatusOr<v1::JobSpec> spec =
+      LoadJobSpecFile(PACI_SOURCE_DIR "/examples/llama-small.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ApplyJobSpecDefaults(&*spec);
+  EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
+  EXPECT_EQ(spec->model().architecture(), "llama");
+  EXPECT_EQ(spec->model().num_kv_heads(), 2);
+  EXPECT_EQ(spec->model().ffn_hidden_size(), DefaultFfnHiddenSize("llama", 128));
+}
+
 TEST(LoadAndValidateJobSpecTest, EachBadSpecFileNamesTheBrokenField) {
   const std::pair<const char*, const char*> cases[] = {
       {"zero-stages.yaml", "pipeline.num_stages: "},

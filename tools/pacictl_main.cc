@@ -7,6 +7,7 @@
 //           (they run paci_model, which links Torch)
 //   pacictl prepare-data INPUT... --out=DIR [--tokenizer=char|bpe|unigram]
 //           [--tokenizer_model=FILE.model] [--vocab_size=N] [--shard_tokens=N]
+//           [--text_field=NAME] [--skip_bad_lines]
 //   pacictl list [--phase=P] [--selector=K=V,...] [--name_prefix=S] [--limit=N]
 //                [--page_size=N] [--page_token=T]
 //           [--coordinator=HOST:PORT] [--coordinator_auth_token_file=F]
@@ -69,6 +70,9 @@ ABSL_FLAG(std::string, out, "", "prepare-data: the dataset folder to write");
 ABSL_FLAG(std::string, tokenizer, "", "prepare-data: char (default), bpe or unigram");
 ABSL_FLAG(std::string, tokenizer_model, "",
           "prepare-data: tokenize with this SentencePiece .model file instead");
+ABSL_FLAG(std::string, text_field, "text", "prepare-data: the text field of .jsonl lines");
+ABSL_FLAG(bool, skip_bad_lines, false,
+          "prepare-data: skip (and report) .jsonl lines without a text field instead of failing");
 ABSL_FLAG(int, vocab_size, 0, "prepare-data: with bpe or unigram, the tokens to train");
 ABSL_FLAG(int64_t, shard_tokens, int64_t{16} << 20, "prepare-data: tokens per shard");
 ABSL_FLAG(std::string, model_binary, "", "sample, export: paci_model; default: beside pacictl");
@@ -86,6 +90,7 @@ constexpr char kUsage[] =
     "       pacictl export [--format=hf] --checkpoint=DIR --out=FILE|FOLDER\n"
     "       pacictl prepare-data INPUT... --out=DIR [--tokenizer=char|bpe|unigram]\n"
     "                    [--tokenizer_model=FILE.model] [--vocab_size=N] [--shard_tokens=N]\n"
+    "                    [--text_field=NAME] [--skip_bad_lines]\n"
     "       pacictl help\n"
     "\n"
     "train   runs the job in SPEC.yaml on this machine through the whole system: a\n"
@@ -106,7 +111,10 @@ constexpr char kUsage[] =
     "prepare-data  tokenizes text files (INPUT: a file, a folder's files or a glob)\n"
     "        on all cores into a dataset folder for data.dataset: char tokens, a bpe or\n"
     "        unigram SentencePiece model trained on the inputs (--vocab_size), or the\n"
-    "        model in --tokenizer_model. Nothing is written on error.\n"
+    "        model in --tokenizer_model. A .jsonl input is one JSON object a line, its\n"
+    "        --text_field (default text) a document; a bad line names its file and\n"
+    "        line, and --skip_bad_lines goes on past it. Inputs may be gzipped (.gz).\n"
+    "        Nothing is written on error.\n"
     "The client commands talk to --coordinator (default 127.0.0.1:7070) with\n"
     "--coordinator_auth_token_file, --coordinator_tls_ca and (mutual TLS)\n"
     "--coordinator_tls_cert/--coordinator_tls_key when it asks for them.\n"
@@ -168,6 +176,8 @@ int PrepareData(const std::vector<std::string>& inputs) {
   options.out = absl::GetFlag(FLAGS_out);
   options.tokenizer = absl::GetFlag(FLAGS_tokenizer);
   options.tokenizer_model = absl::GetFlag(FLAGS_tokenizer_model);
+  options.text_field = absl::GetFlag(FLAGS_text_field);
+  options.skip_bad_lines = absl::GetFlag(FLAGS_skip_bad_lines);
   options.vocab_size = absl::GetFlag(FLAGS_vocab_size);
   options.shard_tokens = absl::GetFlag(FLAGS_shard_tokens);
   options.progress = &std::cerr;

@@ -83,6 +83,10 @@ absl::StatusOr<PrepareDataResult> PrepareData(const PrepareDataOptions& options)
       result->bytes / 1e6 / seconds,
       FormatThousands(static_cast<int64_t>(result->tokens / seconds)),
       FormatThousands(result->vocab_size), result->tokenizer_kind);
+  if (result->skipped_lines > 0) {
+    *options.progress << "skipped " << FormatThousands(result->skipped_lines)
+                      << " bad .jsonl lines (--skip_bad_lines)\n";
+  }
   return result;
 }
 

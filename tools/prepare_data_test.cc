@@ -1,6 +1,7 @@
 #include "tools/prepare_data.h"
 
 #include <sys/stat.h>
+#include <zlib.h>
 
 #include <filesystem>
 #include <fstream>
@@ -9,9 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "worker/data/corpus.h"
 #include "worker/data/sentencepiece_tokenizer.h"
 #include "worker/data/token_shards.h"
@@ -53,6 +56,36 @@ std::vector<std::string> Names(const std::string& dir) {
   }
   std::sort(names.begin(), names.end());
   return names;
+}
+
+// `bytes` gzip-compressed into `path`.
+std::string WriteGzip(const std::string& path, const std::string& bytes) {
+  gzFile file = gzopen(path.c_str(), "wb");
+  gzwrite(file, bytes.data(), static_cast<unsigned>(bytes.size()));
+  gzclose(file);
+  return path;
+}
+
+// Genesis as JSONL documents of 20 lines each under `field`, and the text
+// prepare-data makes of them (each document followed by a newline).
+struct Documents {
+  std::string jsonl;
+  std::string text;
+};
+Documents GenesisDocuments(const std::string& field) {
+  std::istringstream lines(ReadText(kGenesisPath));
+  Documents documents;
+  std::string line;
+  std::string document;
+  for (int n = 1; std::getline(lines, line); ++n) {
+    absl::StrAppend(&document, line, n % 20 == 0 ? "" : "\n");
+    if (n % 20 == 0) {
+      documents.jsonl += nlohmann::json{{"id", n}, {field, document}}.dump() + "\n";
+      documents.text += document + "\n";
+      document.clear();
+    }
+  }
+  return documents;
 }
 
 class PrepareDataTest : public ::testing::Test {
@@ -138,6 +171,100 @@ TEST_F(PrepareDataTest, TheOutputIsTheSameWithOneAndFourThreads) {
     // Not EXPECT_EQ: it would print the shards.
     EXPECT_TRUE(Contents(one.out) == Contents(four.out)) << tokenizer;
   }
+}
+
+// The text of a dataset folder's shards, decoded with its tokenizer.
+std::string DecodeDataset(const std::string& dir) {
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
+      ParseTokenizer(ReadText(dir + "/tokenizer"), "tokenizer");
+  EXPECT_TRUE(tokenizer.ok()) << tokenizer.status();
+  if (!tokenizer.ok()) return "";
+  std::vector<int32_t> ids;
+  for (int64_t i = 0;; ++i) {
+    if (!fs::exists(TokenShardPath(dir, i))) break;
+    absl::StatusOr<TokenShard> shard =
+        TokenShard::Open(TokenShardPath(dir, i), (*tokenizer)->Id(), (*tokenizer)->vocab_size());
+    EXPECT_TRUE(shard.ok()) << shard.status();
+    if (!shard.ok()) return "";
+    std::vector<int32_t> shard_ids(shard->size());
+    shard->Copy(0, shard->size(), shard_ids.data());
+    ids.insert(ids.end(), shard_ids.begin(), shard_ids.end());
+  }
+  return (*tokenizer)->Decode(ids);
+}
+
+TEST_F(PrepareDataTest, JsonlDocumentsPlainOrGzippedAreTheTextOfTheirField) {
+  const Documents documents = GenesisDocuments("content");
+  ASSERT_GT(documents.text.size(), 100000u);
+  const std::string plain = WriteFile(Path("genesis.jsonl"), documents.jsonl);
+  const std::string gzipped = WriteGzip(Path("genesis.jsonl.gz"), documents.jsonl);
+  ASSERT_LT(fs::file_size(gzipped), fs::file_size(plain) / 2);
+  for (const std::string tokenizer : {"char", "bpe"}) {
+    for (const std::string& input : {plain, gzipped}) {
+      SCOPED_TRACE(tokenizer + " " + input);
+      PrepareDataOptions options = Options(tokenizer + (input == plain ? "-plain" : "-gzipped"));
+      options.inputs = {input};
+      options.text_field = "content";
+      options.tokenizer = tokenizer;
+      options.vocab_size = tokenizer == "bpe" ? 400 : 0;
+      std::ostringstream progress;
+      options.progress = &progress;
+      absl::StatusOr<PrepareDataResult> result = PrepareData(options);
+      ASSERT_TRUE(result.ok()) << result.status();
+      EXPECT_EQ(result->bytes, static_cast<int64_t>(fs::file_size(input)));
+      EXPECT_EQ(result->skipped_lines, 0);
+      EXPECT_EQ(DecodeDataset(options.out), documents.text);
+      EXPECT_THAT(progress.str(), HasSubstr("tokenizing [##############################] 100%"));
+      EXPECT_EQ(Names(options.out).back(), "tokenizer") << "no training text left behind";
+    }
+  }
+  // A gzipped text file is its text.
+  PrepareDataOptions options = Options("text-gz");
+  options.inputs = {WriteGzip(Path("genesis.txt.gz"), ReadText(kGenesisPath))};
+  ASSERT_TRUE(PrepareData(options).ok());
+  EXPECT_EQ(DecodeDataset(options.out), ReadText(kGenesisPath));
+}
+
+TEST_F(PrepareDataTest, ABadJsonlLineIsRefusedNamingFileAndLineUnlessSkipped) {
+  const std::string good = nlohmann::json{{"text", "In the beginning"}}.dump();
+  const std::string jsonl =
+      WriteFile(Path("docs.jsonl"), good + "\n\n" + good + "\n{\"text\": \"unclosed\n" +
+                                        "{\"title\": \"no text\"}\n[1, 2]\n{\"text\": 7}\n" +
+                                        good + "\n");
+  PrepareDataOptions options = Options("docs");
+  options.inputs = {jsonl};
+  ExpectRefused(options, jsonl + ":4: not JSON");
+  options.tokenizer = "bpe";
+  options.vocab_size = 260;
+  ExpectRefused(options, jsonl + ":4: not JSON");
+
+  options = Options("docs");
+  options.inputs = {jsonl};
+  options.skip_bad_lines = true;
+  std::ostringstream progress;
+  options.progress = &progress;
+  absl::StatusOr<PrepareDataResult> result = PrepareData(options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->skipped_lines, 4);
+  EXPECT_EQ(DecodeDataset(options.out), "In the beginning\nIn the beginning\nIn the beginning\n");
+  EXPECT_THAT(progress.str(), HasSubstr("skipped " + jsonl + ":4: not JSON"));
+  EXPECT_THAT(progress.str(), HasSubstr(jsonl + ":5: has no field \"text\""));
+  EXPECT_THAT(progress.str(), HasSubstr(jsonl + ":6: not a JSON object"));
+  EXPECT_THAT(progress.str(), HasSubstr(jsonl + ":7: field \"text\" is not a string"));
+  EXPECT_THAT(progress.str(), HasSubstr("skipped 4 bad .jsonl lines"));
+
+  options = Options("utf8");
+  options.inputs = {WriteFile(Path("utf8.jsonl"), good + "\n{\"text\": \"b\xC0\xAF\"}\n")};
+  ExpectRefused(options, Path("utf8.jsonl") + ":2: not JSON");
+}
+
+TEST_F(PrepareDataTest, ATruncatedGzipIsRefusedNamingTheFile) {
+  const std::string whole = WriteGzip(Path("whole.txt.gz"), ReadText(kGenesisPath));
+  const std::string bytes = ReadText(whole);
+  const std::string cut = WriteFile(Path("cut.txt.gz"), bytes.substr(0, bytes.size() / 2));
+  PrepareDataOptions options = Options("cut");
+  options.inputs = {cut};
+  ExpectRefused(options, "cannot read " + cut, absl::StatusCode::kNotFound);
 }
 
 TEST_F(PrepareDataTest, ABpeDatasetDecodesBackToItsInputsInOrder) {
@@ -264,6 +391,9 @@ TEST_F(PrepareDataTest, BadFlagsAreRefusedNamingTheFlag) {
   ExpectRefused(options, "--tokenizer_model: " + kGenesisPath + ": not a SentencePiece model");
   options.tokenizer = "bpe";
   ExpectRefused(options, "--tokenizer_model: ");
+  options = Options("out");
+  options.text_field = "";
+  ExpectRefused(options, "--text_field: ");
   options = Options("no-such-parent/out");
   ExpectRefused(options, "--out: ");
 }

@@ -3,6 +3,7 @@
 #include <glob.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <atomic>
@@ -23,6 +24,7 @@
 #include "absl/types/span.h"
 #include "common/atomic_file.h"
 #include "common/status_macros.h"
+#include "nlohmann/json.hpp"
 #include "worker/data/char_tokenizer.h"
 #include "worker/data/sentencepiece_tokenizer.h"
 #include "worker/data/token_shards.h"
@@ -39,8 +41,9 @@ size_t BatchSize(int threads) { return 2 * static_cast<size_t>(threads); }
 // A piece of one input file, cut as worker/data/tokenizer.h's ChunkEnd cuts.
 struct Chunk {
   size_t file = 0;      // index into the input files
-  uint64_t offset = 0;  // of text in that file
+  uint64_t offset = 0;  // of text in that file's text
   std::string text;
+  int64_t input_bytes = 0;  // of all the input files read when it was cut
 };
 
 absl::Status ValidateOptions(const DatasetOptions& options) {
@@ -53,6 +56,9 @@ absl::Status ValidateOptions(const DatasetOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--tokenizer_model: tokenizes with that model; leave out --tokenizer (got \"", kind,
         "\")"));
+  }
+  if (options.text_field.empty()) {
+    return absl::InvalidArgumentError("--text_field: must name the field of a .jsonl line");
   }
   const bool trains = kind == "bpe" || kind == "unigram";
   if (trains != (options.vocab_size != 0)) {
@@ -119,61 +125,207 @@ absl::Status AsInternal(const absl::Status& status) {
   return status.ok() ? status : absl::InternalError(absl::StrCat("--out: ", status.message()));
 }
 
+// One input file opened with zlib, which reads gzip-compressed files (a name
+// ending in .gz or not) and plain files alike. Not thread-safe.
+class InputFile {
+ public:
+  static absl::StatusOr<InputFile> Open(const std::string& path) {
+    gzFile file = gzopen(path.c_str(), "rb");
+    if (file == nullptr) {
+      return absl::NotFoundError(absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
+    }
+    gzbuffer(file, 1 << 17);
+    return InputFile(path, file);
+  }
+  InputFile(InputFile&& other) noexcept
+      : path_(std::move(other.path_)), file_(std::exchange(other.file_, nullptr)) {}
+  InputFile& operator=(InputFile&&) = delete;
+  ~InputFile() {
+    if (file_ != nullptr) gzclose(file_);
+  }
+
+  // Appends up to `n` bytes to *out: how many, 0 at the end of the file.
+  // NotFound naming the file on a read error (a truncated gzip stream too).
+  absl::StatusOr<size_t> Read(size_t n, std::string* out) {
+    const size_t size = out->size();
+    out->resize(size + n);
+    const int read = gzread(file_, out->data() + size, static_cast<unsigned>(n));
+    int code = Z_OK;
+    const char* error = gzerror(file_, &code);
+    // A gzip stream cut short reads as its end, with Z_BUF_ERROR kept for gzerror.
+    if (read < 0 || (read == 0 && code != Z_OK)) {
+      out->resize(size);
+      return absl::NotFoundError(absl::StrCat("cannot read ", path_, ": ", error,
+                                              code == Z_BUF_ERROR ? " (truncated?)" : ""));
+    }
+    out->resize(size + static_cast<size_t>(read));
+    return static_cast<size_t>(read);
+  }
+  // The bytes of the file (compressed, for a .gz) read so far.
+  int64_t offset() const { return gzoffset(file_); }
+
+ private:
+  InputFile(std::string path, gzFile file) : path_(std::move(path)), file_(file) {}
+
+  std::string path_;
+  gzFile file_;
+};
+
+// Where a JSONL document's text comes from, and what to do with a bad line.
+struct JsonlOptions {
+  std::string text_field;
+  bool skip_bad_lines = false;
+  // Told of each line skipped ("<file>:<line>: <reason>"); may be empty.
+  std::function<void(const std::string&)> skipped;
+};
+
+// The text of one input file: a text file as it is, or a JSONL file (a name
+// ending in .jsonl or .jsonl.gz) as the text_field of each line's object, each
+// document followed by a newline. Blank JSONL lines are no documents.
+class InputText {
+ public:
+  static absl::StatusOr<InputText> Open(const std::string& path, const JsonlOptions& jsonl) {
+    ASSIGN_OR_RETURN(InputFile file, InputFile::Open(path));
+    return InputText(path, std::move(file), IsJsonl(path) ? &jsonl : nullptr);
+  }
+
+  // Appends about `n` bytes of text to *out (a whole document at a time for
+  // JSONL): how many, 0 at the end of the file. A bad JSONL line is
+  // InvalidArgument "<file>:<line>: <reason>" unless skip_bad_lines.
+  absl::StatusOr<size_t> Read(size_t n, std::string* out) {
+    if (jsonl_ == nullptr) return file_.Read(n, out);
+    const size_t size = out->size();
+    std::string line;
+    while (out->size() - size < n) {
+      ASSIGN_OR_RETURN(const bool more, NextLine(&line));
+      if (!more) break;
+      RETURN_IF_ERROR(AppendDocument(line, out));
+    }
+    return out->size() - size;
+  }
+  int64_t offset() const { return file_.offset(); }
+
+ private:
+  InputText(std::string path, InputFile file, const JsonlOptions* jsonl)
+      : path_(std::move(path)), file_(std::move(file)), jsonl_(jsonl) {}
+
+  static bool IsJsonl(const std::string& path) {
+    return absl::EndsWith(path, ".jsonl") || absl::EndsWith(path, ".jsonl.gz");
+  }
+
+  // The next line of the file, without its newline; false at the end.
+  absl::StatusOr<bool> NextLine(std::string* line) {
+    size_t newline;
+    while ((newline = buffer_.find('\n', scanned_)) == std::string::npos) {
+      scanned_ = buffer_.size();
+      ASSIGN_OR_RETURN(const size_t read, file_.Read(size_t{1} << 16, &buffer_));
+      if (read == 0) break;
+    }
+    if (newline == std::string::npos && buffer_.empty()) return false;
+    const size_t end = newline == std::string::npos ? buffer_.size() : newline;
+    line->assign(buffer_, 0, end);
+    buffer_.erase(0, std::min(buffer_.size(), end + 1));
+    scanned_ = 0;
+    ++line_number_;
+    return true;
+  }
+
+  // Appends the document of one JSONL line (its text_field and a newline).
+  absl::Status AppendDocument(std::string_view line, std::string* out) {
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) return absl::OkStatus();
+    const nlohmann::json document =
+        nlohmann::json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
+    std::string problem;
+    if (document.is_discarded()) {
+      problem = "not JSON";
+    } else if (!document.is_object()) {
+      problem = "not a JSON object";
+    } else if (const auto text = document.find(jsonl_->text_field); text == document.end()) {
+      problem = absl::StrCat("has no field \"", jsonl_->text_field, "\" (--text_field)");
+    } else if (!text->is_string()) {
+      problem = absl::StrCat("field \"", jsonl_->text_field, "\" is not a string");
+    } else {
+      const std::string& value = text->get_ref<const std::string&>();
+      absl::StrAppend(out, value, "\n");
+      return absl::OkStatus();
+    }
+    const std::string where = absl::StrCat(path_, ":", line_number_, ": ", problem);
+    if (!jsonl_->skip_bad_lines) {
+      return absl::InvalidArgumentError(absl::StrCat(where, " (--skip_bad_lines goes on)"));
+    }
+    if (jsonl_->skipped) jsonl_->skipped(where);
+    return absl::OkStatus();
+  }
+
+  std::string path_;
+  InputFile file_;
+  const JsonlOptions* jsonl_;  // null: a text file
+  std::string buffer_;         // read past the last line
+  size_t scanned_ = 0;         // of buffer_, known to hold no newline
+  int64_t line_number_ = 0;
+};
+
 // Reads the input files one after the other as chunks: each ends just past
 // the first newline at or after chunk_bytes, or at the end of its file.
 class ChunkReader {
  public:
-  ChunkReader(const std::vector<std::string>& files, size_t chunk_bytes)
-      : files_(files), chunk_bytes_(chunk_bytes) {}
+  ChunkReader(const std::vector<std::string>& files, size_t chunk_bytes, JsonlOptions jsonl)
+      : files_(files), chunk_bytes_(chunk_bytes), jsonl_(std::move(jsonl)) {}
 
   // The next chunk; false at the end of the last file. NotFound naming a file
-  // that cannot be read.
+  // that cannot be read, InvalidArgument naming a bad JSONL line.
   absl::StatusOr<bool> Next(Chunk* chunk) {
     while (true) {
-      if (!in_.is_open()) {
+      if (!in_) {
         if (next_file_ == files_.size()) return false;
-        in_.clear();
-        in_.open(files_[next_file_], std::ios::binary);
-        if (!in_) return CannotRead(files_[next_file_]);
+        ASSIGN_OR_RETURN(InputText in, InputText::Open(files_[next_file_], jsonl_));
+        in_.emplace(std::move(in));
         file_ = next_file_++;
         offset_ = 0;
+        at_end_ = false;
         buffer_.clear();
       }
       const size_t newline =
           buffer_.size() > chunk_bytes_ ? buffer_.find('\n', chunk_bytes_) : std::string::npos;
-      const bool at_end = in_.eof();
-      if (newline != std::string::npos || (at_end && !buffer_.empty())) {
+      if (newline != std::string::npos || (at_end_ && !buffer_.empty())) {
         const size_t end = newline != std::string::npos ? newline + 1 : buffer_.size();
-        *chunk = {file_, offset_, buffer_.substr(0, end)};
+        *chunk = {file_, offset_, buffer_.substr(0, end), done_bytes_ + in_->offset()};
         buffer_.erase(0, end);
         offset_ += end;
         return true;
       }
-      if (at_end) {
-        in_.close();
+      if (at_end_) {
+        std::error_code error;
+        done_bytes_ += static_cast<int64_t>(fs::file_size(files_[file_], error));
+        in_.reset();
         continue;
       }
-      const size_t size = buffer_.size();
-      buffer_.resize(size + chunk_bytes_);
-      in_.read(buffer_.data() + size, static_cast<std::streamsize>(chunk_bytes_));
-      if (in_.bad()) return CannotRead(files_[file_]);
-      buffer_.resize(size + static_cast<size_t>(in_.gcount()));
+      ASSIGN_OR_RETURN(const size_t read, in_->Read(chunk_bytes_, &buffer_));
+      at_end_ = read == 0;
     }
   }
 
  private:
-  static absl::Status CannotRead(const std::string& path) {
-    return absl::NotFoundError(absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
-  }
-
   const std::vector<std::string>& files_;
   const size_t chunk_bytes_;
-  std::ifstream in_;
+  const JsonlOptions jsonl_;
+  std::optional<InputText> in_;
+  bool at_end_ = false;
   size_t next_file_ = 0;
   size_t file_ = 0;
-  uint64_t offset_ = 0;  // of buffer_ in the current file
+  uint64_t offset_ = 0;  // of buffer_ in the current file's text
+  int64_t done_bytes_ = 0;  // the sizes of the files before the current one
   std::string buffer_;
 };
+
+// The JSONL handling the options ask for, telling `skipped` of each line skipped.
+JsonlOptions Jsonl(const DatasetOptions& options,
+                   std::function<void(const std::string&)> skipped) {
+  return {options.text_field, options.skip_bad_lines, std::move(skipped)};
+}
+
+// The skipped lines told one by one; past them, only their number.
+constexpr int64_t kSkippedLinesTold = 10;
 
 // What a writer without a progress sink reports to.
 class NoProgress final : public DatasetProgress {
@@ -203,10 +355,11 @@ absl::Status RunParallel(size_t n, int threads, const std::function<absl::Status
 // Reads the inputs chunk by chunk, a batch of chunks at a time: work(chunk,
 // slot) runs on `threads` threads for the chunks of a batch, then
 // done(batch) on the calling thread, batch after batch in input order.
-absl::Status ForEachBatch(const std::vector<std::string>& files, size_t chunk_bytes, int threads,
+absl::Status ForEachBatch(const std::vector<std::string>& files, const JsonlOptions& jsonl,
+                          size_t chunk_bytes, int threads,
                           const std::function<absl::Status(const Chunk&, size_t)>& work,
                           const std::function<absl::Status(const std::vector<Chunk>&)>& done) {
-  ChunkReader reader(files, chunk_bytes);
+  ChunkReader reader(files, chunk_bytes, jsonl);
   const size_t batch_size = BatchSize(threads);
   std::vector<Chunk> batch;
   for (bool more = true; more;) {
@@ -242,8 +395,9 @@ absl::StatusOr<CharTokenizer> CharVocabulary(const std::vector<std::string>& fil
   std::vector<bool> seen(0x110000);
   int64_t bytes = 0;
   progress->Start("vocabulary", total_bytes);
+  const JsonlOptions jsonl = Jsonl(options, nullptr);  // the tokenizing pass tells of skipped lines
   RETURN_IF_ERROR(ForEachBatch(
-      files, options.chunk_bytes, threads,
+      files, jsonl, options.chunk_bytes, threads,
       [&](const Chunk& chunk, size_t slot) {
         RETURN_IF_ERROR(CheckUtf8(chunk, files));
         // Cannot fail: the chunk is valid UTF-8.
@@ -253,12 +407,12 @@ absl::StatusOr<CharTokenizer> CharVocabulary(const std::vector<std::string>& fil
       [&](const std::vector<Chunk>& batch) {
         for (size_t i = 0; i < batch.size(); ++i) {
           for (char32_t c : found[i]) seen[c] = true;
-          bytes += static_cast<int64_t>(batch[i].text.size());
         }
+        bytes = std::min(total_bytes, batch.back().input_bytes);
         progress->Update(bytes, 0);
         return absl::OkStatus();
       }));
-  progress->Finish(bytes, 0);
+  progress->Finish(total_bytes, 0);
   std::vector<char32_t> code_points;
   for (char32_t c = 0; c < seen.size(); ++c) {
     if (seen[c]) code_points.push_back(c);
@@ -266,12 +420,38 @@ absl::StatusOr<CharTokenizer> CharVocabulary(const std::vector<std::string>& fil
   return CharTokenizer::FromCodePoints(std::move(code_points));
 }
 
+// The inputs as files SentencePiece's trainer reads: the files themselves when
+// all are text, else one file in `scratch_dir` of all their text.
+absl::StatusOr<std::vector<std::string>> PlainTextFiles(const std::vector<std::string>& files,
+                                                        const DatasetOptions& options,
+                                                        const std::string& scratch_dir) {
+  const bool plain = std::all_of(files.begin(), files.end(), [](const std::string& file) {
+    return !absl::EndsWith(file, ".gz") && !absl::EndsWith(file, ".jsonl");
+  });
+  if (plain) return files;
+  const std::string text_file = scratch_dir + "/training-text";
+  std::ofstream out(text_file, std::ios::binary);
+  ChunkReader reader(files, options.chunk_bytes, Jsonl(options, nullptr));
+  Chunk chunk;
+  while (true) {
+    ASSIGN_OR_RETURN(const bool more, reader.Next(&chunk));
+    if (!more) break;
+    out << chunk.text;
+  }
+  out.close();
+  if (!out) return absl::InternalError(absl::StrCat("--out: cannot write ", text_file));
+  return std::vector<std::string>{text_file};
+}
+
 // The tokenizer the options ask for: the inputs' characters, a SentencePiece
-// model trained on them, or one loaded from --tokenizer_model.
+// model trained on them (text extracted into `scratch_dir` when the inputs are
+// compressed or JSONL), or one loaded from --tokenizer_model.
 absl::StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(const std::vector<std::string>& files,
                                                          int64_t total_bytes,
                                                          const DatasetOptions& options,
-                                                         int threads, DatasetProgress* progress) {
+                                                         int threads,
+                                                         const std::string& scratch_dir,
+                                                         DatasetProgress* progress) {
   if (!options.tokenizer_model.empty()) {
     absl::StatusOr<SentencePieceTokenizer> model =
         SentencePieceTokenizer::Load(options.tokenizer_model);
@@ -289,9 +469,13 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(const std::vector<std::
   SentencePieceTrainingOptions training;
   training.model_type = options.tokenizer;
   training.vocab_size = options.vocab_size;
+  ASSIGN_OR_RETURN(const std::vector<std::string> text_files,
+                   PlainTextFiles(files, options, scratch_dir));
   progress->Say(absl::StrCat("training a ", options.tokenizer, " tokenizer of ",
                               options.vocab_size, " tokens"));
-  absl::StatusOr<SentencePieceTokenizer> trained = SentencePieceTokenizer::Train(files, training);
+  absl::StatusOr<SentencePieceTokenizer> trained =
+      SentencePieceTokenizer::Train(text_files, training);
+  if (text_files != files) fs::remove(text_files.front());
   if (!trained.ok()) {
     if (absl::StartsWith(trained.status().message(), "vocab_size")) {
       return absl::InvalidArgumentError(absl::StrCat("--", trained.status().message()));
@@ -354,12 +538,16 @@ class ShardedTokenWriter {
 absl::Status WriteShards(const std::vector<std::string>& files, int64_t total_bytes,
                          const Tokenizer& tokenizer,
                          const DatasetOptions& options, int threads,
-                         ShardedTokenWriter* shards, DatasetProgress* progress) {
+                         ShardedTokenWriter* shards, int64_t* skipped_lines,
+                         DatasetProgress* progress) {
   std::vector<std::vector<int32_t>> ids(BatchSize(threads));  // per chunk of a batch
   int64_t bytes = 0;
   progress->Start("tokenizing", total_bytes);
+  const JsonlOptions jsonl = Jsonl(options, [&](const std::string& where) {
+    if (++*skipped_lines <= kSkippedLinesTold) progress->Say(absl::StrCat("skipped ", where));
+  });
   RETURN_IF_ERROR(ForEachBatch(
-      files, options.chunk_bytes, threads,
+      files, jsonl, options.chunk_bytes, threads,
       [&](const Chunk& chunk, size_t slot) {
         RETURN_IF_ERROR(CheckUtf8(chunk, files));
         absl::StatusOr<std::vector<int32_t>> encoded = tokenizer.Encode(chunk.text);
@@ -372,14 +560,15 @@ absl::Status WriteShards(const std::vector<std::string>& files, int64_t total_by
         return absl::OkStatus();
       },
       [&](const std::vector<Chunk>& batch) {
-        for (size_t i = 0; i < batch.size(); ++i) {
-          RETURN_IF_ERROR(shards->Append(ids[i]));
-          bytes += static_cast<int64_t>(batch[i].text.size());
-        }
+        for (size_t i = 0; i < batch.size(); ++i) RETURN_IF_ERROR(shards->Append(ids[i]));
+        bytes = std::min(total_bytes, batch.back().input_bytes);
         progress->Update(bytes, shards->tokens());
         return absl::OkStatus();
       }));
-  progress->Finish(bytes, shards->tokens());
+  progress->Finish(total_bytes, shards->tokens());
+  if (*skipped_lines > kSkippedLinesTold) {
+    progress->Say(absl::StrCat("skipped ", *skipped_lines, " bad lines in all"));
+  }
   return shards->Close();
 }
 
@@ -436,14 +625,16 @@ absl::StatusOr<DatasetSummary> WriteDataset(const DatasetOptions& options,
   const int threads = options.threads > 0
                           ? options.threads
                           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  ASSIGN_OR_RETURN(const std::unique_ptr<Tokenizer> tokenizer,
-                   MakeTokenizer(files, result.bytes, options, threads, progress));
   absl::StatusOr<std::unique_ptr<StagingFolder>> staging = StagingFolder::Create(out.string());
   if (!staging.ok()) return AsInternal(staging.status());
+  ASSIGN_OR_RETURN(const std::unique_ptr<Tokenizer> tokenizer,
+                   MakeTokenizer(files, result.bytes, options, threads, (*staging)->path(),
+                                 progress));
   RETURN_IF_ERROR(AsInternal(WriteFileAtomically((*staging)->path() + "/" + kDatasetTokenizerFile,
                                                  tokenizer->Serialize())));
   ShardedTokenWriter shards((*staging)->path(), *tokenizer, options.shard_tokens);
-  RETURN_IF_ERROR(WriteShards(files, result.bytes, *tokenizer, options, threads, &shards, progress));
+  RETURN_IF_ERROR(WriteShards(files, result.bytes, *tokenizer, options, threads, &shards,
+                              &result.skipped_lines, progress));
   if (shards.tokens() == 0) return EmptyCorpus(files, "no tokens");
   RETURN_IF_ERROR(AsInternal((*staging)->Commit()));
 

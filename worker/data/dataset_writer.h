@@ -16,8 +16,15 @@ namespace paci {
 
 struct DatasetOptions {
   // Files, folders (their regular files, sorted by name) and glob patterns;
-  // the files are read in this order as one token stream.
+  // the files are read in this order as one token stream. A file is text
+  // (UTF-8), or JSONL when its name ends in .jsonl: one JSON object a line,
+  // whose text_field is a document (followed by a newline in the stream;
+  // blank lines are skipped). Either may be gzip-compressed (.gz).
   std::vector<std::string> inputs;
+  std::string text_field = "text";  // JSONL: the field holding the text
+  // JSONL: a line that is not an object with a string text_field is skipped
+  // (and told to the progress) instead of failing the dataset.
+  bool skip_bad_lines = false;
   std::string out;  // the dataset folder: must not exist, or be empty
   // "char" (default: the characters of all inputs), "bpe" or "unigram" (a
   // SentencePiece model trained on the inputs, vocab_size pieces).
@@ -37,7 +44,8 @@ struct DatasetSummary {
   int vocab_size = 0;
   int64_t shards = 0;
   int64_t tokens = 0;
-  int64_t bytes = 0;  // of input text
+  int64_t bytes = 0;  // of the input files
+  int64_t skipped_lines = 0;  // bad JSONL lines, with skip_bad_lines
 };
 
 // What WriteDataset reports as it goes, on the thread that called it.
@@ -66,7 +74,8 @@ absl::StatusOr<std::vector<std::string>> ExpandInputs(const std::vector<std::str
 // behind. Errors name the flag or the file:
 //   InvalidArgument for bad options (--tokenizer, --vocab_size, ...), bad
 //   inputs (see ExpandInputs), an empty corpus, text that is not valid UTF-8
-//   (file and byte offset) or a --tokenizer_model that is not a model;
+//   (file and byte offset), a bad JSONL line ("<file>:<line>: <reason>",
+//   unless skip_bad_lines) or a --tokenizer_model that is not a model;
 //   FailedPrecondition for an --out that exists and is not an empty folder;
 //   NotFound for a file that cannot be read; Internal for a write error.
 absl::StatusOr<DatasetSummary> WriteDataset(const DatasetOptions& options,

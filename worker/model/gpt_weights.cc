@@ -1,14 +1,38 @@
 #include "worker/model/gpt_weights.h"
 
+#include <set>
+#include <string>
+
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/model/partition.h"
 
 namespace paci {
+namespace {
+
+// "blocks.0.attn" of "blocks.0.attn.qkv.weight"'s parent: the module that holds
+// a parameter ("head" of "head.weight").
+std::string ModuleOf(const std::string& parameter) {
+  return parameter.substr(0, parameter.rfind('.'));
+}
+
+}  // namespace
 
 absl::Status CopyWeightsByName(const NamedWeights& weights, const std::string& source,
                                torch::nn::Module& model) {
   const auto parameters = model.named_parameters(/*recurse=*/true);
+  // A weight of a module this model holds that is none of its parameters (a
+  // bias where this model has none: the LM head of older gpt2 checkpoints)
+  // would be dropped without a word: refused instead.
+  std::set<std::string> modules;
+  for (const auto& item : parameters) modules.insert(ModuleOf(item.key()));
+  for (const auto& [name, tensor] : weights) {
+    if (modules.count(ModuleOf(name)) > 0 && parameters.find(name) == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          source, " holds parameter ", name, ", which this model has not (a bias where this ",
+          "architecture has none?): it was written by another model"));
+    }
+  }
   for (const auto& item : parameters) {  // check everything before changing anything
     const auto found = weights.find(item.key());
     if (found == weights.end()) {

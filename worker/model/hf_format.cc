@@ -135,13 +135,13 @@ absl::Status WriteTokenizer(const Tokenizer& tokenizer, const GptConfig& config,
                             const std::string& folder) {
   json tokenizer_config = {{"model_max_length", config.seq_len},
                            {"clean_up_tokenization_spaces", false}};
+  const std::string serialized = tokenizer.Serialize();
+  const std::string body = serialized.substr(serialized.find('\n') + 1);
   if (const auto* chars = dynamic_cast<const CharTokenizer*>(&tokenizer)) {
     RETURN_IF_ERROR(WriteJson(folder + "/tokenizer.json", CharTokenizerJson(*chars)));
     tokenizer_config["tokenizer_class"] = "PreTrainedTokenizerFast";
   } else {
-    const std::string serialized = tokenizer.Serialize();
-    RETURN_IF_ERROR(WriteFileAtomically(folder + "/tokenizer.model",
-                                        serialized.substr(serialized.find('\n') + 1)));
+    RETURN_IF_ERROR(WriteFileAtomically(folder + "/tokenizer.model", body));
     tokenizer_config["tokenizer_class"] = "LlamaTokenizer";
     tokenizer_config["add_bos_token"] = false;
     tokenizer_config["add_eos_token"] = false;

@@ -285,6 +285,15 @@ absl::StatusOr<ShardMeta> LoadShard(const std::string& path, const ShardMeta& ex
       }
       params[name] = t;
     }
+    // The LM head had a bias before both architectures dropped it: a shard of
+    // then is not this model, though its fingerprint matches.
+    torch::Tensor head_bias;
+    if (params.count("head.weight") > 0 && params.count("head.bias") == 0 &&
+        archive.try_read(Key("param", "head.bias"), head_bias)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint ", path, " holds parameter head.bias: it was written by a paci whose LM "
+          "head had a bias, which this one's has not (resume it with the paci that wrote it)"));
+    }
     for (const auto& [name, t] : optimizer.State()) {
       torch::Tensor saved;
       if (!archive.try_read(Key("optim", name), saved) || saved.sizes() != t.sizes()) {

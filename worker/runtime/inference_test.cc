@@ -224,6 +224,25 @@ NamedWeights WeightsOf(GptStage& model) {
   return weights;
 }
 
+// Weights of an older gpt2 whose LM head had a bias are refused by name, not
+// loaded without it; the last stage of a two-stage cut (which holds the head)
+// refuses them too, while stage 0 has nothing of the head to check.
+TEST_F(InferenceTest, AWeightThisModelHasNotInAModuleItHoldsIsRefusedByName) {
+  GptStage whole = PerturbedStage(TinyConfig(), 1, 0);
+  NamedWeights weights = WeightsOf(whole);
+  ASSERT_TRUE(GptFromWeights(TinyConfig(), weights, "old").ok());
+  weights["head.bias"] = torch::zeros({TinyConfig().vocab_size});
+  const absl::Status whole_refused = GptFromWeights(TinyConfig(), weights, "old").status();
+  EXPECT_EQ(whole_refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(whole_refused.message(), HasSubstr("old holds parameter head.bias"));
+
+  GptStage last = PerturbedStage(TinyConfig(), 2, 1);
+  const absl::Status last_refused = CopyWeightsByName(weights, "old", *last);
+  EXPECT_THAT(last_refused.message(), HasSubstr("old holds parameter head.bias")) << last_refused;
+  GptStage first = PerturbedStage(TinyConfig(), 2, 0);
+  EXPECT_TRUE(CopyWeightsByName(weights, "old", *first).ok());
+}
+
 TEST_F(InferenceTest, AHuggingFaceFolderOfEitherArchitectureReadsBackAsTheSameWeights) {
   for (const GptConfig& config : {TinyConfig(), TinyLlama()}) {
     for (const int64_t shard_bytes : {int64_t{1} << 30, int64_t{4096}}) {
