@@ -67,8 +67,17 @@ class OperatorEndToEnd(unittest.TestCase):
                  "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}}]))
             cls.procs = cls.cluster.procs
             cls.operator_ports = cls.cluster.operator_ports
-            cls.coordinator = cgrpc.CoordinatorStub(
-                grpc.insecure_channel(cls.cluster.coordinator_address))
+            # The test's own reads retry UNAVAILABLE as gRPC's retry policy does: a
+            # connection the coordinator's side dropped ("Broken pipe") is the
+            # transport's, not what a test asserts on.
+            cls.coordinator = cgrpc.CoordinatorStub(grpc.insecure_channel(
+                cls.cluster.coordinator_address, options=[
+                    ("grpc.enable_retries", 1),
+                    ("grpc.service_config", json.dumps({"methodConfig": [{
+                        "name": [{"service": "paci.v1.Coordinator"}],
+                        "retryPolicy": {"maxAttempts": 4, "initialBackoff": "0.2s",
+                                        "maxBackoff": "2s", "backoffMultiplier": 2,
+                                        "retryableStatusCodes": ["UNAVAILABLE"]}}]}))]))
             cls._start_prometheus()
         except BaseException:
             cls.tearDownClass()
