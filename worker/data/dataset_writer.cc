@@ -171,6 +171,11 @@ class InputFile {
   gzFile file_;
 };
 
+// Whether `path` is read as JSONL rather than text.
+bool IsJsonl(const std::string& path) {
+  return absl::EndsWith(path, ".jsonl") || absl::EndsWith(path, ".jsonl.gz");
+}
+
 // Where a JSONL document's text comes from, and what to do with a bad line.
 struct JsonlOptions {
   std::string text_field;
@@ -208,10 +213,6 @@ class InputText {
  private:
   InputText(std::string path, InputFile file, const JsonlOptions* jsonl)
       : path_(std::move(path)), file_(std::move(file)), jsonl_(jsonl) {}
-
-  static bool IsJsonl(const std::string& path) {
-    return absl::EndsWith(path, ".jsonl") || absl::EndsWith(path, ".jsonl.gz");
-  }
 
   // The next line of the file, without its newline; false at the end.
   absl::StatusOr<bool> NextLine(std::string* line) {
@@ -324,7 +325,8 @@ JsonlOptions Jsonl(const DatasetOptions& options,
   return {options.text_field, options.skip_bad_lines, std::move(skipped)};
 }
 
-// The skipped lines told one by one; past them, only their number.
+// The skipped lines told one by one; past them, only their number (in the
+// summary's skipped_lines).
 constexpr int64_t kSkippedLinesTold = 10;
 
 // What a writer without a progress sink reports to.
@@ -393,7 +395,6 @@ absl::StatusOr<CharTokenizer> CharVocabulary(const std::vector<std::string>& fil
                                              DatasetProgress* progress) {
   std::vector<std::vector<char32_t>> found(BatchSize(threads));  // per chunk of a batch
   std::vector<bool> seen(0x110000);
-  int64_t bytes = 0;
   progress->Start("vocabulary", total_bytes);
   const JsonlOptions jsonl = Jsonl(options, nullptr);  // the tokenizing pass tells of skipped lines
   RETURN_IF_ERROR(ForEachBatch(
@@ -408,8 +409,7 @@ absl::StatusOr<CharTokenizer> CharVocabulary(const std::vector<std::string>& fil
         for (size_t i = 0; i < batch.size(); ++i) {
           for (char32_t c : found[i]) seen[c] = true;
         }
-        bytes = std::min(total_bytes, batch.back().input_bytes);
-        progress->Update(bytes, 0);
+        progress->Update(std::min(total_bytes, batch.back().input_bytes), 0);
         return absl::OkStatus();
       }));
   progress->Finish(total_bytes, 0);
@@ -426,7 +426,7 @@ absl::StatusOr<std::vector<std::string>> PlainTextFiles(const std::vector<std::s
                                                         const DatasetOptions& options,
                                                         const std::string& scratch_dir) {
   const bool plain = std::all_of(files.begin(), files.end(), [](const std::string& file) {
-    return !absl::EndsWith(file, ".gz") && !absl::EndsWith(file, ".jsonl");
+    return !IsJsonl(file) && !absl::EndsWith(file, ".gz");
   });
   if (plain) return files;
   const std::string text_file = scratch_dir + "/training-text";
@@ -541,7 +541,6 @@ absl::Status WriteShards(const std::vector<std::string>& files, int64_t total_by
                          ShardedTokenWriter* shards, int64_t* skipped_lines,
                          DatasetProgress* progress) {
   std::vector<std::vector<int32_t>> ids(BatchSize(threads));  // per chunk of a batch
-  int64_t bytes = 0;
   progress->Start("tokenizing", total_bytes);
   const JsonlOptions jsonl = Jsonl(options, [&](const std::string& where) {
     if (++*skipped_lines <= kSkippedLinesTold) progress->Say(absl::StrCat("skipped ", where));
@@ -561,14 +560,10 @@ absl::Status WriteShards(const std::vector<std::string>& files, int64_t total_by
       },
       [&](const std::vector<Chunk>& batch) {
         for (size_t i = 0; i < batch.size(); ++i) RETURN_IF_ERROR(shards->Append(ids[i]));
-        bytes = std::min(total_bytes, batch.back().input_bytes);
-        progress->Update(bytes, shards->tokens());
+        progress->Update(std::min(total_bytes, batch.back().input_bytes), shards->tokens());
         return absl::OkStatus();
       }));
   progress->Finish(total_bytes, shards->tokens());
-  if (*skipped_lines > kSkippedLinesTold) {
-    progress->Say(absl::StrCat("skipped ", *skipped_lines, " bad lines in all"));
-  }
   return shards->Close();
 }
 
