@@ -138,13 +138,19 @@ EOF
     fi
   fi
   # The worker trains from token shards of a SentencePiece vocabulary, made by
-  # this build's pacictl and mounted read-only as a volume: its loader finds
-  # libpaci_sentencepiece.so in the image, and the shards map as uid 65532.
-  if [[ -x build/tools/pacictl ]]; then
-    shards=$(mktemp -d)
-    build/tools/pacictl prepare-data tests/data/kjv-genesis.txt --out="$shards/genesis" \
-      --tokenizer=bpe --vocab_size=400 > "$shards/prepare.log" 2>&1 ||
-      fail "prepare-data for the shard check:"$'\n'"$(tail -5 "$shards/prepare.log")"
+  # the image's own pacictl (the dataset initializer's prepare-data) on a volume
+  # and mounted read-only: the loader finds libpaci_sentencepiece.so in the
+  # image, and the shards map as uid 65532.
+  shards=$(mktemp -d)
+  chmod 0777 "$shards"
+  if "${RUN[@]}" -v "$shards:/data" --entrypoint pacictl "${IMAGE[worker]}" prepare-data \
+       /usr/share/paci/tests/data/kjv-genesis.txt --out=/data/genesis --tokenizer=bpe \
+       --vocab_size=400 > "$shards/prepare.log" 2>&1; then
+    echo "    worker: pacictl prepare-data: $(tail -1 "$shards/prepare.log" | cut -c1-100)"
+  else
+    fail "the worker image's pacictl prepare-data:"$'\n'"$(tail -5 "$shards/prepare.log")"
+  fi
+  if [[ -d $shards/genesis ]]; then
     rc=0; out=$("${RUN[@]}" -v "$shards/genesis:/data/genesis:ro" --entrypoint sh "${IMAGE[worker]}" -c '
         set -e
         printf "%s\n" "name: image-shards" \
@@ -157,12 +163,10 @@ EOF
           > /tmp/worker.log 2>&1 || { tail -5 /tmp/worker.log; exit 1; }
         tail -1 /tmp/worker.log
       ' 2>&1) || rc=$?
-    rm -rf "$shards"
     if [[ $rc -eq 0 ]]; then echo "    worker: trains from SentencePiece shards on a read-only volume"
     else fail "worker from shards (exit $rc):"$'\n'"$(tail -10 <<< "$out")"; fi
-  else
-    echo "    worker: shard check skipped (build/tools/pacictl not built)"
   fi
+  rm -rf "$shards"
   # Two replicas (pipeline.data_parallel: 2) in their own worker containers
   # under the coordinator's image: the workers meet at a TCPStore and average
   # gradients over Gloo as uid 65532, and the job succeeds with both replicas'

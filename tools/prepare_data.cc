@@ -1,6 +1,7 @@
 #include "tools/prepare_data.h"
 
 #include <algorithm>
+#include <fstream>
 #include <string>
 #include <utility>
 
@@ -67,15 +68,21 @@ class ProgressBar final : public DatasetProgress {
   absl::Time last_drawn_ = absl::InfinitePast();
 };
 
-}  // namespace
-
-absl::StatusOr<PrepareDataResult> PrepareData(const PrepareDataOptions& options) {
-  const absl::Time start = absl::Now();
-  ProgressBar progress(options);
-  absl::StatusOr<DatasetSummary> result = WriteDataset(options, &progress);
-  if (!result.ok() || options.progress == nullptr) return result;
-  const double seconds = std::max(1e-3, absl::ToDoubleSeconds(absl::Now() - start));
-  *options.progress << absl::StrFormat(
+// What is said once the dataset is there: a line of what it holds (and the
+// skipped JSONL lines), or the error.
+std::string ClosingLines(const PrepareDataOptions& options,
+                         const absl::StatusOr<PrepareDataResult>& result, absl::Duration took) {
+  if (!result.ok()) return absl::StrCat("prepare-data: ", result.status().message(), "\n");
+  if (result->reused) {
+    return absl::StrFormat(
+        "kept %s: it holds this dataset already (%d shard%s, %s tokens, vocabulary %s (%s)), "
+        "made from the same inputs and options; nothing redone\n",
+        options.out, result->shards, result->shards == 1 ? "" : "s",
+        FormatThousands(result->tokens), FormatThousands(result->vocab_size),
+        result->tokenizer_kind);
+  }
+  const double seconds = std::max(1e-3, absl::ToDoubleSeconds(took));
+  std::string lines = absl::StrFormat(
       "wrote %s: %d shard%s, %s tokens, %.1f MB in %.1f s (%.1f MB/s, %s tokens/s), "
       "vocabulary %s (%s)\n",
       options.out, result->shards, result->shards == 1 ? "" : "s",
@@ -84,8 +91,30 @@ absl::StatusOr<PrepareDataResult> PrepareData(const PrepareDataOptions& options)
       FormatThousands(static_cast<int64_t>(result->tokens / seconds)),
       FormatThousands(result->vocab_size), result->tokenizer_kind);
   if (result->skipped_lines > 0) {
-    *options.progress << "skipped " << FormatThousands(result->skipped_lines)
-                      << " bad .jsonl lines (--skip_bad_lines)\n";
+    absl::StrAppend(&lines, "skipped ", FormatThousands(result->skipped_lines),
+                    " bad .jsonl lines (--skip_bad_lines)\n");
+  }
+  return lines;
+}
+
+}  // namespace
+
+absl::StatusOr<PrepareDataResult> PrepareData(const PrepareDataOptions& options) {
+  const absl::Time start = absl::Now();
+  ProgressBar progress(options);
+  absl::StatusOr<DatasetSummary> result = WriteDataset(options, &progress);
+  const std::string closing = ClosingLines(options, result, absl::Now() - start);
+  if (result.ok() && options.progress != nullptr) *options.progress << closing;
+  if (!options.message_file.empty()) {
+    // Written in place, not renamed over: a pod's /dev/termination-log is a
+    // file the kubelet mounts, in a folder the container's user cannot write.
+    std::ofstream message(options.message_file, std::ios::binary | std::ios::trunc);
+    message << closing;
+    message.close();
+    if (!message && result.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("--message_file: ", options.message_file, ": cannot write it"));
+    }
   }
   return result;
 }

@@ -16,11 +16,14 @@ struct PrepareDataOptions : DatasetOptions {
   std::ostream* progress = nullptr;
   bool redraw_in_place = false;  // redraw the bar with '\r' (a terminal)
   absl::Duration progress_interval = absl::Seconds(5);  // otherwise a line this often
+  // When set, the closing lines, or the error, are written to this file too:
+  // a pod's terminationMessagePath, where its status shows them.
+  std::string message_file;
 };
 using PrepareDataResult = DatasetSummary;
 
 // Writes the dataset, drawing its progress on options.progress; errors as
-// WriteDataset's.
+// WriteDataset's (or Unavailable when a dataset was made but message_file could not be written).
 absl::StatusOr<PrepareDataResult> PrepareData(const PrepareDataOptions& options);
 
 }  // namespace paci

@@ -25,6 +25,7 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 const std::string kGenesisPath = std::string(PACI_SOURCE_DIR) + "/tests/data/kjv-genesis.txt";
 
@@ -124,8 +125,10 @@ TEST_F(PrepareDataTest, ACharDatasetGivesTheSameWindowsAsTheTextItWasMadeOf) {
   EXPECT_EQ(result->bytes, static_cast<int64_t>(fs::file_size(kGenesisPath)));
   EXPECT_EQ(result->shards, (result->tokens + 29999) / 30000);
   EXPECT_GT(result->shards, 3);
-  EXPECT_EQ(Names(Path("genesis")).front(), "shard-00000.bin");
-  EXPECT_EQ(Names(Path("genesis")).back(), "tokenizer");
+  const std::vector<std::string> names = Names(Path("genesis"));
+  EXPECT_EQ(names.front(), kDatasetRecordFile);
+  EXPECT_EQ(names[1], "shard-00000.bin");
+  EXPECT_EQ(names.back(), "tokenizer");
 
   CorpusOptions text;
   text.path = kGenesisPath;
@@ -321,6 +324,22 @@ TEST_F(PrepareDataTest, ItPrintsAFinalLineWithShardsTokensAndVocabulary) {
   EXPECT_EQ(progress.str().find('\r'), std::string::npos);
 }
 
+// In a pod, --message_file is its terminationMessagePath: what its status says.
+TEST_F(PrepareDataTest, TheMessageFileHoldsTheClosingLineOrTheError) {
+  PrepareDataOptions options = Options("genesis");
+  options.message_file = Path("message");
+  absl::StatusOr<PrepareDataResult> result = PrepareData(options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_THAT(ReadText(Path("message")),
+              HasSubstr(absl::StrCat("wrote ", options.out, ": ", result->shards, " shards")));
+
+  options = Options("bad");
+  options.message_file = Path("message");
+  options.inputs = {WriteFile(Path("bad.jsonl"), "{\"text\": \"a\"}\nnot json\n")};
+  ASSERT_FALSE(PrepareData(options).ok());
+  EXPECT_THAT(ReadText(Path("message")), HasSubstr("prepare-data: " + Path("bad.jsonl") + ":2: "));
+}
+
 TEST_F(PrepareDataTest, InputsAreFilesFoldersAndGlobsInOrder) {
   fs::create_directories(Path("texts/sub"));
   WriteFile(Path("texts/b.txt"), "b");
@@ -361,6 +380,66 @@ TEST_F(PrepareDataTest, AnOutThatExistsAndIsNotEmptyIsRefused) {
   absl::StatusOr<PrepareDataResult> result = PrepareData(options);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_TRUE(fs::exists(options.out + "/tokenizer"));
+}
+
+// A dataset initializer runs again after a crash or on a job's next attempt:
+// a finished dataset of the same request is kept, not redone.
+TEST_F(PrepareDataTest, WithReuseAFinishedDatasetOfTheSameRequestIsKeptAsItIs) {
+  std::ostringstream progress;
+  PrepareDataOptions options = Options("genesis");
+  options.reuse = true;
+  absl::StatusOr<PrepareDataResult> made = PrepareData(options);
+  ASSERT_TRUE(made.ok()) << made.status();
+  EXPECT_FALSE(made->reused);
+  const std::map<std::string, std::string> before = Contents(options.out);
+  const auto shard_time = fs::last_write_time(options.out + "/shard-00000.bin");
+  const nlohmann::json record = nlohmann::json::parse(before.at(kDatasetRecordFile));
+  EXPECT_EQ(record["request"]["inputs"][0][0], kGenesisPath);
+  EXPECT_EQ(record["request"]["inputs"][0][1], made->bytes);
+  EXPECT_EQ(record["summary"]["tokens"], made->tokens);
+
+  options.progress = &progress;
+  options.threads = 1;  // not part of the request: the output is the same
+  absl::StatusOr<PrepareDataResult> kept = PrepareData(options);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_TRUE(kept->reused);
+  EXPECT_EQ(kept->tokens, made->tokens);
+  EXPECT_EQ(kept->shards, made->shards);
+  EXPECT_EQ(kept->vocab_size, made->vocab_size);
+  EXPECT_EQ(kept->tokenizer_kind, "char");
+  EXPECT_EQ(Contents(options.out), before);
+  EXPECT_EQ(fs::last_write_time(options.out + "/shard-00000.bin"), shard_time);
+  EXPECT_THAT(progress.str(), HasSubstr(absl::StrCat("kept ", options.out, ": it holds this dataset already (",
+                                                     made->shards, " shards, ")));
+  EXPECT_THAT(progress.str(), Not(HasSubstr("tokenizing")));
+}
+
+TEST_F(PrepareDataTest, WithReuseADatasetOfAnotherRequestOrAnyOtherFolderIsRefusedAndKept) {
+  PrepareDataOptions options = Options("genesis");
+  ASSERT_TRUE(PrepareData(options).ok());
+  const std::map<std::string, std::string> before = Contents(options.out);
+  options.reuse = true;
+  options.tokenizer = "bpe";
+  options.vocab_size = 400;
+  ExpectRefused(options, "holds a dataset made from another request (tokenizer: \"char\" there, "
+                         "\"bpe\" here)", absl::StatusCode::kFailedPrecondition);
+  options = Options("genesis");
+  options.reuse = true;
+  const std::string more = WriteFile(Path("more.txt"), "And it was so.\n");
+  options.inputs = {kGenesisPath, more};
+  ExpectRefused(options, "(input 2: null there, [\"" + more + "\",15] here)",
+                absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Contents(options.out), before);
+
+  options = Options("other");
+  options.reuse = true;
+  fs::create_directories(options.out);
+  WriteFile(options.out + "/keep.txt", "mine");
+  ExpectRefused(options, absl::StrCat("exists and holds no ", kDatasetRecordFile),
+                absl::StatusCode::kFailedPrecondition);
+  WriteFile(options.out + "/" + kDatasetRecordFile, "{\"request\": 1");
+  ExpectRefused(options, "that is not a dataset record", absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ReadText(options.out + "/keep.txt"), "mine");
 }
 
 TEST_F(PrepareDataTest, AnEmptyCorpusIsRefused) {

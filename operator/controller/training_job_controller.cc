@@ -5,6 +5,7 @@
 #include <glog/logging.h>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "operator/reconcile/object_meta.h"
@@ -176,6 +177,21 @@ absl::StatusOr<ObservedWorld> TrainingJobController::Observe(json job, const std
   world.service_exists = services_->Get(ns, WorkerServiceName(name)).has_value();
   world.network_policy_exists =
       network_policies_ && network_policies_->Get(ns, WorkerServiceName(name)).has_value();
+  for (const json& pod : world.pods) {
+    // The dataset initializer's progress: the last line prepare-data printed.
+    // Best effort: without it the condition names the pod instead.
+    if (Label(pod, kRoleLabel) != kDatasetRole ||
+        StringField(Field(pod, "status"), "phase") != "Running") {
+      continue;
+    }
+    absl::StatusOr<std::string> log = kube_.GetText(absl::StrCat(
+        CollectionPath("", "v1", ns, "pods"), "/", MetaString(pod, "name"), "/log?tailLines=1"));
+    if (log.ok()) {
+      std::string line(absl::StripAsciiWhitespace(*log));
+      if (const size_t cr = line.rfind('\r'); cr != std::string::npos) line = line.substr(cr + 1);
+      world.dataset_progress = line;
+    }
+  }
   const std::string coordinator_name = StringField(Field(job, "status"), "coordinatorJob");
   world.job = std::move(job);
   if (coordinator_name.empty()) return world;

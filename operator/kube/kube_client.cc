@@ -98,6 +98,24 @@ void KubeClient::Observe(const std::string& verb, int code) {
 
 absl::StatusOr<json> KubeClient::Call(const std::string& verb, const std::string& path,
                                       const std::string& body, const std::string& content_type) {
+  absl::StatusOr<std::string> answer = CallForBody(verb, path, body, content_type, "application/json");
+  if (!answer.ok()) return answer.status();
+  json parsed = json::parse(*answer, nullptr, false);
+  if (parsed.is_discarded()) {
+    return absl::InternalError(absl::StrCat(verb, " ", path, ": the response is not JSON"));
+  }
+  return parsed;
+}
+
+absl::StatusOr<std::string> KubeClient::GetText(const std::string& path) {
+  return CallForBody("GET", path, "", "", "*/*");
+}
+
+absl::StatusOr<std::string> KubeClient::CallForBody(const std::string& verb,
+                                                    const std::string& path,
+                                                    const std::string& body,
+                                                    const std::string& content_type,
+                                                    const std::string& accept) {
   const absl::StatusOr<ServerUrl>& url = credentials_->server();
   if (!url.ok()) return url.status();
   absl::StatusOr<RequestAuth> auth = credentials_->Get();
@@ -109,7 +127,7 @@ absl::StatusOr<json> KubeClient::Call(const std::string& verb, const std::string
       NewClient(options_, *url, *auth, options_.request_timeout);
   if (!client.ok()) return client.status();
   const std::string full_path = url->prefix + path;
-  const httplib::Headers headers = {{"Accept", "application/json"}};
+  const httplib::Headers headers = {{"Accept", accept}};
   ERR_clear_error();
   httplib::ClientImpl& http = **client;
   httplib::Result result =
@@ -129,11 +147,7 @@ absl::StatusOr<json> KubeClient::Call(const std::string& verb, const std::string
     absl::Status status = StatusFromHttp(result->status, result->body);
     return absl::Status(status.code(), absl::StrCat(verb, " ", path, ": ", status.message()));
   }
-  json parsed = json::parse(result->body, nullptr, false);
-  if (parsed.is_discarded()) {
-    return absl::InternalError(absl::StrCat(verb, " ", path, ": the response is not JSON"));
-  }
-  return parsed;
+  return std::move(result->body);
 }
 
 absl::StatusOr<json> KubeClient::Get(const std::string& path) { return Call("GET", path, "", ""); }

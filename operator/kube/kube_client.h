@@ -122,6 +122,9 @@ class KubeClient {
   // `path` is the URL path of an object or a collection, e.g.
   // "/api/v1/namespaces/default/pods/p" or "/apis/paci.dev/v1alpha1/trainingjobs".
   absl::StatusOr<nlohmann::json> Get(const std::string& path);
+  // A path that answers text, not an object: a pod's log
+  // (".../pods/<name>/log?tailLines=1").
+  absl::StatusOr<std::string> GetText(const std::string& path);
   // A collection; its metadata.resourceVersion is where a watch resumes.
   absl::StatusOr<nlohmann::json> List(const std::string& path, const ListOptions& options = {});
   absl::StatusOr<nlohmann::json> Create(const std::string& collection_path,
@@ -154,6 +157,9 @@ class KubeClient {
  private:
   absl::StatusOr<nlohmann::json> Call(const std::string& verb, const std::string& path,
                                       const std::string& body, const std::string& content_type);
+  absl::StatusOr<std::string> CallForBody(const std::string& verb, const std::string& path,
+                                          const std::string& body, const std::string& content_type,
+                                          const std::string& accept);
   void Observe(const std::string& verb, int code);
 
   KubeClientOptions options_;

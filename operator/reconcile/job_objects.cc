@@ -395,32 +395,25 @@ json WorkerNetworkPolicy(const json& job, const ReconcilerOptions& options) {
                                                    {"port", options.metrics_port}}})}}})}}}};
 }
 
-json WorkerPod(const json& job, int index, const ReconcilerOptions& options) {
+namespace {
+
+// A pod of spec.worker's template running `container` (its name, image,
+// command, args, env and ports set here): the user's resources, pull policy,
+// envFrom, volumes and scheduling, the restricted security defaults under the
+// user's overrides, /tmp, and the operator's labels for `role`.
+json TemplatePod(const json& job, const std::string& pod_name, const char* role, json container,
+                 const ReconcilerOptions& options) {
   const json& worker = Field(Field(job, "spec"), "worker");
   const std::string name = MetaString(job, "name");
-  const std::string pod_name = WorkerPodName(name, index);
-
-  json container = {
-      {"name", "worker"},
-      {"image", WorkerImage(Field(job, "spec"), options)},
-      {"command", json::array({options.worker_command})},
-      {"args", WorkerArgs(job, options)},
-      {"env", WorkerEnv(worker)},
-      {"ports", json::array({{{"name", "link"}, {"containerPort", options.link_port}},
-                             {{"name", "metrics"}, {"containerPort", options.metrics_port}}})},
-      {"securityContext", Merged({{"allowPrivilegeEscalation", false},
-                                  {"readOnlyRootFilesystem", true},
-                                  {"capabilities", {{"drop", json::array({"ALL"})}}}},
-                                 Field(worker, "securityContext"))},
-  };
+  container["securityContext"] = Merged({{"allowPrivilegeEscalation", false},
+                                         {"readOnlyRootFilesystem", true},
+                                         {"capabilities", {{"drop", json::array({"ALL"})}}}},
+                                        Field(worker, "securityContext"));
   for (const char* key : {"imagePullPolicy", "resources", "envFrom"}) {
     if (worker.contains(key)) container[key] = worker[key];
   }
-
   json pod_spec = {
       {"restartPolicy", "Never"},
-      {"hostname", pod_name},
-      {"subdomain", WorkerServiceName(name)},
       {"automountServiceAccountToken", false},
       {"terminationGracePeriodSeconds", 10},
       {"securityContext", Merged({{"runAsNonRoot", true},
@@ -437,24 +430,113 @@ json WorkerPod(const json& job, int index, const ReconcilerOptions& options) {
                           "runtimeClassName"}) {
     if (worker.contains(key)) pod_spec[key] = worker[key];
   }
-
   json labels = Field(worker, "labels");  // an empty object when absent
-  labels.update(WorkerLabels(name));
-  labels[kWorkerIndexLabel] = std::to_string(index);
-  labels["app.kubernetes.io/name"] = "paci-worker";
+  labels[kJobNameLabel] = name;
+  labels[kRoleLabel] = role;
+  labels["app.kubernetes.io/name"] = absl::StrCat("paci-", role);
   labels["paci.dev/trainingjob"] = name;
-  json annotations = Field(worker, "annotations");
-  annotations["prometheus.io/scrape"] = "true";
-  annotations["prometheus.io/port"] = std::to_string(options.metrics_port);
   return {{"apiVersion", "v1"},
           {"kind", "Pod"},
           {"metadata",
            {{"name", pod_name},
             {"namespace", MetaString(job, "namespace")},
             {"labels", labels},
-            {"annotations", annotations},
+            {"annotations", Field(worker, "annotations")},
             {"ownerReferences", OwnerReference(job)}}},
           {"spec", pod_spec}};
+}
+
+}  // namespace
+
+json WorkerPod(const json& job, int index, const ReconcilerOptions& options) {
+  const json& spec = Field(job, "spec");
+  const std::string name = MetaString(job, "name");
+  const std::string pod_name = WorkerPodName(name, index);
+  json container = {
+      {"name", "worker"},
+      {"image", WorkerImage(spec, options)},
+      {"command", json::array({options.worker_command})},
+      {"args", WorkerArgs(job, options)},
+      {"env", WorkerEnv(Field(spec, "worker"))},
+      {"ports", json::array({{{"name", "link"}, {"containerPort", options.link_port}},
+                             {{"name", "metrics"}, {"containerPort", options.metrics_port}}})},
+  };
+  json pod = TemplatePod(job, pod_name, kWorkerRole, std::move(container), options);
+  pod["spec"]["hostname"] = pod_name;
+  pod["spec"]["subdomain"] = WorkerServiceName(name);
+  pod["metadata"]["labels"][kWorkerIndexLabel] = std::to_string(index);
+  json& annotations = pod["metadata"]["annotations"];
+  annotations["prometheus.io/scrape"] = "true";
+  annotations["prometheus.io/port"] = std::to_string(options.metrics_port);
+  return pod;
+}
+
+bool HasDatasetInitializer(const json& spec) {
+  return Field(spec, "initializer").contains("dataset");
+}
+
+absl::Status ValidateInitializer(const json& spec) {
+  if (!HasDatasetInitializer(spec)) return absl::OkStatus();
+  const json& dataset = Field(Field(spec, "initializer"), "dataset");
+  if (StringField(Field(spec, "data"), "dataset").empty()) {
+    return absl::InvalidArgumentError(
+        "spec.initializer.dataset: it writes spec.data.dataset: name that folder (on a volume of "
+        "spec.worker) instead of spec.data.corpusPath");
+  }
+  const json& source = Field(dataset, "source");
+  if (!source.is_array() || source.empty()) {
+    return absl::InvalidArgumentError(
+        "spec.initializer.dataset.source: give the text or JSONL files, folders or globs to "
+        "prepare");
+  }
+  for (size_t i = 0; i < source.size(); ++i) {
+    if (!source[i].is_string() || source[i].get<std::string>().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("spec.initializer.dataset.source[", i,
+                                                     "]: must be a non-empty path"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+json DatasetPod(const json& job, const ReconcilerOptions& options) {
+  const json& spec = Field(job, "spec");
+  const json& dataset = Field(Field(spec, "initializer"), "dataset");
+  json args = json::array({"prepare-data"});
+  for (const json& source : Field(dataset, "source")) args.push_back(source);
+  args.push_back("--out=" + StringField(Field(spec, "data"), "dataset"));
+  // Kept when it is there already (a rerun), and the closing line or the
+  // error in the pod's status.
+  args.push_back("--reuse");
+  args.push_back(absl::StrCat("--message_file=", kTerminationMessagePath));
+  for (const auto& [key, flag] :
+       {std::pair<const char*, const char*>{"tokenizer", "tokenizer"},
+        {"tokenizerModel", "tokenizer_model"},
+        {"textField", "text_field"}}) {
+    const std::string value = StringField(dataset, key);
+    if (!value.empty()) args.push_back(absl::StrCat("--", flag, "=", value));
+  }
+  for (const auto& [key, flag] : {std::pair<const char*, const char*>{"vocabSize", "vocab_size"},
+                                  {"shardTokens", "shard_tokens"}}) {
+    const int64_t value = IntField(dataset, key, 0);
+    if (value != 0) args.push_back(absl::StrCat("--", flag, "=", value));
+  }
+  if (Field(dataset, "skipBadLines") == json(true)) args.push_back("--skip_bad_lines");
+  json container = {
+      {"name", "dataset"},
+      {"image", WorkerImage(spec, options)},
+      {"command", json::array({options.dataset_command})},
+      {"args", args},
+      {"env", WorkerEnv(Field(spec, "worker"))},
+      {"terminationMessagePath", kTerminationMessagePath},
+      // A crash before the message is written: the end of its output instead.
+      {"terminationMessagePolicy", "FallbackToLogsOnError"},
+  };
+  ReconcilerOptions without_secret = options;  // it talks to no coordinator
+  without_secret.worker_secret.clear();
+  json pod = TemplatePod(job, DatasetPodName(MetaString(job, "name")), kDatasetRole,
+                         std::move(container), without_secret);
+  pod["metadata"]["annotations"][kGenerationAnnotation] = std::to_string(Generation(job));
+  return pod;
 }
 
 }  // namespace paci::op

@@ -34,6 +34,21 @@ absl::Status ValidateWorkerTemplate(const nlohmann::json& worker);
 // mounted at kWorkerSecretPath for the worker's TLS and token flags.
 nlohmann::json WorkerPod(const nlohmann::json& job, int index, const ReconcilerOptions& options);
 
+// Whether the spec has a spec.initializer.dataset.
+bool HasDatasetInitializer(const nlohmann::json& spec);
+
+// spec.initializer.dataset, when there is one: it needs spec.data.dataset
+// (the folder it writes) and a source. InvalidArgument naming the field.
+absl::Status ValidateInitializer(const nlohmann::json& spec);
+
+// The dataset initializer's pod (DatasetPodName): `pacictl prepare-data` of
+// spec.initializer.dataset's source into spec.data.dataset with --reuse (a
+// finished dataset of the same request is kept), in the worker's image with
+// its volumes, resources and security, run once (restartPolicy Never); its
+// closing line or error is its termination message. Annotated with the
+// job's generation (kGenerationAnnotation).
+nlohmann::json DatasetPod(const nlohmann::json& job, const ReconcilerOptions& options);
+
 // The headless Service (WorkerServiceName) selecting the job's pods.
 nlohmann::json WorkerService(const nlohmann::json& job, const ReconcilerOptions& options);
 
@@ -42,6 +57,9 @@ nlohmann::json WorkerService(const nlohmann::json& job, const ReconcilerOptions&
 // store and Gloo) and on the metrics port from anyone; nothing else reaches
 // them where the network plugin enforces policies.
 nlohmann::json WorkerNetworkPolicy(const nlohmann::json& job, const ReconcilerOptions& options);
+
+// Where the dataset pod writes its termination message.
+inline constexpr char kTerminationMessagePath[] = "/dev/termination-log";
 
 // Where the worker Secret is mounted in worker pods.
 inline constexpr char kWorkerSecretPath[] = "/etc/paci/coordinator";

@@ -67,8 +67,10 @@ std::string WorkerPodName(const std::string& job_name, int index) {
   return absl::StrCat(job_name, "-worker-", index);
 }
 
+std::string DatasetPodName(const std::string& job_name) { return job_name + "-dataset"; }
+
 json WorkerLabels(const std::string& job_name) {
-  return {{kJobNameLabel, job_name}, {kRoleLabel, "worker"}};
+  return {{kJobNameLabel, job_name}, {kRoleLabel, kWorkerRole}};
 }
 
 std::string Rfc3339(absl::Time time) {

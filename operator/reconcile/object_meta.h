@@ -18,6 +18,12 @@ namespace paci::op {
 inline constexpr char kJobNameLabel[] = "paci.dev/job-name";
 inline constexpr char kRoleLabel[] = "paci.dev/role";
 inline constexpr char kWorkerIndexLabel[] = "paci.dev/worker-index";
+// kRoleLabel's values: a worker pod's, the dataset initializer's.
+inline constexpr char kWorkerRole[] = "worker";
+inline constexpr char kDatasetRole[] = "dataset";
+// On the dataset initializer's pod: the generation of the TrainingJob it was
+// made for.
+inline constexpr char kGenerationAnnotation[] = "paci.dev/generation";
 
 // Fields. A missing or null key reads as an empty object, a string field
 // that is no string as "", an integer field that is no integer as `otherwise`.
@@ -40,9 +46,11 @@ nlohmann::json FinalizersWithout(const nlohmann::json& object, const char* final
 
 // The objects a TrainingJob named `job_name` owns: the headless Service
 // "<name>-workers" and the pods "<name>-worker-<index>" it names, each
-// labelled with the job's name and the role "worker".
+// labelled with the job's name and the role "worker"; the dataset
+// initializer's pod "<name>-dataset" (role "dataset").
 std::string WorkerServiceName(const std::string& job_name);
 std::string WorkerPodName(const std::string& job_name, int index);
+std::string DatasetPodName(const std::string& job_name);
 nlohmann::json WorkerLabels(const std::string& job_name);
 
 // Times. Rfc3339 to the second ("2027-01-15T08:00:00Z"), as .status and

@@ -20,6 +20,7 @@ namespace {
 
 using nlohmann::json;
 
+constexpr char kPhaseInitializing[] = "Initializing";
 constexpr char kPhasePending[] = "Pending";
 constexpr char kPhaseSuspended[] = "Suspended";
 constexpr char kPhaseRunning[] = "Running";
@@ -224,6 +225,9 @@ absl::StatusOr<v1::JobSpec> RunnableJobSpec(const Reconciliation& r) {
   if (absl::Status worker = ValidateWorkerTemplate(Field(r.spec, "worker")); !worker.ok()) {
     return worker;
   }
+  if (absl::Status initializer = ValidateInitializer(r.spec); !initializer.ok()) {
+    return initializer;
+  }
   return job_spec;
 }
 
@@ -335,6 +339,7 @@ void EnsureWorkers(Reconciliation& r, int workers) {
   std::map<int, const json*> by_index;
   std::vector<std::pair<std::string, std::string>> troubles;
   for (const json& pod : r.world.pods) {
+    if (Label(pod, kRoleLabel) == kDatasetRole) continue;  // DatasetReady's
     int index = -1;
     try {
       index = std::stoi(Label(pod, kWorkerIndexLabel));
@@ -387,7 +392,8 @@ void SubmitToCoordinator(Reconciliation& r, v1::JobSpec job_spec) {
     }
   }
   r.desired["coordinatorJob"] = submit_name;
-  if (r.phase_before.empty() || r.phase_before == kPhaseSuspended) {
+  if (r.phase_before.empty() || r.phase_before == kPhaseSuspended ||
+      r.phase_before == kPhaseInitializing) {
     r.desired["phase"] = kPhasePending;
     r.SetCondition("Submitted", true, "Submitted", "submitted to the coordinator as " + submit_name);
     r.Event("Normal", "Submitted",
@@ -445,9 +451,103 @@ void MirrorStatus(Reconciliation& r, int workers) {
   if (IsFinished(phase)) CoordinatorFinished(r, phase);
 }
 
-// A job that is to run: its workers, and its job at the coordinator.
+bool ConditionTrueAt(const json& status, const std::string& type, int64_t generation) {
+  const json& conditions = Field(status, "conditions");
+  if (!conditions.is_array()) return false;
+  for (const json& c : conditions) {
+    if (StringField(c, "type") == type) {
+      return StringField(c, "status") == "True" && IntField(c, "observedGeneration", 0) == generation;
+    }
+  }
+  return false;
+}
+
+// The termination message of a pod's container (its closing line or error).
+std::string TerminationMessage(const json& pod) {
+  const json& containers = Field(Field(pod, "status"), "containerStatuses");
+  if (!containers.is_array()) return "";
+  for (const json& container : containers) {
+    std::string message = StringField(Field(Field(container, "state"), "terminated"), "message");
+    while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) {
+      message.pop_back();
+    }
+    if (!message.empty()) return message;
+  }
+  return "";
+}
+
+// spec.initializer.dataset, before the job is first submitted (and again on
+// a new generation): the dataset pod runs prepare-data into spec.data.dataset
+// once, and nothing else starts until it has succeeded. The DatasetReady
+// condition tells where it is; a failed pod fails the job with its error.
+// True when the dataset is ready, or the job has none to prepare.
+bool DatasetReady(Reconciliation& r) {
+  if (!HasDatasetInitializer(r.spec) || !r.coordinator_name.empty()) return true;
+  const json& dataset = Field(Field(r.spec, "initializer"), "dataset");
+  if (ConditionTrueAt(r.status, "DatasetReady", r.generation)) return true;
+  const std::string pod_name = DatasetPodName(MetaString(r.world.job, "name"));
+  const std::string folder = StringField(Field(r.spec, "data"), "dataset");
+  const json* pod = nullptr;
+  for (const json& p : r.world.pods) {
+    if (Label(p, kRoleLabel) == kDatasetRole) pod = &p;
+  }
+  r.desired["phase"] = kPhaseInitializing;
+  r.actions.requeue_after = r.options.poll_interval;
+  const auto preparing = [&](const std::string& reason, const std::string& message) {
+    r.SetCondition("DatasetReady", false, reason, message);
+  };
+  if (pod == nullptr) {
+    r.actions.create_pods.push_back(DatasetPod(r.world.job, r.options));
+    preparing("Preparing", absl::StrCat("pod ", pod_name, " prepares ", folder));
+    if (r.phase_before != kPhaseInitializing) {
+      r.Event("Normal", "PreparingDataset",
+              absl::StrCat("pod ", pod_name, " prepares ", folder, " from ",
+                           Field(dataset, "source").size(), " source path(s)"));
+    }
+    return false;
+  }
+  const std::string made_for =
+      Field(Field(Field(*pod, "metadata"), "annotations"), kGenerationAnnotation).is_string()
+          ? Field(Field(*pod, "metadata"), "annotations")[kGenerationAnnotation].get<std::string>()
+          : "";
+  if (BeingDeleted(*pod) || made_for != std::to_string(r.generation)) {
+    // Made for an earlier spec: gone first, then made again for this one.
+    if (!BeingDeleted(*pod)) r.actions.delete_pods.push_back(MetaString(*pod, "name"));
+    preparing("Preparing", absl::StrCat("replacing pod ", pod_name, " of an earlier generation"));
+    return false;
+  }
+  const std::string pod_phase = StringField(Field(*pod, "status"), "phase");
+  const std::string message = TerminationMessage(*pod);
+  if (pod_phase == "Succeeded") {
+    r.SetCondition("DatasetReady", true, "Prepared", message);
+    r.Event("Normal", "DatasetPrepared", message.empty() ? folder + " is ready" : message);
+    return true;
+  }
+  if (pod_phase == "Failed") {
+    r.actions.requeue_after.reset();
+    r.SetCondition("DatasetReady", false, "Failed", message);
+    FailJob(r, "DatasetFailed",
+            absl::StrCat("the dataset initializer (pod ", pod_name, HowItEnded(*pod), ") failed",
+                         message.empty() ? "" : ": ", message));
+    return false;
+  }
+  if (auto [reason, trouble] = PodTrouble(*pod); !reason.empty()) {
+    preparing(reason, absl::StrCat("pod ", pod_name, ": ", reason, trouble.empty() ? "" : ": ",
+                                   trouble));
+  } else if (r.world.dataset_progress && !r.world.dataset_progress->empty()) {
+    preparing("Preparing", absl::StrCat("pod ", pod_name, ": ", *r.world.dataset_progress));
+  } else {
+    preparing("Preparing", absl::StrCat("pod ", pod_name, " is preparing ", folder,
+                                        " (kubectl logs -f ", pod_name, ")"));
+  }
+  return false;
+}
+
+// A job that is to run: its dataset, its workers, and its job at the
+// coordinator.
 void ReconcileRunning(Reconciliation& r, v1::JobSpec job_spec) {
   r.ClearCondition("Suspended", "Resumed");
+  if (!DatasetReady(r)) return;
   // P x R pods: every stage of every replica (pipeline.data_parallel).
   const int workers = WorkersOf(job_spec.pipeline());
   EnsureWorkers(r, workers);

@@ -47,6 +47,7 @@ struct ReconcilerOptions {
   std::string default_worker_image = "paci-worker:latest";
   std::string default_worker_cuda_image = "paci-worker-cuda:latest";
   std::string worker_command = "paci_worker";
+  std::string dataset_command = "pacictl";  // the dataset initializer's, in the worker image
   int link_port = 7000;     // the stage link each worker pod serves
   int metrics_port = 9100;  // its /metrics
   // Extra arguments for every worker.
@@ -103,6 +104,9 @@ struct ObservedWorld {
   // status names none, or the coordinator does not know it.
   std::optional<v1::Job> coordinator_job;
   absl::Time now;
+  // While the dataset initializer's pod runs: the last line of its output
+  // (prepare-data's progress), when the caller could read it.
+  std::optional<std::string> dataset_progress;
   // The coordinator's answer to the submit the reconcile of this same world
   // asked for; nullopt until the caller calls again with it.
   std::optional<absl::Status> submit_result;

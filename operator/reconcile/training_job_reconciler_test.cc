@@ -564,5 +564,174 @@ TEST(TrainingJobReconcilerTest, CoordinatorNamesFitItsLimit) {
   EXPECT_THAT(name, ::testing::EndsWith("-01234567-g1"));
 }
 
+// spec.initializer.dataset: a job whose dataset prepare-data makes first.
+json DatasetJob() {
+  json job = Job();
+  job["spec"]["data"] = {{"dataset", "/shared/datasets/kjv"}};
+  job["spec"]["initializer"]["dataset"] = {
+      {"source", json::array({"/shared/texts/", "/shared/more.jsonl.gz"})},
+      {"tokenizer", "bpe"},
+      {"vocabSize", 400},
+      {"textField", "body"},
+      {"skipBadLines", true}};
+  return job;
+}
+
+json DatasetPodIn(const std::string& phase, const std::string& message = "",
+                  const std::string& generation = "1") {
+  json pod = {{"metadata",
+               {{"name", "kjv-dataset"},
+                {"labels", {{kJobNameLabel, "kjv"}, {kRoleLabel, kDatasetRole}}},
+                {"annotations", {{kGenerationAnnotation, generation}}}}},
+              {"status", {{"phase", phase}}}};
+  if (phase == "Succeeded" || phase == "Failed") {
+    json terminated = {{"exitCode", phase == "Failed" ? 1 : 0},
+                       {"reason", phase == "Failed" ? "Error" : "Completed"},
+                       {"message", message}};
+    json container;
+    container["state"]["terminated"] = terminated;
+    pod["status"]["containerStatuses"] = json::array({container});
+  }
+  return pod;
+}
+
+const json* ConditionOf(const ReconcileActions& actions, const std::string& type) {
+  if (!actions.status) return nullptr;
+  for (const json& c : (*actions.status)["conditions"]) {
+    if (c["type"] == type) return &c;
+  }
+  return nullptr;
+}
+
+TEST(TrainingJobReconcilerTest, ADatasetInitializerRunsPrepareDataBeforeAnyWorker) {
+  ReconcileActions actions = ReconcileTrainingJob(World(DatasetJob()), ReconcilerOptions{});
+  ASSERT_THAT(Names(actions.create_pods), ElementsAre("kjv-dataset"));
+  EXPECT_FALSE(actions.submit.has_value());
+  EXPECT_FALSE(actions.create_service.has_value());
+  EXPECT_EQ((*actions.status)["phase"], "Initializing");
+  const json* ready = ConditionOf(actions, "DatasetReady");
+  ASSERT_NE(ready, nullptr);
+  EXPECT_EQ((*ready)["status"], "False");
+  EXPECT_EQ((*ready)["reason"], "Preparing");
+  EXPECT_THAT(Reasons(actions), ElementsAre("PreparingDataset"));
+  ASSERT_TRUE(actions.requeue_after.has_value());
+
+  // The pod: prepare-data of the source into data.dataset, kept when there already,
+  // in the worker's image and template, once, its result as its termination message.
+  const json& pod = actions.create_pods[0];
+  EXPECT_EQ(pod["metadata"]["labels"][kRoleLabel], kDatasetRole);
+  EXPECT_EQ(pod["metadata"]["labels"][kJobNameLabel], "kjv");
+  EXPECT_FALSE(pod["metadata"]["labels"].contains(kWorkerIndexLabel));
+  EXPECT_EQ(pod["metadata"]["annotations"][kGenerationAnnotation], "1");
+  EXPECT_EQ(pod["spec"]["restartPolicy"], "Never");
+  EXPECT_EQ(pod["spec"]["nodeSelector"]["pool"], "cpu");
+  EXPECT_EQ(pod["spec"]["securityContext"]["runAsUser"], kWorkerUid);
+  const json& container = pod["spec"]["containers"][0];
+  EXPECT_EQ(container["image"], "example/worker:1");
+  EXPECT_EQ(container["command"], json::array({"pacictl"}));
+  EXPECT_EQ(container["args"],
+            json::array({"prepare-data", "/shared/texts/", "/shared/more.jsonl.gz",
+                         "--out=/shared/datasets/kjv", "--reuse",
+                         "--message_file=/dev/termination-log", "--tokenizer=bpe",
+                         "--text_field=body", "--vocab_size=400", "--skip_bad_lines"}));
+  EXPECT_EQ(container["terminationMessagePolicy"], "FallbackToLogsOnError");
+  EXPECT_EQ(container["securityContext"]["readOnlyRootFilesystem"], true);
+  EXPECT_FALSE(container.contains("ports"));
+
+  // Running: still no worker, its progress in the condition.
+  ObservedWorld world = World(DatasetJob());
+  world.job["status"] = *actions.status;
+  world.pods = {DatasetPodIn("Running")};
+  world.dataset_progress = "tokenizing [#####-----] 50% 1.0/2.0 MB";
+  actions = ReconcileTrainingJob(world, ReconcilerOptions{});
+  EXPECT_THAT(actions.create_pods, IsEmpty());
+  EXPECT_THAT(actions.delete_pods, IsEmpty());
+  EXPECT_FALSE(actions.submit.has_value());
+  EXPECT_THAT(Reasons(actions), IsEmpty());  // one PreparingDataset Event, not one a poll
+  ASSERT_NE(ConditionOf(actions, "DatasetReady"), nullptr);
+  EXPECT_EQ((*ConditionOf(actions, "DatasetReady"))["message"],
+            "pod kjv-dataset: tokenizing [#####-----] 50% 1.0/2.0 MB");
+
+  // Succeeded: ready, with what prepare-data said; then the workers and the submit.
+  world.job["status"] = *actions.status;
+  world.pods = {DatasetPodIn("Succeeded", "wrote /shared/datasets/kjv: 3 shards, 1,000 tokens\n")};
+  actions = ReconcileTrainingJob(world, ReconcilerOptions{});
+  ASSERT_NE(ConditionOf(actions, "DatasetReady"), nullptr);
+  EXPECT_EQ((*ConditionOf(actions, "DatasetReady"))["status"], "True");
+  EXPECT_EQ((*ConditionOf(actions, "DatasetReady"))["message"],
+            "wrote /shared/datasets/kjv: 3 shards, 1,000 tokens");
+  EXPECT_THAT(Names(actions.create_pods), ElementsAre("kjv-worker-0", "kjv-worker-1"));
+  EXPECT_THAT(actions.delete_pods, IsEmpty());  // its pod stays, for kubectl logs
+  ASSERT_TRUE(actions.submit.has_value());
+  EXPECT_EQ(actions.submit->data().dataset(), "/shared/datasets/kjv");
+  EXPECT_EQ((*actions.status)["phase"], "Pending");
+  EXPECT_THAT(Reasons(actions), ElementsAre("DatasetPrepared", "Submitted"));
+
+  // Ready at this generation: not asked again, even with its pod gone (a resume).
+  world.job["status"] = *actions.status;
+  world.job["status"].erase("coordinatorJob");
+  world.job["status"]["phase"] = "Suspended";
+  world.pods = {};
+  actions = ReconcileTrainingJob(world, ReconcilerOptions{});
+  EXPECT_THAT(Names(actions.create_pods), ElementsAre("kjv-worker-0", "kjv-worker-1"));
+  EXPECT_TRUE(actions.submit.has_value());
+}
+
+TEST(TrainingJobReconcilerTest, AFailedDatasetFailsTheJobWithItsErrorAndAFixedSpecPreparesAgain) {
+  ObservedWorld world = World(DatasetJob());
+  world.job["status"] = {{"phase", "Initializing"}};
+  world.pods = {DatasetPodIn("Failed", "prepare-data: /shared/more.jsonl.gz:7: not JSON\n")};
+  ReconcileActions actions = ReconcileTrainingJob(world, ReconcilerOptions{});
+  EXPECT_EQ((*actions.status)["phase"], "Failed");
+  EXPECT_EQ((*actions.status)["message"],
+            "the dataset initializer (pod kjv-dataset, Error, exit code 1) failed: prepare-data: "
+            "/shared/more.jsonl.gz:7: not JSON");
+  EXPECT_EQ((*ConditionOf(actions, "Failed"))["reason"], "DatasetFailed");
+  EXPECT_EQ((*ConditionOf(actions, "DatasetReady"))["reason"], "Failed");
+  EXPECT_FALSE(actions.submit.has_value());
+  EXPECT_THAT(actions.create_pods, IsEmpty());
+  EXPECT_THAT(Reasons(actions), ElementsAre("DatasetFailed"));
+
+  // Applied again, fixed (generation 2): the pod of generation 1 goes, then a new one runs.
+  world.job["status"] = *actions.status;
+  world.job["metadata"]["generation"] = 2;
+  world.job["spec"]["initializer"]["dataset"]["skipBadLines"] = true;
+  actions = ReconcileTrainingJob(world, ReconcilerOptions{});
+  EXPECT_THAT(actions.delete_pods, ElementsAre("kjv-dataset"));
+  EXPECT_THAT(actions.create_pods, IsEmpty());
+  EXPECT_EQ((*actions.status)["phase"], "Initializing");
+  world.job["status"] = *actions.status;
+  world.pods = {};
+  actions = ReconcileTrainingJob(world, ReconcilerOptions{});
+  ASSERT_THAT(Names(actions.create_pods), ElementsAre("kjv-dataset"));
+  EXPECT_EQ(actions.create_pods[0]["metadata"]["annotations"][kGenerationAnnotation], "2");
+}
+
+TEST(TrainingJobReconcilerTest, ADatasetPodThatCannotStartSaysWhyAndADatasetNeedsItsFolder) {
+  ObservedWorld world = World(DatasetJob());
+  world.job["status"] = {{"phase", "Initializing"}};
+  json pod = DatasetPodIn("Pending");
+  json container;
+  container["state"]["waiting"] = {{"reason", "ImagePullBackOff"}, {"message", "no such image"}};
+  pod["status"]["containerStatuses"] = json::array({container});
+  world.pods = {pod};
+  ReconcileActions actions = ReconcileTrainingJob(world, ReconcilerOptions{});
+  EXPECT_EQ((*ConditionOf(actions, "DatasetReady"))["reason"], "ImagePullBackOff");
+  EXPECT_EQ((*ConditionOf(actions, "DatasetReady"))["message"],
+            "pod kjv-dataset: ImagePullBackOff: no such image");
+
+  json job = DatasetJob();
+  job["spec"]["data"] = {{"corpusPath", "corpus.txt"}};
+  actions = ReconcileTrainingJob(World(job), ReconcilerOptions{});
+  EXPECT_EQ((*actions.status)["phase"], "Failed");
+  EXPECT_THAT((*actions.status)["message"].get<std::string>(),
+              HasSubstr("spec.initializer.dataset: it writes spec.data.dataset"));
+  job = DatasetJob();
+  job["spec"]["initializer"]["dataset"]["source"] = json::array();
+  actions = ReconcileTrainingJob(World(job), ReconcilerOptions{});
+  EXPECT_THAT((*actions.status)["message"].get<std::string>(),
+              HasSubstr("spec.initializer.dataset.source: "));
+}
+
 }  // namespace
 }  // namespace paci::op

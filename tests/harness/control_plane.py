@@ -211,6 +211,8 @@ class ControlPlane:
             "--service-account-key-file=" + pki("sa.pub"),
             "--service-account-signing-key-file=" + pki("sa.key"),
             "--service-cluster-ip-range=10.96.0.0/16",
+            # pods/log reaches a node at its address (the node agent's Hostname resolves nowhere).
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
             "--profiling=false", "--v=1"] + self.apiserver_args)
         self.kubeconfig = self.kubeconfig_for("admin")
         self._wait("kube-apiserver /readyz", "kube-apiserver", lambda: self.request("GET", "/readyz"),

@@ -55,8 +55,15 @@ with podman:
     stdout+stderr go to WORK_DIR/NAMESPACE_POD.log;
   - status goes through the pods/status subresource: Running (podIP, podIPs, hostIP,
     startTime, conditions, containerStatuses running), then Succeeded (exit 0) or
-    Failed with the container terminated (exitCode, reason Completed or Error).
+    Failed with the container terminated (exitCode, reason Completed or Error, and
+    the termination message: in a container, what it wrote to its
+    terminationMessagePath (default /dev/termination-log, a file mounted there, its
+    first 4096 bytes); with terminationMessagePolicy FallbackToLogsOnError and no
+    message, a failed container's last 80 lines of output (at most 2048 bytes), as
+    the kubelet does).
     Pods are never restarted, whatever their restartPolicy;
+* serves the pods' output to the API server's pods/log (`kubectl logs`, tailLines and
+  limitBytes, no follow) at the kubelet endpoint its Node reports (serve_logs);
 * a pod given a deletionTimestamp gets SIGTERM, then SIGKILL after
   min(terminationGracePeriodSeconds, --max-grace) seconds, and is then removed
   with a zero grace period, as the kubelet ends a graceful deletion;
@@ -82,6 +89,7 @@ import base64
 import ctypes
 import datetime
 import http.client
+import http.server
 import json
 import math
 import os
@@ -157,6 +165,7 @@ class PodRun:
         self.container_name = "k8s_%s_%s_%s_%s_0" % (self.container.get("name", "main"), self.name,
                                                      self.namespace, self.uid)
         self.container_id = ""
+        self.termination_log = None  # the host file mounted at terminationMessagePath
         self.proc = None
         self.started_at = None
         self.killing = False
@@ -200,6 +209,7 @@ class NodeAgent:
         self.threads = []
         self.stopping = threading.Event()
         self.conn = None
+        self.kubelet_port = 0  # serve_logs()
         os.makedirs(work_dir, exist_ok=True)
 
     def log(self, text):
@@ -246,7 +256,7 @@ class NodeAgent:
             "conditions": conditions, "capacity": self.capacity, "allocatable": self.capacity,
             "addresses": [{"type": "InternalIP", "address": self.host_ip},
                           {"type": "Hostname", "address": self.node_name}],
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": self.kubelet_port}},
             "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux",
                          "containerRuntimeVersion": "podman://", "kubeletVersion": "",
                          "kubeProxyVersion": "", "osImage": "", "kernelVersion": os.uname().release,
@@ -330,11 +340,62 @@ class NodeAgent:
         except OSError as error:
             self.log("status of %s/%s: %s" % (run.namespace, run.name, error))
 
+    # -- the kubelet's log endpoint -------------------------------------------
+
+    def serve_logs(self):
+        """Serves GET /containerLogs/NAMESPACE/POD/CONTAINER (tailLines, limitBytes; no follow)
+        over TLS on a free port of the host's address, which the Node reports as its kubelet
+        endpoint: the API server's pods/log (`kubectl logs`) reads a pod's output there, as
+        from the kubelet's port 10250. The certificate is self-signed: an API server started
+        without --kubelet-certificate-authority does not verify it."""
+        cert, key = os.path.join(self.work_dir, "kubelet.crt"), os.path.join(self.work_dir, "kubelet.key")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                        "-nodes", "-days", "7", "-subj", "/CN=" + self.node_name,
+                        "-addext", "subjectAltName=IP:" + self.host_ip, "-keyout", key, "-out", cert],
+                       check=True, capture_output=True)
+        agent = self
+
+        class Logs(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                url = urllib.parse.urlparse(self.path)
+                parts = url.path.split("/")
+                path = os.path.join(agent.work_dir, "%s_%s.log" % tuple(parts[2:4])) if len(parts) == 5 \
+                    and parts[1] == "containerLogs" else None
+                if not path or not os.path.exists(path):
+                    self.answer(404, b"no such container log\n")
+                    return
+                query = urllib.parse.parse_qs(url.query)
+                with open(path, "rb") as f:
+                    data = f.read()
+                if "tailLines" in query:
+                    data = b"".join(data.splitlines(keepends=True)[-int(query["tailLines"][0]):])
+                if "limitBytes" in query:
+                    data = data[:int(query["limitBytes"][0])]
+                self.answer(200, data)
+
+            def answer(self, code, body):
+                self.send_response(code)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        server = http.server.ThreadingHTTPServer((self.host_ip, 0), Logs)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert, key)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+        self.kubelet_port = server.server_address[1]
+        threading.Thread(target=server.serve_forever, daemon=True, name="kubelet-logs").start()
+
     # -- the loop ------------------------------------------------------------
 
     def run(self):
         if self.runtime == "container":
             self.remove_orphans()
+        self.serve_logs()
         self.register()
         helpers = [threading.Thread(target=self.retry_waiting, daemon=True, name="retry"),
                    threading.Thread(target=self.heartbeat, daemon=True, name="heartbeat")]
@@ -845,6 +906,13 @@ class NodeAgent:
                 os.makedirs(source, exist_ok=True)
             flags = "ro" if read_only or mount.get("readOnly") else "rw"
             argv += ["--volume", "%s:%s:%s" % (source, mount["mountPath"], flags)]
+        # The termination message: a file of its own, which the container's user may write.
+        run.termination_log = run.log_path[:-len(".log")] + ".termination-log"
+        with open(run.termination_log, "w"):
+            pass
+        os.chmod(run.termination_log, 0o666)
+        argv += ["--volume", "%s:%s:rw" % (run.termination_log,
+                                           container.get("terminationMessagePath") or "/dev/termination-log")]
         command = [expand(a, variables) for a in container.get("command") or []]
         if command:
             argv += ["--entrypoint", json.dumps(command)]
@@ -899,7 +967,21 @@ class NodeAgent:
         exit_code = code if code >= 0 else 128 - code
         self.log("pod %s/%s exited with %d" % (run.namespace, run.name, exit_code))
         if not run.killing:
-            self.patch_status(run, self.final_status(run, exit_code, "Completed" if exit_code == 0 else "Error"))
+            self.patch_status(run, self.final_status(run, exit_code, "Completed" if exit_code == 0 else "Error",
+                                                     self.termination_message(run, exit_code)))
+
+    def termination_message(self, run, exit_code):
+        """What the kubelet reports as the container's termination message."""
+        message = ""
+        if run.termination_log and os.path.exists(run.termination_log):
+            with open(run.termination_log, "rb") as f:
+                message = f.read(4096).decode("utf-8", "replace")
+        if not message and exit_code != 0 and \
+                run.container.get("terminationMessagePolicy") == "FallbackToLogsOnError":
+            with open(run.log_path, "rb") as f:
+                tail = b"".join(f.readlines()[-80:])[-2048:]
+            message = tail.decode("utf-8", "replace")
+        return message or None
 
     def finalize(self, namespace, name, uid):
         """Ends a graceful deletion once the pod's containers are gone (the kubelet's last step)."""

@@ -855,6 +855,8 @@ class ClusterTest(unittest.TestCase):
                                ("create", "events"), ("watch", "networkpolicies.networking.k8s.io"),
                                ("create", "networkpolicies.networking.k8s.io")):
             self.assertTrue(can(verb, resource, "-n", "team-a"), "%s %s in team-a" % (verb, resource))
+        # The dataset initializer's progress: the last line of its pod's log.
+        self.assertTrue(can("get", "pods", "-n", "team-a", "--subresource=log"))
         self.assertTrue(can("update", "leases.coordination.k8s.io", "-n", "ml"))
         # Nothing else: no Secrets anywhere, no pods outside the namespace it serves, no RBAC.
         for verb, resource, namespace, *more in (("get", "secrets", "team-a"), ("list", "secrets", "ml"),
@@ -863,7 +865,7 @@ class ClusterTest(unittest.TestCase):
                                           ("create", "trainingjobs.paci.dev", "team-a"),
                                           ("create", "rolebindings", "team-a"), ("update", "leases", "team-a"),
                                           ("get", "pods", "team-a", "--subresource=exec"),
-                                          ("get", "pods", "team-a", "--subresource=log")):
+                                          ("get", "pods", "team-b", "--subresource=log")):
             self.assertFalse(can(verb, resource, "-n", namespace, *more),
                              "%s %s in %s %s" % (verb, resource, namespace, " ".join(more)))
         # A token the server issued for that account is refused the same way, by the real server.

@@ -17,6 +17,7 @@ from the checkpoint on the claim; suspend and resume.
 
 Run by ctest with PACI_BUILD_DIR and PACI_SOURCE_DIR set.
 """
+import gzip
 import json
 import os
 import re
@@ -413,6 +414,97 @@ class OperatorEndToEnd(unittest.TestCase):
         reasons = [e["reason"] for e in events if e["involvedObject"]["name"] == "kjv-fix"]
         self.assertEqual(reasons.count("Rerunning"), 1, reasons)
         self.kubectl("delete", "trainingjob", "kjv-fix", "--timeout=60s")
+
+    def dataset_job(self, name, source, steps=60, folder="/shared/genesis-dataset", **settings):
+        """The example, renamed, training on a dataset its initializer prepares on the claim."""
+        with open(os.path.join(SOURCE, "examples", "trainingjob.yaml")) as f:
+            manifest = yaml.safe_load(f)
+        manifest["metadata"]["name"] = name
+        manifest["spec"]["training"]["steps"] = steps
+        manifest["spec"]["data"] = {"dataset": folder}
+        manifest["spec"]["initializer"] = {"dataset": dict(source=source, **settings)}
+        manifest["spec"]["worker"].update(SHARED_VOLUME)
+        self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(manifest))
+
+    def finished(self, name, timeout=300):
+        return wait_until(name + " finished", lambda: (lambda s: s.get("phase") in (
+            "Succeeded", "Failed") and s)(self.status_of(name)), timeout=timeout, interval=0.5)
+
+    def test_6_a_dataset_initializer_prepares_jsonl_on_the_claim_once_before_the_workers(self):
+        claim = wait_until("the shared claim's folder", lambda: (lambda p: os.path.isdir(p) and p)(
+            self.cluster.claim_path("default", "paci-shared")), timeout=60)
+        texts = os.path.join(claim, "texts")
+        os.makedirs(texts, exist_ok=True)
+        with open(os.path.join(SOURCE, "tests", "data", "kjv-genesis.txt"), encoding="utf-8") as f:
+            lines = f.read().splitlines()
+        documents = ["\n".join(lines[i:i + 20]) for i in range(0, len(lines), 20)]
+        with gzip.open(os.path.join(texts, "genesis.jsonl.gz"), "wt", encoding="utf-8") as f:
+            for document in documents:
+                f.write(json.dumps({"body": document, "id": len(document)}) + "\n")
+        with open(os.path.join(texts, "bad.jsonl"), "w") as f:
+            f.write(json.dumps({"body": "In the beginning"}) + "\n" + "{not json\n")
+
+        # kubectl apply: the dataset pod runs prepare-data into the claim, then the workers train on it.
+        self.dataset_job("kjv-data", ["/shared/texts/genesis.jsonl.gz"], textField="body")
+        status = self.finished("kjv-data")
+        self.assertEqual(status["phase"], "Succeeded", status)
+        conditions = {c["type"]: c for c in status["conditions"]}
+        ready = conditions["DatasetReady"]
+        self.assertEqual((ready["status"], ready["reason"]), ("True", "Prepared"), ready)
+        self.assertRegex(ready["message"], r"^wrote /shared/genesis-dataset: 1 shard, [\d,]+ tokens")
+        print("\nDatasetReady: " + ready["message"])
+        events = json.loads(self.kubectl("get", "events", "-o", "json").stdout)["items"]
+        mine = sorted((e for e in events if e["involvedObject"]["name"] == "kjv-data"),
+                      key=lambda e: (e.get("firstTimestamp") or e.get("eventTime") or "", e["metadata"]["name"]))
+        reasons = [e["reason"] for e in mine]
+        for reason in ("PreparingDataset", "DatasetPrepared", "Submitted", "Succeeded"):
+            self.assertEqual(reasons.count(reason), 1, reasons)
+        self.assertLess(reasons.index("DatasetPrepared"), reasons.index("Submitted"), reasons)
+        # On the claim, written by the pods' user, with the record of how it was made.
+        dataset = os.path.join(claim, "genesis-dataset")
+        self.assertEqual(os.stat(dataset).st_uid, 65532)
+        with open(os.path.join(dataset, "prepared.json")) as f:
+            record = json.load(f)
+        self.assertEqual(record["request"]["inputs"][0][0], "/shared/texts/genesis.jsonl.gz")
+        self.assertEqual(record["request"]["text_field"], "body")
+        self.assertEqual(record["summary"]["tokenizer_kind"], "char")
+        shard = os.path.join(dataset, "shard-00000.bin")
+        written = os.stat(shard).st_mtime_ns
+        self.kubectl("delete", "trainingjob", "kjv-data", "--timeout=60s")
+
+        # Another job of the same dataset: its initializer keeps it, nothing is redone.
+        self.dataset_job("kjv-data-again", ["/shared/texts/genesis.jsonl.gz"], steps=200, textField="body")
+        wait_until("kjv-data-again's dataset ready", lambda: any(
+            c["type"] == "DatasetReady" and c["status"] == "True"
+            for c in self.status_of("kjv-data-again").get("conditions", [])), timeout=120, interval=0.5)
+        # The pod stays while the job runs: kubectl logs reads its output through the API server.
+        logs = self.kubectl("logs", "kjv-data-again-dataset").stdout
+        self.assertIn("kept /shared/genesis-dataset: it holds this dataset already", logs)
+        status = self.finished("kjv-data-again")
+        self.assertEqual(status["phase"], "Succeeded", status)
+        ready = {c["type"]: c for c in status["conditions"]}["DatasetReady"]
+        self.assertTrue(ready["message"].startswith(
+            "kept /shared/genesis-dataset: it holds this dataset already"), ready)
+        self.assertEqual(os.stat(shard).st_mtime_ns, written)
+        self.kubectl("delete", "trainingjob", "kjv-data-again", "--timeout=60s")
+
+        # A bad JSONL line fails the job before any worker starts, naming the file and line;
+        # the dataset already on the claim is untouched.
+        self.dataset_job("kjv-data-bad", ["/shared/texts/bad.jsonl"], folder="/shared/bad-dataset",
+                         textField="body")
+        status = self.finished("kjv-data-bad", timeout=120)
+        self.assertEqual(status["phase"], "Failed", status)
+        self.assertIn("/shared/texts/bad.jsonl:2: ", status["message"])
+        self.assertIn("the dataset initializer (pod kjv-data-bad-dataset", status["message"])
+        self.assertEqual({c["type"]: c for c in status["conditions"]}["Failed"]["reason"], "DatasetFailed")
+        self.assertNotIn("coordinatorJob", status)
+        events = json.loads(self.kubectl("get", "events", "-o", "json").stdout)["items"]
+        reasons = [e["reason"] for e in events if e["involvedObject"]["name"] == "kjv-data-bad"]
+        self.assertNotIn("Submitted", reasons)
+        self.assertEqual(os.stat(shard).st_mtime_ns, written)
+        self.assertFalse(os.path.exists(os.path.join(claim, "bad-dataset")))  # nothing left behind
+        print("a bad line: " + status["message"])
+        self.kubectl("delete", "trainingjob", "kjv-data-bad", "--timeout=60s")
 
 
 if __name__ == "__main__":
