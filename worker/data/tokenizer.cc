@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "worker/data/char_tokenizer.h"
+#include "worker/data/hf_tokenizer.h"
 #include "worker/data/sentencepiece_tokenizer.h"
 
 namespace paci {
@@ -33,6 +34,11 @@ std::string Tokenizer::Id() const {
   return absl::StrFormat("%016x", hash);
 }
 
+size_t Tokenizer::NextCut(std::string_view text, size_t from) const {
+  const size_t newline = text.find('\n', from);
+  return newline == std::string_view::npos ? newline : newline + 1;
+}
+
 std::string TokenizerHeader(std::string_view kind) {
   return absl::StrCat(kHeaderPrefix, std::string(kind), "\n");
 }
@@ -53,9 +59,12 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> ParseTokenizer(std::string_view seria
     tokenizer = AsTokenizer(CharTokenizer::Parse(body));
   } else if (kind == "sentencepiece") {
     tokenizer = AsTokenizer(SentencePieceTokenizer::FromSerializedProto(body));
+  } else if (kind == "tokenizer_json") {
+    tokenizer = AsTokenizer(HfTokenizer::FromJson(body));
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        source, ": unknown tokenizer kind \"", kind, "\" (\"char\" or \"sentencepiece\")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": unknown tokenizer kind \"", kind,
+                     "\" (\"char\", \"sentencepiece\" or \"tokenizer_json\")"));
   }
   if (!tokenizer.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": ", tokenizer.status().message()));

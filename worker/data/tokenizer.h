@@ -1,8 +1,9 @@
 #pragma once
 
 // What turns text into token ids and back: the character tokenizer
-// (char_tokenizer.h) or SentencePiece (sentencepiece_tokenizer.h). No Torch:
-// pacictl prepare-data links it too.
+// (char_tokenizer.h), SentencePiece (sentencepiece_tokenizer.h) or a Hugging
+// Face tokenizer.json (hf_tokenizer.h). No Torch: pacictl prepare-data links
+// it too.
 
 #include <cstdint>
 #include <memory>
@@ -18,7 +19,8 @@ class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
 
-  // "char" or "sentencepiece" (the DataSpec.tokenizer values).
+  // "char", "sentencepiece" (the DataSpec.tokenizer values) or
+  // "tokenizer_json" (only from a dataset prepare-data made).
   virtual std::string kind() const = 0;
   // Ids are 0 .. vocab_size() - 1.
   virtual int vocab_size() const = 0;
@@ -29,6 +31,12 @@ class Tokenizer {
   // Everything needed to rebuild it with ParseTokenizer: a header line
   // "paci-tokenizer <kind>\n" and the kind's own bytes.
   virtual std::string Serialize() const = 0;
+  // Where a text may be cut into pieces that are encoded one by one: their
+  // ids joined are the ids of the whole. The first such cut at a newline at
+  // or after text[from] (the end of the first piece, past the newline or in
+  // the whitespace after it), or npos when `text` holds none (more text after
+  // it may). This one: past any newline.
+  virtual size_t NextCut(std::string_view text, size_t from) const;
 
   // A 64-bit FNV-1a hash of Serialize(), in 16 hex digits: what a token shard
   // and a checkpoint record of the tokenizer that made them.
