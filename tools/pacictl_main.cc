@@ -70,6 +70,8 @@ ABSL_FLAG(std::string, out, "", "prepare-data: the dataset folder to write");
 ABSL_FLAG(std::string, tokenizer, "", "prepare-data: char (default), bpe or unigram");
 ABSL_FLAG(std::string, tokenizer_model, "",
           "prepare-data: tokenize with this SentencePiece .model file instead");
+ABSL_FLAG(std::string, tokenizer_json, "",
+          "prepare-data: tokenize with this Hugging Face tokenizer.json instead");
 ABSL_FLAG(std::string, text_field, "text", "prepare-data: the text field of .jsonl lines");
 ABSL_FLAG(bool, skip_bad_lines, false,
           "prepare-data: skip (and report) .jsonl lines without a text field instead of failing");
@@ -89,7 +91,8 @@ constexpr char kUsage[] =
     "                      [--top_k=K] [--seed=S]\n"
     "       pacictl export [--format=hf] --checkpoint=DIR --out=FILE|FOLDER\n"
     "       pacictl prepare-data INPUT... --out=DIR [--tokenizer=char|bpe|unigram]\n"
-    "                    [--tokenizer_model=FILE.model] [--vocab_size=N] [--shard_tokens=N]\n"
+    "                    [--tokenizer_model=FILE.model] [--tokenizer_json=FILE]\n"
+    "                    [--vocab_size=N] [--shard_tokens=N]\n"
     "                    [--text_field=NAME] [--skip_bad_lines]\n"
     "       pacictl help\n"
     "\n"
@@ -110,10 +113,12 @@ constexpr char kUsage[] =
     "        sample and export run paci_model (--model_binary; default: beside pacictl).\n"
     "prepare-data  tokenizes text files (INPUT: a file, a folder's files or a glob)\n"
     "        on all cores into a dataset folder for data.dataset: char tokens, a bpe or\n"
-    "        unigram SentencePiece model trained on the inputs (--vocab_size), or the\n"
-    "        model in --tokenizer_model. A .jsonl input is one JSON object a line, its\n"
-    "        --text_field (default text) a document; a bad line names its file and\n"
-    "        line, and --skip_bad_lines goes on past it. Inputs may be gzipped (.gz).\n"
+    "        unigram SentencePiece model trained on the inputs (--vocab_size), the\n"
+    "        model in --tokenizer_model, or a Hugging Face tokenizer.json in\n"
+    "        --tokenizer_json (byte-level BPE as GPT-2 and Llama 3 use). A .jsonl\n"
+    "        input is one JSON object a line, its --text_field (default text) a\n"
+    "        document; a bad line names its file and line, and --skip_bad_lines goes\n"
+    "        on past it. Inputs may be gzipped (.gz).\n"
     "        Nothing is written on error.\n"
     "The client commands talk to --coordinator (default 127.0.0.1:7070) with\n"
     "--coordinator_auth_token_file, --coordinator_tls_ca and (mutual TLS)\n"
@@ -176,6 +181,7 @@ int PrepareData(const std::vector<std::string>& inputs) {
   options.out = absl::GetFlag(FLAGS_out);
   options.tokenizer = absl::GetFlag(FLAGS_tokenizer);
   options.tokenizer_model = absl::GetFlag(FLAGS_tokenizer_model);
+  options.tokenizer_json = absl::GetFlag(FLAGS_tokenizer_json);
   options.text_field = absl::GetFlag(FLAGS_text_field);
   options.skip_bad_lines = absl::GetFlag(FLAGS_skip_bad_lines);
   options.vocab_size = absl::GetFlag(FLAGS_vocab_size);

@@ -112,10 +112,18 @@ class DataTest(unittest.TestCase):
         not_a_model = self.path("not.model")
         with open(not_a_model, "w") as f:
             f.write("this is not a SentencePiece model\n")
+        not_json = self.path("not-a.tokenizer.json")
+        with open(not_json, "w") as f:
+            f.write('{"model": {"type": "BPE", "vocab": ')
+        fixture = os.path.join(SOURCE, "tests", "data", "byte-level-bpe.tokenizer.json")
         cases = [
             (["prepare-data", empty, "--tokenizer=char"], "empty.txt"),
             (["prepare-data", CORPUS, "--tokenizer=wordpiece"], "--tokenizer"),
             (["prepare-data", CORPUS, "--tokenizer_model=" + not_a_model], "not.model"),
+            (["prepare-data", CORPUS, "--tokenizer_json=" + not_json],
+             "--tokenizer_json: %s: not a tokenizer.json: " % not_json),
+            (["prepare-data", CORPUS, "--tokenizer_json=" + fixture, "--tokenizer=char"],
+             "--tokenizer_json: tokenizes with that tokenizer.json"),
             (["prepare-data", self.path("nothing-*.txt"), "--tokenizer=char"], "nothing-*.txt"),
         ]
         for i, (args, named) in enumerate(cases):

@@ -26,6 +26,7 @@
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "worker/data/char_tokenizer.h"
+#include "worker/data/hf_tokenizer.h"
 #include "worker/data/sentencepiece_tokenizer.h"
 #include "worker/data/token_shards.h"
 
@@ -38,7 +39,7 @@ namespace fs = std::filesystem;
 // early takes another.
 size_t BatchSize(int threads) { return 2 * static_cast<size_t>(threads); }
 
-// A piece of one input file, cut as worker/data/tokenizer.h's ChunkEnd cuts.
+// A piece of one input file, cut where the tokenizer may cut (Tokenizer::NextCut).
 struct Chunk {
   size_t file = 0;      // index into the input files
   uint64_t offset = 0;  // of text in that file's text
@@ -56,6 +57,11 @@ absl::Status ValidateOptions(const DatasetOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--tokenizer_model: tokenizes with that model; leave out --tokenizer (got \"", kind,
         "\")"));
+  }
+  if (!options.tokenizer_json.empty() && (!kind.empty() || !options.tokenizer_model.empty())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tokenizer_json: tokenizes with that tokenizer.json; leave out --tokenizer and "
+        "--tokenizer_model (got \"", kind, "\" and \"", options.tokenizer_model, "\")"));
   }
   if (options.text_field.empty()) {
     return absl::InvalidArgumentError("--text_field: must name the field of a .jsonl line");
@@ -266,12 +272,14 @@ class InputText {
   int64_t line_number_ = 0;
 };
 
-// Reads the input files one after the other as chunks: each ends just past
-// the first newline at or after chunk_bytes, or at the end of its file.
+// Reads the input files one after the other as chunks: each ends at the
+// first cut of `tokenizer` (Tokenizer::NextCut; null: any newline) at or
+// after chunk_bytes, or at the end of its file.
 class ChunkReader {
  public:
-  ChunkReader(const std::vector<std::string>& files, size_t chunk_bytes, JsonlOptions jsonl)
-      : files_(files), chunk_bytes_(chunk_bytes), jsonl_(std::move(jsonl)) {}
+  ChunkReader(const std::vector<std::string>& files, size_t chunk_bytes, JsonlOptions jsonl,
+              const Tokenizer* tokenizer = nullptr)
+      : files_(files), chunk_bytes_(chunk_bytes), jsonl_(std::move(jsonl)), tokenizer_(tokenizer) {}
 
   // The next chunk; false at the end of the last file. NotFound naming a file
   // that cannot be read, InvalidArgument naming a bad JSONL line.
@@ -285,15 +293,23 @@ class ChunkReader {
         offset_ = 0;
         at_end_ = false;
         buffer_.clear();
+        scanned_ = 0;
       }
-      const size_t newline =
-          buffer_.size() > chunk_bytes_ ? buffer_.find('\n', chunk_bytes_) : std::string::npos;
-      if (newline != std::string::npos || (at_end_ && !buffer_.empty())) {
-        const size_t end = newline != std::string::npos ? newline + 1 : buffer_.size();
+      const size_t from = std::max(chunk_bytes_, scanned_);
+      const size_t cut = buffer_.size() > chunk_bytes_ ? Cut(from) : std::string::npos;
+      if (cut != std::string::npos || (at_end_ && !buffer_.empty())) {
+        const size_t end = cut != std::string::npos ? cut : buffer_.size();
         *chunk = {file_, offset_, buffer_.substr(0, end), done_bytes_ + in_->offset()};
         buffer_.erase(0, end);
         offset_ += end;
+        scanned_ = 0;
         return true;
+      }
+      if (buffer_.size() > from) {
+        // The next search starts at the last newline: its cut may depend on
+        // what is read next.
+        const size_t last = std::string_view(buffer_).substr(from).rfind('\n');
+        scanned_ = last == std::string::npos ? buffer_.size() : from + last;
       }
       if (at_end_) {
         std::error_code error;
@@ -307,9 +323,17 @@ class ChunkReader {
   }
 
  private:
+  size_t Cut(size_t from) const {
+    if (tokenizer_ != nullptr) return tokenizer_->NextCut(buffer_, from);
+    const size_t newline = buffer_.find('\n', from);
+    return newline == std::string::npos ? newline : newline + 1;
+  }
+
   const std::vector<std::string>& files_;
   const size_t chunk_bytes_;
   const JsonlOptions jsonl_;
+  const Tokenizer* const tokenizer_;  // null: cut at any newline
+  size_t scanned_ = 0;  // of buffer_: where the next search for a cut starts
   std::optional<InputText> in_;
   bool at_end_ = false;
   size_t next_file_ = 0;
@@ -354,14 +378,15 @@ absl::Status RunParallel(size_t n, int threads, const std::function<absl::Status
   return absl::OkStatus();
 }
 
-// Reads the inputs chunk by chunk, a batch of chunks at a time: work(chunk,
-// slot) runs on `threads` threads for the chunks of a batch, then
-// done(batch) on the calling thread, batch after batch in input order.
+// Reads the inputs chunk by chunk (cut where `tokenizer` may cut; null: at
+// any newline), a batch of chunks at a time: work(chunk, slot) runs on
+// `threads` threads for the chunks of a batch, then done(batch) on the calling
+// thread, batch after batch in input order.
 absl::Status ForEachBatch(const std::vector<std::string>& files, const JsonlOptions& jsonl,
-                          size_t chunk_bytes, int threads,
+                          size_t chunk_bytes, int threads, const Tokenizer* tokenizer,
                           const std::function<absl::Status(const Chunk&, size_t)>& work,
                           const std::function<absl::Status(const std::vector<Chunk>&)>& done) {
-  ChunkReader reader(files, chunk_bytes, jsonl);
+  ChunkReader reader(files, chunk_bytes, jsonl, tokenizer);
   const size_t batch_size = BatchSize(threads);
   std::vector<Chunk> batch;
   for (bool more = true; more;) {
@@ -398,7 +423,7 @@ absl::StatusOr<CharTokenizer> CharVocabulary(const std::vector<std::string>& fil
   progress->Start("vocabulary", total_bytes);
   const JsonlOptions jsonl = Jsonl(options, nullptr);  // the tokenizing pass tells of skipped lines
   RETURN_IF_ERROR(ForEachBatch(
-      files, jsonl, options.chunk_bytes, threads,
+      files, jsonl, options.chunk_bytes, threads, /*tokenizer=*/nullptr,
       [&](const Chunk& chunk, size_t slot) {
         RETURN_IF_ERROR(CheckUtf8(chunk, files));
         // Cannot fail: the chunk is valid UTF-8.
@@ -445,7 +470,8 @@ absl::StatusOr<std::vector<std::string>> PlainTextFiles(const std::vector<std::s
 
 // The tokenizer the options ask for: the inputs' characters, a SentencePiece
 // model trained on them (text extracted into `scratch_dir` when the inputs are
-// compressed or JSONL), or one loaded from --tokenizer_model.
+// compressed or JSONL), or one loaded from --tokenizer_model or
+// --tokenizer_json.
 absl::StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(const std::vector<std::string>& files,
                                                          int64_t total_bytes,
                                                          const DatasetOptions& options,
@@ -460,6 +486,14 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(const std::vector<std::
                           absl::StrCat("--tokenizer_model: ", model.status().message()));
     }
     return std::make_unique<SentencePieceTokenizer>(*std::move(model));
+  }
+  if (!options.tokenizer_json.empty()) {
+    absl::StatusOr<HfTokenizer> loaded = HfTokenizer::Load(options.tokenizer_json);
+    if (!loaded.ok()) {
+      return absl::Status(loaded.status().code(),
+                          absl::StrCat("--tokenizer_json: ", loaded.status().message()));
+    }
+    return std::make_unique<HfTokenizer>(*std::move(loaded));
   }
   if (options.tokenizer.empty() || options.tokenizer == "char") {
     ASSIGN_OR_RETURN(CharTokenizer tokenizer,
@@ -546,7 +580,7 @@ absl::Status WriteShards(const std::vector<std::string>& files, int64_t total_by
     if (++*skipped_lines <= kSkippedLinesTold) progress->Say(absl::StrCat("skipped ", where));
   });
   RETURN_IF_ERROR(ForEachBatch(
-      files, jsonl, options.chunk_bytes, threads,
+      files, jsonl, options.chunk_bytes, threads, &tokenizer,
       [&](const Chunk& chunk, size_t slot) {
         RETURN_IF_ERROR(CheckUtf8(chunk, files));
         absl::StatusOr<std::vector<int32_t>> encoded = tokenizer.Encode(chunk.text);

@@ -35,12 +35,17 @@ struct DatasetOptions {
   int64_t shard_tokens = int64_t{16} << 20;  // every shard but the last
   int threads = 0;  // 0: one per core
   // Text is tokenized in chunks of about this many bytes, cut after a
-  // newline; they fix the output, not the thread count.
+  // newline (where the tokenizer may cut); they fix the output, not the
+  // thread count.
   size_t chunk_bytes = kTokenizeChunkBytes;
+  // A Hugging Face tokenizer.json to tokenize with instead (tokenizer and
+  // tokenizer_model empty). Its text is cut into chunks only where it encodes
+  // alike (HfTokenizer::NextCut), so the ids are those of each whole file.
+  std::string tokenizer_json;
 };
 
 struct DatasetSummary {
-  std::string tokenizer_kind;  // "char" or "sentencepiece"
+  std::string tokenizer_kind;  // "char", "sentencepiece" or "tokenizer_json"
   int vocab_size = 0;
   int64_t shards = 0;
   int64_t tokens = 0;
@@ -75,7 +80,8 @@ absl::StatusOr<std::vector<std::string>> ExpandInputs(const std::vector<std::str
 //   InvalidArgument for bad options (--tokenizer, --vocab_size, ...), bad
 //   inputs (see ExpandInputs), an empty corpus, text that is not valid UTF-8
 //   (file and byte offset), a bad JSONL line ("<file>:<line>: <reason>",
-//   unless skip_bad_lines) or a --tokenizer_model that is not a model;
+//   unless skip_bad_lines), a --tokenizer_model that is not a model or a
+//   --tokenizer_json tokenizers cannot load (naming it, with tokenizers' reason);
 //   FailedPrecondition for an --out that exists and is not an empty folder;
 //   NotFound for a file that cannot be read; Internal for a write error.
 absl::StatusOr<DatasetSummary> WriteDataset(const DatasetOptions& options,
