@@ -5,21 +5,43 @@ with `pacictl export --format=hf`, and loaded by transformers' AutoModelForCausa
 AutoTokenizer (the pinned transformers 5, safetensors and tokenizers of the project's
 Python environment). Their logits must be those paci's training model computes (written
 beside the TorchScript export, check.json) to 1e-4, sharded or not, and the tokenizer must
-encode text to paci's ids. Run by ctest with PACI_BUILD_DIR and PACI_SOURCE_DIR.
+encode text to paci's ids. A dataset prepared with a Hugging Face tokenizer.json (GPT-2's
+byte-level BPE, tests/data/byte-level-bpe.tokenizer.json) holds the ids Python's tokenizers
+gives each whole input file, and its model's export carries that tokenizer.json, which
+AutoTokenizer reads to the same ids. Run by ctest with PACI_BUILD_DIR and PACI_SOURCE_DIR.
 """
 import json
 import os
+import struct
 import tempfile
 import unittest
 
+import tokenizers
 import torch
 import transformers
 
-from harness.paths import CORPUS
+from harness.paths import CORPUS, SOURCE
 from harness.pipeline import Run, pacictl, spec_text
 
 LLAMA = ", architecture: llama, num_kv_heads: 2, ffn_hidden_size: 80, rope_theta: 500"
 TEXT = "In the beginning God created the heaven and the earth."
+TOKENIZER_JSON = os.path.join(SOURCE, "tests", "data", "byte-level-bpe.tokenizer.json")
+# Lines where a byte-level pre-tokenizer splits differently when the text is cut at the
+# newline: trailing and leading spaces, blank lines, punctuation, digits, emoji.
+AWKWARD = "end \n start\n\n\nword \n'tis 12\n34 (x)\n\"y\"\n\u00e9t\u00e9 \U0001F600\n\n"
+DOCUMENTS = ["And God said, Let there be light: and there was light.",
+             "Two paragraphs.\n\nThe second one \U0001F44D\n", " a leading space", "42"]
+
+
+def read_dataset_ids(folder):
+    """The token ids of a dataset's shards, in order (worker/data/token_shards.h)."""
+    ids = []
+    for name in sorted(n for n in os.listdir(folder) if n.endswith(".bin")):
+        with open(os.path.join(folder, name), "rb") as f:
+            data = f.read()
+        width, count = struct.unpack_from("<IQ", data, 12)
+        ids += struct.unpack_from("<%d%s" % (count, "H" if width == 2 else "I"), data, 48)
+    return list(ids)
 
 
 class HfFormatTest(unittest.TestCase):
@@ -33,6 +55,21 @@ class HfFormatTest(unittest.TestCase):
             cls.runs[arch] = (ckpt, Run(cls.dir, spec_text(
                 name="hf-" + arch, P=2, steps=40, eval_interval=20, model_extra=extra,
                 checkpoint="{directory: %s, interval: 20}" % ckpt)))
+        # prepare-data with the tokenizer.json: a text file of more than one chunk (1 MiB)
+        # with awkward lines in each copy of Genesis, and a JSONL file.
+        with open(CORPUS, encoding="utf-8") as f:
+            genesis = f.read()
+        cls.texts = {"genesis6.txt": "".join(genesis + AWKWARD for _ in range(6)),
+                     "documents.jsonl": "".join(d + "\n" for d in DOCUMENTS)}
+        with open(os.path.join(cls.dir, "genesis6.txt"), "w", encoding="utf-8") as f:
+            f.write(cls.texts["genesis6.txt"])
+        with open(os.path.join(cls.dir, "documents.jsonl"), "w", encoding="utf-8") as f:
+            f.writelines(json.dumps({"text": d}) + "\n" for d in DOCUMENTS)
+        cls.json_dataset = os.path.join(cls.dir, "genesis-tokenizer-json")
+        cls.prepared = pacictl("prepare-data", os.path.join(cls.dir, "genesis6.txt"),
+                               os.path.join(cls.dir, "documents.jsonl"),
+                               "--tokenizer_json=" + TOKENIZER_JSON,
+                               "--out=" + cls.json_dataset, "--shard_tokens=100000")
 
     @classmethod
     def tearDownClass(cls):
@@ -101,6 +138,59 @@ class HfFormatTest(unittest.TestCase):
         expected = [alphabet.index(c) for c in TEXT]
         self.assertEqual(tokenizer(TEXT)["input_ids"], expected)
         self.assertEqual(tokenizer.decode(expected), TEXT)
+
+    def json_dataset_ids(self):
+        code, _, err = self.prepared
+        self.assertEqual(code, 0, err)
+        self.assertIn("vocabulary 400 (tokenizer_json)", err)
+        return read_dataset_ids(self.json_dataset)
+
+    def test_prepare_data_gives_python_tokenizers_ids_of_each_whole_file(self):
+        self.assertGreater(len(self.texts["genesis6.txt"].encode()), 1 << 20)  # > one chunk
+        reference = tokenizers.Tokenizer.from_file(TOKENIZER_JSON)
+        expected = []
+        for name in ("genesis6.txt", "documents.jsonl"):
+            expected += reference.encode(self.texts[name], add_special_tokens=False).ids
+        ids = self.json_dataset_ids()
+        self.assertEqual(len(ids), len(expected))
+        self.assertEqual(ids, expected)
+        self.assertEqual(reference.decode(ids[-8:]), reference.decode(expected[-8:]))
+
+    def test_autotokenizer_of_a_tokenizer_json_model_gives_pacis_ids(self):
+        ids = self.json_dataset_ids()
+        ckpt = os.path.join(self.dir, "tokenizer-json")
+        spec = spec_text(name="hf-tokenizer-json", P=2, steps=10, eval_interval=5,
+                         checkpoint="{directory: %s, interval: 10}" % ckpt)
+        spec = spec.replace("vocab_size: 80", "vocab_size: 400").replace(
+            "corpus_path: " + CORPUS, "dataset: " + self.json_dataset)
+        run = Run(self.dir, spec)
+        self.assertEqual(run.returncode, 0, run.output)
+        folder = os.path.join(self.dir, "hf-tokenizer-json")
+        code, _, err = pacictl("export", "--format=hf", "--checkpoint=" + ckpt, "--out=" + folder)
+        self.assertEqual(code, 0, err)
+        with open(os.path.join(folder, "tokenizer.json"), "rb") as f, \
+                open(TOKENIZER_JSON, "rb") as g:
+            self.assertEqual(f.read(), g.read())
+        config = json.load(open(os.path.join(folder, "tokenizer_config.json")))
+        self.assertEqual(config["tokenizer_class"], "PreTrainedTokenizerFast")
+        tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+        encoded = []
+        for name in ("genesis6.txt", "documents.jsonl"):
+            encoded += tokenizer(self.texts[name], add_special_tokens=False)["input_ids"]
+        self.assertEqual(encoded, ids)
+        self.assertEqual(tokenizer.decode(tokenizer(DOCUMENTS[1])["input_ids"]), DOCUMENTS[1])
+        model = transformers.AutoModelForCausalLM.from_pretrained(folder)
+        self.assertEqual(model.config.vocab_size, 400)
+
+    def test_a_tokenizer_json_larger_than_the_model_is_refused_naming_the_field(self):
+        self.json_dataset_ids()
+        spec = spec_text(name="hf-tokenizer-json-small", P=2, steps=2, eval_interval=1)
+        spec = spec.replace("vocab_size: 80", "vocab_size: 300").replace(
+            "corpus_path: " + CORPUS, "dataset: " + self.json_dataset)
+        run = Run(self.dir, spec)
+        self.assertNotEqual(run.returncode, 0, run.output)
+        self.assertIn("model.vocab_size", run.output)
+        self.assertIn("400 tokens", run.output)
 
     def transformers_llama(self, name, tied):
         """A random LlamaForCausalLM of the test's shape, made and saved by transformers."""

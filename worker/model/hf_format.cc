@@ -16,6 +16,7 @@
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "worker/data/char_tokenizer.h"
+#include "worker/data/hf_tokenizer.h"
 #include "worker/model/safetensors.h"
 
 namespace paci {
@@ -139,6 +140,10 @@ absl::Status WriteTokenizer(const Tokenizer& tokenizer, const GptConfig& config,
   const std::string body = serialized.substr(serialized.find('\n') + 1);
   if (const auto* chars = dynamic_cast<const CharTokenizer*>(&tokenizer)) {
     RETURN_IF_ERROR(WriteJson(folder + "/tokenizer.json", CharTokenizerJson(*chars)));
+    tokenizer_config["tokenizer_class"] = "PreTrainedTokenizerFast";
+  } else if (const auto* hf = dynamic_cast<const HfTokenizer*>(&tokenizer)) {
+    // The tokenizer.json prepare-data was given, byte for byte.
+    RETURN_IF_ERROR(WriteFileAtomically(folder + "/tokenizer.json", hf->json()));
     tokenizer_config["tokenizer_class"] = "PreTrainedTokenizerFast";
   } else {
     RETURN_IF_ERROR(WriteFileAtomically(folder + "/tokenizer.model", body));

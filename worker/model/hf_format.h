@@ -55,7 +55,8 @@ struct HfExportOptions {
 // written atomically). The tokenizer: a character tokenizer becomes
 // tokenizer.json (a BPE of single characters without merges, which
 // Hugging Face's tokenizers library encodes to paci's ids); a SentencePiece
-// one its tokenizer.model. Unavailable naming the file that cannot be written.
+// one its tokenizer.model; a tokenizer.json (prepare-data --tokenizer_json)
+// itself, as it was given. Unavailable naming the file that cannot be written.
 absl::Status WriteHfFolder(const GptConfig& config, const NamedWeights& weights,
                            const Tokenizer& tokenizer, const std::string& folder,
                            const HfExportOptions& options = {});
