@@ -29,11 +29,12 @@
 #
 # Images are named by content: localhost/paci-TARGET:HASH, HASH covering the
 # build context (git's files less .dockerignore, uncommitted changes
-# included), the Dockerfile and the base images; a build is skipped when that
-# tag exists. Each is also tagged :latest and with the chart's appVersion (the
-# tag the Helm chart's defaults name). The host's ccache (ccache -k
-# cache_dir, or PACI_CCACHE_DIR) is mounted into the build, so after a host
-# build the images cost little compiling.
+# included), the Dockerfile, the base images and the Rust library built for
+# them (libpaci_hf_tokenizer); a build is skipped when that tag exists. Each
+# is also tagged :latest and with the chart's appVersion (the tag the Helm
+# chart's defaults name). The host's ccache (ccache -k cache_dir, or
+# PACI_CCACHE_DIR) is mounted into the build, so after a host build the
+# images cost little compiling.
 #
 # podman reads deploy/docker/containers.conf (CONTAINERS_CONF, unless set):
 # runc, the host's network, the host's ulimits.
@@ -312,8 +313,25 @@ scripts/python-env.sh build > /dev/null || die "scripts/python-env.sh"
 SITE_PACKAGES=$(dirname "$(readlink -f build/python-env/libtorch)")
 echo "$SITE_PACKAGES"
 
+# ---- libpaci_hf_tokenizer: Hugging Face's tokenizers crate as a Rust static
+# library (worker/data/hf_tokenizer_shim/). The build stage has no Rust: cargo
+# builds it here, into the target folder of the host build (warm: seconds),
+# and the build stage's CMake links the copy mounted at
+# worker/data/hf_tokenizer_shim/prebuilt (worker/data/CMakeLists.txt).
+phase "libpaci_hf_tokenizer (cargo)"
+CARGO=$(command -v cargo || echo "${CARGO_HOME:-$HOME/.cargo}/bin/cargo")
+[[ -x $CARGO ]] || die "cargo not found (on PATH or in ~/.cargo/bin): run scripts/install-deps.sh"
+HF_TARGET=$ROOT/build/worker/data/hf_tokenizer_shim
+CARGO_TARGET_DIR=$HF_TARGET "$CARGO" build --release --locked --quiet \
+  --manifest-path worker/data/hf_tokenizer_shim/Cargo.toml || die "cargo build of libpaci_hf_tokenizer"
+HF_PREBUILT=$(mktemp -d "${TMPDIR:-/tmp}/paci-hf-tokenizer.XXXXXX")
+CLEANUP+=("$HF_PREBUILT")
+cp "$HF_TARGET/release/libpaci_hf_tokenizer.a" "$HF_PREBUILT/"
+HF_HASH=$(sha256sum "$HF_PREBUILT/libpaci_hf_tokenizer.a" | cut -c1-16)
+echo "libpaci_hf_tokenizer.a $HF_HASH"
+
 # ---- content hash of the build context (its files, the Dockerfile, the base
-# images, the LibTorch)
+# images, the LibTorch, libpaci_hf_tokenizer)
 phase "content hash"
 CONTENT_HASH=$( {
   printf '%s\n' "${FILES[@]}" | LC_ALL=C sort -u | while IFS= read -r f; do
@@ -323,13 +341,15 @@ CONTENT_HASH=$( {
   sha256sum "$DOCKERFILE" .dockerignore
   echo "base $BASE_IDS"
   echo "libtorch $SITE_PACKAGES"
+  echo "hf-tokenizer $HF_HASH"
 } | sha256sum | cut -c1-16)
 echo "${#FILES[@]} files in the context; content $CONTENT_HASH"
 
 # ---- the images
 CCACHE_HOST=${PACI_CCACHE_DIR:-$(ccache -k cache_dir 2>/dev/null || true)}
 BUILD_FLAGS=(-f "$DOCKERFILE"  # runc and the host network: containers.conf
-             --volume "$SITE_PACKAGES:/opt/paci/site-packages:ro")
+             --volume "$SITE_PACKAGES:/opt/paci/site-packages:ro"
+             --volume "$HF_PREBUILT:/src/worker/data/hf_tokenizer_shim/prebuilt:ro")
 if [[ -n $CCACHE_HOST ]]; then
   mkdir -p "$CCACHE_HOST"
   BUILD_FLAGS+=(--volume "$CCACHE_HOST:/ccache")

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what paci builds and runs with from Debian's packages. LibTorch and
 # the Python tools come from the package index, pinned, into a cache:
-# scripts/python-env.sh (scripts/build.sh runs it).
+# scripts/python-env.sh (scripts/build.sh runs it). Rust (cargo) builds
+# Hugging Face's tokenizers crate: the machine's own (rustup's, also when
+# ~/.cargo/bin is not on PATH), else the pinned RUST_TOOLCHAIN through rustup.
 # Idempotent: quick when everything is already there.
 #   scripts/install-deps.sh           everything: build, tests, tools, images
 #   scripts/install-deps.sh --build   only what building the binaries and the
@@ -57,4 +59,36 @@ if ((${#missing[@]})); then
   $SUDO apt-get update -q
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends \
     -o DPkg::Lock::Timeout=600 "${missing[@]}"
+fi
+
+# Rust: cargo builds libpaci_hf_tokenizer (worker/data/CMakeLists.txt), which
+# CMake finds on PATH or in ~/.cargo/bin. Debian 12's cargo is too old for
+# the crates it pins (Cargo.lock version 4 wants cargo 1.78 or newer).
+RUST_TOOLCHAIN=1.95.0
+CARGO_BIN=${CARGO_HOME:-$HOME/.cargo}/bin
+cargo_works() {
+  local cargo
+  cargo=$(command -v cargo || echo "$CARGO_BIN/cargo")
+  [[ -x $cargo ]] && "$cargo" --version > /dev/null 2>&1
+}
+if ! cargo_works; then
+  rustup=$(command -v rustup || echo "$CARGO_BIN/rustup")
+  if [[ -x $rustup ]]; then
+    echo "installing Rust $RUST_TOOLCHAIN with $rustup"
+    "$rustup" toolchain install "$RUST_TOOLCHAIN" --profile minimal
+    "$rustup" default > /dev/null 2>&1 || "$rustup" default "$RUST_TOOLCHAIN"
+  fi
+fi
+if ! cargo_works; then
+  if [[ ${1:-} == --build ]]; then
+    # The images' build stage: it links the library the host built
+    # (scripts/build-images.sh mounts it), so it needs no Rust.
+    echo "install-deps.sh: no cargo; CMake then needs a prebuilt libpaci_hf_tokenizer.a" \
+         "(-DPACI_HF_TOKENIZER_PREBUILT=FILE, or worker/data/hf_tokenizer_shim/prebuilt/)" >&2
+  else
+    echo "install-deps.sh: cargo not found (on PATH or in $CARGO_BIN), and no rustup to" \
+         "install Rust $RUST_TOOLCHAIN with: install rustup (it puts cargo in ~/.cargo/bin)," \
+         "then run this again" >&2
+    exit 1
+  fi
 fi
