@@ -31,6 +31,10 @@ struct DatasetOptions {
   std::string tokenizer;
   // A SentencePiece .model file to tokenize with instead (tokenizer empty).
   std::string tokenizer_model;
+  // A Hugging Face tokenizer.json to tokenize with instead (tokenizer and
+  // tokenizer_model empty). Its text is cut into chunks only where it encodes
+  // alike (HfTokenizer::NextCut), so the ids are those of each whole file.
+  std::string tokenizer_json;
   int vocab_size = 0;  // bpe and unigram only, and then required
   int64_t shard_tokens = int64_t{16} << 20;  // every shard but the last
   int threads = 0;  // 0: one per core
@@ -38,10 +42,6 @@ struct DatasetOptions {
   // newline (where the tokenizer may cut); they fix the output, not the
   // thread count.
   size_t chunk_bytes = kTokenizeChunkBytes;
-  // A Hugging Face tokenizer.json to tokenize with instead (tokenizer and
-  // tokenizer_model empty). Its text is cut into chunks only where it encodes
-  // alike (HfTokenizer::NextCut), so the ids are those of each whole file.
-  std::string tokenizer_json;
 };
 
 struct DatasetSummary {
