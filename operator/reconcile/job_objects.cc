@@ -511,6 +511,7 @@ json DatasetPod(const json& job, const ReconcilerOptions& options) {
   for (const auto& [key, flag] :
        {std::pair<const char*, const char*>{"tokenizer", "tokenizer"},
         {"tokenizerModel", "tokenizer_model"},
+        {"tokenizerJson", "tokenizer_json"},
         {"textField", "text_field"}}) {
     const std::string value = StringField(dataset, key);
     if (!value.empty()) args.push_back(absl::StrCat("--", flag, "=", value));

@@ -6,6 +6,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "operator/reconcile/job_objects.h"
+
 namespace paci::op {
 namespace {
 
@@ -635,6 +637,13 @@ TEST(TrainingJobReconcilerTest, ADatasetInitializerRunsPrepareDataBeforeAnyWorke
                          "--message_file=/dev/termination-log", "--tokenizer=bpe",
                          "--text_field=body", "--vocab_size=400", "--skip_bad_lines"}));
   EXPECT_EQ(container["terminationMessagePolicy"], "FallbackToLogsOnError");
+  json with_json = DatasetJob();
+  with_json["spec"]["initializer"]["dataset"] = {{"source", json::array({"/shared/a.jsonl"})},
+                                                {"tokenizerJson", "/shared/tokenizer.json"}};
+  EXPECT_EQ(DatasetPod(with_json, ReconcilerOptions{})["spec"]["containers"][0]["args"],
+            json::array({"prepare-data", "/shared/a.jsonl", "--out=/shared/datasets/kjv", "--reuse",
+                         "--message_file=/dev/termination-log",
+                         "--tokenizer_json=/shared/tokenizer.json"}));
   EXPECT_EQ(container["securityContext"]["readOnlyRootFilesystem"], true);
   EXPECT_FALSE(container.contains("ports"));
 

@@ -25,6 +25,16 @@ GptConfig TinyConfig() {
   return c;
 }
 
+// A llama of the same size: grouped-query attention, SwiGLU, RMSNorm, RoPE.
+GptConfig TinyLlama() {
+  GptConfig c = TinyConfig();
+  c.architecture = Architecture::kLlama;
+  c.num_kv_heads = 2;
+  c.ffn_hidden_size = 24;
+  c.rope_theta = 500;
+  return c;
+}
+
 // The attention (LibTorch's fused scaled_dot_product_attention) is
 // softmax(q k^T / sqrt(d_head), causal) v.
 TEST(GptStageTest, AttentionIsCausalSoftmaxAttention) {
@@ -55,54 +65,56 @@ TEST(GptStageTest, AttentionIsCausalSoftmaxAttention) {
 }
 
 TEST(GptStageTest, SplitModelMatchesUnsplitForwardAndGradients) {
-  const GptConfig c = TinyConfig();
-  torch::manual_seed(0);
-  const auto tokens = torch::randint(c.vocab_size, {3, c.seq_len}, torch::kLong);
-  const auto targets = torch::randint(c.vocab_size, {3, c.seq_len}, torch::kLong);
+  for (const GptConfig& c : {TinyConfig(), TinyLlama()}) {
+    SCOPED_TRACE(c.llama() ? "llama" : "gpt2");
+    torch::manual_seed(0);
+    const auto tokens = torch::randint(c.vocab_size, {3, c.seq_len}, torch::kLong);
+    const auto targets = torch::randint(c.vocab_size, {3, c.seq_len}, torch::kLong);
 
-  GptStage full(c, PartitionStage(c.num_layers, 1, 0));
-  auto full_logits = full(tokens);
-  LanguageModelLoss(full_logits, targets).backward();
+    GptStage full(c, PartitionStage(c.num_layers, 1, 0));
+    auto full_logits = full(tokens);
+    LanguageModelLoss(full_logits, targets).backward();
 
-  // Even cuts of whole blocks, and cuts inside blocks (units of
-  // worker/model/partition.h: 0 emb, 2b+1 / 2b+2 block b's halves, 9 head).
-  std::vector<std::vector<int>> cuts;
-  for (int P : {2, 3, 4}) cuts.push_back(EvenCut(c.num_layers, P));
-  cuts.push_back({0, 2, 10});           // emb + h0.attn | the rest
-  cuts.push_back({0, 1, 4, 9, 10});     // emb | h0..h1.attn | h1.mlp..h3 | head
-  cuts.push_back({0, 3, 6, 8, 10});     // ends after h0, inside h2, inside h3
-  for (const std::vector<int>& cut : cuts) {
-    const int P = static_cast<int>(cut.size()) - 1;
-    std::vector<GptStage> stages;
-    for (int s = 0; s < P; ++s) {
-      stages.emplace_back(c, StagePartition{c.num_layers, cut[s], cut[s + 1]});
-    }
-    // Run it as the workers do: each stage's input is a fresh leaf.
-    std::vector<torch::Tensor> inputs, outputs;
-    torch::Tensor x = tokens;
-    for (int s = 0; s < P; ++s) {
-      if (s > 0) x = x.detach().requires_grad_(true);
-      inputs.push_back(x);
-      outputs.push_back(stages[s](x));
-      x = outputs.back();
-    }
-    ASSERT_TRUE(torch::allclose(outputs.back(), full_logits, 1e-5, 1e-6)) << "P=" << P;
-    LanguageModelLoss(outputs.back(), targets).backward();
-    for (int s = P - 2; s >= 0; --s) outputs[s].backward(inputs[s + 1].grad());
-
-    std::map<std::string, torch::Tensor> full_params;
-    for (auto& item : full->named_parameters()) full_params[item.key()] = item.value();
-    size_t matched = 0;
-    for (auto& stage : stages) {
-      for (auto& item : stage->named_parameters()) {
-        const auto& reference = full_params.at(item.key());
-        ASSERT_TRUE(torch::equal(item.value(), reference)) << item.key();
-        ASSERT_TRUE(torch::allclose(item.value().grad(), reference.grad(), 1e-5, 1e-7))
-            << "P=" << P << " " << item.key();
-        ++matched;
+    // Even cuts of whole blocks, and cuts inside blocks (units of
+    // worker/model/partition.h: 0 emb, 2b+1 / 2b+2 block b's halves, 9 head).
+    std::vector<std::vector<int>> cuts;
+    for (int P : {2, 3, 4}) cuts.push_back(EvenCut(c.num_layers, P));
+    cuts.push_back({0, 2, 10});           // emb + h0.attn | the rest
+    cuts.push_back({0, 1, 4, 9, 10});     // emb | h0..h1.attn | h1.mlp..h3 | head
+    cuts.push_back({0, 3, 6, 8, 10});     // ends after h0, inside h2, inside h3
+    for (const std::vector<int>& cut : cuts) {
+      const int P = static_cast<int>(cut.size()) - 1;
+      std::vector<GptStage> stages;
+      for (int s = 0; s < P; ++s) {
+        stages.emplace_back(c, StagePartition{c.num_layers, cut[s], cut[s + 1]});
       }
+      // Run it as the workers do: each stage's input is a fresh leaf.
+      std::vector<torch::Tensor> inputs, outputs;
+      torch::Tensor x = tokens;
+      for (int s = 0; s < P; ++s) {
+        if (s > 0) x = x.detach().requires_grad_(true);
+        inputs.push_back(x);
+        outputs.push_back(stages[s](x));
+        x = outputs.back();
+      }
+      ASSERT_TRUE(torch::allclose(outputs.back(), full_logits, 1e-5, 1e-6)) << "P=" << P;
+      LanguageModelLoss(outputs.back(), targets).backward();
+      for (int s = P - 2; s >= 0; --s) outputs[s].backward(inputs[s + 1].grad());
+
+      std::map<std::string, torch::Tensor> full_params;
+      for (auto& item : full->named_parameters()) full_params[item.key()] = item.value();
+      size_t matched = 0;
+      for (auto& stage : stages) {
+        for (auto& item : stage->named_parameters()) {
+          const auto& reference = full_params.at(item.key());
+          ASSERT_TRUE(torch::equal(item.value(), reference)) << item.key();
+          ASSERT_TRUE(torch::allclose(item.value().grad(), reference.grad(), 1e-5, 1e-7))
+              << "P=" << P << " " << item.key();
+          ++matched;
+        }
+      }
+      EXPECT_EQ(matched, full_params.size());
     }
-    EXPECT_EQ(matched, full_params.size());
   }
 }
 
@@ -287,25 +299,27 @@ TEST(PlacementTest, CudaWithoutAGpuIsRefusedNamingTheField) {
 }
 
 TEST(PlacementTest, Bf16AutocastOnCpuComputesMatmulsInBf16AndKeepsTheLossClose) {
-  torch::manual_seed(1);
-  GptConfig config = TinyConfig();
-  GptStage model(config, PartitionStage(config.num_layers, 1, 0));
-  const torch::Tensor tokens = torch::randint(config.vocab_size, {4, config.seq_len});
-  const torch::Tensor targets = torch::randint(config.vocab_size, {4, config.seq_len});
-  const double fp32 = LanguageModelLoss(model(tokens), targets).item<double>();
+  for (const GptConfig& config : {TinyConfig(), TinyLlama()}) {
+    SCOPED_TRACE(config.llama() ? "llama" : "gpt2");
+    torch::manual_seed(1);
+    GptStage model(config, PartitionStage(config.num_layers, 1, 0));
+    const torch::Tensor tokens = torch::randint(config.vocab_size, {4, config.seq_len});
+    const torch::Tensor targets = torch::randint(config.vocab_size, {4, config.seq_len});
+    const double fp32 = LanguageModelLoss(model(tokens), targets).item<double>();
 
-  StagePlacement placement = *ResolvePlacement("cpu", "bf16-autocast");
-  torch::Tensor logits;
-  {
-    AutocastScope autocast(placement);
-    logits = model(tokens);
+    StagePlacement placement = *ResolvePlacement("cpu", "bf16-autocast");
+    torch::Tensor logits;
+    {
+      AutocastScope autocast(placement);
+      logits = model(tokens);
+    }
+    EXPECT_EQ(logits.scalar_type(), torch::kBFloat16);  // the head's matmul ran in bf16
+    for (const auto& p : model->parameters()) EXPECT_EQ(p.scalar_type(), torch::kFloat);
+    const double bf16 = LanguageModelLoss(logits.to(torch::kFloat), targets).item<double>();
+    EXPECT_NEAR(bf16, fp32, 0.02 * fp32);
+    // The scope ended: float32 again.
+    EXPECT_EQ(model(tokens).scalar_type(), torch::kFloat);
   }
-  EXPECT_EQ(logits.scalar_type(), torch::kBFloat16);  // the head's matmul ran in bf16
-  for (const auto& p : model->parameters()) EXPECT_EQ(p.scalar_type(), torch::kFloat);
-  const double bf16 = LanguageModelLoss(logits.to(torch::kFloat), targets).item<double>();
-  EXPECT_NEAR(bf16, fp32, 0.02 * fp32);
-  // The scope ended: float32 again.
-  EXPECT_EQ(model(tokens).scalar_type(), torch::kFloat);
 }
 
 TEST(AdamWTest, Bf16WeightsFollowFloat32MasterWeights) {
