@@ -99,17 +99,18 @@ absl::StatusOr<HfTokenizer> HfTokenizer::FromJson(std::string_view json) {
   // Whether the pieces of a text cut where NextCut cuts encode to the ids of
   // the whole, as they do for pre-tokenizers that split at whitespace and
   // punctuation and add nothing to each text.
+  // (A tokenizer that cannot encode the probe is never cut.)
   std::string whole;
   std::vector<int32_t> joined;
+  bool encoded = true;
   for (const std::string_view piece : kCutProbe) {
     absl::StatusOr<std::vector<int32_t>> ids = tokenizer.Encode(piece);
-    if (!ids.ok()) return ids.status();
-    joined.insert(joined.end(), ids->begin(), ids->end());
+    encoded = encoded && ids.ok();
+    if (ids.ok()) joined.insert(joined.end(), ids->begin(), ids->end());
     whole += piece;
   }
-  absl::StatusOr<std::vector<int32_t>> ids = tokenizer.Encode(whole);
-  if (!ids.ok()) return ids.status();
-  tokenizer.cuts_at_lines_ = *ids == joined;
+  const absl::StatusOr<std::vector<int32_t>> ids = tokenizer.Encode(whole);
+  tokenizer.cuts_at_lines_ = encoded && ids.ok() && *ids == joined;
   return tokenizer;
 }
 

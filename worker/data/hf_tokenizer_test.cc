@@ -146,11 +146,11 @@ TEST(HfTokenizerTest, SerializeThenParseTokenizerGivesTheSameTokenizer) {
               StartsWith("dir/tokenizer: not a tokenizer.json: "));
 }
 
-TEST(HfTokenizerTest, ChunksCutWhereNextCutSaysEncodeToTheIdsOfTheWholeText) {
-  const HfTokenizer tokenizer = LoadFixture();
-  // Genesis (its verses start "\n  2 And"), and lines that start or end with
-  // spaces, blank lines and punctuation, where a byte-level pre-tokenizer
-  // splits differently when the text is cut at the newline.
+// Encodes Genesis (its verses start "\n  2 And") and lines that start or
+// end with spaces, blank lines and punctuation, where a byte-level
+// pre-tokenizer splits differently when the text is cut at the newline, in
+// pieces cut where NextCut says: they must give the ids of the whole.
+void ExpectChunksEncodeLikeTheWhole(const HfTokenizer& tokenizer) {
   std::string text;
   for (int i = 0; i < 2; ++i) {
     text += ReadText(kGenesisPath) +
@@ -168,6 +168,33 @@ TEST(HfTokenizerTest, ChunksCutWhereNextCutSaysEncodeToTheIdsOfTheWholeText) {
   }
   EXPECT_GT(chunks, 90);
   EXPECT_EQ(joined, whole);
+}
+
+TEST(HfTokenizerTest, ChunksCutWhereNextCutSaysEncodeToTheIdsOfTheWholeText) {
+  ExpectChunksEncodeLikeTheWhole(LoadFixture());
+}
+
+TEST(HfTokenizerTest, ChunksOfALlama3PreTokenizerEncodeToTheIdsOfTheWholeText) {
+  // Llama 3's tokenizer.json: its own expression (digits in threes, newlines
+  // kept with the punctuation before them), then bytes without GPT-2's.
+  nlohmann::json json = nlohmann::json::parse(ReadText(kFixturePath));
+  json["pre_tokenizer"] = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       {{{"type", "Split"},
+         {"pattern",
+          {{"Regex", R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|)"
+                     R"( ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"}}},
+         {"behavior", "Isolated"},
+         {"invert", false}},
+        {{"type", "ByteLevel"},
+         {"add_prefix_space", false},
+         {"trim_offsets", true},
+         {"use_regex", false}}}}};
+  absl::StatusOr<HfTokenizer> tokenizer = HfTokenizer::FromJson(json.dump());
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  EXPECT_EQ(tokenizer->NextCut("x\n y", 0), 2u);
+  ExpectChunksEncodeLikeTheWhole(*tokenizer);
 }
 
 TEST(HfTokenizerTest, NextCutIsALoneNewlineOrBeforeTheLastSpaceThatStartsALine) {
