@@ -77,6 +77,12 @@ ABSL_FLAG(bool, skip_bad_lines, false,
           "prepare-data: skip (and report) .jsonl lines without a text field instead of failing");
 ABSL_FLAG(int, vocab_size, 0, "prepare-data: with bpe or unigram, the tokens to train");
 ABSL_FLAG(int64_t, shard_tokens, int64_t{16} << 20, "prepare-data: tokens per shard");
+ABSL_FLAG(bool, reuse, false,
+          "prepare-data: keep an --out that holds the dataset of these inputs and options "
+          "(exit 0); refuse one made otherwise");
+ABSL_FLAG(std::string, message_file, "",
+          "prepare-data: also write the closing line, or the error, to this file "
+          "(a pod's terminationMessagePath)");
 ABSL_FLAG(std::string, model_binary, "", "sample, export: paci_model; default: beside pacictl");
 
 namespace {
@@ -93,7 +99,8 @@ constexpr char kUsage[] =
     "       pacictl prepare-data INPUT... --out=DIR [--tokenizer=char|bpe|unigram]\n"
     "                    [--tokenizer_model=FILE.model] [--tokenizer_json=FILE]\n"
     "                    [--vocab_size=N] [--shard_tokens=N]\n"
-    "                    [--text_field=NAME] [--skip_bad_lines]\n"
+    "                    [--text_field=NAME] [--skip_bad_lines] [--reuse]\n"
+    "                    [--message_file=FILE]\n"
     "       pacictl help\n"
     "\n"
     "train   runs the job in SPEC.yaml on this machine through the whole system: a\n"
@@ -119,7 +126,8 @@ constexpr char kUsage[] =
     "        input is one JSON object a line, its --text_field (default text) a\n"
     "        document; a bad line names its file and line, and --skip_bad_lines goes\n"
     "        on past it. Inputs may be gzipped (.gz).\n"
-    "        Nothing is written on error.\n"
+    "        Nothing is written on error. --reuse keeps an --out that already holds\n"
+    "        the dataset of the same inputs and options (a dataset initializer's rerun).\n"
     "The client commands talk to --coordinator (default 127.0.0.1:7070) with\n"
     "--coordinator_auth_token_file, --coordinator_tls_ca and (mutual TLS)\n"
     "--coordinator_tls_cert/--coordinator_tls_key when it asks for them.\n"
@@ -186,6 +194,8 @@ int PrepareData(const std::vector<std::string>& inputs) {
   options.skip_bad_lines = absl::GetFlag(FLAGS_skip_bad_lines);
   options.vocab_size = absl::GetFlag(FLAGS_vocab_size);
   options.shard_tokens = absl::GetFlag(FLAGS_shard_tokens);
+  options.reuse = absl::GetFlag(FLAGS_reuse);
+  options.message_file = absl::GetFlag(FLAGS_message_file);
   options.progress = &std::cerr;
   options.redraw_in_place = isatty(STDERR_FILENO) == 1;
   const absl::StatusOr<paci::PrepareDataResult> result = paci::PrepareData(options);

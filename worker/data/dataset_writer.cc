@@ -608,6 +608,96 @@ absl::Status EmptyCorpus(const std::vector<std::string>& files, const std::strin
       files.front(), files.size() == 1 ? "" : ", ...", ") hold ", what));
 }
 
+// What shapes a dataset's tokens: the input files (absolute, with their
+// sizes), the tokenizer's options and the shard size.
+nlohmann::json DatasetRequest(const DatasetOptions& options,
+                              const std::vector<std::string>& files) {
+  std::error_code error;
+  const auto file = [&](const std::string& path) {
+    return nlohmann::json::array(
+        {fs::absolute(path).lexically_normal().string(),
+         static_cast<int64_t>(fs::file_size(path, error))});
+  };
+  nlohmann::json inputs = nlohmann::json::array();
+  for (const std::string& path : files) inputs.push_back(file(path));
+  return {{"inputs", inputs},
+          {"text_field", options.text_field},
+          {"skip_bad_lines", options.skip_bad_lines},
+          {"tokenizer", options.tokenizer.empty() ? "char" : options.tokenizer},
+          {"tokenizer_model",
+           options.tokenizer_model.empty() ? nlohmann::json() : file(options.tokenizer_model)},
+          {"tokenizer_json",
+           options.tokenizer_json.empty() ? nlohmann::json() : file(options.tokenizer_json)},
+          {"vocab_size", options.vocab_size},
+          {"shard_tokens", options.shard_tokens}};
+}
+
+nlohmann::json SummaryJson(const DatasetSummary& s) {
+  return {{"tokenizer_kind", s.tokenizer_kind}, {"vocab_size", s.vocab_size},
+          {"shards", s.shards},                 {"tokens", s.tokens},
+          {"bytes", s.bytes},                   {"skipped_lines", s.skipped_lines}};
+}
+
+// The first field of two requests that differs, as "KEY: THERE there, HERE here".
+std::string FirstDifference(const nlohmann::json& there, const nlohmann::json& here) {
+  const auto shown = [](const nlohmann::json& value) {
+    std::string text = value.dump();
+    return text.size() > 160 ? text.substr(0, 157) + "..." : text;
+  };
+  for (auto it = here.begin(); it != here.end(); ++it) {
+    const nlohmann::json& before = there.contains(it.key()) ? there[it.key()] : nlohmann::json();
+    if (before == it.value()) continue;
+    if (it.key() == "inputs" && before.is_array()) {
+      for (size_t i = 0; i < std::max(before.size(), it.value().size()); ++i) {
+        const nlohmann::json a = i < before.size() ? before[i] : nlohmann::json();
+        const nlohmann::json b = i < it.value().size() ? it.value()[i] : nlohmann::json();
+        if (a != b) return absl::StrCat("input ", i + 1, ": ", shown(a), " there, ", shown(b), " here");
+      }
+    }
+    return absl::StrCat(it.key(), ": ", shown(before), " there, ", shown(it.value()), " here");
+  }
+  return "the record differs";
+}
+
+// With reuse: the summary of the dataset `out` already holds when it was
+// made from `request`; nullopt when there is none to keep (no such folder, or
+// an empty one); FailedPrecondition for any other folder.
+absl::StatusOr<std::optional<DatasetSummary>> KeptDataset(const std::string& out,
+                                                         const nlohmann::json& request) {
+  std::error_code error;
+  if (!fs::exists(out, error) || (fs::is_directory(out, error) && fs::is_empty(out, error))) {
+    return std::nullopt;
+  }
+  const auto refuse = [&](const std::string& why) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--out: ", out, " ", why, "; remove it or choose another --out; nothing was written"));
+  };
+  std::ifstream in(fs::path(out) / kDatasetRecordFile);
+  if (!in) {
+    return refuse(absl::StrCat("exists and holds no ", kDatasetRecordFile,
+                               " (not a dataset, or one made before datasets recorded how)"));
+  }
+  const nlohmann::json record = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!record.is_object() || !record.contains("request") || !record.contains("summary") ||
+      !record["summary"].is_object()) {
+    return refuse(absl::StrCat("holds a ", kDatasetRecordFile, " that is not a dataset record"));
+  }
+  if (record["request"] != request) {
+    return refuse(absl::StrCat("holds a dataset made from another request (",
+                               FirstDifference(record["request"], request), ")"));
+  }
+  const nlohmann::json& s = record["summary"];
+  DatasetSummary summary;
+  summary.tokenizer_kind = s.value("tokenizer_kind", "");
+  summary.vocab_size = s.value("vocab_size", 0);
+  summary.shards = s.value("shards", int64_t{0});
+  summary.tokens = s.value("tokens", int64_t{0});
+  summary.bytes = s.value("bytes", int64_t{0});
+  summary.skipped_lines = s.value("skipped_lines", int64_t{0});
+  summary.reused = true;
+  return summary;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<std::string>> ExpandInputs(const std::vector<std::string>& inputs) {
@@ -643,8 +733,13 @@ absl::StatusOr<DatasetSummary> WriteDataset(const DatasetOptions& options,
   NoProgress silent;
   if (progress == nullptr) progress = &silent;
   RETURN_IF_ERROR(ValidateOptions(options));
-  ASSIGN_OR_RETURN(const fs::path out, CheckOut(options.out));
   ASSIGN_OR_RETURN(const std::vector<std::string> files, ExpandInputs(options.inputs));
+  const nlohmann::json request = DatasetRequest(options, files);
+  if (options.reuse) {
+    ASSIGN_OR_RETURN(std::optional<DatasetSummary> kept, KeptDataset(options.out, request));
+    if (kept) return *std::move(kept);
+  }
+  ASSIGN_OR_RETURN(const fs::path out, CheckOut(options.out));
   DatasetSummary result;
   for (const std::string& file : files) {
     std::error_code error;
@@ -665,12 +760,14 @@ absl::StatusOr<DatasetSummary> WriteDataset(const DatasetOptions& options,
   RETURN_IF_ERROR(WriteShards(files, result.bytes, *tokenizer, options, threads, &shards,
                               &result.skipped_lines, progress));
   if (shards.tokens() == 0) return EmptyCorpus(files, "no tokens");
-  RETURN_IF_ERROR(AsInternal((*staging)->Commit()));
-
   result.tokenizer_kind = tokenizer->kind();
   result.vocab_size = tokenizer->vocab_size();
   result.shards = shards.shards();
   result.tokens = shards.tokens();
+  const nlohmann::json record = {{"request", request}, {"summary", SummaryJson(result)}};
+  RETURN_IF_ERROR(AsInternal(WriteFileAtomically(
+      (*staging)->path() + "/" + kDatasetRecordFile, record.dump(2) + "\n")));
+  RETURN_IF_ERROR(AsInternal((*staging)->Commit()));
   return result;
 }
 

@@ -26,6 +26,12 @@ struct DatasetOptions {
   // (and told to the progress) instead of failing the dataset.
   bool skip_bad_lines = false;
   std::string out;  // the dataset folder: must not exist, or be empty
+  // An --out that already holds a complete dataset made from the same request
+  // is kept as it is, and its summary returned (reused); one made from another
+  // request is refused. The request is what shapes the tokens: the input files
+  // with their sizes, and the options below; every dataset records it with
+  // its summary in kDatasetRecordFile.
+  bool reuse = false;
   // "char" (default: the characters of all inputs), "bpe" or "unigram" (a
   // SentencePiece model trained on the inputs, vocab_size pieces).
   std::string tokenizer;
@@ -51,7 +57,12 @@ struct DatasetSummary {
   int64_t tokens = 0;
   int64_t bytes = 0;  // of the input files
   int64_t skipped_lines = 0;  // bad JSONL lines, with skip_bad_lines
+  bool reused = false;  // with reuse: the dataset was there already
 };
+
+// The file in a dataset folder that records how it was made (JSON: the
+// request and the summary).
+inline constexpr char kDatasetRecordFile[] = "prepared.json";
 
 // What WriteDataset reports as it goes, on the thread that called it.
 class DatasetProgress {
@@ -82,7 +93,8 @@ absl::StatusOr<std::vector<std::string>> ExpandInputs(const std::vector<std::str
 //   (file and byte offset), a bad JSONL line ("<file>:<line>: <reason>",
 //   unless skip_bad_lines), a --tokenizer_model that is not a model or a
 //   --tokenizer_json tokenizers cannot load (naming it, with tokenizers' reason);
-//   FailedPrecondition for an --out that exists and is not an empty folder;
+//   FailedPrecondition for an --out that exists and is not an empty folder
+//   (with reuse: that holds no dataset, or one made from another request);
 //   NotFound for a file that cannot be read; Internal for a write error.
 absl::StatusOr<DatasetSummary> WriteDataset(const DatasetOptions& options,
                                             DatasetProgress* progress);
