@@ -54,11 +54,26 @@ class DataParallelTest(unittest.TestCase):
     def test_flush_replicas_train_as_one_pipeline_with_the_same_global_batch(self):
         # R = 2 replicas of a = 2 micro-batches each against R = 1 with a = 4:
         # the same 4 samples per step, so the same losses step for step.
+        losses = {}
+        for architecture in ("gpt2", "llama"):
+            with self.subTest(architecture=architecture):
+                losses[architecture] = self.flush_replicas_match(architecture)
+        # Two models indeed (llama's RMSNorm, RoPE, SwiGLU and shared key heads), not one twice.
+        self.assertNotEqual(losses["gpt2"], losses["llama"])
+
+    def flush_replicas_match(self, architecture):
         c = self.cluster
-        c.submit(replicated("flush-r1", R=1, schedule="1f1b-flush", a=4, steps=8))
-        one = self.finished("flush-r1")
-        c.submit(replicated("flush-r2", R=2, schedule="1f1b-flush", a=2, steps=8))
-        two = self.finished("flush-r2")
+
+        def job(name, R, a):
+            s = replicated("%s-%s" % (name, architecture), R=R, schedule="1f1b-flush", a=a, steps=8)
+            s.model.architecture = architecture
+            if architecture == "llama":
+                s.model.num_kv_heads = 2  # grouped-query attention: two query heads a key head
+            return s
+        c.submit(job("flush-r1", R=1, a=4))
+        one = self.finished("flush-r1-" + architecture)
+        c.submit(job("flush-r2", R=2, a=2))
+        two = self.finished("flush-r2-" + architecture)
         self.assertEqual(len(two.status.stages), 4)
         for history in ("train_loss_history", "validation_loss_history"):
             a, b = getattr(one.status, history), getattr(two.status, history)
@@ -71,6 +86,7 @@ class DataParallelTest(unittest.TestCase):
         for st in two.status.stages:
             self.assertEqual(st.forward_micro_batches, 16, st)
         self.assertEqual(one.status.stages[0].forward_micro_batches, 32)
+        return [p.loss for p in one.status.train_loss_history]
 
     def test_paci_replicas_stay_identical_through_a_killed_worker_and_resume_on_one(self):
         c = self.cluster
