@@ -182,6 +182,39 @@ class HfFormatTest(unittest.TestCase):
         model = transformers.AutoModelForCausalLM.from_pretrained(folder)
         self.assertEqual(model.config.vocab_size, 400)
 
+    def test_autotokenizer_of_a_sentencepiece_model_gives_pacis_ids(self):
+        # A bpe SentencePiece model trained by prepare-data; the model exported with it as
+        # tokenizer.model, which transformers' LlamaTokenizer reads (with sentencepiece).
+        dataset = os.path.join(self.dir, "genesis-sp")
+        code, _, err = pacictl("prepare-data", CORPUS, "--tokenizer=bpe", "--vocab_size=500",
+                               "--out=" + dataset)
+        self.assertEqual(code, 0, err)
+        ckpt = os.path.join(self.dir, "sp")
+        spec = spec_text(name="hf-sp", P=2, steps=4, eval_interval=2,
+                         checkpoint="{directory: %s, interval: 4}" % ckpt)
+        spec = spec.replace("vocab_size: 80", "vocab_size: 500").replace(
+            "corpus_path: " + CORPUS, "dataset: " + dataset)
+        run = Run(self.dir, spec)
+        self.assertEqual(run.returncode, 0, run.output)
+        folder = os.path.join(self.dir, "hf-sp")
+        code, _, err = pacictl("export", "--format=hf", "--checkpoint=" + ckpt, "--out=" + folder)
+        self.assertEqual(code, 0, err)
+        tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+        self.assertEqual(type(tokenizer).__name__, "LlamaTokenizer")
+        # paci's ids of a text: a dataset of it alone, tokenized with the exported model.
+        text = TEXT + "\n  And God said, Let there be light: and there was light.\n\n\u00e9t\u00e9 42"
+        with open(os.path.join(self.dir, "sp-text.txt"), "w", encoding="utf-8") as f:
+            f.write(text)
+        ids_dir = os.path.join(self.dir, "sp-text")
+        code, _, err = pacictl("prepare-data", os.path.join(self.dir, "sp-text.txt"),
+                               "--tokenizer_model=" + os.path.join(folder, "tokenizer.model"),
+                               "--out=" + ids_dir)
+        self.assertEqual(code, 0, err)
+        ids = read_dataset_ids(ids_dir)
+        self.assertGreater(len(ids), 20)
+        self.assertEqual(tokenizer(text, add_special_tokens=False)["input_ids"], ids)
+        self.assertEqual(tokenizer.decode(ids), text)
+
     def test_a_tokenizer_json_larger_than_the_model_is_refused_naming_the_field(self):
         self.json_dataset_ids()
         spec = spec_text(name="hf-tokenizer-json-small", P=2, steps=2, eval_interval=1)

@@ -148,6 +148,9 @@ absl::Status WriteTokenizer(const Tokenizer& tokenizer, const GptConfig& config,
   } else {
     RETURN_IF_ERROR(WriteFileAtomically(folder + "/tokenizer.model", body));
     tokenizer_config["tokenizer_class"] = "LlamaTokenizer";
+    // paci's SentencePiece models add no "▁" before the text (prepare-data's
+    // chunks then join as the whole): neither may transformers' Metaspace.
+    tokenizer_config["add_prefix_space"] = false;
     tokenizer_config["add_bos_token"] = false;
     tokenizer_config["add_eos_token"] = false;
     tokenizer_config["legacy"] = false;
