@@ -42,6 +42,7 @@
 #include "paci/v1/coordinator.grpc.pb.h"
 #include "tools/job_view.h"
 #include "tools/local_launcher.h"
+#include "tools/kube_logs.h"
 #include "tools/prepare_data.h"
 #include "tools/progress_printer.h"
 
@@ -83,6 +84,13 @@ ABSL_FLAG(bool, reuse, false,
 ABSL_FLAG(std::string, message_file, "",
           "prepare-data: also write the closing line, or the error, to this file "
           "(a pod's terminationMessagePath)");
+ABSL_FLAG(std::string, kubeconfig, "",
+          "logs: the kubeconfig (default: $KUBECONFIG's first file, else ~/.kube/config)");
+ABSL_FLAG(std::string, namespace, "", "logs: the TrainingJob's namespace (default: the kubeconfig's)");
+ABSL_FLAG(int, stage, 0, "logs: the stage whose pod's log to print");
+ABSL_FLAG(int, replica, 0, "logs: with pipeline.dataParallel, the replica of that stage");
+ABSL_FLAG(bool, dataset, false, "logs: the dataset initializer's pod instead");
+ABSL_FLAG(int, tail, 0, "logs: only the last N lines (0: all)");
 ABSL_FLAG(std::string, model_binary, "", "sample, export: paci_model; default: beside pacictl");
 
 namespace {
@@ -101,6 +109,8 @@ constexpr char kUsage[] =
     "                    [--vocab_size=N] [--shard_tokens=N]\n"
     "                    [--text_field=NAME] [--skip_bad_lines] [--reuse]\n"
     "                    [--message_file=FILE]\n"
+    "       pacictl logs TRAININGJOB [--stage=N] [--replica=R] [--dataset] [--tail=N]\n"
+    "                    [--namespace=NS] [--kubeconfig=FILE]\n"
     "       pacictl help\n"
     "\n"
     "train   runs the job in SPEC.yaml on this machine through the whole system: a\n"
@@ -128,6 +138,9 @@ constexpr char kUsage[] =
     "        on past it. Inputs may be gzipped (.gz).\n"
     "        Nothing is written on error. --reuse keeps an --out that already holds\n"
     "        the dataset of the same inputs and options (a dataset initializer's rerun).\n"
+    "logs    a TrainingJob's pod log on Kubernetes, through the API server as kubectl\n"
+    "        logs reads it: the pod of --stage (and --replica), or with --dataset its\n"
+    "        dataset initializer's.\n"
     "The client commands talk to --coordinator (default 127.0.0.1:7070) with\n"
     "--coordinator_auth_token_file, --coordinator_tls_ca and (mutual TLS)\n"
     "--coordinator_tls_cert/--coordinator_tls_key when it asks for them.\n"
@@ -203,6 +216,30 @@ int PrepareData(const std::vector<std::string>& inputs) {
     std::cerr << "pacictl: prepare-data: " << result.status().message() << "\n";
     return paci::ExitCodeOf(result.status());
   }
+  return paci::kExitSucceeded;
+}
+
+int Logs(const std::string& job) {
+  const std::string kubeconfig = paci::KubeconfigPath(absl::GetFlag(FLAGS_kubeconfig));
+  absl::StatusOr<paci::op::KubeClientOptions> options = paci::op::LoadKubeconfig(kubeconfig);
+  if (!options.ok()) {
+    std::cerr << "pacictl: logs: " << options.status().message() << "\n";
+    return paci::kExitUsage;
+  }
+  paci::op::KubeClient kube(*std::move(options));
+  paci::LogsRequest request;
+  request.job = job;
+  request.namespace_ = absl::GetFlag(FLAGS_namespace);
+  request.stage = absl::GetFlag(FLAGS_stage);
+  request.replica = absl::GetFlag(FLAGS_replica);
+  request.dataset = absl::GetFlag(FLAGS_dataset);
+  request.tail_lines = absl::GetFlag(FLAGS_tail);
+  const absl::StatusOr<std::string> log = paci::ReadLogs(kube, request);
+  if (!log.ok()) {
+    std::cerr << "pacictl: logs: " << log.status().message() << "\n";
+    return paci::ExitCodeOf(log.status());
+  }
+  std::cout << *log << std::flush;
   return paci::kExitSucceeded;
 }
 
@@ -380,6 +417,7 @@ int main(int argc, char** argv) {
   }
   const std::string argument = needs_argument ? args[2] : "";
   if (command == "train") return Train(argument);
+  if (command == "logs") return Logs(argument);
 
   absl::StatusOr<paci::CoordinatorClientOptions> options =
       paci::CoordinatorClientOptionsFromFlags(absl::GetFlag(FLAGS_coordinator),

@@ -85,6 +85,11 @@ void MirrorCoordinator(const v1::Job& job, json& status) {
                   {"replica", stage.replica()},
                   {"maxDrift", stage.drift_max()},
                   {"driftBound", stage.drift_bound()}};
+    // The pod it runs in: its worker registered as "<namespace>.<pod>".
+    const std::string& worker = stage.worker_id();
+    if (const size_t dot = worker.find('.'); dot != std::string::npos && dot + 1 < worker.size()) {
+      entry["pod"] = worker.substr(dot + 1);
+    }
     SetRounded(entry, "idleFraction", active > 0 ? stage.idle_seconds() / active : 0.0, 1e4);
     stages.push_back(std::move(entry));
     max_drift = std::max(max_drift, stage.drift_max());

@@ -62,6 +62,7 @@ v1::Job CoordinatorJob(v1::JobPhase phase) {
   for (int s = 0; s < 2; ++s) {
     v1::StageStatus* stage = job.mutable_status()->add_stages();
     stage->set_stage(s);
+    stage->set_worker_id("team-a.kjv-worker-" + std::to_string(1 - s));
     stage->set_drift_max(1 - s);
     stage->set_drift_bound(1 - s);
     stage->set_busy_seconds(9);
@@ -214,6 +215,9 @@ TEST(TrainingJobReconcilerTest, MissingPodIsCreatedAndNothingElse) {
   EXPECT_EQ((*actions.status)["step"], 30);
   EXPECT_EQ((*actions.status)["maxDrift"], 1);
   EXPECT_DOUBLE_EQ((*actions.status)["stages"][0]["idleFraction"].get<double>(), 0.1);
+  // Which pod runs each stage (the coordinator places stages on any of the job's pods).
+  EXPECT_EQ((*actions.status)["stages"][0]["pod"], "kjv-worker-1");
+  EXPECT_EQ((*actions.status)["stages"][1]["pod"], "kjv-worker-0");
 }
 
 TEST(TrainingJobReconcilerTest, StatusFiguresAreRoundedForKubectlsColumns) {

@@ -426,6 +426,16 @@ class OperatorEndToEnd(unittest.TestCase):
         manifest["spec"]["worker"].update(SHARED_VOLUME)
         self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(manifest))
 
+    def pacictl_command(self, name, *flags):
+        return [os.path.join(BUILD, "tools", "pacictl"), "logs", name,
+                "--kubeconfig=" + self.cluster.kubeconfig, *flags]
+
+    def pacictl_logs(self, name, *flags):
+        done = subprocess.run(self.pacictl_command(name, *flags), capture_output=True, text=True,
+                              timeout=60)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        return done.stdout
+
     def finished(self, name, timeout=300):
         return wait_until(name + " finished", lambda: (lambda s: s.get("phase") in (
             "Succeeded", "Failed") and s)(self.status_of(name)), timeout=timeout, interval=0.5)
@@ -481,6 +491,22 @@ class OperatorEndToEnd(unittest.TestCase):
         # The pod stays while the job runs: kubectl logs reads its output through the API server.
         logs = self.kubectl("logs", "kjv-data-again-dataset").stdout
         self.assertIn("kept /shared/genesis-dataset: it holds this dataset already", logs)
+        # pacictl logs reads the same through the API server, and a stage's log from the pod
+        # its status names (the coordinator placed the stages).
+        self.assertEqual(self.pacictl_logs("kjv-data-again", "--dataset"), logs)
+        status = wait_until("kjv-data-again's stages placed", lambda: (lambda s: len(s.get(
+            "stages", [])) == 2 and all(st.get("pod") for st in s["stages"]) and s)(
+            self.status_of("kjv-data-again")), timeout=120, interval=0.5)
+        pod = next(st["pod"] for st in status["stages"] if st["stage"] == 1)
+        self.assertIn(pod, ("kjv-data-again-worker-0", "kjv-data-again-worker-1"))
+        stage_log = wait_until("stage 1's log", lambda: (lambda text: "stage 1" in text and text)(
+            self.pacictl_logs("kjv-data-again", "--stage=1")), timeout=60, interval=0.5)
+        self.assertIn("job=kjv-data-again", stage_log)
+        self.assertEqual(stage_log, self.kubectl("logs", pod).stdout[:len(stage_log)])
+        refused = subprocess.run(self.pacictl_command("kjv-data-again", "--stage=2"),
+                                 capture_output=True, text=True, timeout=60)
+        self.assertNotEqual(refused.returncode, 0)
+        self.assertIn("--stage: 2 is not a stage of kjv-data-again, which has 2", refused.stderr)
         status = self.finished("kjv-data-again")
         self.assertEqual(status["phase"], "Succeeded", status)
         ready = {c["type"]: c for c in status["conditions"]}["DatasetReady"]

@@ -1,0 +1,73 @@
+#include "tools/kube_logs.h"
+
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "operator/reconcile/object_meta.h"
+
+namespace paci {
+
+using nlohmann::json;
+
+std::string KubeconfigPath(const std::string& flag) {
+  if (!flag.empty()) return flag;
+  if (const char* list = std::getenv("KUBECONFIG"); list != nullptr && *list != '\0') {
+    return std::string(*absl::StrSplit(list, ':').begin());
+  }
+  const char* home = std::getenv("HOME");
+  return absl::StrCat(home != nullptr ? home : "", "/.kube/config");
+}
+
+absl::StatusOr<std::string> PodOfRequest(const json& job, const LogsRequest& request) {
+  const std::string name = op::MetaString(job, "name");
+  if (request.dataset) return op::DatasetPodName(name);
+  const json& pipeline = op::Field(op::Field(job, "spec"), "pipeline");
+  const int64_t stages = op::IntField(pipeline, "numStages", 1);
+  const int64_t replicas = op::IntField(pipeline, "dataParallel", 1);
+  if (request.stage < 0 || request.stage >= stages) {
+    return absl::InvalidArgumentError(absl::StrCat("--stage: ", request.stage, " is not a stage of ",
+                                                   name, ", which has ", stages, " (0 to ",
+                                                   stages - 1, ")"));
+  }
+  if (request.replica < 0 || request.replica >= replicas) {
+    return absl::InvalidArgumentError(absl::StrCat("--replica: ", request.replica,
+                                                   " is not a replica of ", name, ", which has ",
+                                                   replicas));
+  }
+  const json& status = op::Field(job, "status");
+  const json& placed = op::Field(status, "stages");
+  if (placed.is_array()) {
+    for (const json& stage : placed) {
+      if (op::IntField(stage, "stage", -1) == request.stage &&
+          op::IntField(stage, "replica", 0) == request.replica &&
+          !op::StringField(stage, "pod").empty()) {
+        return op::StringField(stage, "pod");
+      }
+    }
+  }
+  const std::string phase = op::StringField(status, "phase");
+  return absl::FailedPreconditionError(absl::StrCat(
+      "no pod runs stage ", request.stage, " replica ", request.replica, " of ", name,
+      " yet (phase ", phase.empty() ? "none" : phase,
+      "); its worker pods are labelled paci.dev/job-name=", name));
+}
+
+absl::StatusOr<std::string> ReadLogs(op::KubeClient& kube, const LogsRequest& request) {
+  const std::string ns =
+      request.namespace_.empty() ? kube.options().default_namespace : request.namespace_;
+  absl::StatusOr<json> job = kube.Get(absl::StrCat(
+      op::CollectionPath("paci.dev", "v1alpha1", ns, "trainingjobs"), "/", request.job));
+  if (absl::IsNotFound(job.status())) {
+    return absl::NotFoundError(
+        absl::StrCat("no TrainingJob ", request.job, " in namespace ", ns));
+  }
+  if (!job.ok()) return job.status();
+  absl::StatusOr<std::string> pod = PodOfRequest(*job, request);
+  if (!pod.ok()) return pod.status();
+  std::string path = absl::StrCat(op::CollectionPath("", "v1", ns, "pods"), "/", *pod, "/log");
+  if (request.tail_lines > 0) absl::StrAppend(&path, "?tailLines=", request.tail_lines);
+  return kube.GetText(path);
+}
+
+}  // namespace paci
