@@ -138,6 +138,33 @@ TEST(FlopUnitCostsTest, TheHeadGrowsWithTheVocabularyAndBlocksAreAlike) {
   for (const UnitCost& c : large) EXPECT_GT(c.backward, c.forward);
 }
 
+// llama's units as its shape says: grouped-query attention projects fewer keys
+// and values, SwiGLU's three matrices at 8d/3 cost what GPT-2's two at 4d do,
+// and the embedding has no position table.
+TEST(FlopUnitCostsTest, LlamasCostsFollowItsKeyHeadsAndSwiGlu) {
+  ModelShape gpt2 = IssueShape(256);
+  gpt2.ffn_hidden_size = 4 * gpt2.d_model;
+  ModelShape llama = gpt2;
+  llama.architecture = Architecture::kLlama;
+  llama.ffn_hidden_size = 8 * llama.d_model / 3;
+  ModelShape grouped = llama;
+  grouped.num_kv_heads = 1;
+  const std::vector<UnitCost> g = FlopUnitCosts(gpt2), l = FlopUnitCosts(llama),
+                              q = FlopUnitCosts(grouped);
+  ASSERT_EQ(l.size(), g.size());
+  EXPECT_LT(q[1].forward, l[1].forward);  // one key/value head: a smaller qkv matmul
+  EXPECT_LT(q[1].optimizer, l[1].optimizer);
+  EXPECT_DOUBLE_EQ(q[2].total(), l[2].total());  // the MLP does not care
+  EXPECT_NEAR(l[2].forward / g[2].forward, 1.0, 0.05);
+  EXPECT_LT(l[0].optimizer, g[0].optimizer);  // no learned positions
+  EXPECT_GT(FlopUnitCosts([&] {
+              ModelShape wider = llama;
+              wider.ffn_hidden_size *= 2;
+              return wider;
+            }())[2].forward,
+            1.9 * l[2].forward);
+}
+
 TEST(PlanPartitionTest, BalancedMovesBlocksOffTheHeadsStage) {
   absl::StatusOr<PartitionPlan> even = PlanPartition(IssueShape(8192), 2, "even");
   absl::StatusOr<PartitionPlan> balanced = PlanPartition(IssueShape(8192), 2, "balanced");
