@@ -173,6 +173,15 @@ struct Reconciliation {
       if (!BeingDeleted(pod)) actions.delete_pods.push_back(MetaString(pod, "name"));
     }
   }
+  // The same but the dataset initializer's pod, which ended by itself: its log
+  // stays readable (pacictl logs --dataset) until the job goes.
+  void DeleteWorkerPods() {
+    for (const json& pod : world.pods) {
+      if (!BeingDeleted(pod) && Label(pod, kRoleLabel) != kDatasetRole) {
+        actions.delete_pods.push_back(MetaString(pod, "name"));
+      }
+    }
+  }
 
   // Deletes the object once ttlSecondsAfterFinished has passed since it
   // finished (by `finished_status`.completionTime).
@@ -217,7 +226,7 @@ void ReconcileDeletion(Reconciliation& r) {
 
 // Finished (Succeeded, Failed, Cancelled): no workers; gone after its TTL.
 void ReconcileFinished(Reconciliation& r) {
-  r.DeleteAllPods();
+  r.DeleteWorkerPods();
   r.ApplyTtl(r.status);
 }
 
@@ -423,7 +432,7 @@ void CoordinatorFinished(Reconciliation& r, const std::string& phase) {
   r.actions.requeue_after.reset();
   r.actions.create_pods.clear();
   r.actions.delete_pods.clear();
-  r.DeleteAllPods();
+  r.DeleteWorkerPods();
   r.ApplyTtl(r.desired);
 }
 

@@ -704,6 +704,12 @@ TEST(TrainingJobReconcilerTest, AFailedDatasetFailsTheJobWithItsErrorAndAFixedSp
   EXPECT_FALSE(actions.submit.has_value());
   EXPECT_THAT(actions.create_pods, IsEmpty());
   EXPECT_THAT(Reasons(actions), ElementsAre("DatasetFailed"));
+  // Finished, the job keeps its dataset pod (its log) while it stops its workers.
+  world.job["status"] = *actions.status;
+  world.pods.push_back(Pod(0, "Running"));
+  const ReconcileActions finished = ReconcileTrainingJob(world, ReconcilerOptions{});
+  EXPECT_THAT(finished.delete_pods, ElementsAre("kjv-worker-0"));
+  world.pods.pop_back();
 
   // Applied again, fixed (generation 2): the pod of generation 1 goes, then a new one runs.
   world.job["status"] = *actions.status;

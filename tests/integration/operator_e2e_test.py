@@ -530,6 +530,8 @@ class OperatorEndToEnd(unittest.TestCase):
         self.assertNotIn("Submitted", reasons)
         self.assertEqual(os.stat(shard).st_mtime_ns, written)
         self.assertFalse(os.path.exists(os.path.join(claim, "bad-dataset")))  # nothing left behind
+        # The failed pod stays, and its log with it, until the TrainingJob goes.
+        self.assertIn("bad.jsonl:2: not JSON", self.pacictl_logs("kjv-data-bad", "--dataset"))
         print("a bad line: " + status["message"])
         self.kubectl("delete", "trainingjob", "kjv-data-bad", "--timeout=60s")
 
