@@ -333,10 +333,12 @@ class KubeClusterTest(unittest.TestCase):
 
         refused = edit(lambda s: s["model"].update(dModel=64))
         self.assertNotEqual(refused.returncode, 0)
-        self.assertIn("spec.model: Forbidden: spec.model and spec.pipeline cannot change while the TrainingJob "
-                      "runs: suspend it (spec.runPolicy.suspend: true) first, or wait until it has finished",
-                      refused.stderr)
+        self.assertIn("spec.model: Forbidden: spec.model, spec.pipeline and spec.data cannot change while the "
+                      "TrainingJob runs: suspend it (spec.runPolicy.suspend: true) first, or wait until it has "
+                      "finished", refused.stderr)
         self.assertNotEqual(edit(lambda s: s["pipeline"].update(numStages=4)).returncode, 0)
+        # The data too: a running job's tokens do not change under it.
+        self.assertNotEqual(edit(lambda s: s["data"].update(validationFraction=0.2)).returncode, 0)
         self.assertEqual(self.ok("GET", TJ_PATH + "/frozen")["spec"]["model"]["dModel"], 32)
         # Other fields change as before.
         out = edit(lambda s: s["training"].update(steps=90))
