@@ -15,7 +15,8 @@ export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
 scripts/python-env.sh build-asan  # the LibTorch (a link to the cached environment)
 if [[ ! -f build-asan/build.ninja ]]; then
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DCMAKE_CXX_COMPILER=clang++ -DPACI_SANITIZE=address,undefined -DPACI_FUZZ=ON
+    -DCMAKE_CXX_COMPILER=clang++ -DPACI_SANITIZE=address,undefined -DPACI_FUZZ=ON \
+    -DPACI_CARGO_TARGET_DIR="$PWD/build/worker/data/hf_tokenizer_shim"  # build/'s cargo output, not instrumented
 fi
 # The target list below is read from build.ninja: bring it up to date first
 # (a test renamed since the last configure would be listed, then unknown).
