@@ -319,7 +319,7 @@ echo "$SITE_PACKAGES"
 # and the build stage's CMake links the copy mounted at
 # worker/data/hf_tokenizer_shim/prebuilt (worker/data/CMakeLists.txt).
 phase "libpaci_hf_tokenizer (cargo)"
-CARGO=$(command -v cargo || echo "${CARGO_HOME:-$HOME/.cargo}/bin/cargo")
+CARGO=$(command -v cargo || echo "${CARGO_HOME:-${HOME:-/root}/.cargo}/bin/cargo")
 [[ -x $CARGO ]] || die "cargo not found (on PATH or in ~/.cargo/bin): run scripts/install-deps.sh"
 HF_TARGET=$ROOT/build/worker/data/hf_tokenizer_shim
 CARGO_TARGET_DIR=$HF_TARGET "$CARGO" build --release --locked --quiet \

@@ -65,7 +65,7 @@ fi
 # CMake finds on PATH or in ~/.cargo/bin. Debian 12's cargo is too old for
 # the crates it pins (Cargo.lock version 4 wants cargo 1.78 or newer).
 RUST_TOOLCHAIN=1.95.0
-CARGO_BIN=${CARGO_HOME:-$HOME/.cargo}/bin
+CARGO_BIN=${CARGO_HOME:-${HOME:-/root}/.cargo}/bin
 cargo_works() {
   local cargo
   cargo=$(command -v cargo || echo "$CARGO_BIN/cargo")
