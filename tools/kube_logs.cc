@@ -26,9 +26,9 @@ absl::StatusOr<std::string> PodOfRequest(const json& job, const LogsRequest& req
   const int64_t stages = op::IntField(pipeline, "numStages", 1);
   const int64_t replicas = op::IntField(pipeline, "dataParallel", 1);
   if (request.stage < 0 || request.stage >= stages) {
-    return absl::InvalidArgumentError(absl::StrCat("--stage: ", request.stage, " is not a stage of ",
-                                                   name, ", which has ", stages, " (0 to ",
-                                                   stages - 1, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("--stage: ", request.stage,
+                                                   " is not a stage of ", name, ", which has ",
+                                                   stages, " (0 to ", stages - 1, ")"));
   }
   if (request.replica < 0 || request.replica >= replicas) {
     return absl::InvalidArgumentError(absl::StrCat("--replica: ", request.replica,
@@ -53,7 +53,10 @@ absl::StatusOr<std::string> PodOfRequest(const json& job, const LogsRequest& req
       "); its worker pods are labelled paci.dev/job-name=", name));
 }
 
-absl::StatusOr<std::string> ReadLogs(op::KubeClient& kube, const LogsRequest& request) {
+namespace {
+
+// The API path of the request's pod log, its query begun ("...?" or "...?tailLines=N&").
+absl::StatusOr<std::string> LogPath(op::KubeClient& kube, const LogsRequest& request) {
   const std::string ns =
       request.namespace_.empty() ? kube.options().default_namespace : request.namespace_;
   absl::StatusOr<json> job = kube.Get(absl::StrCat(
@@ -65,9 +68,28 @@ absl::StatusOr<std::string> ReadLogs(op::KubeClient& kube, const LogsRequest& re
   if (!job.ok()) return job.status();
   absl::StatusOr<std::string> pod = PodOfRequest(*job, request);
   if (!pod.ok()) return pod.status();
-  std::string path = absl::StrCat(op::CollectionPath("", "v1", ns, "pods"), "/", *pod, "/log");
-  if (request.tail_lines > 0) absl::StrAppend(&path, "?tailLines=", request.tail_lines);
-  return kube.GetText(path);
+  std::string path = absl::StrCat(op::CollectionPath("", "v1", ns, "pods"), "/", *pod, "/log?");
+  if (request.tail_lines > 0) absl::StrAppend(&path, "tailLines=", request.tail_lines, "&");
+  return path;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ReadLogs(op::KubeClient& kube, const LogsRequest& request) {
+  absl::StatusOr<std::string> path = LogPath(kube, request);
+  if (!path.ok()) return path.status();
+  return kube.GetText(*path);
+}
+
+absl::Status FollowLogs(op::KubeClient& kube, const LogsRequest& request,
+                        const std::function<void(std::string_view)>& on_data) {
+  absl::StatusOr<std::string> path = LogPath(kube, request);
+  if (!path.ok()) return path.status();
+  // A stage may say nothing for a long while: only a day of silence ends it.
+  return kube.Stream(*path + "follow=true", absl::Hours(24), [&](std::string_view data) {
+    on_data(data);
+    return true;
+  });
 }
 
 }  // namespace paci

@@ -5,7 +5,9 @@
 // as kubectl finds it). The pod of a stage is the one its .status.stages[]
 // names: the coordinator places stages on any of the job's worker pods.
 
+#include <functional>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -36,5 +38,10 @@ absl::StatusOr<std::string> PodOfRequest(const nlohmann::json& job, const LogsRe
 // The log text of the request's pod. NotFound naming the TrainingJob when there
 // is none; the API server's refusal otherwise.
 absl::StatusOr<std::string> ReadLogs(op::KubeClient& kube, const LogsRequest& request);
+
+// The same, followed: the log so far, then what the pod writes, handed to
+// `on_data` until the pod's container ends (OK). Errors as ReadLogs's.
+absl::Status FollowLogs(op::KubeClient& kube, const LogsRequest& request,
+                        const std::function<void(std::string_view)>& on_data);
 
 }  // namespace paci

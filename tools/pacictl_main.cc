@@ -86,11 +86,13 @@ ABSL_FLAG(std::string, message_file, "",
           "(a pod's terminationMessagePath)");
 ABSL_FLAG(std::string, kubeconfig, "",
           "logs: the kubeconfig (default: $KUBECONFIG's first file, else ~/.kube/config)");
-ABSL_FLAG(std::string, namespace, "", "logs: the TrainingJob's namespace (default: the kubeconfig's)");
+ABSL_FLAG(std::string, namespace, "",
+          "logs: the TrainingJob's namespace (default: the kubeconfig's)");
 ABSL_FLAG(int, stage, 0, "logs: the stage whose pod's log to print");
 ABSL_FLAG(int, replica, 0, "logs: with pipeline.dataParallel, the replica of that stage");
 ABSL_FLAG(bool, dataset, false, "logs: the dataset initializer's pod instead");
 ABSL_FLAG(int, tail, 0, "logs: only the last N lines (0: all)");
+ABSL_FLAG(bool, follow, false, "logs: go on printing what the pod writes until it ends");
 ABSL_FLAG(std::string, model_binary, "", "sample, export: paci_model; default: beside pacictl");
 
 namespace {
@@ -109,7 +111,7 @@ constexpr char kUsage[] =
     "                    [--vocab_size=N] [--shard_tokens=N]\n"
     "                    [--text_field=NAME] [--skip_bad_lines] [--reuse]\n"
     "                    [--message_file=FILE]\n"
-    "       pacictl logs TRAININGJOB [--stage=N] [--replica=R] [--dataset] [--tail=N]\n"
+    "       pacictl logs TRAININGJOB [--stage=N] [--replica=R] [--dataset] [--tail=N] [--follow]\n"
     "                    [--namespace=NS] [--kubeconfig=FILE]\n"
     "       pacictl help\n"
     "\n"
@@ -140,7 +142,7 @@ constexpr char kUsage[] =
     "        the dataset of the same inputs and options (a dataset initializer's rerun).\n"
     "logs    a TrainingJob's pod log on Kubernetes, through the API server as kubectl\n"
     "        logs reads it: the pod of --stage (and --replica), or with --dataset its\n"
-    "        dataset initializer's.\n"
+    "        dataset initializer's; --follow goes on until the pod ends.\n"
     "The client commands talk to --coordinator (default 127.0.0.1:7070) with\n"
     "--coordinator_auth_token_file, --coordinator_tls_ca and (mutual TLS)\n"
     "--coordinator_tls_cert/--coordinator_tls_key when it asks for them.\n"
@@ -234,12 +236,19 @@ int Logs(const std::string& job) {
   request.replica = absl::GetFlag(FLAGS_replica);
   request.dataset = absl::GetFlag(FLAGS_dataset);
   request.tail_lines = absl::GetFlag(FLAGS_tail);
-  const absl::StatusOr<std::string> log = paci::ReadLogs(kube, request);
-  if (!log.ok()) {
-    std::cerr << "pacictl: logs: " << log.status().message() << "\n";
-    return paci::ExitCodeOf(log.status());
+  absl::Status read;
+  if (absl::GetFlag(FLAGS_follow)) {
+    read = paci::FollowLogs(kube, request,
+                            [](std::string_view data) { std::cout << data << std::flush; });
+  } else {
+    absl::StatusOr<std::string> log = paci::ReadLogs(kube, request);
+    if (log.ok()) std::cout << *log << std::flush;
+    read = log.status();
   }
-  std::cout << *log << std::flush;
+  if (!read.ok()) {
+    std::cerr << "pacictl: logs: " << read.message() << "\n";
+    return paci::ExitCodeOf(read);
+  }
   return paci::kExitSucceeded;
 }
 

@@ -98,7 +98,8 @@ void KubeClient::Observe(const std::string& verb, int code) {
 
 absl::StatusOr<json> KubeClient::Call(const std::string& verb, const std::string& path,
                                       const std::string& body, const std::string& content_type) {
-  absl::StatusOr<std::string> answer = CallForBody(verb, path, body, content_type, "application/json");
+  absl::StatusOr<std::string> answer =
+      CallForBody(verb, path, body, content_type, "application/json");
   if (!answer.ok()) return answer.status();
   json parsed = json::parse(*answer, nullptr, false);
   if (parsed.is_discarded()) {
@@ -272,57 +273,84 @@ class WatchLines {
 
 }  // namespace
 
-absl::Status KubeClient::Watch(const std::string& path, const WatchOptions& options,
-                               const std::function<bool(const WatchEvent&)>& on_event,
-                               WatchCanceller* canceller) {
-  const auto in_watch = [&](const absl::Status& status) {
-    return absl::Status(status.code(), absl::StrCat("watch ", path, ": ", status.message()));
-  };
+absl::Status KubeClient::StreamGet(const std::string& what, const std::string& verb,
+                                   const std::string& path, absl::Duration read_timeout,
+                                   const std::function<bool(const char*, size_t)>& on_data,
+                                   WatchCanceller* canceller) {
   const absl::StatusOr<ServerUrl>& url = credentials_->server();
   if (!url.ok()) return url.status();
   absl::StatusOr<RequestAuth> auth = credentials_->Get();
   if (!auth.ok()) {
-    Observe("WATCH", 0);
-    return absl::UnauthenticatedError(absl::StrCat("watch ", path, ": ", auth.status().message()));
+    Observe(verb, 0);
+    return absl::UnauthenticatedError(absl::StrCat(what, ": ", auth.status().message()));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<httplib::ClientImpl> client,
-                   NewClient(options_, *url, *auth, absl::Seconds(options.timeout_seconds + 30)));
+                   NewClient(options_, *url, *auth, read_timeout));
   if (canceller != nullptr) {
-    if (canceller->cancelled()) return absl::CancelledError("watch cancelled");
+    if (canceller->cancelled()) return absl::CancelledError(absl::StrCat(what, ": cancelled"));
     canceller->Attach([c = client.get()] { c->stop(); });
   }
 
   int code = 0;
+  bool stopped = false;
   std::string error_body;
-  WatchLines lines(on_event);
-  const httplib::Headers headers = {{"Accept", "application/json"}};
+  const httplib::Headers headers = {{"Accept", verb == "WATCH" ? "application/json" : "*/*"}};
   ERR_clear_error();
   httplib::Result result = client->Get(
-      url->prefix + path + WatchQuery(options), headers,
+      url->prefix + path, headers,
       [&](const httplib::Response& response) {
         code = response.status;
         return true;
       },
       [&](const char* data, size_t length) {
-        if (code == 200) return lines.Feed(data, length);
-        error_body.append(data, length);
-        return true;
+        if (code != 200) {
+          error_body.append(data, length);
+          return true;
+        }
+        stopped = !on_data(data, length);
+        return !stopped;
       });
   if (canceller != nullptr) canceller->Detach();
-  Observe("WATCH", code);
+  Observe(verb, code);
   credentials_->Answered(*auth, code);
-  if (!lines.error().ok()) return in_watch(lines.error());
-  if (lines.stopped()) return absl::OkStatus();
+  if (stopped) return absl::OkStatus();
   if (canceller != nullptr && canceller->cancelled()) {
-    return absl::CancelledError("watch cancelled");
+    return absl::CancelledError(absl::StrCat(what, ": cancelled"));
   }
-  if (code != 0 && code != 200) return in_watch(StatusFromHttp(code, error_body));
+  if (code != 0 && code != 200) {
+    const absl::Status status = StatusFromHttp(code, error_body);
+    return absl::Status(status.code(), absl::StrCat(what, ": ", status.message()));
+  }
   if (!result) {
-    return absl::UnavailableError(absl::StrCat("watch ", path, ": the connection ended: ",
+    return absl::UnavailableError(absl::StrCat(what, ": the connection ended: ",
                                                ConnectionError(result.error(), *client, *url,
                                                                *auth, code == 0)));
   }
   return absl::OkStatus();
+}
+
+absl::Status KubeClient::Watch(const std::string& path, const WatchOptions& options,
+                               const std::function<bool(const WatchEvent&)>& on_event,
+                               WatchCanceller* canceller) {
+  WatchLines lines(on_event);
+  const absl::Status streamed = StreamGet(
+      absl::StrCat("watch ", path), "WATCH", path + WatchQuery(options),
+      absl::Seconds(options.timeout_seconds + 30),
+      [&](const char* data, size_t length) { return lines.Feed(data, length); }, canceller);
+  if (!lines.error().ok()) {
+    return absl::Status(lines.error().code(),
+                        absl::StrCat("watch ", path, ": ", lines.error().message()));
+  }
+  return streamed;
+}
+
+absl::Status KubeClient::Stream(const std::string& path, absl::Duration idle_timeout,
+                                const std::function<bool(std::string_view)>& on_data,
+                                WatchCanceller* canceller) {
+  return StreamGet(
+      absl::StrCat("GET ", path), "GET", path, idle_timeout,
+      [&](const char* data, size_t length) { return on_data(std::string_view(data, length)); },
+      canceller);
 }
 
 }  // namespace paci::op

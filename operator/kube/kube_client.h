@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -154,12 +155,27 @@ class KubeClient {
                      const std::function<bool(const WatchEvent&)>& on_event,
                      WatchCanceller* canceller = nullptr);
 
+  // A GET whose body is handed to `on_data` as it arrives (a followed log:
+  // ".../pods/<name>/log?follow=true"), until the server ends it (OK), `on_data`
+  // returns false (OK) or `canceller` is cancelled (Cancelled). Unavailable
+  // when the connection drops or stays silent for `idle_timeout`; the
+  // server's refusal as the mapping above says. Blocks.
+  absl::Status Stream(const std::string& path, absl::Duration idle_timeout,
+                      const std::function<bool(std::string_view)>& on_data,
+                      WatchCanceller* canceller = nullptr);
+
  private:
   absl::StatusOr<nlohmann::json> Call(const std::string& verb, const std::string& path,
                                       const std::string& body, const std::string& content_type);
   absl::StatusOr<std::string> CallForBody(const std::string& verb, const std::string& path,
                                           const std::string& body, const std::string& content_type,
                                           const std::string& accept);
+  // Watch's and Stream's GET: `what` names it in errors ("watch <path>"),
+  // `verb` in the request metrics.
+  absl::Status StreamGet(const std::string& what, const std::string& verb, const std::string& path,
+                         absl::Duration read_timeout,
+                         const std::function<bool(const char*, size_t)>& on_data,
+                         WatchCanceller* canceller);
   void Observe(const std::string& verb, int code);
 
   KubeClientOptions options_;

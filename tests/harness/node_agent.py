@@ -62,8 +62,8 @@ with podman:
     message, a failed container's last 80 lines of output (at most 2048 bytes), as
     the kubelet does).
     Pods are never restarted, whatever their restartPolicy;
-* serves the pods' output to the API server's pods/log (`kubectl logs`, tailLines and
-  limitBytes, no follow) at the kubelet endpoint its Node reports (serve_logs);
+* serves the pods' output to the API server's pods/log (`kubectl logs`, tailLines,
+  limitBytes and follow) at the kubelet endpoint its Node reports (serve_logs);
 * a pod given a deletionTimestamp gets SIGTERM, then SIGKILL after
   min(terminationGracePeriodSeconds, --max-grace) seconds, and is then removed
   with a zero grace period, as the kubelet ends a graceful deletion;
@@ -343,7 +343,7 @@ class NodeAgent:
     # -- the kubelet's log endpoint -------------------------------------------
 
     def serve_logs(self):
-        """Serves GET /containerLogs/NAMESPACE/POD/CONTAINER (tailLines, limitBytes; no follow)
+        """Serves GET /containerLogs/NAMESPACE/POD/CONTAINER (tailLines, limitBytes, follow)
         over TLS on a free port of the host's address, which the Node reports as its kubelet
         endpoint: the API server's pods/log (`kubectl logs`) reads a pod's output there, as
         from the kubelet's port 10250. The certificate is self-signed: an API server started
@@ -367,11 +367,28 @@ class NodeAgent:
                 query = urllib.parse.parse_qs(url.query)
                 with open(path, "rb") as f:
                     data = f.read()
-                if "tailLines" in query:
-                    data = b"".join(data.splitlines(keepends=True)[-int(query["tailLines"][0]):])
-                if "limitBytes" in query:
-                    data = data[:int(query["limitBytes"][0])]
-                self.answer(200, data)
+                    if "tailLines" in query:
+                        data = b"".join(data.splitlines(keepends=True)[-int(query["tailLines"][0]):])
+                    if "limitBytes" in query:
+                        data = data[:int(query["limitBytes"][0])]
+                    if query.get("follow") != ["true"]:
+                        self.answer(200, data)
+                        return
+                    # Followed: what is there, then what comes, until the pod's process ends
+                    # (the body ends with the connection).
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/plain")
+                    self.end_headers()
+                    self.wfile.write(data)
+                    self.wfile.flush()
+                    while agent.running(*parts[2:4]):
+                        more = f.read()
+                        if more:
+                            self.wfile.write(more)
+                            self.wfile.flush()
+                        else:
+                            time.sleep(0.2)
+                    self.wfile.write(f.read())
 
             def answer(self, code, body):
                 self.send_response(code)
@@ -389,6 +406,12 @@ class NodeAgent:
         server.socket = context.wrap_socket(server.socket, server_side=True)
         self.kubelet_port = server.server_address[1]
         threading.Thread(target=server.serve_forever, daemon=True, name="kubelet-logs").start()
+
+    def running(self, namespace, name):
+        """Whether the process of the pod NAMESPACE/NAME still runs."""
+        with self.lock:
+            runs = [r for r in self.pods.values() if (r.namespace, r.name) == (namespace, name)]
+        return any(r.proc is not None and r.proc.poll() is None for r in runs)
 
     # -- the loop ------------------------------------------------------------
 

@@ -507,7 +507,14 @@ class OperatorEndToEnd(unittest.TestCase):
                                  capture_output=True, text=True, timeout=60)
         self.assertNotEqual(refused.returncode, 0)
         self.assertIn("--stage: 2 is not a stage of kjv-data-again, which has 2", refused.stderr)
+        # --follow: the log as it grows, until the pod's container ends with the job.
+        follow = subprocess.Popen(self.pacictl_command("kjv-data-again", "--stage=1", "--follow"),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         status = self.finished("kjv-data-again")
+        followed, errors = follow.communicate(timeout=120)
+        self.assertEqual(follow.returncode, 0, errors)
+        self.assertTrue(followed.startswith(stage_log[:200]), followed[:400])
+        self.assertRegex(followed, r"job=kjv-data-again-\S+ step=200 validation_loss=")  # the last one
         self.assertEqual(status["phase"], "Succeeded", status)
         ready = {c["type"]: c for c in status["conditions"]}["DatasetReady"]
         self.assertTrue(ready["message"].startswith(
