@@ -53,7 +53,7 @@ import sys
 import tempfile
 import time
 
-from bench_results import write_result
+from bench_results import peak_rss_mb, write_result
 from cpu_load import children_cpu_seconds, cpu_busy_seconds
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -162,11 +162,6 @@ def measured(args, label, fn):
         log("  other work used %.2f cores; %s" % (
             foreign, "running it again" if attempt < args.attempts else "keeping it, marked"))
     return result
-
-
-def peak_rss_mb(summary):
-    """Each stage's peak resident memory, as its worker reported it (RunSummary)."""
-    return [round(int(st.get("peak_rss_bytes", 0)) / 2**20, 1) for st in summary.get("stages", [])]
 
 
 def run_job(args, spec_text, tag):

@@ -1,4 +1,5 @@
-"""Where a benchmark's figures go: OUT/NAME.json (the record) and OUT/NAME.md (its table)."""
+"""Where a benchmark's figures go: OUT/NAME.json (the record) and OUT/NAME.md (its table);
+and what the figures read from a run summary."""
 import json
 import os
 
@@ -16,3 +17,8 @@ def write_result(out, name, result, table):
         json.dump(result, f, indent=2)
     with open(os.path.join(out, name + ".md"), "w") as f:
         f.write(table + "\n")
+
+
+def peak_rss_mb(summary):
+    """Each stage's peak resident memory, as its worker reported it (RunSummary)."""
+    return [round(int(st.get("peak_rss_bytes", 0)) / 2**20, 1) for st in summary.get("stages", [])]

@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 
+from bench_results import peak_rss_mb
 from cpu_load import children_cpu_seconds, cpu_busy_seconds
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -65,11 +66,6 @@ def libtorch_of(build):
                 blas=("%s (%s)" % (os.path.basename(os.path.realpath(blas.group(2))),
                                    os.path.basename(os.path.dirname(os.path.realpath(blas.group(2)))))
                       if blas else "none linked (MKL inside libtorch_cpu)"))
-
-
-def peak_rss_mb(summary):
-    """Each stage's peak resident memory, as its worker reported it (RunSummary)."""
-    return [round(int(st.get("peak_rss_bytes", 0)) / 2**20, 1) for st in summary.get("stages", [])]
 
 
 def train_once(args, build, workdir, tag, vocab, P):

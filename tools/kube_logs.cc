@@ -1,8 +1,10 @@
 #include "tools/kube_logs.h"
 
 #include <cstdlib>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "operator/reconcile/object_meta.h"
 
@@ -55,8 +57,9 @@ absl::StatusOr<std::string> PodOfRequest(const json& job, const LogsRequest& req
 
 namespace {
 
-// The API path of the request's pod log, its query begun ("...?" or "...?tailLines=N&").
-absl::StatusOr<std::string> LogPath(op::KubeClient& kube, const LogsRequest& request) {
+// The API path of the request's pod log, with its query.
+absl::StatusOr<std::string> LogPath(op::KubeClient& kube, const LogsRequest& request,
+                                    bool follow) {
   const std::string ns =
       request.namespace_.empty() ? kube.options().default_namespace : request.namespace_;
   absl::StatusOr<json> job = kube.Get(absl::StrCat(
@@ -68,25 +71,27 @@ absl::StatusOr<std::string> LogPath(op::KubeClient& kube, const LogsRequest& req
   if (!job.ok()) return job.status();
   absl::StatusOr<std::string> pod = PodOfRequest(*job, request);
   if (!pod.ok()) return pod.status();
-  std::string path = absl::StrCat(op::CollectionPath("", "v1", ns, "pods"), "/", *pod, "/log?");
-  if (request.tail_lines > 0) absl::StrAppend(&path, "tailLines=", request.tail_lines, "&");
-  return path;
+  std::vector<std::string> query;
+  if (request.tail_lines > 0) query.push_back(absl::StrCat("tailLines=", request.tail_lines));
+  if (follow) query.push_back("follow=true");
+  return absl::StrCat(op::CollectionPath("", "v1", ns, "pods"), "/", *pod, "/log",
+                      query.empty() ? "" : "?", absl::StrJoin(query, "&"));
 }
 
 }  // namespace
 
 absl::StatusOr<std::string> ReadLogs(op::KubeClient& kube, const LogsRequest& request) {
-  absl::StatusOr<std::string> path = LogPath(kube, request);
+  absl::StatusOr<std::string> path = LogPath(kube, request, /*follow=*/false);
   if (!path.ok()) return path.status();
   return kube.GetText(*path);
 }
 
 absl::Status FollowLogs(op::KubeClient& kube, const LogsRequest& request,
                         const std::function<void(std::string_view)>& on_data) {
-  absl::StatusOr<std::string> path = LogPath(kube, request);
+  absl::StatusOr<std::string> path = LogPath(kube, request, /*follow=*/true);
   if (!path.ok()) return path.status();
   // A stage may say nothing for a long while: only a day of silence ends it.
-  return kube.Stream(*path + "follow=true", absl::Hours(24), [&](std::string_view data) {
+  return kube.Stream(*path, absl::Hours(24), [&](std::string_view data) {
     on_data(data);
     return true;
   });

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/temp_dir.h"
+#include "common/test_files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -28,18 +29,6 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 
 const std::string kGenesisPath = std::string(PACI_SOURCE_DIR) + "/tests/data/kjv-genesis.txt";
-
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-std::string WriteFile(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary) << bytes;
-  return path;
-}
 
 // Every file of a folder by name, with its bytes.
 std::map<std::string, std::string> Contents(const std::string& dir) {

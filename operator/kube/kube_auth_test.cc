@@ -29,6 +29,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/synchronization/notification.h"
+#include "common/test_files.h"
 #include "operator/kube/kube_client.h"
 
 namespace paci::op {
@@ -38,13 +39,6 @@ using nlohmann::json;
 using ::testing::HasSubstr;
 
 namespace fs = std::filesystem;
-
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
 
 void WriteText(const std::string& path, const std::string& text, mode_t mode = 0600) {
   fs::create_directories(fs::path(path).parent_path());

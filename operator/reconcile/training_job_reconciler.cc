@@ -9,6 +9,7 @@
 
 #include <google/protobuf/util/json_util.h>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/job_phase.h"
@@ -167,19 +168,13 @@ struct Reconciliation {
     }
   }
 
-  // Deletes every pod of the job not already on its way out.
-  void DeleteAllPods() {
+  // Deletes every pod of the job not already on its way out; with
+  // keep_dataset, all but the dataset initializer's, which ended by itself:
+  // its log stays readable (pacictl logs --dataset) until the job goes.
+  void DeleteAllPods(bool keep_dataset = false) {
     for (const json& pod : world.pods) {
-      if (!BeingDeleted(pod)) actions.delete_pods.push_back(MetaString(pod, "name"));
-    }
-  }
-  // The same but the dataset initializer's pod, which ended by itself: its log
-  // stays readable (pacictl logs --dataset) until the job goes.
-  void DeleteWorkerPods() {
-    for (const json& pod : world.pods) {
-      if (!BeingDeleted(pod) && Label(pod, kRoleLabel) != kDatasetRole) {
-        actions.delete_pods.push_back(MetaString(pod, "name"));
-      }
+      if (BeingDeleted(pod) || (keep_dataset && Label(pod, kRoleLabel) == kDatasetRole)) continue;
+      actions.delete_pods.push_back(MetaString(pod, "name"));
     }
   }
 
@@ -226,7 +221,7 @@ void ReconcileDeletion(Reconciliation& r) {
 
 // Finished (Succeeded, Failed, Cancelled): no workers; gone after its TTL.
 void ReconcileFinished(Reconciliation& r) {
-  r.DeleteWorkerPods();
+  r.DeleteAllPods(/*keep_dataset=*/true);
   r.ApplyTtl(r.status);
 }
 
@@ -432,7 +427,7 @@ void CoordinatorFinished(Reconciliation& r, const std::string& phase) {
   r.actions.requeue_after.reset();
   r.actions.create_pods.clear();
   r.actions.delete_pods.clear();
-  r.DeleteWorkerPods();
+  r.DeleteAllPods(/*keep_dataset=*/true);
   r.ApplyTtl(r.desired);
 }
 
@@ -481,11 +476,10 @@ std::string TerminationMessage(const json& pod) {
   const json& containers = Field(Field(pod, "status"), "containerStatuses");
   if (!containers.is_array()) return "";
   for (const json& container : containers) {
-    std::string message = StringField(Field(Field(container, "state"), "terminated"), "message");
-    while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) {
-      message.pop_back();
-    }
-    if (!message.empty()) return message;
+    const std::string message =
+        StringField(Field(Field(container, "state"), "terminated"), "message");
+    const absl::string_view trimmed = absl::StripTrailingAsciiWhitespace(message);
+    if (!trimmed.empty()) return std::string(trimmed);
   }
   return "";
 }
@@ -521,9 +515,7 @@ bool DatasetReady(Reconciliation& r) {
     return false;
   }
   const std::string made_for =
-      Field(Field(Field(*pod, "metadata"), "annotations"), kGenerationAnnotation).is_string()
-          ? Field(Field(*pod, "metadata"), "annotations")[kGenerationAnnotation].get<std::string>()
-          : "";
+      StringField(Field(Field(*pod, "metadata"), "annotations"), kGenerationAnnotation);
   if (BeingDeleted(*pod) || made_for != std::to_string(r.generation)) {
     // Made for an earlier spec: gone first, then made again for this one.
     if (!BeingDeleted(*pod)) r.actions.delete_pods.push_back(MetaString(*pod, "name"));

@@ -381,14 +381,19 @@ class NodeAgent:
                     self.end_headers()
                     self.wfile.write(data)
                     self.wfile.flush()
-                    while agent.running(*parts[2:4]):
+                    while True:
+                        run = agent.running(*parts[2:4])  # before the read: nothing comes after
                         more = f.read()
                         if more:
                             self.wfile.write(more)
                             self.wfile.flush()
-                        else:
-                            time.sleep(0.2)
-                    self.wfile.write(f.read())
+                        if run is None:
+                            break
+                        if not more:
+                            try:  # until it writes more or ends, whichever comes first
+                                run.proc.wait(timeout=0.2)
+                            except subprocess.TimeoutExpired:
+                                pass
 
             def answer(self, code, body):
                 self.send_response(code)
@@ -408,10 +413,10 @@ class NodeAgent:
         threading.Thread(target=server.serve_forever, daemon=True, name="kubelet-logs").start()
 
     def running(self, namespace, name):
-        """Whether the process of the pod NAMESPACE/NAME still runs."""
+        """The PodRun of NAMESPACE/NAME whose process still runs, or None."""
         with self.lock:
             runs = [r for r in self.pods.values() if (r.namespace, r.name) == (namespace, name)]
-        return any(r.proc is not None and r.proc.poll() is None for r in runs)
+        return next((r for r in runs if r.proc is not None and r.proc.poll() is None), None)
 
     # -- the loop ------------------------------------------------------------
 

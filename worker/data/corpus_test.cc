@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/temp_dir.h"
+#include "common/test_files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/data/char_tokenizer.h"
@@ -35,13 +36,6 @@ CorpusOptions GenesisOptions() {
   options.seq_len = 64;
   options.micro_batch_size = 8;
   return options;
-}
-
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 std::string WriteTempFile(const std::string& name, const std::string& text) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/temp_dir.h"
+#include "common/test_files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -22,18 +23,6 @@ using ::testing::StartsWith;
 const std::string kFixturePath =
     std::string(PACI_SOURCE_DIR) + "/tests/data/byte-level-bpe.tokenizer.json";
 const std::string kGenesisPath = std::string(PACI_SOURCE_DIR) + "/tests/data/kjv-genesis.txt";
-
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-std::string WriteFile(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary) << bytes;
-  return path;
-}
 
 HfTokenizer LoadFixture() {
   absl::StatusOr<HfTokenizer> tokenizer = HfTokenizer::Load(kFixturePath);
