@@ -31,9 +31,14 @@ loss, and the peak resident memory (ru_maxrss) of each process. The idle
 fraction is paci's own measure (its stages' traces); the library exposes none.
 A schedule that fails to run is reported with its error, not hidden.
 
-Writes --out/peer_pipelining.md and peer_pipelining.json (default bench/results/).
+Writes --out/peer_pipelining.md and peer_pipelining.json (default bench/results/);
+with several --seeds (each seed sets the models' initialisation and the sample
+order of every run), peer_pipelining_seeds.md and .json: each run once per
+seed, its median tokens/s, each seed's validation loss, and PACI's mean
+validation loss against each synchronous run's seed-to-seed spread.
 
-  build/python-env/bin/python bench/peer_pipelining.py [--steps 150] [--build build]
+  build/python-env/bin/python bench/peer_pipelining.py [--steps 150] [--seeds 1,2,3]
+      [--only paci,gpipe] [--build build]
 
 Needs a built tree (scripts/build.sh: its Python environment has the torch
 whose LibTorch paci links) and data/kjv.txt (scripts/kjv-corpus.sh).
@@ -68,7 +73,7 @@ PEERS = [
 PACI_SPEC = """
 name: peer-{tag}
 model: {{vocab_size: {vocab}, num_layers: {layers}, d_model: {d_model}, num_heads: {heads},
-        seq_len: {seq_len}}}
+        seq_len: {seq_len}, init_seed: {init_seed}}}
 pipeline: {{num_stages: 2, schedule: {schedule}, accumulation: {a}, micro_batch_size: {mbs},
             partition: even}}
 optimizer: {{lr: {lr}, warmup_fraction: 0.05}}
@@ -370,7 +375,8 @@ def run_paci(args, cfg, schedule, workdir):
                                  schedule=schedule, a=cfg["a"], mbs=cfg["micro_batch"],
                                  lr=cfg["lr"], steps=cfg["steps"],
                                  eval_mb=cfg["eval_sequences"] // cfg["micro_batch"],
-                                 corpus=cfg["corpus"], seed=cfg["seed"]))
+                                 corpus=cfg["corpus"], seed=cfg["seed"],
+                                 init_seed=1233 + cfg["seed"]))  # seed 1: paci's default 1234
     summary_path = spec + ".summary.json"
     proc = subprocess.Popen([os.path.join(args.build, "tools", "pacictl"), "train", spec,
                              "--summary=" + summary_path],
@@ -402,7 +408,9 @@ def main():
     parser.add_argument("--a", type=int, default=4, help="micro-batches per optimizer step")
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--eval_sequences", type=int, default=64)
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--seeds", default="1",
+                        help="comma-separated seeds (model initialisation and sample order); "
+                             "each run once per seed, the table gives the spread")
     parser.add_argument("--only", default="", help="comma-separated run keys (default: all)")
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
     parser.add_argument("--corpus", default=os.path.join(ROOT, "data", "kjv.txt"))
@@ -412,66 +420,118 @@ def main():
         return worker_main(args)
 
     import torch
-    cfg = dict(steps=args.steps, vocab=args.vocab, layers=args.layers, d_model=args.d_model,
-               heads=args.heads, seq_len=args.seq_len, micro_batch=args.micro_batch, a=args.a,
-               lr=args.lr, eval_sequences=args.eval_sequences, seed=args.seed,
-               corpus=os.path.abspath(args.corpus))
+    seeds = [int(x) for x in args.seeds.split(",")]
+    base_cfg = dict(steps=args.steps, vocab=args.vocab, layers=args.layers, d_model=args.d_model,
+                    heads=args.heads, seq_len=args.seq_len, micro_batch=args.micro_batch, a=args.a,
+                    lr=args.lr, eval_sequences=args.eval_sequences,
+                    corpus=os.path.abspath(args.corpus))
     only = set(filter(None, args.only.split(",")))
     runs = [("paci", "paci PACI"), ("paci-1f1b-flush", "paci 1f1b-flush"),
             ("eager", "torch eager, unsplit (P = 1)")] + [(k, l) for k, l, *_ in PEERS]
+    runs = [(k, l) for k, l in runs if not only or k in only]
     results = []
     began = time.monotonic()
     with tempfile.TemporaryDirectory() as workdir:
-        for key, label in runs:
-            if only and key not in only:
-                continue
-            log("%-40s ..." % label)
-            try:
-                if key == "paci":
-                    r = run_paci(args, cfg, "paci", workdir)
-                elif key == "paci-1f1b-flush":
-                    r = run_paci(args, cfg, "1f1b-flush", workdir)
-                elif key == "eager":
-                    r = run_eager(cfg)
-                else:
-                    r = run_peer(args, cfg, key, workdir)
-            except Exception:  # a peer that cannot run is a result, not a crash
-                r = dict(error=traceback.format_exc().strip().splitlines()[-1][:300])
-            r.update(key=key, label=label)
-            log("  " + (r["error"] if "error" in r else "%.0f tokens/s, train %.3f, validation %.3f" % (
-                r["tokens_per_second"], r["final_train_loss"], r["final_validation_loss"])))
-            results.append(r)
+        for seed in seeds:  # seed by seed, so a slow spell of the machine hits every run alike
+            cfg = dict(base_cfg, seed=seed)
+            seed_dir = os.path.join(workdir, "seed%d" % seed)
+            os.makedirs(seed_dir)
+            for key, label in runs:
+                log("%-40s seed %d ..." % (label, seed))
+                try:
+                    if key == "paci":
+                        r = run_paci(args, cfg, "paci", seed_dir)
+                    elif key == "paci-1f1b-flush":
+                        r = run_paci(args, cfg, "1f1b-flush", seed_dir)
+                    elif key == "eager":
+                        r = run_eager(cfg)
+                    else:
+                        r = run_peer(args, cfg, key, seed_dir)
+                except Exception:  # a peer that cannot run is a result, not a crash
+                    r = dict(error=traceback.format_exc().strip().splitlines()[-1][:300])
+                r.update(key=key, label=label, seed=seed)
+                log("  " + (r["error"] if "error" in r else
+                            "%.0f tokens/s, train %.3f, validation %.3f" % (
+                                r["tokens_per_second"], r["final_train_loss"],
+                                r["final_validation_loss"])))
+                results.append(r)
 
-    by = {r["key"]: r for r in results}
-    base = by.get("paci", {}).get("tokens_per_second")
+    text = report(args, seeds, runs, results, torch.__version__, time.monotonic() - began)
+    print(text)
+    name = "peer_pipelining" if len(seeds) == 1 else "peer_pipelining_seeds"
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, name + ".md"), "w") as f:
+        f.write(text)
+    with open(os.path.join(args.out, name + ".json"), "w") as f:
+        json.dump(dict(config=dict(base_cfg, seeds=seeds,
+                                   corpus=os.path.relpath(base_cfg["corpus"], ROOT)),
+                       runs=results), f, indent=1)
+
+
+def median(values):
+    values = sorted(values)
+    middle = len(values) // 2
+    return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
+
+
+# Runs whose weights see every gradient of the step they are in (no drift).
+SYNCHRONOUS = {"paci-1f1b-flush", "eager"} | {k for k, *_ in PEERS}
+
+
+def report(args, seeds, runs, results, torch_version, seconds):
+    """The table: one row a run, its tokens/s the median over the seeds, its
+    losses each seed's (and their mean); then PACI's validation loss against
+    the synchronous runs' seed-to-seed spread."""
     lines = ["# paci beside torch.distributed.pipelining (bench/peer_pipelining.py)", "",
              "GPT %d layers, d_model %d, %d heads, seq_len %d, vocabulary %d; micro-batch %d, "
-             "%d micro-batches per optimizer step, %d steps, seed %d; P = 2, one process per "
+             "%d micro-batches per optimizer step, %d steps, seed%s %s; P = 2, one process per "
              "stage, one thread each, on %d CPUs; torch %s; %.0f s in all." % (
                  args.layers, args.d_model, args.heads, args.seq_len, args.vocab, args.micro_batch,
-                 args.a, args.steps, args.seed, os.cpu_count(), torch.__version__,
-                 time.monotonic() - began), "",
-             "| run | tokens/s | / paci PACI | idle (paci's trace) | final train loss "
-             "| final validation loss | peak RSS per process MB |",
+                 args.a, args.steps, "s" if len(seeds) > 1 else "",
+                 ", ".join(map(str, seeds)), os.cpu_count(), torch_version, seconds), "",
+             "| run | tokens/s%s | / paci PACI | idle (paci's trace) | final train loss%s "
+             "| final validation loss%s | peak RSS per process MB |" % (
+                 (" (median)", " (mean)", " (each seed; mean)") if len(seeds) > 1 else ("",) * 3),
              "|---|---:|---:|---|---:|---:|---|"]
-    for r in results:
-        if "error" in r:
-            lines.append("| %s | did not run: %s | | | | | |" % (r["label"], r["error"].replace("|", "/")))
+    ok = {}
+    for key, label in runs:
+        mine = [r for r in results if r["key"] == key]
+        good = [r for r in mine if "error" not in r]
+        if not good:
+            error = mine[0]["error"] if mine else "not run"
+            lines.append("| %s | did not run: %s | | | | | |" % (label, error.replace("|", "/")))
             continue
-        idle = " / ".join("%.0f%%" % (100 * i) for i in r.get("idle_fraction", []) if i is not None)
-        lines.append("| %s | %.0f | %s | %s | %.3f | %.3f | %s |" % (
-            r["label"], r["tokens_per_second"],
-            "%.2f" % (r["tokens_per_second"] / base) if base else "-", idle or "-",
-            r["final_train_loss"], r["final_validation_loss"],
-            " / ".join("%.0f" % v for v in r["peak_rss_mb"])))
-    text = "\n".join(lines) + "\n"
-    print(text)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "peer_pipelining.md"), "w") as f:
-        f.write(text)
-    with open(os.path.join(args.out, "peer_pipelining.json"), "w") as f:
-        json.dump(dict(config=dict(cfg, corpus=os.path.relpath(cfg["corpus"], ROOT)),
-                       runs=results), f, indent=1)
+        ok[key] = good
+    base = median([r["tokens_per_second"] for r in ok["paci"]]) if "paci" in ok else None
+    for key, label in runs:
+        if key not in ok:
+            continue
+        good = ok[key]
+        tps = median([r["tokens_per_second"] for r in good])
+        val = [r["final_validation_loss"] for r in good]
+        idle = " / ".join("%.0f%%" % (100 * i) for i in good[0].get("idle_fraction", [])
+                          if i is not None)
+        val_text = "%.3f" % val[0] if len(val) == 1 else "%s; **%.3f**" % (
+            ", ".join("%.3f" % v for v in val), sum(val) / len(val))
+        lines.append("| %s | %.0f | %s | %s | %.3f | %s | %s |" % (
+            label, tps, "%.2f" % (tps / base) if base else "-", idle or "-",
+            sum(r["final_train_loss"] for r in good) / len(good), val_text,
+            " / ".join("%.0f" % v for v in good[0]["peak_rss_mb"])))
+    if len(seeds) > 1 and "paci" in ok:
+        paci = [r["final_validation_loss"] for r in ok["paci"]]
+        paci_mean = sum(paci) / len(paci)
+        lines += ["", "Validation loss against the seed-to-seed spread (max - min over the "
+                      "seeds of one run):", ""]
+        for key, label in runs:
+            if key not in ok or key not in SYNCHRONOUS:
+                continue
+            val = [r["final_validation_loss"] for r in ok[key]]
+            mean, spread = sum(val) / len(val), max(val) - min(val)
+            gap = paci_mean - mean
+            lines.append("- %s: mean %.3f, spread %.3f; paci PACI's mean is %+.3f from it: %s" % (
+                label, mean, spread, gap,
+                "within the spread" if abs(gap) <= spread else "outside the spread"))
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

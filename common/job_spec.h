@@ -2,6 +2,8 @@
 
 // Reading and checking a JobSpec: the one place that knows what a valid job
 // is. Used by pacictl, the worker and (later) the coordinator and operator.
+// ValidateJobSpec and its per-section checks live in job_spec_validation.cc;
+// reading, defaults and the rest in job_spec.cc.
 
 #include <string>
 #include <string_view>

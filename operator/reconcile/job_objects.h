@@ -5,8 +5,9 @@
 // Kubeflow users put in theirs: volumes and mounts, env and envFrom, labels and
 // annotations, scheduling, pull secrets, security contexts); the operator's
 // own parts of the pod (its labels, the worker's arguments and downward-API
-// env, the restricted security defaults) are merged with it here. Pure
-// functions: no network, no clock.
+// env, the restricted security defaults) are merged with it here. The
+// template is checked first by ValidateWorkerTemplate (worker_template.h,
+// included here for the callers). Pure functions: no network, no clock.
 
 #include <string>
 
@@ -14,17 +15,11 @@
 
 #include "absl/status/status.h"
 #include "operator/reconcile/object_meta.h"
+#include "operator/reconcile/worker_template.h"
 
 namespace paci::op {
 
 struct ReconcilerOptions;
-
-// Checks what the CRD schema cannot: volume names unique and not the
-// operator's, every mount naming a volume at an absolute path, no label,
-// annotation or env variable the operator sets itself. InvalidArgument naming
-// the field: "spec.worker.volumeMounts[1].name: no volume named "data" in
-// spec.worker.volumes".
-absl::Status ValidateWorkerTemplate(const nlohmann::json& worker);
 
 // The pod of stage `index`. Meets the `restricted` Pod Security level unless
 // spec.worker overrides a security default: non-root uid 65532 with fsGroup

@@ -15,6 +15,10 @@
 // call asks for no submit, and the status, Events and requeue it gives are
 // what the answer calls for (a refused job is Failed). Its changes are those
 // of the first call, already made.
+//
+// What is submitted and how the coordinator's answer reads in .status
+// (JobSpecFromTrainingJob, CoordinatorJobName, ...) is coordinator_view.h,
+// included here for the callers.
 
 #include <optional>
 #include <string>
@@ -27,6 +31,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/peer_identity.h"
+#include "operator/reconcile/coordinator_view.h"
 #include "operator/reconcile/object_meta.h"
 #include "paci/v1/coordinator.pb.h"
 #include "paci/v1/job.pb.h"
@@ -113,23 +118,5 @@ struct ObservedWorld {
 };
 
 ReconcileActions ReconcileTrainingJob(const ObservedWorld& world, const ReconcilerOptions& options);
-
-// The coordinator's JobSpec for a TrainingJob: spec.model ... spec.runtime
-// through the proto3 JSON mapping, runPolicy, the name given, and a worker
-// selector that places its stages only on its own pods. Defaults applied and
-// validated: InvalidArgument naming the field ("spec.pipeline.num_stages: ...").
-absl::StatusOr<v1::JobSpec> JobSpecFromTrainingJob(const nlohmann::json& job,
-                                                   const std::string& coordinator_name);
-
-// "<name>-<first 8 of uid>-g<generation>", shortened to the coordinator's 63
-// characters: unique per object and per submission.
-std::string CoordinatorJobName(const nlohmann::json& job);
-
-// "namespace.name", the value of kWorkerJobLabel (common/peer_identity.h) on
-// the job's pods: the label the coordinator places its stages by.
-std::string WorkerSelectorValue(const nlohmann::json& job);
-
-// The phase of .status for a coordinator phase ("Pending", "Running", ...).
-std::string PhaseFromCoordinator(v1::JobPhase phase);
 
 }  // namespace paci::op

@@ -280,7 +280,7 @@ class KubeClusterTest(unittest.TestCase):
         self.ok("DELETE", TJ_PATH + "/pruned")
 
     def test_cross_field_rules_are_judged_by_the_server(self):
-        """The CRD's CEL rules (x-kubernetes-validations): what job_spec.cc refuses across fields,
+        """The CRD's CEL rules (x-kubernetes-validations): what job_spec_validation.cc refuses across fields,
         refused by kube-apiserver itself before anything is stored, naming the field."""
         def with_change(name, change):
             obj = job(name)

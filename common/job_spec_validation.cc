@@ -1,0 +1,295 @@
+// ValidateJobSpec (declared in common/job_spec.h) and its checks of each
+// section of a JobSpec. Pure: it touches neither the spec nor the file system.
+
+#include "common/job_spec.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "common/schedule_kind.h"
+#include "common/status_macros.h"
+
+namespace paci {
+namespace {
+
+// "<field>: must be <rule>, got <value>" unless `ok`. NaN fails every
+// comparison, so a NaN never passes a range rule.
+template <typename T>
+absl::Status Require(bool ok, absl::string_view field, absl::string_view rule, const T& value) {
+  if (ok) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(field, ": must be ", rule, ", got ", value));
+}
+
+template <typename T>
+absl::Status RequireBetween(absl::string_view field, T value, T lo, T hi) {
+  return Require(value >= lo && value <= hi, field, absl::StrCat("between ", lo, " and ", hi),
+                 value);
+}
+
+// "cpu", "cuda" or "cuda:N".
+bool IsValidDevice(const std::string& device) {
+  if (device == "cpu" || device == "cuda") return true;
+  int index = -1;
+  return absl::StartsWith(device, "cuda:") && absl::SimpleAtoi(device.substr(5), &index) &&
+         index >= 0 && index < 1024;
+}
+
+bool IsValidName(std::string_view name) {
+  const auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  if (name.empty() || !alnum(name.front()) || !alnum(name.back())) return false;
+  return std::all_of(name.begin(), name.end(), [&](char c) { return alnum(c) || c == '-'; });
+}
+
+absl::Status ValidateModel(const v1::ModelSpec& m) {
+  RETURN_IF_ERROR(RequireBetween("model.vocab_size", m.vocab_size(), 2, 1000000));
+  RETURN_IF_ERROR(RequireBetween("model.num_layers", m.num_layers(), 1, 256));
+  RETURN_IF_ERROR(RequireBetween("model.d_model", m.d_model(), 8, 65536));
+  RETURN_IF_ERROR(Require(m.num_heads() >= 1, "model.num_heads", "at least 1", m.num_heads()));
+  RETURN_IF_ERROR(Require(m.d_model() % m.num_heads() == 0, "model.num_heads",
+                          absl::StrCat("a divisor of model.d_model (", m.d_model(), ")"),
+                          m.num_heads()));
+  RETURN_IF_ERROR(RequireBetween("model.seq_len", m.seq_len(), 2, 65536));
+  RETURN_IF_ERROR(Require(m.dropout() >= 0 && m.dropout() < 1, "model.dropout", "in [0, 1)",
+                          m.dropout()));
+  const bool llama = m.architecture() == "llama";
+  if (!llama && m.architecture() != "gpt2" && !m.architecture().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.architecture: must be \"gpt2\" or \"llama\", got \"", m.architecture(), "\""));
+  }
+  if (m.has_num_kv_heads()) {
+    RETURN_IF_ERROR(Require(m.num_kv_heads() >= 1 && m.num_heads() % m.num_kv_heads() == 0,
+                            "model.num_kv_heads",
+                            absl::StrCat("a divisor of model.num_heads (", m.num_heads(), ")"),
+                            m.num_kv_heads()));
+    RETURN_IF_ERROR(Require(llama || m.num_kv_heads() == m.num_heads(), "model.num_kv_heads",
+                            "model.num_heads for gpt2 (grouped-query attention is llama's)",
+                            m.num_kv_heads()));
+  }
+  if (m.has_ffn_hidden_size()) {
+    RETURN_IF_ERROR(RequireBetween("model.ffn_hidden_size", m.ffn_hidden_size(), 1, 1048576));
+  }
+  if (llama) {
+    RETURN_IF_ERROR(Require((m.d_model() / m.num_heads()) % 2 == 0, "model.num_heads",
+                            "one that leaves an even head size (d_model / num_heads) for "
+                            "rotary positions",
+                            m.num_heads()));
+  }
+  if (m.has_rope_theta()) {
+    RETURN_IF_ERROR(Require(m.rope_theta() > 1 && m.rope_theta() <= 1e9, "model.rope_theta",
+                            "in (1, 1e9]", m.rope_theta()));
+  }
+  if (m.has_norm_eps()) {
+    RETURN_IF_ERROR(Require(m.norm_eps() > 0 && m.norm_eps() <= 0.1, "model.norm_eps",
+                            "in (0, 0.1]", m.norm_eps()));
+  }
+  return absl::OkStatus();
+}
+
+// pipeline.max_drift against the schedule and the accumulation.
+absl::Status ValidateDriftLimit(const v1::PipelineSpec& p, ScheduleKind kind) {
+  if (!p.has_max_drift()) return absl::OkStatus();
+  const int D = p.max_drift();
+  RETURN_IF_ERROR(RequireBetween("pipeline.max_drift", D, 0, 4096));
+  const int needed = AccumulationForDriftLimit(p.num_stages(), D);
+  if (kind == ScheduleKind::kPaci && needed == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pipeline.max_drift: 0 with schedule paci needs a single stage (a drift of 0 is the "
+        "flush: use schedule 1f1b-flush), got ", p.num_stages(), " stages"));
+  }
+  const int64_t drift = DriftBound(kind, p.num_stages(), 0, p.accumulation());
+  if (drift <= D) return absl::OkStatus();
+  if (kind == ScheduleKind::kAsyncOneFOneB) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pipeline.max_drift: async-1f1b lets a micro-batch cross P-1 = ", drift,
+        " optimizer steps at stage 0, more than max_drift ", D, "; use schedule paci"));
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "pipeline.max_drift: accumulation ", p.accumulation(), " lets a micro-batch cross ceil(",
+      p.num_stages() - 1, "/", p.accumulation(), ") = ", drift,
+      " optimizer steps at stage 0, more than max_drift ", D,
+      "; use accumulation of at least ", needed, ", or leave it out to have it derived"));
+}
+
+absl::Status ValidatePipeline(const v1::PipelineSpec& p, int num_layers) {
+  RETURN_IF_ERROR(RequireBetween("pipeline.num_stages", p.num_stages(), 1, 64));
+  if (p.num_stages() > num_layers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pipeline.num_stages: ", p.num_stages(), " stages need at least ",
+                     p.num_stages(), " layers, model.num_layers is ", num_layers));
+  }
+  absl::StatusOr<ScheduleKind> kind = ParseScheduleKind(p.schedule());
+  if (!kind.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pipeline.schedule: ", kind.status().message()));
+  }
+  if (p.accumulation() == 0 && !p.has_max_drift()) {
+    return absl::InvalidArgumentError(
+        "pipeline.accumulation: required (or pipeline.max_drift, from which it is derived)");
+  }
+  // A limit that no accumulation meets is named before the accumulation it left unset.
+  if (p.accumulation() == 0) RETURN_IF_ERROR(ValidateDriftLimit(p, *kind));
+  RETURN_IF_ERROR(RequireBetween("pipeline.accumulation", p.accumulation(), 1, 4096));
+  RETURN_IF_ERROR(Require(*kind != ScheduleKind::kAsyncOneFOneB || p.accumulation() == 1,
+                          "pipeline.accumulation", "1 with schedule async-1f1b",
+                          p.accumulation()));
+  RETURN_IF_ERROR(ValidateDriftLimit(p, *kind));
+  const std::string& correction = p.drift_correction();
+  RETURN_IF_ERROR(Require(correction.empty() || correction == "none" ||
+                              correction == "staleness" || correction == "stage-lr",
+                          "pipeline.drift_correction", "none, staleness or stage-lr",
+                          absl::StrCat("\"", correction, "\"")));
+  RETURN_IF_ERROR(Require(correction.empty() || correction == "none" || *kind == ScheduleKind::kPaci,
+                          "pipeline.drift_correction", "none unless schedule is paci",
+                          absl::StrCat("\"", correction, "\"")));
+  RETURN_IF_ERROR(RequireBetween("pipeline.micro_batch_size", p.micro_batch_size(), 1, 65536));
+  RETURN_IF_ERROR(RequireBetween("pipeline.data_parallel", p.data_parallel(), 1, 256));
+  if (!p.partition().empty() && p.partition() != "balanced" && p.partition() != "even") {
+    return ParsePartitionBoundaries(p.partition(), num_layers, p.num_stages()).status();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateOptimizer(const v1::OptimizerSpec& o) {
+  RETURN_IF_ERROR(Require(o.lr() > 0 && o.lr() <= 10, "optimizer.lr", "in (0, 10]", o.lr()));
+  RETURN_IF_ERROR(
+      Require(o.beta1() >= 0 && o.beta1() < 1, "optimizer.beta1", "in [0, 1)", o.beta1()));
+  RETURN_IF_ERROR(
+      Require(o.beta2() >= 0 && o.beta2() < 1, "optimizer.beta2", "in [0, 1)", o.beta2()));
+  RETURN_IF_ERROR(Require(o.eps() > 0 && std::isfinite(o.eps()), "optimizer.eps",
+                          "a positive number", o.eps()));
+  RETURN_IF_ERROR(Require(o.weight_decay() >= 0 && std::isfinite(o.weight_decay()),
+                          "optimizer.weight_decay", "a number >= 0", o.weight_decay()));
+  RETURN_IF_ERROR(RequireBetween("optimizer.warmup_fraction", o.warmup_fraction(), 0.0f, 1.0f));
+  RETURN_IF_ERROR(RequireBetween("optimizer.min_lr_ratio", o.min_lr_ratio(), 0.0f, 1.0f));
+  return Require(o.clip_norm() >= 0 && std::isfinite(o.clip_norm()), "optimizer.clip_norm",
+                 "a number >= 0 (0: no clipping)", o.clip_norm());
+}
+
+absl::Status ValidateTraining(const v1::TrainingSpec& t) {
+  RETURN_IF_ERROR(RequireBetween<int64_t>("training.steps", t.steps(), 1, 1000000000));
+  RETURN_IF_ERROR(Require(t.eval_interval() >= 1, "training.eval_interval", "at least 1",
+                          t.eval_interval()));
+  RETURN_IF_ERROR(
+      RequireBetween("training.eval_micro_batches", t.eval_micro_batches(), 1, 10000));
+  return RequireBetween("training.max_nonfinite_steps", t.max_nonfinite_steps(), 1, 1000000);
+}
+
+absl::Status ValidateData(const v1::DataSpec& d) {
+  const bool text = !d.corpus_path().empty();
+  if (text == !d.dataset().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.corpus_path: exactly one of data.corpus_path (a UTF-8 text) and data.dataset (a "
+        "folder made by pacictl prepare-data) must be set, got ",
+        text ? "both" : "neither"));
+  }
+  const std::string& tokenizer = d.tokenizer();
+  RETURN_IF_ERROR(Require(tokenizer.empty() || tokenizer == "char" || tokenizer == "sentencepiece",
+                          "data.tokenizer", "\"char\" or \"sentencepiece\"",
+                          absl::StrCat("\"", tokenizer, "\"")));
+  if (text && tokenizer == "sentencepiece" && d.tokenizer_model().empty()) {
+    return absl::InvalidArgumentError(
+        "data.tokenizer_model: must name a SentencePiece .model file when data.tokenizer is "
+        "\"sentencepiece\", got \"\"");
+  }
+  if (!d.tokenizer_model().empty() && !(text && tokenizer == "sentencepiece")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.tokenizer_model: only with data.corpus_path and data.tokenizer \"sentencepiece\" "
+        "(a dataset carries its own tokenizer), got \"", d.tokenizer_model(), "\""));
+  }
+  RETURN_IF_ERROR(Require(d.validation_shards() >= 0 && (!text || d.validation_shards() == 0),
+                          "data.validation_shards", "at least 0, and 0 without data.dataset",
+                          d.validation_shards()));
+  return Require(d.validation_fraction() > 0 && d.validation_fraction() <= 0.5f,
+                 "data.validation_fraction", "in (0, 0.5]", d.validation_fraction());
+}
+
+absl::Status ValidateCheckpoint(const v1::CheckpointSpec& c) {
+  RETURN_IF_ERROR(
+      Require(c.interval() >= 0, "checkpoint.interval", "at least 0", c.interval()));
+  RETURN_IF_ERROR(RequireBetween("checkpoint.keep", c.keep(), 0, 1000000));
+  if (c.resume() && c.directory().empty()) {
+    return absl::InvalidArgumentError(
+        "checkpoint.directory: must be set when checkpoint.resume is true, got \"\"");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateRuntimeDevices(const v1::RuntimeSpec& runtime, int num_stages,
+                                    int num_replicas) {
+  RETURN_IF_ERROR(Require(runtime.device().empty() || IsValidDevice(runtime.device()), "runtime.device",
+                          "\"cpu\", \"cuda\" or \"cuda:N\"",
+                          absl::StrCat("\"", runtime.device(), "\"")));
+  if (runtime.stage_devices_size() > 0) {
+    const int workers = num_stages * std::max(1, num_replicas);
+    RETURN_IF_ERROR(Require(
+        runtime.stage_devices_size() == num_stages || runtime.stage_devices_size() == workers,
+        "runtime.stage_devices",
+        workers == num_stages
+            ? absl::StrCat("one device per stage (", num_stages, ")")
+            : absl::StrCat("one device per stage (", num_stages, ") or per stage of each replica (",
+                           workers, ")"),
+        absl::StrCat(runtime.stage_devices_size(), " devices")));
+    for (int s = 0; s < runtime.stage_devices_size(); ++s) {
+      RETURN_IF_ERROR(Require(IsValidDevice(runtime.stage_devices(s)),
+                              absl::StrCat("runtime.stage_devices[", s, "]"),
+                              "\"cpu\", \"cuda\" or \"cuda:N\"",
+                              absl::StrCat("\"", runtime.stage_devices(s), "\"")));
+    }
+  }
+  const std::string& precision = runtime.precision();
+  return Require(precision.empty() || precision == "fp32" || precision == "bf16-autocast" ||
+                     precision == "bf16-weights",
+                 "runtime.precision", "\"fp32\", \"bf16-autocast\" or \"bf16-weights\"",
+                 absl::StrCat("\"", precision, "\""));
+}
+
+}  // namespace
+
+absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
+  const std::string& name = spec.name();
+  if (name.empty()) return absl::InvalidArgumentError("name: must not be empty");
+  RETURN_IF_ERROR(
+      Require(name.size() <= 63, "name", "at most 63 characters", absl::StrCat(name.size())));
+  RETURN_IF_ERROR(Require(IsValidName(name), "name",
+                          "lowercase letters, digits and '-', starting and ending with a "
+                          "letter or digit",
+                          absl::StrCat("\"", name, "\"")));
+  RETURN_IF_ERROR(ValidateModel(spec.model()));
+  RETURN_IF_ERROR(ValidatePipeline(spec.pipeline(), spec.model().num_layers()));
+  RETURN_IF_ERROR(ValidateOptimizer(spec.optimizer()));
+  RETURN_IF_ERROR(ValidateTraining(spec.training()));
+  RETURN_IF_ERROR(ValidateData(spec.data()));
+  RETURN_IF_ERROR(ValidateCheckpoint(spec.checkpoint()));
+  RETURN_IF_ERROR(
+      RequireBetween("runtime.threads_per_stage", spec.runtime().threads_per_stage(), 1, 256));
+  // ~100 bytes a span, kept by the worker and the coordinator: 1,000,000 is
+  // ~100 MB per stage.
+  RETURN_IF_ERROR(
+      RequireBetween("runtime.trace_max_spans", spec.runtime().trace_max_spans(), 0, 1000000));
+  RETURN_IF_ERROR(ValidateRuntimeDevices(spec.runtime(), spec.pipeline().num_stages(),
+                                         spec.pipeline().data_parallel()));
+  const v1::RunPolicy& policy = spec.run_policy();
+  RETURN_IF_ERROR(RequireBetween("run_policy.backoff_limit", policy.backoff_limit(), 0, 1000));
+  RETURN_IF_ERROR(RequireBetween<int64_t>("run_policy.active_deadline_seconds",
+                                          policy.active_deadline_seconds(), 0, 365LL * 86400));
+  RETURN_IF_ERROR(RequireBetween("run_policy.priority", policy.priority(), -1000, 1000));
+  RETURN_IF_ERROR(RequireBetween<int64_t>("run_policy.ttl_seconds_after_finished",
+                                          policy.ttl_seconds_after_finished(), 0,
+                                          10LL * 365 * 86400));
+  RETURN_IF_ERROR(Require(policy.worker_selector_size() <= 32, "run_policy.worker_selector",
+                          "at most 32 labels", absl::StrCat(policy.worker_selector_size())));
+  for (const auto& [key, value] : policy.worker_selector()) {
+    RETURN_IF_ERROR(Require(!key.empty() && key.size() <= 253 && value.size() <= 253,
+                            "run_policy.worker_selector", "keys of 1 to 253 characters, values "
+                            "of at most 253", absl::StrCat("\"", key, "\"")));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace paci

@@ -1,0 +1,39 @@
+#pragma once
+
+// A TrainingJob as the coordinator sees it, and back: the JobSpec submitted
+// for it, its name there, the selector that places its stages on its own
+// pods; and the coordinator's Job mirrored into the TrainingJob's .status.
+// Pure functions: no network, no clock.
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/statusor.h"
+#include "paci/v1/coordinator.pb.h"
+#include "paci/v1/job.pb.h"
+
+namespace paci::op {
+
+// The coordinator's JobSpec for a TrainingJob: spec.model ... spec.runtime
+// through the proto3 JSON mapping, runPolicy, the name given, and a worker
+// selector that places its stages only on its own pods. Defaults applied and
+// validated: InvalidArgument naming the field ("spec.pipeline.num_stages: ...").
+absl::StatusOr<v1::JobSpec> JobSpecFromTrainingJob(const nlohmann::json& job,
+                                                   const std::string& coordinator_name);
+
+// "<name>-<first 8 of uid>-g<generation>", shortened to the coordinator's 63
+// characters: unique per object and per submission.
+std::string CoordinatorJobName(const nlohmann::json& job);
+
+// "namespace.name", the value of kWorkerJobLabel (common/peer_identity.h) on
+// the job's pods: the label the coordinator places its stages by.
+std::string WorkerSelectorValue(const nlohmann::json& job);
+
+// The phase of .status for a coordinator phase ("Pending", "Running", ...).
+std::string PhaseFromCoordinator(v1::JobPhase phase);
+
+// Copies the coordinator's view of the job into .status.
+void MirrorCoordinator(const v1::Job& job, nlohmann::json& status);
+
+}  // namespace paci::op

@@ -1,0 +1,91 @@
+#include "operator/reconcile/dataset_step.h"
+
+#include <cstdint>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "operator/reconcile/job_objects.h"
+#include "operator/reconcile/object_meta.h"
+#include "operator/reconcile/pod_status.h"
+
+namespace paci::op {
+
+using nlohmann::json;
+
+namespace {
+
+// Whether condition `type` of `status` is True, set for `generation`.
+bool ConditionTrueAt(const json& status, const std::string& type, int64_t generation) {
+  const json& conditions = Field(status, "conditions");
+  if (!conditions.is_array()) return false;
+  for (const json& c : conditions) {
+    if (StringField(c, "type") == type) {
+      return StringField(c, "status") == "True" && IntField(c, "observedGeneration", 0) == generation;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+bool DatasetReady(Reconciliation& r) {
+  if (!HasDatasetInitializer(r.spec) || !r.coordinator_name.empty()) return true;
+  const json& dataset = Field(Field(r.spec, "initializer"), "dataset");
+  if (ConditionTrueAt(r.status, "DatasetReady", r.generation)) return true;
+  const std::string pod_name = DatasetPodName(MetaString(r.world.job, "name"));
+  const std::string folder = StringField(Field(r.spec, "data"), "dataset");
+  const json* pod = nullptr;
+  for (const json& p : r.world.pods) {
+    if (Label(p, kRoleLabel) == kDatasetRole) pod = &p;
+  }
+  r.desired["phase"] = kPhaseInitializing;
+  r.actions.requeue_after = r.options.poll_interval;
+  const auto preparing = [&](const std::string& reason, const std::string& message) {
+    r.SetCondition("DatasetReady", false, reason, message);
+  };
+  if (pod == nullptr) {
+    r.actions.create_pods.push_back(DatasetPod(r.world.job, r.options));
+    preparing("Preparing", absl::StrCat("pod ", pod_name, " prepares ", folder));
+    if (r.phase_before != kPhaseInitializing) {
+      r.Event("Normal", "PreparingDataset",
+              absl::StrCat("pod ", pod_name, " prepares ", folder, " from ",
+                           Field(dataset, "source").size(), " source path(s)"));
+    }
+    return false;
+  }
+  const std::string made_for =
+      StringField(Field(Field(*pod, "metadata"), "annotations"), kGenerationAnnotation);
+  if (BeingDeleted(*pod) || made_for != std::to_string(r.generation)) {
+    // Made for an earlier spec: gone first, then made again for this one.
+    if (!BeingDeleted(*pod)) r.actions.delete_pods.push_back(MetaString(*pod, "name"));
+    preparing("Preparing", absl::StrCat("replacing pod ", pod_name, " of an earlier generation"));
+    return false;
+  }
+  const std::string pod_phase = StringField(Field(*pod, "status"), "phase");
+  const std::string message = TerminationMessage(*pod);
+  if (pod_phase == "Succeeded") {
+    r.SetCondition("DatasetReady", true, "Prepared", message);
+    r.Event("Normal", "DatasetPrepared", message.empty() ? folder + " is ready" : message);
+    return true;
+  }
+  if (pod_phase == "Failed") {
+    r.actions.requeue_after.reset();
+    r.SetCondition("DatasetReady", false, "Failed", message);
+    FailJob(r, "DatasetFailed",
+            absl::StrCat("the dataset initializer (pod ", pod_name, HowItEnded(*pod), ") failed",
+                         message.empty() ? "" : ": ", message));
+    return false;
+  }
+  if (auto [reason, trouble] = PodTrouble(*pod); !reason.empty()) {
+    preparing(reason, absl::StrCat("pod ", pod_name, ": ", reason, trouble.empty() ? "" : ": ",
+                                   trouble));
+  } else if (r.world.dataset_progress && !r.world.dataset_progress->empty()) {
+    preparing("Preparing", absl::StrCat("pod ", pod_name, ": ", *r.world.dataset_progress));
+  } else {
+    preparing("Preparing", absl::StrCat("pod ", pod_name, " is preparing ", folder,
+                                        " (kubectl logs -f ", pod_name, ")"));
+  }
+  return false;
+}
+
+}  // namespace paci::op

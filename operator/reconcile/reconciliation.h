@@ -1,0 +1,89 @@
+#pragma once
+
+// Internal to the reconcile library (operator/reconcile): not for use outside
+// it. The state one ReconcileTrainingJob call shares among its steps
+// (training_job_reconciler.cc, dataset_step.cc), the phases of .status, and
+// failing a job. Pure: no network, no clock.
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "operator/reconcile/object_meta.h"
+#include "operator/reconcile/training_job_reconciler.h"
+#include "paci/v1/coordinator.pb.h"
+
+namespace paci::op {
+
+// The phases of .status.
+inline constexpr char kPhaseInitializing[] = "Initializing";
+inline constexpr char kPhasePending[] = "Pending";
+inline constexpr char kPhaseSuspended[] = "Suspended";
+inline constexpr char kPhaseRunning[] = "Running";
+inline constexpr char kPhaseRestarting[] = "Restarting";
+inline constexpr char kPhaseSucceeded[] = "Succeeded";
+inline constexpr char kPhaseFailed[] = "Failed";
+inline constexpr char kPhaseCancelled[] = "Cancelled";
+
+// Whether `phase` is one a job ends in: Succeeded, Failed or Cancelled.
+bool IsFinished(const std::string& phase);
+
+// One reconcile: what every step reads (the observation and the parts of the
+// object it names) and what the steps build (the desired status, the actions).
+// Made by ReconcileTrainingJob for one call and used by it alone: it refers
+// to `world` and `options`, which must outlive it.
+struct Reconciliation {
+  Reconciliation(const ObservedWorld& world, const ReconcilerOptions& options)
+      : world(world),
+        options(options),
+        spec(Field(world.job, "spec")),
+        status(Field(world.job, "status")),
+        generation(Generation(world.job)),
+        phase_before(StringField(status, "phase")),
+        coordinator_name(StringField(status, "coordinatorJob")),
+        coordinator(world.coordinator_job ? &*world.coordinator_job : nullptr),
+        desired(status.is_object() ? status : nlohmann::json::object()) {
+    desired["observedGeneration"] = generation;
+  }
+
+  // Whether the coordinator knows the job and it has not ended there.
+  bool CoordinatorActive() const;
+  void Event(const char* type, const std::string& reason, const std::string& message) {
+    actions.events.push_back({type, reason, message});
+  }
+
+  // Sets condition `type` in the desired status.conditions, keeping its
+  // transition time when its truth does not change.
+  void SetCondition(const std::string& type, bool value, const std::string& reason,
+                    const std::string& message);
+
+  // Clears a condition that was set before; absent ones stay absent.
+  void ClearCondition(const std::string& type, const std::string& reason);
+
+  // Deletes every pod of the job not already on its way out; with
+  // keep_dataset, all but the dataset initializer's, which ended by itself:
+  // its log stays readable (pacictl logs --dataset) until the job goes.
+  void DeleteAllPods(bool keep_dataset = false);
+
+  // Deletes the object once ttlSecondsAfterFinished has passed since it
+  // finished (by `finished_status`.completionTime).
+  void ApplyTtl(const nlohmann::json& finished_status);
+
+  const ObservedWorld& world;
+  const ReconcilerOptions& options;
+  const nlohmann::json& spec;
+  const nlohmann::json& status;  // as observed
+  const int64_t generation;
+  const std::string phase_before;
+  const std::string coordinator_name;  // status.coordinatorJob
+  const v1::Job* const coordinator;    // what the coordinator says of it, or nullptr
+  nlohmann::json desired;              // the status as it should be
+  ReconcileActions actions;
+};
+
+// The job fails for good: Failed with its condition, its completion time (so
+// ttlSecondsAfterFinished counts from it) and a Warning Event.
+void FailJob(Reconciliation& r, const std::string& reason, const std::string& message);
+
+}  // namespace paci::op
