@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "operator/reconcile/object_meta.h"
+#include "tools/kube_job.h"
 
 namespace paci {
 
@@ -62,12 +63,7 @@ absl::StatusOr<std::string> LogPath(op::KubeClient& kube, const LogsRequest& req
                                     bool follow) {
   const std::string ns =
       request.namespace_.empty() ? kube.options().default_namespace : request.namespace_;
-  absl::StatusOr<json> job = kube.Get(absl::StrCat(
-      op::CollectionPath("paci.dev", "v1alpha1", ns, "trainingjobs"), "/", request.job));
-  if (absl::IsNotFound(job.status())) {
-    return absl::NotFoundError(
-        absl::StrCat("no TrainingJob ", request.job, " in namespace ", ns));
-  }
+  absl::StatusOr<json> job = GetTrainingJob(kube, ns, request.job);
   if (!job.ok()) return job.status();
   absl::StatusOr<std::string> pod = PodOfRequest(*job, request);
   if (!pod.ok()) return pod.status();

@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,7 @@
 #include "paci/v1/coordinator.grpc.pb.h"
 #include "tools/job_view.h"
 #include "tools/local_launcher.h"
+#include "tools/kube_job.h"
 #include "tools/kube_logs.h"
 #include "tools/prepare_data.h"
 #include "tools/progress_printer.h"
@@ -85,9 +87,11 @@ ABSL_FLAG(std::string, message_file, "",
           "prepare-data: also write the closing line, or the error, to this file "
           "(a pod's terminationMessagePath)");
 ABSL_FLAG(std::string, kubeconfig, "",
-          "logs: the kubeconfig (default: $KUBECONFIG's first file, else ~/.kube/config)");
+          "logs, get/watch trainingjob/NAME: the kubeconfig (default: $KUBECONFIG's first "
+          "file, else ~/.kube/config)");
 ABSL_FLAG(std::string, namespace, "",
-          "logs: the TrainingJob's namespace (default: the kubeconfig's)");
+          "logs, get/watch trainingjob/NAME: the TrainingJob's namespace (default: the "
+          "kubeconfig's)");
 ABSL_FLAG(int, stage, 0, "logs: the stage whose pod's log to print");
 ABSL_FLAG(int, replica, 0, "logs: with pipeline.dataParallel, the replica of that stage");
 ABSL_FLAG(bool, dataset, false, "logs: the dataset initializer's pod instead");
@@ -103,6 +107,7 @@ constexpr char kUsage[] =
     "       pacictl list [--phase=PHASE] [--selector=K=V,...] [--name_prefix=S]\n"
     "                    [--limit=N] [--page_size=N] [--page_token=T]\n"
     "       pacictl get NAME | watch NAME | cancel NAME\n"
+    "       pacictl get|watch trainingjob/NAME [--namespace=NS] [--kubeconfig=FILE]\n"
     "       pacictl sample --checkpoint=DIR --prompt=TEXT [--max_tokens=N] [--temperature=T]\n"
     "                      [--top_k=K] [--seed=S]\n"
     "       pacictl export [--format=hf] --checkpoint=DIR --out=FILE|FOLDER\n"
@@ -125,6 +130,9 @@ constexpr char kUsage[] =
     "        labels and name prefix. --limit=N stops after N jobs and prints the\n"
     "        --page_token that continues the list.\n"
     "watch   live progress of a job until it ends; exits 0 when it succeeded.\n"
+    "        get and watch of trainingjob/NAME (also tj/NAME) read a TrainingJob on\n"
+    "        Kubernetes through the API server, as kubectl does: its phase and why,\n"
+    "        progress, conditions and the pods of its stages.\n"
     "cancel  stops a job's stages; it ends Cancelled.\n"
     "sample  continues TEXT with the model of a checkpoint directory (its latest step).\n"
     "export  writes that model as TorchScript (torch.jit.load) with its tokenizer, or with\n"
@@ -221,14 +229,52 @@ int PrepareData(const std::vector<std::string>& inputs) {
   return paci::kExitSucceeded;
 }
 
-int Logs(const std::string& job) {
+// The API server of --kubeconfig (as kubectl finds it); nullptr, having said
+// why, when it cannot be read.
+std::unique_ptr<paci::op::KubeClient> KubeFromFlags(const std::string& command) {
   const std::string kubeconfig = paci::KubeconfigPath(absl::GetFlag(FLAGS_kubeconfig));
   absl::StatusOr<paci::op::KubeClientOptions> options = paci::op::LoadKubeconfig(kubeconfig);
   if (!options.ok()) {
-    std::cerr << "pacictl: logs: " << options.status().message() << "\n";
-    return paci::kExitUsage;
+    std::cerr << "pacictl: " << command << ": " << options.status().message() << "\n";
+    return nullptr;
   }
-  paci::op::KubeClient kube(*std::move(options));
+  return std::make_unique<paci::op::KubeClient>(*std::move(options));
+}
+
+// `get trainingjob/NAME` and `watch trainingjob/NAME`: the TrainingJob through
+// the API server. watch draws the live line and a line for each phase, then
+// the details; exits 0 when the job succeeded.
+int TrainingJobCommand(const std::string& command, const std::string& name) {
+  std::unique_ptr<paci::op::KubeClient> kube = KubeFromFlags(command);
+  if (kube == nullptr) return paci::kExitUsage;
+  const std::string ns = absl::GetFlag(FLAGS_namespace);
+  absl::StatusOr<nlohmann::json> job;
+  if (command == "get") {
+    job = paci::GetTrainingJob(*kube, ns, name);
+  } else {
+    paci::ProgressPrinter printer(std::cerr, isatty(STDERR_FILENO) == 1);
+    std::string last_phase;
+    job = paci::WatchTrainingJob(*kube, ns, name, [&](const nlohmann::json& now) {
+      if (const std::string phase = paci::PhaseLine(now); phase != last_phase) {
+        printer.PrintAbove("trainingjob " + name + " " + phase);
+        last_phase = phase;
+      }
+      printer.Update(paci::ViewOfTrainingJob(now, absl::Now()), absl::Now());
+    });
+    if (job.ok()) printer.Finish(paci::ViewOfTrainingJob(*job, absl::Now()));
+  }
+  if (!job.ok()) {
+    std::cerr << "pacictl: " << command << ": " << job.status().message() << "\n";
+    return paci::ExitCodeOf(job.status());
+  }
+  std::cout << paci::FormatTrainingJob(*job, absl::Now()) << std::flush;
+  if (command == "get") return paci::kExitSucceeded;
+  return paci::TrainingJobSucceeded(*job) ? paci::kExitSucceeded : paci::kExitTrainingFailed;
+}
+
+int Logs(const std::string& job) {
+  std::unique_ptr<paci::op::KubeClient> kube = KubeFromFlags("logs");
+  if (kube == nullptr) return paci::kExitUsage;
   paci::LogsRequest request;
   request.job = job;
   request.namespace_ = absl::GetFlag(FLAGS_namespace);
@@ -238,10 +284,10 @@ int Logs(const std::string& job) {
   request.tail_lines = absl::GetFlag(FLAGS_tail);
   absl::Status read;
   if (absl::GetFlag(FLAGS_follow)) {
-    read = paci::FollowLogs(kube, request,
+    read = paci::FollowLogs(*kube, request,
                             [](std::string_view data) { std::cout << data << std::flush; });
   } else {
-    absl::StatusOr<std::string> log = paci::ReadLogs(kube, request);
+    absl::StatusOr<std::string> log = paci::ReadLogs(*kube, request);
     if (log.ok()) std::cout << *log << std::flush;
     read = log.status();
   }
@@ -427,6 +473,10 @@ int main(int argc, char** argv) {
   const std::string argument = needs_argument ? args[2] : "";
   if (command == "train") return Train(argument);
   if (command == "logs") return Logs(argument);
+  if (std::optional<std::string> name = paci::TrainingJobName(argument);
+      name && (command == "get" || command == "watch")) {
+    return TrainingJobCommand(command, *name);
+  }
 
   absl::StatusOr<paci::CoordinatorClientOptions> options =
       paci::CoordinatorClientOptionsFromFlags(absl::GetFlag(FLAGS_coordinator),

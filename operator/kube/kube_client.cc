@@ -216,6 +216,9 @@ std::string WatchQuery(const WatchOptions& options) {
   if (!options.label_selector.empty()) {
     absl::StrAppend(&query, "&labelSelector=", UrlEncode(options.label_selector));
   }
+  if (!options.field_selector.empty()) {
+    absl::StrAppend(&query, "&fieldSelector=", UrlEncode(options.field_selector));
+  }
   return query;
 }
 

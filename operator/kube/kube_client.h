@@ -88,6 +88,7 @@ struct ListOptions {
 struct WatchOptions {
   std::string resource_version;  // resume after this version; empty: from now
   std::string label_selector;
+  std::string field_selector;  // "metadata.name=NAME": one object's events
   int timeout_seconds = 300;  // the server ends the watch after this
 };
 

@@ -167,6 +167,10 @@ class OperatorEndToEnd(unittest.TestCase):
 
         applied = self.kubectl("apply", "-f", os.path.join(SOURCE, "examples", "trainingjob.yaml"))
         self.assertIn("trainingjob.paci.dev/kjv-tiny created", applied.stdout)
+        # pacictl watches it through the API server from here to its end.
+        watcher = subprocess.Popen(self.pacictl("watch", "trainingjob/kjv-tiny"),
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(watcher.kill)
         pods = wait_until("two worker pods", lambda: len(self.pods_of("kjv-tiny")) == 2
                           and self.pods_of("kjv-tiny"), timeout=60)
         for pod in pods:
@@ -186,6 +190,24 @@ class OperatorEndToEnd(unittest.TestCase):
         conditions = {c["type"]: c for c in status["conditions"]}
         self.assertEqual(conditions["Succeeded"]["status"], "True")
         self.assertEqual(conditions["Succeeded"]["observedGeneration"], 1)
+
+        # pacictl watch trainingjob/NAME ended with the job, exit 0, saying each phase and
+        # then the details; get trainingjob/NAME reads the same.
+        out, err = watcher.communicate(timeout=60)
+        self.assertEqual(watcher.returncode, 0, err)
+        self.assertIn("trainingjob kjv-tiny Running", err)
+        self.assertIn("trainingjob kjv-tiny Succeeded", err)
+        self.assertIn("phase:       Succeeded", out)
+        self.assertIn("step:        60/60", out)
+        got = subprocess.run(self.pacictl("get", "tj/kjv-tiny"), capture_output=True, text=True,
+                             timeout=60)
+        self.assertEqual(got.returncode, 0, got.stderr)
+        self.assertIn("coordinator: %s (attempt 1" % status["coordinatorJob"], got.stdout)
+        print("$ pacictl get tj/kjv-tiny\n" + got.stdout)
+        missing = subprocess.run(self.pacictl("get", "trainingjob/no-such-job"),
+                                 capture_output=True, text=True, timeout=60)
+        self.assertNotEqual(missing.returncode, 0)
+        self.assertIn("no TrainingJob no-such-job in namespace default", missing.stderr)
 
         table = self.kubectl("get", "trainingjobs").stdout
         header, row = table.splitlines()[0], next(line for line in table.splitlines()
@@ -426,12 +448,13 @@ class OperatorEndToEnd(unittest.TestCase):
         manifest["spec"]["worker"].update(SHARED_VOLUME)
         self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(manifest))
 
-    def pacictl_command(self, name, *flags):
-        return [os.path.join(BUILD, "tools", "pacictl"), "logs", name,
-                "--kubeconfig=" + self.cluster.kubeconfig, *flags]
+    def pacictl(self, command, *args):
+        """pacictl COMMAND ARGS... against this cluster's API server."""
+        return [os.path.join(BUILD, "tools", "pacictl"), command, *args,
+                "--kubeconfig=" + self.cluster.kubeconfig]
 
     def pacictl_logs(self, name, *flags):
-        done = subprocess.run(self.pacictl_command(name, *flags), capture_output=True, text=True,
+        done = subprocess.run(self.pacictl("logs", name, *flags), capture_output=True, text=True,
                               timeout=60)
         self.assertEqual(done.returncode, 0, done.stderr)
         return done.stdout
@@ -503,12 +526,12 @@ class OperatorEndToEnd(unittest.TestCase):
             self.pacictl_logs("kjv-data-again", "--stage=1")), timeout=60, interval=0.5)
         self.assertIn("job=kjv-data-again", stage_log)
         self.assertEqual(stage_log, self.kubectl("logs", pod).stdout[:len(stage_log)])
-        refused = subprocess.run(self.pacictl_command("kjv-data-again", "--stage=2"),
+        refused = subprocess.run(self.pacictl("logs", "kjv-data-again", "--stage=2"),
                                  capture_output=True, text=True, timeout=60)
         self.assertNotEqual(refused.returncode, 0)
         self.assertIn("--stage: 2 is not a stage of kjv-data-again, which has 2", refused.stderr)
         # --follow: the log as it grows, until the pod's container ends with the job.
-        follow = subprocess.Popen(self.pacictl_command("kjv-data-again", "--stage=1", "--follow"),
+        follow = subprocess.Popen(self.pacictl("logs", "kjv-data-again", "--stage=1", "--follow"),
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         status = self.finished("kjv-data-again")
         followed, errors = follow.communicate(timeout=120)

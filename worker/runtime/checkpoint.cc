@@ -1,5 +1,8 @@
 #include "worker/runtime/checkpoint.h"
 
+#include <caffe2/serialize/in_memory_adapter.h>
+#include <caffe2/serialize/inline_container.h>
+
 #include <zlib.h>
 
 #include <cstring>
@@ -7,6 +10,8 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <memory>
+#include <string_view>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -16,6 +21,7 @@
 #include "common/atomic_file.h"
 #include "common/status_macros.h"
 #include "worker/runtime/checkpoint_layout.h"
+#include "worker/runtime/pickle_memo.h"
 
 namespace paci {
 namespace {
@@ -119,6 +125,19 @@ absl::Status ReadArchive(const std::string& path,
                          const std::function<absl::Status(torch::serialize::InputArchive&)>& read) {
   ASSIGN_OR_RETURN(const std::string bytes, ReadVerified(path));
   try {
+    // Each pickle's memo ids first: LibTorch allocates what they say.
+    caffe2::serialize::PyTorchStreamReader records(
+        std::make_shared<caffe2::serialize::MemoryReadAdapter>(bytes.data(), bytes.size()));
+    for (const std::string name : {"data.pkl", "constants.pkl"}) {  // the pickles a module has
+      if (!records.hasRecord(name)) continue;
+      const auto [data, size] = records.getRecord(name);
+      const absl::Status memo =
+          CheckPickleMemoIds(std::string_view(static_cast<const char*>(data.get()), size));
+      if (!memo.ok()) {
+        return absl::DataLossError(
+            absl::StrCat("checkpoint ", path, " is corrupt: ", name, ": ", memo.message()));
+      }
+    }
     torch::serialize::InputArchive archive;
     archive.load_from(bytes.data(), bytes.size());
     return read(archive);

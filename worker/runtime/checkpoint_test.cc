@@ -148,6 +148,28 @@ TEST_F(CheckpointTest, AForgedArchiveWithAValidFooterIsDataLossNotACrash) {
   EXPECT_EQ(fresh.optimizer->steps(), 0);
 }
 
+// A memo id of 1.6 billion in data.pkl (found by fuzz/checkpoint_fuzz.cc) would
+// make LibTorch's unpickler allocate 25 GB: refused before it reads the pickle.
+TEST_F(CheckpointTest, APickleWhoseMemoIdPassesItsSizeIsDataLossBeforeLibTorchReadsIt) {
+  const std::string path = ShardPath(dir_, 1, 0, 2);
+  fs::create_directories(fs::path(path).parent_path());
+  fs::copy_file(
+      std::string(PACI_SOURCE_DIR) + "/tests/data/bad-checkpoints/unpickler-memo-too-large.pt",
+      path);
+  Stage fresh(99);
+  const auto before = fresh.model->named_parameters().values()[0].clone();
+  auto meta = LoadShard(path, fresh.Meta(0), fresh.model, *fresh.optimizer);
+  ASSERT_FALSE(meta.ok());
+  EXPECT_EQ(meta.status().code(), absl::StatusCode::kDataLoss) << meta.status();
+  EXPECT_NE(meta.status().message().find(path + " is corrupt: "), std::string::npos)
+      << meta.status();
+  EXPECT_NE(meta.status().message().find("data.pkl: its pickle stores memo entry 1596876899"),
+            std::string::npos)
+      << meta.status();
+  EXPECT_TRUE(torch::equal(before, fresh.model->named_parameters().values()[0]));
+  EXPECT_EQ(fresh.optimizer->steps(), 0);
+}
+
 TEST_F(CheckpointTest, AShardOfAnotherStageOrModelIsRefusedNamingTheMismatch) {
   Stage stage0(1, 2, 0);
   const std::string path = ShardPath(dir_, 1, 0, 2);

@@ -1,0 +1,278 @@
+#include "tools/kube_job.h"
+
+#include <algorithm>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "common/yaml_json.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "operator/kube/test_api_server.h"
+#include "operator/reconcile/object_meta.h"
+
+namespace paci {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+const absl::Time kNow = absl::FromUnixSeconds(1796320000);
+
+json RunningJob() {
+  return json::parse(absl::StrCat(R"({
+    "metadata": {"name": "kjv", "namespace": "team-a",
+                 "creationTimestamp": ")", op::Rfc3339(kNow - absl::Minutes(10)), R"("},
+    "spec": {"pipeline": {"numStages": 2, "dataParallel": 1, "accumulation": 2}},
+    "status": {"phase": "Running", "coordinatorJob": "kjv-1a2b3c4d-g1", "attempt": 2,
+      "restarts": 1, "step": 40, "totalSteps": 200, "checkpointStep": 30,
+      "trainLoss": 2.4101, "validationLoss": 2.5203, "tokensPerSecond": 3456,
+      "maxDrift": 1, "driftLimit": 1, "accumulation": 2,
+      "startTime": ")", op::Rfc3339(kNow - absl::Minutes(4)), R"(",
+      "conditions": [
+        {"type": "Submitted", "status": "True", "reason": "Submitted",
+         "message": "submitted to the coordinator as kjv-1a2b3c4d-g1"},
+        {"type": "Running", "status": "True", "reason": "Running", "message": ""}],
+      "stages": [
+        {"stage": 0, "replica": 0, "pod": "kjv-worker-1", "maxDrift": 1, "driftBound": 1,
+         "idleFraction": 0.1234},
+        {"stage": 1, "replica": 0, "pod": "kjv-worker-0", "maxDrift": 0, "driftBound": 0,
+         "idleFraction": 0.05}]}})"));
+}
+
+TEST(KubeJobTest, ATrainingJobIsNamedAsKubectlSpellsItsResource) {
+  EXPECT_EQ(TrainingJobName("trainingjob/kjv"), "kjv");
+  EXPECT_EQ(TrainingJobName("trainingjobs/kjv"), "kjv");
+  EXPECT_EQ(TrainingJobName("tj/kjv"), "kjv");
+  EXPECT_EQ(TrainingJobName("kjv"), std::nullopt);  // a coordinator job
+  EXPECT_EQ(TrainingJobName("trainingjob/"), std::nullopt);
+  EXPECT_EQ(TrainingJobName("pods/kjv"), std::nullopt);
+}
+
+TEST(KubeJobTest, TheDetailsSayWhereTheJobIsAndWhereItsStagesRun) {
+  const std::string text = FormatTrainingJob(RunningJob(), kNow);
+  EXPECT_THAT(text, HasSubstr("trainingjob: team-a/kjv\n"));
+  EXPECT_THAT(text, HasSubstr("phase:       Running\n"));
+  EXPECT_THAT(text, HasSubstr("coordinator: kjv-1a2b3c4d-g1 (attempt 2, restarts 1)\n"));
+  EXPECT_THAT(text, HasSubstr("step:        40/200 (checkpoint step 30)\n"));
+  EXPECT_THAT(text, HasSubstr("train loss:  2.4101\nval loss:    2.5203\ntokens/s:    3,456\n"));
+  EXPECT_THAT(text, HasSubstr("drift:       max 1, limit 1 (accumulation 2)\n"));
+  EXPECT_THAT(text, HasSubstr("created:     10m ago\nstarted:     4m ago\n"));
+  EXPECT_THAT(text, HasSubstr("Submitted       True  Submitted"));
+  EXPECT_THAT(text, HasSubstr("stage 0 replica 0  pod kjv-worker-1"));
+  EXPECT_THAT(text, HasSubstr("drift 1/1  idle 12.3%"));
+}
+
+TEST(KubeJobTest, AJobWithoutStatusOrLossesPrintsDashes) {
+  json job = RunningJob();
+  job.erase("status");
+  const std::string text = FormatTrainingJob(job, kNow);
+  EXPECT_THAT(text, HasSubstr("phase:       (no status yet)\n"));
+  EXPECT_THAT(text, HasSubstr("coordinator: - (attempt 0, restarts 0)\n"));
+  EXPECT_THAT(text, HasSubstr("train loss:  -\nval loss:    -\n"));
+  EXPECT_THAT(text, HasSubstr("started:     -\n"));
+}
+
+TEST(KubeJobTest, ThePhaseLineSaysWhyAJobWaitsOrStopped) {
+  json job = RunningJob();
+  job["status"]["phase"] = "Pending";
+  job["status"]["conditions"].push_back(
+      {{"type", "WorkersBlocked"}, {"status", "True"}, {"reason", "Unschedulable"},
+       {"message", "kjv-worker-1: 0/1 nodes are available: Insufficient cpu"}});
+  job["status"]["conditions"].push_back({{"type", "DatasetReady"}, {"status", "False"},
+                                         {"reason", "Preparing"}, {"message", "tokenizing"}});
+  EXPECT_EQ(PhaseLine(job),
+            "Pending (WorkersBlocked Unschedulable: kjv-worker-1: 0/1 nodes are available: "
+            "Insufficient cpu) (DatasetReady Preparing: tokenizing)");
+  json failed = RunningJob();
+  failed["status"]["phase"] = "Failed";
+  failed["status"]["message"] = "spec.model.num_layers: 2 stages need at least 2 layers";
+  failed["status"]["conditions"] = {{{"type", "Failed"},
+                                     {"status", "True"},
+                                     {"reason", "InvalidSpec"},
+                                     {"message", failed["status"]["message"]}}};
+  // The message once, not again from the condition that carries it.
+  EXPECT_EQ(PhaseLine(failed), "Failed: spec.model.num_layers: 2 stages need at least 2 layers");
+  EXPECT_TRUE(TrainingJobFinished(failed));
+  EXPECT_FALSE(TrainingJobSucceeded(failed));
+  EXPECT_FALSE(TrainingJobFinished(job));
+}
+
+TEST(KubeJobTest, TheProgressViewCountsPlacedStagesAndExtrapolatesTheEta) {
+  ProgressView view = ViewOfTrainingJob(RunningJob(), kNow);
+  EXPECT_EQ(view.num_stages, 2);
+  EXPECT_EQ(view.joined, 2);
+  EXPECT_EQ(view.step, 40);
+  EXPECT_EQ(view.total_steps, 200);
+  EXPECT_EQ(view.drift_max, (std::vector<int64_t>{1, 0}));
+  EXPECT_DOUBLE_EQ(*view.train_loss, 2.4101);
+  EXPECT_DOUBLE_EQ(view.tokens_per_second, 3456);
+  ASSERT_TRUE(view.eta.has_value());
+  EXPECT_EQ(*view.eta, absl::Minutes(16));  // 40 steps in 4 minutes, 160 to go
+}
+
+// ---- against a real kube-apiserver with the project's CRD
+
+std::string ReadSource(const std::string& relative) {
+  std::ifstream in(std::string(PACI_SOURCE_DIR) + "/" + relative);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+json YamlObject(const std::string& relative) {
+  absl::StatusOr<std::string> text = YamlMappingToJson(ReadSource(relative), relative);
+  EXPECT_TRUE(text.ok()) << text.status();
+  return json::parse(text.value_or("{}"));
+}
+
+class KubeJobServerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    server_ = new op::TestApiServer();
+    if (!server_->ok()) return;
+    op::KubeClient kube(server_->client_options());
+    absl::Status crd = kube.Create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                                   YamlObject("deploy/crd/paci.dev_trainingjobs.yaml"))
+                           .status();
+    ASSERT_TRUE(crd.ok()) << crd;
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+
+  void SetUp() override {
+    ASSERT_TRUE(server_->ok()) << "the API server did not start; see " << server_->log_path();
+    // Served once the CRD is Established (moments after it is created).
+    absl::Status served = kube_.List(Jobs()).status();
+    for (int i = 0; i < 200 && !served.ok(); ++i) {
+      absl::SleepFor(absl::Milliseconds(50));
+      served = kube_.List(Jobs()).status();
+    }
+    ASSERT_TRUE(served.ok()) << served;
+  }
+
+  static std::string Jobs() {
+    return op::CollectionPath("paci.dev", "v1alpha1", "default", "trainingjobs");
+  }
+
+  // The example TrainingJob under `name`, as kubectl apply would create it.
+  json CreateExample(const std::string& name) {
+    json job = YamlObject("examples/trainingjob.yaml");
+    job["metadata"]["name"] = name;
+    absl::StatusOr<json> created = kube_.Create(Jobs(), job);
+    EXPECT_TRUE(created.ok()) << created.status();
+    return created.value_or(json::object());
+  }
+
+  // Writes `status` over the job's, as the operator would.
+  void SetStatus(const std::string& name, const json& status) {
+    absl::StatusOr<json> job = kube_.Get(Jobs() + "/" + name);
+    ASSERT_TRUE(job.ok()) << job.status();
+    absl::StatusOr<json> written = kube_.UpdateStatus(
+        Jobs() + "/" + name, *job, [&](json& object) { object["status"] = status; });
+    ASSERT_TRUE(written.ok()) << written.status();
+  }
+
+  static op::TestApiServer* server_;
+  op::KubeClient kube_{server_->client_options()};
+};
+
+op::TestApiServer* KubeJobServerTest::server_ = nullptr;
+
+json Status(const std::string& phase, int64_t step) {
+  return {{"phase", phase}, {"step", step}, {"totalSteps", 60}, {"attempt", 1},
+          {"stages", json::array({{{"stage", 0}, {"replica", 0}, {"pod", "w-0"}}})}};
+}
+
+TEST_F(KubeJobServerTest, AMissingTrainingJobIsNotFoundNamingItAndItsNamespace) {
+  absl::StatusOr<json> job = GetTrainingJob(kube_, "", "no-such-job");
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(job.status().message(), HasSubstr("no TrainingJob no-such-job in namespace default"));
+  absl::StatusOr<json> watched = WatchTrainingJob(kube_, "", "no-such-job", [](const json&) {});
+  EXPECT_EQ(watched.status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(KubeJobServerTest, GetReadsTheStatusTheOperatorWrote) {
+  CreateExample("get-me");
+  json status = Status("Running", 40);
+  status["checkpointStep"] = 30;
+  status["coordinatorJob"] = "get-me-0123abcd-g1";
+  SetStatus("get-me", status);
+  absl::StatusOr<json> job = GetTrainingJob(kube_, "default", "get-me");
+  ASSERT_TRUE(job.ok()) << job.status();
+  const std::string text = FormatTrainingJob(*job, absl::Now());
+  EXPECT_THAT(text, HasSubstr("trainingjob: default/get-me\nphase:       Running\n"));
+  EXPECT_THAT(text, HasSubstr("coordinator: get-me-0123abcd-g1 (attempt 1, restarts 0)"));
+  EXPECT_THAT(text, HasSubstr("step:        40/60 (checkpoint step 30)"));
+  EXPECT_THAT(text, HasSubstr("stages:      2 x 1 replicas"));  // the example's spec
+  EXPECT_THAT(text, HasSubstr("stage 0 replica 0  pod w-0"));
+}
+
+// Each stored version, in order, until the job ends; a watch the server cuts
+// on the way is resumed without losing a version.
+TEST_F(KubeJobServerTest, WatchFollowsEveryChangeToTheEndThroughACutWatch) {
+  CreateExample("watch-me");
+  absl::Mutex mutex;
+  std::vector<int64_t> steps;
+  std::vector<std::string> phases;
+  // The watcher runs on this thread; the "operator" writes from another.
+  std::thread writer([&] {
+    auto wait_for = [&](size_t n) {
+      for (int i = 0; i < 600; ++i) {
+        {
+          absl::MutexLock lock(&mutex);
+          if (steps.size() >= n) return;
+        }
+        absl::SleepFor(absl::Milliseconds(10));
+      }
+    };
+    wait_for(1);  // the watcher has the job
+    SetStatus("watch-me", Status("Running", 10));
+    wait_for(2);
+    EXPECT_TRUE(server_->Control("drop-watches"));
+    SetStatus("watch-me", Status("Running", 20));
+    wait_for(3);
+    SetStatus("watch-me", Status("Succeeded", 60));
+  });
+  absl::StatusOr<json> last = WatchTrainingJob(kube_, "default", "watch-me", [&](const json& job) {
+    absl::MutexLock lock(&mutex);
+    const json& status = op::Field(job, "status");
+    steps.push_back(op::IntField(status, "step", 0));
+    phases.push_back(op::StringField(status, "phase"));
+  });
+  writer.join();
+  ASSERT_TRUE(last.ok()) << last.status();
+  EXPECT_EQ(op::StringField(op::Field(*last, "status"), "phase"), "Succeeded");
+  absl::MutexLock lock(&mutex);
+  // The job as created (no status), then each write; a version may be handed
+  // over twice (read again after the cut), never out of order.
+  ASSERT_GE(steps.size(), 4u);
+  EXPECT_EQ(steps.front(), 0);
+  EXPECT_TRUE(std::is_sorted(steps.begin(), steps.end()));
+  for (int64_t step : {10, 20, 60}) {
+    EXPECT_NE(std::find(steps.begin(), steps.end(), step), steps.end()) << step;
+  }
+  EXPECT_EQ(phases.back(), "Succeeded");
+}
+
+TEST_F(KubeJobServerTest, WatchOfAJobThatIsDeletedEndsNotFoundSayingSo) {
+  CreateExample("delete-me");
+  std::thread deleter([&] {
+    absl::SleepFor(absl::Milliseconds(500));
+    EXPECT_TRUE(kube_.Delete(Jobs() + "/delete-me").ok());
+  });
+  absl::StatusOr<json> last = WatchTrainingJob(kube_, "default", "delete-me", [](const json&) {});
+  deleter.join();
+  EXPECT_EQ(last.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(last.status().message(),
+              HasSubstr("TrainingJob delete-me in namespace default was deleted"));
+}
+
+}  // namespace
+}  // namespace paci
