@@ -1,10 +1,11 @@
 #include "worker/runtime/checkpoint.h"
 
-#include <caffe2/serialize/in_memory_adapter.h>
 #include <caffe2/serialize/inline_container.h>
+#include <caffe2/serialize/read_adapter_interface.h>
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -116,6 +117,24 @@ void WriteConfigAndTokenizer(const GptConfig& config, const std::string& tokeniz
   }
 }
 
+// The archive's bytes for LibTorch's zip reader, which may ask for bytes past
+// the end of a forged one (LibTorch's own MemoryReadAdapter copies them
+// anyway: found by fuzz/checkpoint_fuzz.cc): it gets what there is.
+class BytesReader final : public caffe2::serialize::ReadAdapterInterface {
+ public:
+  explicit BytesReader(const std::string& bytes) : bytes_(bytes) {}
+  size_t size() const override { return bytes_.size(); }
+  size_t read(uint64_t pos, void* buf, size_t n, const char* /*what*/) const override {
+    if (pos >= bytes_.size()) return 0;
+    n = std::min<uint64_t>(n, bytes_.size() - pos);
+    std::memcpy(buf, bytes_.data() + pos, n);
+    return n;
+  }
+
+ private:
+  const std::string& bytes_;
+};
+
 // Runs `read` on the archive of the shard at `path`, after checking its
 // footer. LibTorch's exceptions become DataLoss naming the file: c10::Error
 // mostly; its unpickler also throws std::out_of_range and others on an
@@ -126,8 +145,7 @@ absl::Status ReadArchive(const std::string& path,
   ASSIGN_OR_RETURN(const std::string bytes, ReadVerified(path));
   try {
     // Each pickle's memo ids first: LibTorch allocates what they say.
-    caffe2::serialize::PyTorchStreamReader records(
-        std::make_shared<caffe2::serialize::MemoryReadAdapter>(bytes.data(), bytes.size()));
+    caffe2::serialize::PyTorchStreamReader records(std::make_shared<BytesReader>(bytes));
     for (const std::string name : {"data.pkl", "constants.pkl"}) {  // the pickles a module has
       if (!records.hasRecord(name)) continue;
       const auto [data, size] = records.getRecord(name);
