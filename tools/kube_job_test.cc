@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/yaml_json.h"
 #include "gmock/gmock.h"
@@ -136,10 +137,31 @@ class KubeJobServerTest : public ::testing::Test {
     server_ = new op::TestApiServer();
     if (!server_->ok()) return;
     op::KubeClient kube(server_->client_options());
-    absl::Status crd = kube.Create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-                                   YamlObject("deploy/crd/paci.dev_trainingjobs.yaml"))
-                           .status();
-    ASSERT_TRUE(crd.ok()) << crd;
+    const std::string crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
+    absl::StatusOr<json> crd = kube.Create(crds, YamlObject("deploy/crd/paci.dev_trainingjobs.yaml"));
+    ASSERT_TRUE(crd.ok()) << crd.status();
+    // Served once the CRD is Established (moments after it is created): its watch says when.
+    auto established = [](const json& object) {
+      const json& conditions = op::Field(op::Field(object, "status"), "conditions");
+      for (const json& c : conditions.is_array() ? conditions : json::array()) {
+        if (op::StringField(c, "type") == "Established" && op::StringField(c, "status") == "True") {
+          return true;
+        }
+      }
+      return false;
+    };
+    crd_established_ = established(*crd);
+    op::WatchOptions options;
+    options.resource_version = op::MetaString(*crd, "resourceVersion");
+    options.field_selector = "metadata.name=" + op::MetaString(*crd, "name");
+    options.timeout_seconds = 30;
+    if (!crd_established_) {
+      const absl::Status watched = kube.Watch(crds, options, [&](const op::WatchEvent& e) {
+        crd_established_ = established(e.object);
+        return !crd_established_;
+      });
+      ASSERT_TRUE(watched.ok()) << watched;
+    }
   }
   static void TearDownTestSuite() {
     delete server_;
@@ -148,13 +170,7 @@ class KubeJobServerTest : public ::testing::Test {
 
   void SetUp() override {
     ASSERT_TRUE(server_->ok()) << "the API server did not start; see " << server_->log_path();
-    // Served once the CRD is Established (moments after it is created).
-    absl::Status served = kube_.List(Jobs()).status();
-    for (int i = 0; i < 200 && !served.ok(); ++i) {
-      absl::SleepFor(absl::Milliseconds(50));
-      served = kube_.List(Jobs()).status();
-    }
-    ASSERT_TRUE(served.ok()) << served;
+    ASSERT_TRUE(crd_established_) << "the TrainingJob CRD was not Established within 30 s";
   }
 
   static std::string Jobs() {
@@ -180,10 +196,12 @@ class KubeJobServerTest : public ::testing::Test {
   }
 
   static op::TestApiServer* server_;
+  static bool crd_established_;
   op::KubeClient kube_{server_->client_options()};
 };
 
 op::TestApiServer* KubeJobServerTest::server_ = nullptr;
+bool KubeJobServerTest::crd_established_ = false;
 
 json Status(const std::string& phase, int64_t step) {
   return {{"phase", phase}, {"step", step}, {"totalSteps", 60}, {"attempt", 1},
@@ -223,14 +241,10 @@ TEST_F(KubeJobServerTest, WatchFollowsEveryChangeToTheEndThroughACutWatch) {
   std::vector<std::string> phases;
   // The watcher runs on this thread; the "operator" writes from another.
   std::thread writer([&] {
-    auto wait_for = [&](size_t n) {
-      for (int i = 0; i < 600; ++i) {
-        {
-          absl::MutexLock lock(&mutex);
-          if (steps.size() >= n) return;
-        }
-        absl::SleepFor(absl::Milliseconds(10));
-      }
+    auto wait_for = [&](size_t n) {  // until the watcher has seen n versions (at most 30 s)
+      const auto seen = [&] { return steps.size() >= n; };
+      absl::MutexLock lock(&mutex);
+      EXPECT_TRUE(mutex.AwaitWithTimeout(absl::Condition(&seen), absl::Seconds(30))) << n;
     };
     wait_for(1);  // the watcher has the job
     SetStatus("watch-me", Status("Running", 10));
@@ -263,11 +277,14 @@ TEST_F(KubeJobServerTest, WatchFollowsEveryChangeToTheEndThroughACutWatch) {
 
 TEST_F(KubeJobServerTest, WatchOfAJobThatIsDeletedEndsNotFoundSayingSo) {
   CreateExample("delete-me");
+  absl::Notification watching;  // the watcher has the job
   std::thread deleter([&] {
-    absl::SleepFor(absl::Milliseconds(500));
+    EXPECT_TRUE(watching.WaitForNotificationWithTimeout(absl::Seconds(30)));
     EXPECT_TRUE(kube_.Delete(Jobs() + "/delete-me").ok());
   });
-  absl::StatusOr<json> last = WatchTrainingJob(kube_, "default", "delete-me", [](const json&) {});
+  absl::StatusOr<json> last = WatchTrainingJob(kube_, "default", "delete-me", [&](const json&) {
+    if (!watching.HasBeenNotified()) watching.Notify();
+  });
   deleter.join();
   EXPECT_EQ(last.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(last.status().message(),

@@ -130,44 +130,42 @@ TEST_F(CheckpointTest, ACorruptShardIsRefusedAndNothingChanges) {
             absl::StatusCode::kDataLoss);
 }
 
+// Loads tests/data/bad-checkpoints/<file> as stage 0 of 2 into a fresh stage:
+// it must be refused, the stage's parameters and optimizer left as they were.
+// Returns the refusal and, in *path, where the shard was.
+absl::Status LoadBadCheckpoint(const std::string& dir, const std::string& file,
+                               std::string* path) {
+  *path = ShardPath(dir, 1, 0, 2);
+  fs::create_directories(fs::path(*path).parent_path());
+  fs::copy_file(std::string(PACI_SOURCE_DIR) + "/tests/data/bad-checkpoints/" + file, *path);
+  Stage fresh(99);
+  const auto before = fresh.model->named_parameters().values()[0].clone();
+  auto meta = LoadShard(*path, fresh.Meta(0), fresh.model, *fresh.optimizer);
+  EXPECT_TRUE(torch::equal(before, fresh.model->named_parameters().values()[0]));
+  EXPECT_EQ(fresh.optimizer->steps(), 0);
+  return meta.ok() ? absl::OkStatus() : meta.status();
+}
+
 // Found by fuzz/checkpoint_fuzz.cc: an archive with a matching footer and CRC whose pickle
 // makes LibTorch throw std::out_of_range, not c10::Error; it ended the process.
 TEST_F(CheckpointTest, AForgedArchiveWithAValidFooterIsDataLossNotACrash) {
-  const std::string path = ShardPath(dir_, 1, 0, 2);
-  fs::create_directories(fs::path(path).parent_path());
-  fs::copy_file(std::string(PACI_SOURCE_DIR) + "/tests/data/bad-checkpoints/unpickler-out-of-range.pt",
-                path);
-  Stage fresh(99);
-  const auto before = fresh.model->named_parameters().values()[0].clone();
-  auto meta = LoadShard(path, fresh.Meta(0), fresh.model, *fresh.optimizer);
-  ASSERT_FALSE(meta.ok());
-  EXPECT_EQ(meta.status().code(), absl::StatusCode::kDataLoss) << meta.status();
-  EXPECT_NE(meta.status().message().find(path + " is corrupt or unreadable"), std::string::npos)
-      << meta.status();
-  EXPECT_TRUE(torch::equal(before, fresh.model->named_parameters().values()[0]));
-  EXPECT_EQ(fresh.optimizer->steps(), 0);
+  std::string path;
+  const absl::Status status = LoadBadCheckpoint(dir_, "unpickler-out-of-range.pt", &path);
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
+  EXPECT_NE(status.message().find(path + " is corrupt or unreadable"), std::string::npos)
+      << status;
 }
 
 // A memo id of 1.6 billion in data.pkl (found by fuzz/checkpoint_fuzz.cc) would
 // make LibTorch's unpickler allocate 25 GB: refused before it reads the pickle.
 TEST_F(CheckpointTest, APickleWhoseMemoIdPassesItsSizeIsDataLossBeforeLibTorchReadsIt) {
-  const std::string path = ShardPath(dir_, 1, 0, 2);
-  fs::create_directories(fs::path(path).parent_path());
-  fs::copy_file(
-      std::string(PACI_SOURCE_DIR) + "/tests/data/bad-checkpoints/unpickler-memo-too-large.pt",
-      path);
-  Stage fresh(99);
-  const auto before = fresh.model->named_parameters().values()[0].clone();
-  auto meta = LoadShard(path, fresh.Meta(0), fresh.model, *fresh.optimizer);
-  ASSERT_FALSE(meta.ok());
-  EXPECT_EQ(meta.status().code(), absl::StatusCode::kDataLoss) << meta.status();
-  EXPECT_NE(meta.status().message().find(path + " is corrupt: "), std::string::npos)
-      << meta.status();
-  EXPECT_NE(meta.status().message().find("data.pkl: its pickle stores memo entry 1596876899"),
+  std::string path;
+  const absl::Status status = LoadBadCheckpoint(dir_, "unpickler-memo-too-large.pt", &path);
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
+  EXPECT_NE(status.message().find(path + " is corrupt: "), std::string::npos) << status;
+  EXPECT_NE(status.message().find("data.pkl: its pickle stores memo entry 1596876899"),
             std::string::npos)
-      << meta.status();
-  EXPECT_TRUE(torch::equal(before, fresh.model->named_parameters().values()[0]));
-  EXPECT_EQ(fresh.optimizer->steps(), 0);
+      << status;
 }
 
 TEST_F(CheckpointTest, AShardOfAnotherStageOrModelIsRefusedNamingTheMismatch) {
