@@ -92,6 +92,11 @@ absl::Status ActionExecutor::MakeChanges(const ReconcileActions& actions, json& 
   for (const json& pod : actions.create_pods) {
     RETURN_IF_ERROR(IgnoreAlreadyExists(kube_.Create(pods, pod).status()));
   }
+  for (const auto& [pod, gates] : actions.release_pods) {
+    // Gates can only be taken away; null drops the field when none is left.
+    const json patch = {{"spec", {{"schedulingGates", gates.empty() ? json() : gates}}}};
+    RETURN_IF_ERROR(kube_.MergePatch(absl::StrCat(pods, "/", pod), patch).status());
+  }
   return absl::OkStatus();
 }
 

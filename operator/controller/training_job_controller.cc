@@ -1,6 +1,8 @@
 #include "operator/controller/training_job_controller.h"
 
+#include <algorithm>
 #include <map>
+#include <set>
 
 #include <glog/logging.h>
 
@@ -8,6 +10,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "operator/reconcile/gang.h"
 #include "operator/reconcile/object_meta.h"
 
 namespace paci::op {
@@ -18,6 +21,18 @@ namespace {
 WorkQueue::Options QueueOptions(Clock& clock) {
   WorkQueue::Options options;
   options.clock = &clock;
+  return options;
+}
+
+Informer::Options Watching(std::string collection_path, std::string label_selector,
+                           std::string resource, int watch_timeout_seconds,
+                           std::string field_selector = "") {
+  Informer::Options options;
+  options.collection_path = std::move(collection_path);
+  options.label_selector = std::move(label_selector);
+  options.resource = std::move(resource);
+  options.watch_timeout_seconds = watch_timeout_seconds;
+  options.field_selector = std::move(field_selector);
   return options;
 }
 }  // namespace
@@ -37,18 +52,16 @@ TrainingJobController::TrainingJobController(KubeClient& kube, CoordinatorJobs& 
   const std::string& ns = options_.watch_namespace;
   jobs_ = std::make_unique<Informer>(
       kube_,
-      Informer::Options{CollectionPath("paci.dev", "v1alpha1", ns, "trainingjobs"), "",
-                        "trainingjobs", absl::Milliseconds(200), absl::Seconds(10),
-                        options_.watch_timeout_seconds},
+      Watching(CollectionPath("paci.dev", "v1alpha1", ns, "trainingjobs"), "", "trainingjobs",
+               options_.watch_timeout_seconds),
       [this](const std::string&, const json& object) { Enqueue(object, false); },
       restarts);
   // The pods, Services and NetworkPolicies a job owns, by their label naming it.
   auto owned = [&](const char* group, const char* plural) {
     return std::make_unique<Informer>(
         kube_,
-        Informer::Options{CollectionPath(group, "v1", ns, plural), kJobNameLabel, plural,
-                          absl::Milliseconds(200), absl::Seconds(10),
-                          options_.watch_timeout_seconds},
+        Watching(CollectionPath(group, "v1", ns, plural), kJobNameLabel, plural,
+                 options_.watch_timeout_seconds),
         [this](const std::string&, const json& object) { Enqueue(object, true); }, restarts);
   };
   pods_ = owned("", "pods");
@@ -56,12 +69,24 @@ TrainingJobController::TrainingJobController(KubeClient& kube, CoordinatorJobs& 
   if (options_.reconciler.network_policies) {
     network_policies_ = owned("networking.k8s.io", "networkpolicies");
   }
+  // The gang gate's view of the cluster. A gated job reconciles again each
+  // poll interval, so these need no handler.
+  nodes_ = std::make_unique<Informer>(
+      kube_,
+      Watching(CollectionPath("", "v1", "", "nodes"), "", "nodes", options_.watch_timeout_seconds),
+      nullptr, restarts);
+  cluster_pods_ = std::make_unique<Informer>(
+      kube_,
+      Watching(CollectionPath("", "v1", "", "pods"), "", "cluster-pods",
+               options_.watch_timeout_seconds, "status.phase!=Succeeded,status.phase!=Failed"),
+      nullptr, restarts);
 }
 
 TrainingJobController::~TrainingJobController() { Stop(); }
 
 absl::Status TrainingJobController::Start(absl::Duration sync_timeout) {
-  std::vector<Informer*> informers = {jobs_.get(), pods_.get(), services_.get()};
+  std::vector<Informer*> informers = {jobs_.get(), pods_.get(), services_.get(), nodes_.get(),
+                                      cluster_pods_.get()};
   if (network_policies_) informers.push_back(network_policies_.get());
   for (Informer* informer : informers) informer->Start();
   for (Informer* informer : informers) {
@@ -82,6 +107,8 @@ void TrainingJobController::Stop() {
   for (std::thread& worker : workers_) worker.join();
   workers_.clear();
   if (network_policies_) network_policies_->Stop();
+  cluster_pods_->Stop();
+  nodes_->Stop();
   services_->Stop();
   pods_->Stop();
   jobs_->Stop();
@@ -139,14 +166,61 @@ absl::Status TrainingJobController::ReconcileKey(const std::string& key,
   if (!job) return absl::OkStatus();  // deleted; its pods go with it (owner references)
   absl::StatusOr<ObservedWorld> world = Observe(*job, ns, name);
   if (!world.ok()) return world.status();
-  ReconcileActions actions = ReconcileTrainingJob(*world, options_.reconciler);
-  ActionExecutor::Result executed = executor_.Execute(*std::move(world), std::move(actions));
+  if (std::none_of(world->pods.begin(), world->pods.end(), HasGangGate)) {
+    return ReconcileWorld(key, *job, *std::move(world), requeue_after, nullptr);
+  }
+  absl::MutexLock lock(&gang_mutex_);
+  ObserveCluster(*world);
+  std::vector<std::string> released;
+  absl::Status status = ReconcileWorld(key, *job, *std::move(world), requeue_after, &released);
+  for (const std::string& pod : released) released_[pod] = clock_.Now();
+  return status;
+}
+
+absl::Status TrainingJobController::ReconcileWorld(const std::string& key, const json& job,
+                                                   ObservedWorld world,
+                                                   std::optional<absl::Duration>* requeue_after,
+                                                   std::vector<std::string>* released) {
+  ReconcileActions actions = ReconcileTrainingJob(world, options_.reconciler);
+  if (released != nullptr) {
+    // Before they are carried out: a release that fails half way still
+    // counts until the cache shows each pod as it is.
+    for (const auto& [pod, gates] : actions.release_pods) {
+      released->push_back(absl::StrCat(MetaString(job, "namespace"), "/", pod));
+    }
+  }
+  ActionExecutor::Result executed = executor_.Execute(std::move(world), std::move(actions));
   *requeue_after = executed.requeue_after;
-  if (MetaString(executed.written, "resourceVersion") != MetaString(*job, "resourceVersion")) {
+  if (MetaString(executed.written, "resourceVersion") != MetaString(job, "resourceVersion")) {
     absl::MutexLock lock(&written_mutex_);
     written_[key] = std::move(executed.written);
   }
   return executed.status;
+}
+
+void TrainingJobController::ObserveCluster(ObservedWorld& world) {
+  world.nodes = nodes_->List();
+  world.cluster_pods = cluster_pods_->List();
+  std::set<std::string> caught_up;
+  for (std::vector<json>* pods : {&world.cluster_pods, &world.pods}) {
+    for (json& pod : *pods) {
+      const std::string pod_key =
+          absl::StrCat(MetaString(pod, "namespace"), "/", MetaString(pod, "name"));
+      if (released_.count(pod_key) == 0) continue;
+      if (!HasGangGate(pod)) {
+        caught_up.insert(pod_key);
+      } else {
+        pod["spec"]["schedulingGates"] = GatesWithoutGang(pod);
+      }
+    }
+  }
+  // Forgotten once the cache shows the pod released, or after a minute
+  // without it in the cache (finished or deleted; the cluster's pod watch
+  // may also not have seen it yet, hence the minute).
+  for (auto it = released_.begin(); it != released_.end();) {
+    const bool stale = world.now - it->second > absl::Minutes(1);
+    it = caught_up.count(it->first) != 0 || stale ? released_.erase(it) : std::next(it);
+  }
 }
 
 std::optional<json> TrainingJobController::LatestJob(const std::string& key, const std::string& ns,

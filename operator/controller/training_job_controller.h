@@ -10,6 +10,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -64,6 +65,15 @@ class TrainingJobController {
   // The pods and Service of `job` from the caches, and its coordinator job.
   absl::StatusOr<ObservedWorld> Observe(nlohmann::json job, const std::string& ns,
                                         const std::string& name);
+  // Adds the nodes and the cluster's unfinished pods to `world`, for the gang
+  // gate (gang.h); a pod this operator released that the cache still shows
+  // at the gate appears released.
+  void ObserveCluster(ObservedWorld& world) ABSL_EXCLUSIVE_LOCKS_REQUIRED(gang_mutex_);
+  // Reconciles `world` and carries the actions out; adds the pods it
+  // released from the gang gate ("namespace/name") to *released when given.
+  absl::Status ReconcileWorld(const std::string& key, const nlohmann::json& job,
+                              ObservedWorld world, std::optional<absl::Duration>* requeue_after,
+                              std::vector<std::string>* released);
   // The per-TrainingJob series (phase, coordinator job) from the informer's cache.
   void UpdateJobSeries();
 
@@ -79,6 +89,14 @@ class TrainingJobController {
   std::unique_ptr<Informer> pods_;
   std::unique_ptr<Informer> services_;
   std::unique_ptr<Informer> network_policies_;  // null with options_.reconciler.network_policies off
+  // For the gang gate: every Node, and every unfinished pod of the cluster.
+  std::unique_ptr<Informer> nodes_;
+  std::unique_ptr<Informer> cluster_pods_;
+  // One gang decision at a time, each seeing the pods the ones before it
+  // released, also while the pod cache still shows them at the gate: per
+  // "namespace/name", when it was released.
+  absl::Mutex gang_mutex_;
+  std::map<std::string, absl::Time> released_ ABSL_GUARDED_BY(gang_mutex_);
   std::vector<std::thread> workers_;
   // The informer's copy lags behind our own writes. Per key, the object as
   // we last wrote it; while the cache holds an older version, reconciles

@@ -72,7 +72,7 @@ void Informer::Notify(const std::string& type, const json& object) {
 
 absl::Status Informer::ListAndReplace() {
   absl::StatusOr<json> list =
-      client_.List(options_.collection_path, ListOptions{options_.label_selector, ""});
+      client_.List(options_.collection_path, ListOptions{options_.label_selector, options_.field_selector});
   if (!list.ok()) return list.status();
   std::map<std::string, json> fresh;
   for (const json& item : list->value("items", json::array())) fresh[ObjectKey(item)] = item;
@@ -134,6 +134,7 @@ void Informer::Run() {
     }
     WatchOptions watch;
     watch.label_selector = options_.label_selector;
+    watch.field_selector = options_.field_selector;
     watch.timeout_seconds = options_.watch_timeout_seconds;
     {
       absl::MutexLock lock(&mutex_);

@@ -36,6 +36,9 @@ class Informer {
     absl::Duration initial_backoff = absl::Milliseconds(200);
     absl::Duration max_backoff = absl::Seconds(10);
     int watch_timeout_seconds = 300;
+    // "status.phase!=Succeeded": an object that leaves the selection is
+    // DELETED from the cache, as the server's watch reports it.
+    std::string field_selector;
   };
   // type is ADDED, MODIFIED or DELETED.
   using Handler = std::function<void(const std::string& type, const nlohmann::json& object)>;

@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "operator/reconcile/gang.h"
 #include "operator/reconcile/training_job_reconciler.h"
 
 namespace paci::op {
@@ -233,6 +234,8 @@ json WorkerPod(const json& job, int index, const ReconcilerOptions& options) {
   };
   json pod = TemplatePod(job, pod_name, kWorkerRole, std::move(container), options);
   pod["spec"]["hostname"] = pod_name;
+  // Held at the gang gate until every worker pod of the job fits (gang.h).
+  pod["spec"]["schedulingGates"] = json::array({{{"name", kGangGate}}});
   pod["spec"]["subdomain"] = WorkerServiceName(name);
   pod["metadata"]["labels"][kWorkerIndexLabel] = std::to_string(index);
   json& annotations = pod["metadata"]["annotations"];

@@ -39,6 +39,17 @@ void Reconciliation::SetCondition(const std::string& type, bool value, const std
                             {"lastTransitionTime", Rfc3339(world.now)}});
 }
 
+std::string Reconciliation::ObservedReason(const std::string& type, const char* truth) const {
+  const json& conditions = Field(status, "conditions");
+  if (!conditions.is_array()) return "";
+  for (const json& condition : conditions) {
+    if (StringField(condition, "type") == type && StringField(condition, "status") == truth) {
+      return StringField(condition, "reason");
+    }
+  }
+  return "";
+}
+
 void Reconciliation::ClearCondition(const std::string& type, const std::string& reason) {
   const json& conditions = Field(desired, "conditions");
   if (!conditions.is_array()) return;

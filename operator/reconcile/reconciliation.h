@@ -58,6 +58,10 @@ struct Reconciliation {
   void SetCondition(const std::string& type, bool value, const std::string& reason,
                     const std::string& message);
 
+  // The reason of condition `type` as observed when its status is `truth`
+  // ("True" or "False"); "" otherwise.
+  std::string ObservedReason(const std::string& type, const char* truth) const;
+
   // Clears a condition that was set before; absent ones stay absent.
   void ClearCondition(const std::string& type, const std::string& reason);
 

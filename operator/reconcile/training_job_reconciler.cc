@@ -7,9 +7,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/job_spec.h"
 #include "operator/reconcile/coordinator_view.h"
 #include "operator/reconcile/dataset_step.h"
+#include "operator/reconcile/gang.h"
 #include "operator/reconcile/job_objects.h"
 #include "operator/reconcile/pod_status.h"
 #include "operator/reconcile/reconciliation.h"
@@ -88,19 +90,46 @@ void ReportBlockedWorkers(Reconciliation& r, const std::vector<std::pair<std::st
     return;
   }
   const auto& [reason, message] = troubles.front();
-  std::string before;
-  const json& conditions = Field(r.status, "conditions");
-  if (conditions.is_array()) {
-    for (const json& c : conditions) {
-      if (StringField(c, "type") == "WorkersBlocked" && StringField(c, "status") == "True") {
-        before = StringField(c, "reason");
-      }
-    }
-  }
+  const std::string before = r.ObservedReason("WorkersBlocked", "True");
   std::string text = message;
   if (troubles.size() > 1) absl::StrAppend(&text, " (and ", troubles.size() - 1, " more)");
   r.SetCondition("WorkersBlocked", true, reason, text);
   if (before != reason) r.Event("Warning", reason, text);
+}
+
+// The gang gate (gang.h): once every worker pod exists, those at the gate are
+// released together when the nodes have room for all of them (a replacement
+// pod alone, beside the running ones); until then the WorkersAdmitted
+// condition says what they wait for, with an Event when that changes.
+void ReleaseGang(Reconciliation& r, int workers, const std::map<int, const json*>& by_index) {
+  std::vector<json> gated;
+  for (const auto& [index, pod] : by_index) {
+    if (HasGangGate(*pod) && !BeingDeleted(*pod)) gated.push_back(*pod);
+  }
+  if (gated.empty() || static_cast<int>(by_index.size()) < workers ||
+      !r.actions.delete_pods.empty()) {
+    return;  // nothing waits, or not every pod is there yet
+  }
+  const GangPlan plan = PlanGang(gated, r.world.nodes, r.world.cluster_pods);
+  if (plan.fits) {
+    std::vector<std::string> names;
+    for (const json& pod : gated) {
+      r.actions.release_pods.emplace_back(MetaString(pod, "name"), GatesWithoutGang(pod));
+      names.push_back(MetaString(pod, "name"));
+    }
+    const std::string message =
+        gated.size() == static_cast<size_t>(workers)
+            ? absl::StrCat("all ", workers, " worker pods fit on the nodes: released together")
+            : absl::StrCat("worker pod ", absl::StrJoin(names, ", "), " fits: released");
+    r.SetCondition("WorkersAdmitted", true, "Released", message);
+    r.Event("Normal", "Released", message);
+    return;
+  }
+  const std::string before = r.ObservedReason("WorkersAdmitted", "False");
+  r.SetCondition("WorkersAdmitted", false, plan.reason, plan.message);
+  if (before != plan.reason) {
+    r.Event(plan.reason == "Unschedulable" ? "Warning" : "Normal", plan.reason, plan.message);
+  }
 }
 
 // The worker pods (one per stage) and their Service: missing ones are
@@ -142,6 +171,7 @@ void EnsureWorkers(Reconciliation& r, int workers) {
       r.actions.create_pods.push_back(WorkerPod(r.world.job, index, r.options));
     }
   }
+  ReleaseGang(r, workers, by_index);
 }
 
 // What the coordinator answered to the submit (the second call, see the header).

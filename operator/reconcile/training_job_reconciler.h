@@ -84,6 +84,9 @@ struct ReconcileActions {
   std::optional<nlohmann::json> create_service;
   std::optional<nlohmann::json> create_network_policy;
   std::vector<nlohmann::json> create_pods;
+  // Worker pods released from the gang gate (gang.h): each pod's name and
+  // the spec.schedulingGates it keeps.
+  std::vector<std::pair<std::string, nlohmann::json>> release_pods;
   // SubmitJob (idempotent by spec.name); its answer goes back in
   // ObservedWorld::submit_result (see the top of this file).
   std::optional<v1::JobSpec> submit;
@@ -112,6 +115,10 @@ struct ObservedWorld {
   // While the dataset initializer's pod runs: the last line of its output
   // (prepare-data's progress), when the caller could read it.
   std::optional<std::string> dataset_progress;
+  // While a worker pod of the job waits at the gang gate (gang.h): every Node
+  // and every unfinished pod of the cluster, for PlanGang. Empty otherwise.
+  std::vector<nlohmann::json> nodes;
+  std::vector<nlohmann::json> cluster_pods;
   // The coordinator's answer to the submit the reconcile of this same world
   // asked for; nullopt until the caller calls again with it.
   std::optional<absl::Status> submit_result;

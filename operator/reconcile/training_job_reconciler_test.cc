@@ -297,7 +297,9 @@ TEST(TrainingJobReconcilerTest, APodThatCannotStartIsAConditionAndOneWarning) {
   actions = ReconcileTrainingJob(world, ReconcilerOptions{});
   ASSERT_TRUE(actions.status.has_value());
   for (const json& c : (*actions.status)["conditions"]) {
-    if (c["type"] == "WorkersBlocked") EXPECT_EQ(c["status"], "False");
+    if (c["type"] == "WorkersBlocked") {
+      EXPECT_EQ(c["status"], "False");
+    }
   }
 }
 
@@ -319,6 +321,97 @@ TEST(TrainingJobReconcilerTest, TheCoordinatorsStalledConditionAndCheckpointStep
   EXPECT_EQ(mirrored["status"], "True");
   EXPECT_EQ(mirrored["reason"], "NoProgress");
   EXPECT_EQ(mirrored["message"], "stage 1 made no progress for 120s");
+}
+
+// The condition `type` of a status, or null.
+json ConditionOf(const json& status, const std::string& type) {
+  for (const json& c : status["conditions"]) {
+    if (c["type"] == type) return c;
+  }
+  return nullptr;
+}
+
+TEST(TrainingJobReconcilerTest, WorkerPodsAreCreatedAtTheGangGate) {
+  ReconcileActions actions = ReconcileTrainingJob(World(Job()), ReconcilerOptions{});
+  ASSERT_EQ(actions.create_pods.size(), 2u);
+  for (const json& pod : actions.create_pods) {
+    EXPECT_EQ(pod["spec"]["schedulingGates"], json::parse(R"([{"name": "paci.dev/gang"}])"));
+  }
+}
+
+// A submitted job whose two pods wait at the gang gate, beside one node.
+ObservedWorld AtTheGate() {
+  ObservedWorld world = Observed("Pending", v1::QUEUED);
+  for (json& pod : world.pods) {
+    pod["metadata"]["namespace"] = "team-a";
+    pod["spec"]["schedulingGates"] = json::parse(R"([{"name": "paci.dev/gang"}])");
+    pod["status"]["phase"] = "Pending";
+  }
+  world.nodes = {json::parse(R"({"metadata": {"name": "n1", "labels": {"pool": "cpu"}},
+      "status": {"allocatable": {"cpu": "16", "memory": "64Gi", "pods": "110"},
+                 "conditions": [{"type": "Ready", "status": "True"}]}})")};
+  world.cluster_pods = world.pods;
+  return world;
+}
+
+TEST(TrainingJobReconcilerTest, GatedWorkersAreReleasedTogetherWhenAllOfThemFit) {
+  ObservedWorld world = AtTheGate();
+  // One pod is missing: nothing is released before it exists.
+  ObservedWorld one = world;
+  one.pods.pop_back();
+  ReconcileActions actions = ReconcileTrainingJob(one, ReconcilerOptions{});
+  EXPECT_THAT(Names(actions.create_pods), ElementsAre("kjv-worker-1"));
+  EXPECT_THAT(actions.release_pods, IsEmpty());
+  // Both there and room for both: both released at once.
+  actions = ReconcileTrainingJob(world, ReconcilerOptions{});
+  ASSERT_EQ(actions.release_pods.size(), 2u);
+  EXPECT_EQ(actions.release_pods[0].first, "kjv-worker-0");
+  EXPECT_EQ(actions.release_pods[1].first, "kjv-worker-1");
+  EXPECT_EQ(actions.release_pods[0].second, json::array());
+  ASSERT_TRUE(actions.status.has_value());
+  const json admitted = ConditionOf(*actions.status, "WorkersAdmitted");
+  EXPECT_EQ(admitted["status"], "True");
+  EXPECT_EQ(admitted["reason"], "Released");
+  EXPECT_EQ(admitted["message"], "all 2 worker pods fit on the nodes: released together");
+  EXPECT_THAT(Reasons(actions), ElementsAre("Released"));
+}
+
+TEST(TrainingJobReconcilerTest, GatedWorkersWithoutRoomWaitWithAConditionSayingWhy) {
+  ObservedWorld world = AtTheGate();
+  for (json& pod : world.pods) {
+    pod["spec"]["containers"] = json::parse(R"([{"resources": {"requests": {"cpu": "6"}}}])");
+  }
+  world.cluster_pods = world.pods;
+  // Another job's pod holds 8 of the 16 cores: 2 x 6 does not fit now.
+  world.cluster_pods.push_back(json::parse(R"({"metadata": {"name": "other", "namespace": "team-b"},
+      "spec": {"nodeName": "n1", "containers": [{"resources": {"requests": {"cpu": "8"}}}]},
+      "status": {"phase": "Running"}})"));
+  ReconcileActions actions = ReconcileTrainingJob(world, ReconcilerOptions{});
+  EXPECT_THAT(actions.release_pods, IsEmpty());
+  ASSERT_TRUE(actions.status.has_value());
+  json admitted = ConditionOf(*actions.status, "WorkersAdmitted");
+  EXPECT_EQ(admitted["status"], "False");
+  EXPECT_EQ(admitted["reason"], "WaitingForCapacity");
+  EXPECT_THAT(admitted["message"].get<std::string>(),
+              HasSubstr("2 worker pods at the gate ask for cpu 12 together; free now on the 1 "
+                        "nodes they may use: cpu 8"));
+  EXPECT_THAT(Reasons(actions), ElementsAre("WaitingForCapacity"));
+  EXPECT_EQ(actions.requeue_after, ReconcilerOptions{}.poll_interval);  // looks again
+  // Seen again: no second Event. The other pod ends: released.
+  world.job["status"] = *actions.status;
+  EXPECT_THAT(Reasons(ReconcileTrainingJob(world, ReconcilerOptions{})), IsEmpty());
+  world.cluster_pods.pop_back();
+  actions = ReconcileTrainingJob(world, ReconcilerOptions{});
+  EXPECT_EQ(actions.release_pods.size(), 2u);
+  EXPECT_EQ(ConditionOf(*actions.status, "WorkersAdmitted")["status"], "True");
+  // More than the node could ever hold: Unschedulable, a Warning.
+  for (json& pod : world.pods) pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "9";
+  world.cluster_pods = world.pods;
+  actions = ReconcileTrainingJob(world, ReconcilerOptions{});
+  EXPECT_THAT(actions.release_pods, IsEmpty());
+  EXPECT_EQ(ConditionOf(*actions.status, "WorkersAdmitted")["reason"], "Unschedulable");
+  ASSERT_THAT(Reasons(actions), ElementsAre("Unschedulable"));
+  EXPECT_EQ(actions.events[0].type, "Warning");
 }
 
 // A Failed job at generation 1 (its Failed condition says so), observed at `generation`.

@@ -255,7 +255,7 @@ class RenderTest(unittest.TestCase):
         self.assertEqual(set(kinds["Service"]), {"prod-paci-coordinator", "prod-paci-operator-metrics"})
         self.assertEqual(set(kinds["ServiceAccount"]),
                          {"prod-paci-coordinator", "prod-paci-operator", "prod-paci-worker"})
-        self.assertEqual(set(kinds["ClusterRole"]), {"prod-paci-operator"})
+        self.assertEqual(set(kinds["ClusterRole"]), {"prod-paci-operator", "prod-paci-operator-capacity"})
 
         # Selectors: name, instance and component, nothing that changes on upgrade.
         templates = {}
@@ -336,7 +336,10 @@ class RenderTest(unittest.TestCase):
     def test_watch_namespace_scopes_the_role_and_the_worker_account(self):
         kinds = by_kind(render("--set", "operator.watchNamespace=team-a",
                                "--set", "metrics.serviceMonitor.enabled=true", release="alpha"))
-        self.assertNotIn("ClusterRole", kinds)
+        # Cluster-wide only the gang gate's read of the nodes and what pods ask of them.
+        self.assertEqual(list(kinds["ClusterRole"]), ["alpha-paci-operator-capacity"])
+        self.assertEqual(kinds["ClusterRole"]["alpha-paci-operator-capacity"]["rules"],
+                         [{"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["list", "watch"]}])
         self.assertEqual(kinds["Role"]["alpha-paci-operator"]["metadata"]["namespace"], "team-a")
         self.assertEqual(kinds["RoleBinding"]["alpha-paci-operator"]["metadata"]["namespace"], "team-a")
         self.assertEqual(kinds["ServiceAccount"]["alpha-paci-worker"]["metadata"]["namespace"], "team-a")
@@ -851,16 +854,20 @@ class ClusterTest(unittest.TestCase):
         # What the operator does, in the namespace it serves.
         for verb, resource in (("watch", "trainingjobs.paci.dev"), ("patch", "trainingjobs.paci.dev/status"),
                                ("update", "trainingjobs.paci.dev/finalizers"), ("create", "pods"),
-                               ("delete", "pods"), ("list", "pods"), ("create", "services"),
+                               ("delete", "pods"), ("list", "pods"), ("patch", "pods"), ("create", "services"),
                                ("create", "events"), ("watch", "networkpolicies.networking.k8s.io"),
                                ("create", "networkpolicies.networking.k8s.io")):
             self.assertTrue(can(verb, resource, "-n", "team-a"), "%s %s in team-a" % (verb, resource))
         # The dataset initializer's progress: the last line of its pod's log.
         self.assertTrue(can("get", "pods", "-n", "team-a", "--subresource=log"))
         self.assertTrue(can("update", "leases.coordination.k8s.io", "-n", "ml"))
+        # The gang gate's room check: nodes, and every namespace's pods, read only.
+        self.assertTrue(can("list", "nodes"))
+        self.assertTrue(can("watch", "pods", "-n", "team-b"))
         # Nothing else: no Secrets anywhere, no pods outside the namespace it serves, no RBAC.
         for verb, resource, namespace, *more in (("get", "secrets", "team-a"), ("list", "secrets", "ml"),
                                           ("create", "pods", "team-b"), ("create", "pods", "ml"),
+                                          ("patch", "pods", "team-b"), ("patch", "nodes", "team-a"),
                                           ("list", "trainingjobs.paci.dev", "team-b"),
                                           ("create", "trainingjobs.paci.dev", "team-a"),
                                           ("create", "rolebindings", "team-a"), ("update", "leases", "team-a"),

@@ -440,6 +440,78 @@ class OperatorEndToEnd(unittest.TestCase):
         self.assertEqual(reasons.count("Rerunning"), 1, reasons)
         self.kubectl("delete", "trainingjob", "kjv-fix", "--timeout=60s")
 
+    def test_7_two_jobs_that_overfill_the_node_together_run_one_after_the_other(self):
+        """Each worker asks 6 of the node's 16 cores: one job's two pods fit, both jobs' four do
+        not. Without a gang both jobs could each hold one running pod and wait for the other
+        forever; with the gang gate one job's pods are released together, the other's wait at
+        the gate saying why, and run when the first is done. A job no node could hold is
+        reported Unschedulable."""
+        with open(os.path.join(SOURCE, "examples", "trainingjob.yaml")) as f:
+            example = yaml.safe_load(f)
+
+        def apply(name, cpu):
+            manifest = json.loads(json.dumps(example))
+            manifest["metadata"]["name"] = name
+            manifest["spec"]["worker"]["resources"] = {"requests": {"cpu": cpu, "memory": "256Mi"}}
+            self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(manifest))
+
+        def gates(pod):
+            return [g["name"] for g in pod["spec"].get("schedulingGates", [])]
+
+        names = ("gang-a", "gang-b")
+        applied = time.monotonic()
+        for name in names:
+            apply(name, "6")
+        apply("gang-huge", "20")
+
+        def split():
+            """(released job, gated job) once each has its two pods; never one pod of a job
+            released without the other."""
+            pods = {name: self.pods_of(name) for name in names}
+            if any(len(p) != 2 for p in pods.values()):
+                return None
+            released = [n for n in names if all(not gates(p) for p in pods[n])]
+            gated = [n for n in names if all(gates(p) == ["paci.dev/gang"] for p in pods[n])]
+            self.assertEqual(len(released) + len(gated), 2, pods)  # a gang is released whole
+            return len(released) == 1 and (released[0], gated[0])
+        first, second = wait_until("one job released, the other at the gate", split, timeout=60)
+        running = wait_until(first + "'s pods running", lambda: all(
+            p["status"].get("phase") == "Running" for p in self.pods_of(first)) and time.monotonic(),
+            timeout=120, interval=0.2)
+        print("\ngang: apply to both of %s's pods running: %.1f s" % (first, running - applied))
+
+        def admitted(name, status="False"):
+            conditions = {c["type"]: c for c in self.status_of(name).get("conditions", [])}
+            c = conditions.get("WorkersAdmitted")
+            return c if c and c["status"] == status else None
+        waiting = wait_until(second + " waiting", lambda: admitted(second), timeout=60)
+        self.assertEqual(waiting["reason"], "WaitingForCapacity", waiting)
+        self.assertIn("2 worker pods at the gate ask for cpu 12, memory 512Mi together", waiting["message"])
+        self.assertIn("free now on the 1 nodes they may use: cpu 4,", waiting["message"])
+        huge = wait_until("gang-huge unschedulable", lambda: admitted("gang-huge"), timeout=60)
+        self.assertEqual(huge["reason"], "Unschedulable", huge)
+        self.assertIn("could not hold them all even if empty (cpu 16,", huge["message"])
+        described = self.kubectl("describe", "trainingjob", second).stdout
+        self.assertIn("WaitingForCapacity", described)
+        self.assertIn("ask for cpu 12", described)
+        self.assertEqual(self.status_of("gang-huge").get("phase"), "Pending")
+        self.kubectl("delete", "trainingjob", "gang-huge", "--timeout=60s")
+
+        # The first finishes; the second's pods are released together and it runs to the end.
+        self.assertEqual(self.finished(first)["phase"], "Succeeded")
+        self.assertEqual(self.finished(second)["phase"], "Succeeded")
+        self.assertEqual(admitted(second, "True")["reason"], "Released")
+        events = json.loads(self.kubectl("get", "events", "-o", "json").stdout)["items"]
+        reasons = {name: [e["reason"] for e in events if e["involvedObject"]["name"] == name]
+                   for name in names + ("gang-huge",)}
+        self.assertEqual(reasons[first].count("Released"), 1, reasons)
+        self.assertNotIn("WaitingForCapacity", reasons[first], reasons)
+        self.assertEqual(reasons[second].count("WaitingForCapacity"), 1, reasons)
+        self.assertEqual(reasons[second].count("Released"), 1, reasons)
+        self.assertEqual(reasons["gang-huge"].count("Unschedulable"), 1, reasons)
+        for name in names:
+            self.kubectl("delete", "trainingjob", name, "--timeout=60s")
+
     def dataset_job(self, name, source, steps=60, folder="/shared/genesis-dataset", **settings):
         """The example, renamed, training on a dataset its initializer prepares on the claim."""
         with open(os.path.join(SOURCE, "examples", "trainingjob.yaml")) as f:
