@@ -90,7 +90,7 @@ std::string PhaseLine(const json& job) {
     const bool trouble =
         holds ? std::find(std::begin(kTroubleWhenTrue), std::end(kTroubleWhenTrue), type) !=
                     std::end(kTroubleWhenTrue)
-              : type == "DatasetReady";
+              : type == "DatasetReady" || type == "WorkersAdmitted";
     const std::string why = op::StringField(c, "message");
     if (!trouble || why.empty() || why == message) continue;
     absl::StrAppend(&line, " (", type, " ", op::StringField(c, "reason"), ": ", why, ")");

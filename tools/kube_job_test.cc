@@ -21,6 +21,7 @@ namespace {
 
 using nlohmann::json;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 const absl::Time kNow = absl::FromUnixSeconds(1796320000);
 
@@ -86,9 +87,16 @@ TEST(KubeJobTest, ThePhaseLineSaysWhyAJobWaitsOrStopped) {
        {"message", "kjv-worker-1: 0/1 nodes are available: Insufficient cpu"}});
   job["status"]["conditions"].push_back({{"type", "DatasetReady"}, {"status", "False"},
                                          {"reason", "Preparing"}, {"message", "tokenizing"}});
+  job["status"]["conditions"].push_back(
+      {{"type", "WorkersAdmitted"}, {"status", "False"}, {"reason", "WaitingForCapacity"},
+       {"message", "2 worker pods at the gate ask for cpu 12 together"}});
   EXPECT_EQ(PhaseLine(job),
             "Pending (WorkersBlocked Unschedulable: kjv-worker-1: 0/1 nodes are available: "
-            "Insufficient cpu) (DatasetReady Preparing: tokenizing)");
+            "Insufficient cpu) (DatasetReady Preparing: tokenizing) (WorkersAdmitted "
+            "WaitingForCapacity: 2 worker pods at the gate ask for cpu 12 together)");
+  // Released: nothing to say.
+  job["status"]["conditions"].back()["status"] = "True";
+  EXPECT_THAT(PhaseLine(job), Not(HasSubstr("WorkersAdmitted")));
   json failed = RunningJob();
   failed["status"]["phase"] = "Failed";
   failed["status"]["message"] = "spec.model.num_layers: 2 stages need at least 2 layers";
