@@ -103,12 +103,13 @@ void ReportBlockedWorkers(Reconciliation& r, const std::vector<std::pair<std::st
 // condition says what they wait for, with an Event when that changes.
 void ReleaseGang(Reconciliation& r, int workers, const std::map<int, const json*>& by_index) {
   std::vector<json> gated;
+  bool leaving = !r.actions.delete_pods.empty();
   for (const auto& [index, pod] : by_index) {
-    if (HasGangGate(*pod) && !BeingDeleted(*pod)) gated.push_back(*pod);
+    leaving = leaving || BeingDeleted(*pod);
+    if (HasGangGate(*pod)) gated.push_back(*pod);
   }
-  if (gated.empty() || static_cast<int>(by_index.size()) < workers ||
-      !r.actions.delete_pods.empty()) {
-    return;  // nothing waits, or not every pod is there yet
+  if (gated.empty() || static_cast<int>(by_index.size()) < workers || leaving) {
+    return;  // nothing waits, or not every pod is there (or staying) yet
   }
   const GangPlan plan = PlanGang(gated, r.world.nodes, r.world.cluster_pods);
   if (plan.fits) {

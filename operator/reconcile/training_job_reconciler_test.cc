@@ -362,6 +362,10 @@ TEST(TrainingJobReconcilerTest, GatedWorkersAreReleasedTogetherWhenAllOfThemFit)
   ReconcileActions actions = ReconcileTrainingJob(one, ReconcilerOptions{});
   EXPECT_THAT(Names(actions.create_pods), ElementsAre("kjv-worker-1"));
   EXPECT_THAT(actions.release_pods, IsEmpty());
+  // One is on its way out (a replacement comes): nothing is released yet.
+  ObservedWorld leaving = world;
+  leaving.pods[1]["metadata"]["deletionTimestamp"] = "2027-01-15T08:00:00Z";
+  EXPECT_THAT(ReconcileTrainingJob(leaving, ReconcilerOptions{}).release_pods, IsEmpty());
   // Both there and room for both: both released at once.
   actions = ReconcileTrainingJob(world, ReconcilerOptions{});
   ASSERT_EQ(actions.release_pods.size(), 2u);
