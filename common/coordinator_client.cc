@@ -85,6 +85,18 @@ absl::StatusOr<v1::Job> CoordinatorClient::Cancel(const std::string& name,
   return job;
 }
 
+absl::StatusOr<v1::Job> CoordinatorClient::UpdateRunPolicy(const std::string& name,
+                                                           const v1::RunPolicy& policy,
+                                                           absl::Duration timeout) const {
+  v1::UpdateRunPolicyRequest request;
+  request.set_name(name);
+  *request.mutable_run_policy() = policy;
+  v1::Job job;
+  const grpc::Status status = jobs_->UpdateRunPolicy(Context(timeout).get(), request, &job);
+  if (!status.ok()) return FromGrpc(status, "coordinator UpdateRunPolicy " + name);
+  return job;
+}
+
 absl::StatusOr<v1::JobTrace> CoordinatorClient::Trace(const std::string& name,
                                                       absl::Duration timeout) const {
   v1::GetJobRequest request;

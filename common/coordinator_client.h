@@ -60,6 +60,8 @@ class CoordinatorClient {
   absl::StatusOr<v1::ListJobsResponse> List(const v1::ListJobsRequest& request,
                                             absl::Duration timeout) const;
   absl::StatusOr<v1::Job> Cancel(const std::string& name, absl::Duration timeout) const;
+  absl::StatusOr<v1::Job> UpdateRunPolicy(const std::string& name, const v1::RunPolicy& policy,
+                                          absl::Duration timeout) const;
   absl::StatusOr<v1::JobTrace> Trace(const std::string& name, absl::Duration timeout) const;
 
  private:

@@ -162,6 +162,20 @@ grpc::Status CoordinatorService::CancelJob(grpc::ServerContext* context,
   return Reply(manager_.Cancel(request->name()), response);
 }
 
+grpc::Status CoordinatorService::UpdateRunPolicy(grpc::ServerContext* context,
+                                                 const v1::UpdateRunPolicyRequest* request,
+                                                 v1::Job* response) {
+  if (grpc::Status admitted = Admit(*context, &request->name()); !admitted.ok()) return admitted;
+  // The policy is checked as part of the job's spec, as on submit.
+  absl::StatusOr<v1::Job> job = manager_.Get(request->name());
+  if (!job.ok()) return ToGrpc(job.status());
+  v1::JobSpec spec = job->spec();
+  *spec.mutable_run_policy() = request->run_policy();
+  ApplyJobSpecDefaults(&spec);
+  if (absl::Status valid = ValidateJobSpec(spec); !valid.ok()) return ToGrpc(valid);
+  return Reply(manager_.UpdateRunPolicy(request->name(), spec.run_policy()), response);
+}
+
 grpc::Status CoordinatorService::WatchJob(grpc::ServerContext* context,
                                           const v1::WatchJobRequest* request,
                                           grpc::ServerWriter<v1::Job>* writer) {

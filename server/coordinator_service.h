@@ -56,6 +56,9 @@ class CoordinatorService final : public v1::Coordinator::Service {
                         v1::ListJobsResponse* response) override;
   grpc::Status CancelJob(grpc::ServerContext* context, const v1::CancelJobRequest* request,
                          v1::Job* response) override;
+  grpc::Status UpdateRunPolicy(grpc::ServerContext* context,
+                               const v1::UpdateRunPolicyRequest* request,
+                               v1::Job* response) override;
   grpc::Status GetJobTrace(grpc::ServerContext* context, const v1::GetJobRequest* request,
                            v1::JobTrace* response) override;
   grpc::Status WatchJob(grpc::ServerContext* context, const v1::WatchJobRequest* request,

@@ -133,6 +133,33 @@ TEST_F(CoordinatorServiceTest, BadRequestsAreRefusedNamingWhatIsWrong) {
   EXPECT_TRUE(manager_->List(v1::JOB_PHASE_UNSPECIFIED).empty());
 }
 
+TEST_F(CoordinatorServiceTest, ARunPolicyIsUpdatedOrRefusedNamingTheField) {
+  Serve({});
+  v1::Job job;
+  ASSERT_TRUE(Submit(Spec("gpt"), &job).ok());
+  v1::UpdateRunPolicyRequest update;
+  update.set_name("gpt");
+  *update.mutable_run_policy() = job.spec().run_policy();
+  update.mutable_run_policy()->set_active_deadline_seconds(3600);
+  update.mutable_run_policy()->clear_backoff_limit();  // absent: the default, as on submit
+  v1::Job updated;
+  grpc::Status ok = stub_->UpdateRunPolicy(Context().get(), update, &updated);
+  ASSERT_TRUE(ok.ok()) << ok.error_message();
+  EXPECT_EQ(updated.spec().run_policy().active_deadline_seconds(), 3600);
+  EXPECT_EQ(updated.spec().run_policy().backoff_limit(), job.spec().run_policy().backoff_limit());
+  EXPECT_EQ(manager_->Get("gpt")->spec().run_policy().active_deadline_seconds(), 3600);
+
+  update.mutable_run_policy()->set_priority(5000);
+  grpc::Status invalid = stub_->UpdateRunPolicy(Context().get(), update, &updated);
+  EXPECT_EQ(invalid.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(invalid.error_message().find("run_policy.priority"), std::string::npos)
+      << invalid.error_message();
+  EXPECT_EQ(manager_->Get("gpt")->spec().run_policy().priority(), 0);  // unchanged
+  update.set_name("missing");
+  EXPECT_EQ(stub_->UpdateRunPolicy(Context().get(), update, &updated).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+}
+
 TEST_F(CoordinatorServiceTest, LabelsAreKeptFilteredOnAndCheckedAndPagesTurn) {
   Serve({});
   v1::Job job;

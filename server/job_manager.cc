@@ -1,9 +1,11 @@
 #include "server/job_manager.h"
 
 #include <algorithm>
+#include <map>
 #include <random>
 
 #include <glog/logging.h>
+#include <google/protobuf/util/message_differencer.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -211,6 +213,40 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& name) {
     if (!IsTerminal(state->status().phase())) {
       FinishLocked(*state, v1::CANCELLED, "Cancelled", "cancelled by a client");
       ScheduleLocked();
+    }
+    result = state->job;
+  });
+  return result;
+}
+
+absl::StatusOr<v1::Job> JobManager::UpdateRunPolicy(const std::string& name,
+                                                    const v1::RunPolicy& policy) {
+  absl::StatusOr<v1::Job> result;
+  Mutate([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    JobState* state = FindLocked(name);
+    if (state == nullptr) {
+      result = JobNotFound(name);
+      return;
+    }
+    if (IsTerminal(state->status().phase())) {
+      result = absl::FailedPreconditionError(
+          absl::StrCat("job ", name, " has finished (", PhaseName(state->status().phase()),
+                       "): its run policy no longer applies"));
+      return;
+    }
+    const v1::RunPolicy& now = state->spec().run_policy();
+    const std::map<std::string, std::string> selector(now.worker_selector().begin(),
+                                                      now.worker_selector().end());
+    if (selector != std::map<std::string, std::string>(policy.worker_selector().begin(),
+                                                       policy.worker_selector().end())) {
+      result = absl::FailedPreconditionError(absl::StrCat(
+          "run_policy.worker_selector of job ", name, " cannot change after it was submitted"));
+      return;
+    }
+    if (!google::protobuf::util::MessageDifferencer::Equals(now, policy)) {
+      *state->job.mutable_spec()->mutable_run_policy() = policy;
+      ChangedLocked(*state, /*persist_now=*/true);
+      ScheduleLocked();  // a higher priority may place it now
     }
     result = state->job;
   });

@@ -96,6 +96,10 @@ class JobManager {
   std::vector<v1::Job> List(v1::JobPhase phase) const;
   // Queued or running jobs end Cancelled and their stages are stopped.
   absl::StatusOr<v1::Job> Cancel(const std::string& name);
+  // Replaces the run policy of a job that has not finished (a validated one:
+  // CoordinatorService checks it). NotFound; FailedPrecondition for a
+  // finished job or another worker selector.
+  absl::StatusOr<v1::Job> UpdateRunPolicy(const std::string& name, const v1::RunPolicy& policy);
   absl::StatusOr<v1::JobTrace> Trace(const std::string& name) const;
   // Blocks up to `timeout` until the job's version exceeds `after_version`;
   // returns the job as it is then. NotFound for an unknown job.

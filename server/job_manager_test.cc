@@ -416,6 +416,38 @@ TEST_F(JobManagerTest, DeadlineAndStallAreReported) {
   EXPECT_EQ(manager_->Get("a")->status().reason(), "DeadlineExceeded");
 }
 
+TEST_F(JobManagerTest, ARunPolicyChangedWhileRunningAppliesFromThenOnAndIsStored) {
+  v1::JobSpec spec = Spec("a");
+  spec.mutable_run_policy()->set_backoff_limit(0);
+  ASSERT_TRUE(manager_->Submit(spec).ok());
+  ConnectWorker("w1");
+  ConnectWorker("w2");
+  ASSERT_EQ(manager_->Get("a")->status().phase(), v1::RUNNING);
+  v1::RunPolicy policy = spec.run_policy();
+  policy.set_backoff_limit(1);
+  absl::StatusOr<v1::Job> updated = manager_->UpdateRunPolicy("a", policy);
+  ASSERT_TRUE(updated.ok()) << updated.status();
+  EXPECT_EQ(updated->spec().run_policy().backoff_limit(), 1);
+  // A failure the old limit (0) would have ended the job on is a restart now.
+  manager_->Disconnect("w2");
+  EXPECT_EQ(manager_->Get("a")->status().phase(), v1::RESTARTING);
+  // Kept across a restart of the coordinator.
+  Restart();
+  EXPECT_EQ(manager_->Get("a")->spec().run_policy().backoff_limit(), 1);
+
+  // Refused: an unknown job, another worker selector, a finished job.
+  EXPECT_EQ(manager_->UpdateRunPolicy("nope", policy).status().code(), absl::StatusCode::kNotFound);
+  v1::RunPolicy elsewhere = policy;
+  (*elsewhere.mutable_worker_selector())["pool"] = "gpu";
+  absl::Status moved = manager_->UpdateRunPolicy("a", elsewhere).status();
+  EXPECT_EQ(moved.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(moved.message(), "run_policy.worker_selector")) << moved;
+  ASSERT_TRUE(manager_->Cancel("a").ok());
+  absl::Status finished = manager_->UpdateRunPolicy("a", policy).status();
+  EXPECT_EQ(finished.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(finished.message(), "has finished (Cancelled)")) << finished;
+}
+
 TEST_F(JobManagerTest, CancelStopsEveryStage) {
   ASSERT_TRUE(manager_->Submit(Spec("a")).ok());
   ConnectWorker("w1");

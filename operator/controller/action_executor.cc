@@ -75,6 +75,17 @@ absl::Status ActionExecutor::MakeChanges(const ReconcileActions& actions, json& 
     RETURN_IF_ERROR(IgnoreNotFound(coordinator_.Cancel(*actions.cancel)));
     LOG(INFO) << "job " << JobKey(current) << ": cancelled " << *actions.cancel;
   }
+  if (actions.update_run_policy) {
+    const RunPolicyUpdate& update = *actions.update_run_policy;
+    absl::Status updated = coordinator_.UpdateRunPolicy(update.coordinator_job, update.policy);
+    if (absl::IsInvalidArgument(updated) || absl::IsFailedPrecondition(updated)) {
+      // Not a retry: the job runs on under its old policy, and the Warning says
+      // why (the spec was validated before, so this is a race with its end).
+      RecordEvent(current, {"Warning", "RunPolicyRefused", std::string(updated.message())});
+    } else {
+      RETURN_IF_ERROR(updated);
+    }
+  }
   const std::string pods = CollectionPath("", "v1", ns, "pods");
   for (const std::string& pod : actions.delete_pods) {
     RETURN_IF_ERROR(IgnoreNotFound(kube_.Delete(absl::StrCat(pods, "/", pod))));

@@ -19,4 +19,9 @@ absl::Status GrpcCoordinatorJobs::Cancel(const std::string& name) {
   return client_.Cancel(name, timeout_).status();
 }
 
+absl::Status GrpcCoordinatorJobs::UpdateRunPolicy(const std::string& name,
+                                                  const v1::RunPolicy& policy) {
+  return client_.UpdateRunPolicy(name, policy, timeout_).status();
+}
+
 }  // namespace paci::op

@@ -22,6 +22,8 @@ class CoordinatorJobs {
   // NotFound when the coordinator does not know `name`.
   virtual absl::StatusOr<v1::Job> Get(const std::string& name) = 0;
   virtual absl::Status Cancel(const std::string& name) = 0;
+  // Replaces a running job's run policy (the coordinator's UpdateRunPolicy).
+  virtual absl::Status UpdateRunPolicy(const std::string& name, const v1::RunPolicy& policy) = 0;
 };
 
 // Thread-safe: gRPC stubs are.
@@ -34,6 +36,7 @@ class GrpcCoordinatorJobs : public CoordinatorJobs {
   absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec) override;
   absl::StatusOr<v1::Job> Get(const std::string& name) override;
   absl::Status Cancel(const std::string& name) override;
+  absl::Status UpdateRunPolicy(const std::string& name, const v1::RunPolicy& policy) override;
 
  private:
   const CoordinatorClient& client_;

@@ -37,6 +37,7 @@ class FakeCoordinatorJobs : public CoordinatorJobs {
     if (!submit_answer_.ok()) return submit_answer_;
     v1::Job& job = jobs_[spec.name()];
     job.set_name(spec.name());
+    *job.mutable_spec() = spec;
     job.mutable_status()->set_phase(v1::QUEUED);
     return job;
   }
@@ -50,6 +51,11 @@ class FakeCoordinatorJobs : public CoordinatorJobs {
     absl::MutexLock lock(&mutex_);
     cancelled_.push_back(name);
     jobs_[name].mutable_status()->set_phase(v1::CANCELLED);
+    return absl::OkStatus();
+  }
+  absl::Status UpdateRunPolicy(const std::string& name, const v1::RunPolicy& policy) override {
+    absl::MutexLock lock(&mutex_);
+    *jobs_[name].mutable_spec()->mutable_run_policy() = policy;
     return absl::OkStatus();
   }
 

@@ -5,6 +5,8 @@
 #include <utility>
 #include <vector>
 
+#include <google/protobuf/util/message_differencer.h>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -256,6 +258,23 @@ void MirrorStatus(Reconciliation& r, int workers) {
   if (IsFinished(phase)) CoordinatorFinished(r, phase);
 }
 
+// spec.runPolicy changed while the job runs (backoffLimit,
+// activeDeadlineSeconds, priority): the coordinator's copy follows, with an
+// Event naming the new values.
+void FollowRunPolicy(Reconciliation& r, const v1::JobSpec& job_spec) {
+  if (!r.CoordinatorActive()) return;
+  const v1::RunPolicy& wanted = job_spec.run_policy();
+  if (google::protobuf::util::MessageDifferencer::Equals(r.coordinator->spec().run_policy(),
+                                                         wanted)) {
+    return;
+  }
+  r.actions.update_run_policy = RunPolicyUpdate{r.coordinator_name, wanted};
+  r.Event("Normal", "RunPolicyUpdated",
+          absl::StrCat("spec.runPolicy applies to ", r.coordinator_name, " from now: backoffLimit ",
+                       wanted.backoff_limit(), ", activeDeadlineSeconds ",
+                       wanted.active_deadline_seconds(), ", priority ", wanted.priority()));
+}
+
 // A job that is to run: its dataset, its workers, and its job at the
 // coordinator.
 void ReconcileRunning(Reconciliation& r, v1::JobSpec job_spec) {
@@ -268,6 +287,7 @@ void ReconcileRunning(Reconciliation& r, v1::JobSpec job_spec) {
   if (r.coordinator == nullptr) {
     SubmitToCoordinator(r, std::move(job_spec));
   } else {
+    FollowRunPolicy(r, job_spec);
     MirrorStatus(r, workers);
   }
 }

@@ -69,6 +69,12 @@ struct ReconcilerOptions {
   absl::Duration poll_interval = absl::Seconds(2);
 };
 
+// A running job's new run policy, for the coordinator's UpdateRunPolicy.
+struct RunPolicyUpdate {
+  std::string coordinator_job;
+  v1::RunPolicy policy;
+};
+
 struct KubeEvent {
   std::string type;  // "Normal" or "Warning"
   std::string reason;
@@ -80,6 +86,8 @@ struct ReconcileActions {
   // Changes.
   bool add_finalizer = false;
   std::optional<std::string> cancel;  // CancelJob of this coordinator job
+  // spec.runPolicy changed while the job runs: the coordinator's copy follows.
+  std::optional<RunPolicyUpdate> update_run_policy;
   std::vector<std::string> delete_pods;
   std::optional<nlohmann::json> create_service;
   std::optional<nlohmann::json> create_network_policy;

@@ -49,9 +49,11 @@ json Pod(int index, const std::string& phase) {
           {"status", {{"phase", phase}}}};
 }
 
+// The coordinator's job, with the spec the operator submitted for Job().
 v1::Job CoordinatorJob(v1::JobPhase phase) {
   v1::Job job;
   job.set_name("kjv-01234567-g1");
+  *job.mutable_spec() = *JobSpecFromTrainingJob(Job(), job.name());
   job.mutable_status()->set_phase(phase);
   job.mutable_status()->set_step(60);
   job.mutable_status()->set_total_steps(60);
@@ -329,6 +331,28 @@ json ConditionOf(const json& status, const std::string& type) {
     if (c["type"] == type) return c;
   }
   return nullptr;
+}
+
+TEST(TrainingJobReconcilerTest, ARunPolicyChangedWhileRunningIsSentToTheCoordinator) {
+  ObservedWorld world = Observed("Running", v1::RUNNING);
+  ReconcileActions actions = ReconcileTrainingJob(world, ReconcilerOptions{});
+  EXPECT_FALSE(actions.update_run_policy.has_value());  // as submitted: nothing to do
+  world.job["spec"]["runPolicy"] = {{"backoffLimit", 5}, {"activeDeadlineSeconds", 7200}};
+  world.job["metadata"]["generation"] = 2;
+  actions = ReconcileTrainingJob(world, ReconcilerOptions{});
+  ASSERT_TRUE(actions.update_run_policy.has_value());
+  EXPECT_EQ(actions.update_run_policy->coordinator_job, "kjv-01234567-g1");
+  EXPECT_EQ(actions.update_run_policy->policy.backoff_limit(), 5);
+  EXPECT_EQ(actions.update_run_policy->policy.active_deadline_seconds(), 7200);
+  // The worker selector stays the job's.
+  EXPECT_EQ(actions.update_run_policy->policy.worker_selector().at("paci.dev/job"),
+            world.coordinator_job->spec().run_policy().worker_selector().at("paci.dev/job"));
+  ASSERT_THAT(Reasons(actions), ElementsAre("RunPolicyUpdated"));
+  EXPECT_THAT(actions.events[0].message, HasSubstr("backoffLimit 5, activeDeadlineSeconds 7200"));
+  EXPECT_EQ((*actions.status)["observedGeneration"], 2);
+  // A finished job's policy is not sent.
+  world.coordinator_job->mutable_status()->set_phase(v1::SUCCEEDED);
+  EXPECT_FALSE(ReconcileTrainingJob(world, ReconcilerOptions{}).update_run_policy.has_value());
 }
 
 TEST(TrainingJobReconcilerTest, WorkerPodsAreCreatedAtTheGangGate) {

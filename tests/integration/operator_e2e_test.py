@@ -488,6 +488,11 @@ class OperatorEndToEnd(unittest.TestCase):
         self.assertEqual(waiting["reason"], "WaitingForCapacity", waiting)
         self.assertIn("2 worker pods at the gate ask for cpu 12, memory 512Mi together", waiting["message"])
         self.assertIn("free now on the 1 nodes they may use: cpu 4,", waiting["message"])
+        # An edit of its runPolicy while it waits reaches its job at the coordinator.
+        self.kubectl("patch", "trainingjob", second, "--type=merge",
+                     "-p", json.dumps({"spec": {"runPolicy": {"backoffLimit": 5}}}))
+        wait_until("the coordinator's backoff limit of " + second, lambda: self.coordinator_job(
+            second).spec.run_policy.backoff_limit == 5, timeout=30, interval=0.2)
         huge = wait_until("gang-huge unschedulable", lambda: admitted("gang-huge"), timeout=60)
         self.assertEqual(huge["reason"], "Unschedulable", huge)
         self.assertIn("could not hold them all even if empty (cpu 16,", huge["message"])
@@ -509,6 +514,8 @@ class OperatorEndToEnd(unittest.TestCase):
         self.assertEqual(reasons[second].count("WaitingForCapacity"), 1, reasons)
         self.assertEqual(reasons[second].count("Released"), 1, reasons)
         self.assertEqual(reasons["gang-huge"].count("Unschedulable"), 1, reasons)
+        self.assertEqual(reasons[second].count("RunPolicyUpdated"), 1, reasons)
+        self.assertEqual(self.coordinator_job(second).spec.run_policy.backoff_limit, 5)
         for name in names:
             self.kubectl("delete", "trainingjob", name, "--timeout=60s")
 
