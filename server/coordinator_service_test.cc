@@ -18,12 +18,11 @@ namespace {
 class CoordinatorServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string db =
-        (std::filesystem::path(testing::TempDir()) /
-         (std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + ".db"))
-            .string();
-    std::filesystem::remove(db);
-    store_ = *SqliteJobStore::Open(db);
+    db_ = (std::filesystem::path(testing::TempDir()) /
+           (std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + ".db"))
+              .string();
+    std::filesystem::remove(db_);
+    store_ = *SqliteJobStore::Open(db_);
     manager_ = std::make_unique<JobManager>(*store_, metrics_, JobManagerOptions{});
     ASSERT_TRUE(manager_->Recover().ok());
   }
@@ -46,7 +45,13 @@ class CoordinatorServiceTest : public ::testing::Test {
 
   void TearDown() override {
     if (server_) server_->Shutdown(std::chrono::system_clock::now());
+    server_.reset();
+    service_.reset();
+    manager_.reset();
+    store_.reset();
+    for (const char* suffix : {"", "-wal", "-shm", "-journal"}) std::filesystem::remove(db_ + suffix);
   }
+  std::string db_;
 
   static v1::JobSpec Spec(const std::string& name) {
     v1::JobSpec spec = *ParseJobSpecYaml(

@@ -88,6 +88,13 @@ class JobManagerTest : public ::testing::Test {
     std::filesystem::remove(db_);
     Restart();
   }
+  // The database file goes with the test (and SQLite's files beside it).
+  void TearDown() override {
+    manager_.reset();
+    gated_.reset();
+    store_.reset();
+    for (const char* suffix : {"", "-wal", "-shm", "-journal"}) std::filesystem::remove(db_ + suffix);
+  }
 
   // A new manager on the same database file, as after kill -9.
   void Restart() {
