@@ -27,10 +27,6 @@ std::string JobPath(const json& job) {
       MetaString(job, "name"));
 }
 
-std::string JobKey(const json& job) {
-  return absl::StrCat(MetaString(job, "namespace"), "/", MetaString(job, "name"));
-}
-
 // The merge patch that sets metadata.finalizers, on the version last seen.
 json FinalizersPatch(const json& job, json finalizers) {
   return {{"metadata",
@@ -55,7 +51,7 @@ ActionExecutor::Result ActionExecutor::Execute(ObservedWorld world, ReconcileAct
   if (result.status.ok() && actions.submit) {
     world.submit_result = coordinator_.Submit(*actions.submit).status();
     if (world.submit_result->ok()) {
-      LOG(INFO) << "job " << JobKey(world.job) << ": submitted as " << actions.submit->name();
+      LOG(INFO) << "job " << ObjectKey(world.job) << ": submitted as " << actions.submit->name();
     }
     actions = ReconcileTrainingJob(world, reconciler_);  // its changes are made already
   }
@@ -73,7 +69,7 @@ absl::Status ActionExecutor::MakeChanges(const ReconcileActions& actions, json& 
   }
   if (actions.cancel) {
     RETURN_IF_ERROR(IgnoreNotFound(coordinator_.Cancel(*actions.cancel)));
-    LOG(INFO) << "job " << JobKey(current) << ": cancelled " << *actions.cancel;
+    LOG(INFO) << "job " << ObjectKey(current) << ": cancelled " << *actions.cancel;
   }
   if (actions.update_run_policy) {
     const RunPolicyUpdate& update = *actions.update_run_policy;
@@ -125,10 +121,10 @@ absl::Status ActionExecutor::Report(const ReconcileActions& actions, json& curre
             .MergePatch(JobPath(current),
                         FinalizersPatch(current, FinalizersWithout(current, kFinalizer)))
             .status()));
-    LOG(INFO) << "job " << JobKey(current) << ": finalized";
+    LOG(INFO) << "job " << ObjectKey(current) << ": finalized";
   }
   if (actions.delete_job) {
-    LOG(INFO) << "job " << JobKey(current) << ": deleting, ttlSecondsAfterFinished has passed";
+    LOG(INFO) << "job " << ObjectKey(current) << ": deleting, ttlSecondsAfterFinished has passed";
     RETURN_IF_ERROR(IgnoreNotFound(kube_.Delete(JobPath(current))));
   }
   return absl::OkStatus();
@@ -157,7 +153,7 @@ void ActionExecutor::RecordEvent(const json& job, const KubeEvent& event) {
       {"lastTimestamp", now},
       {"count", 1},
   };
-  LOG(INFO) << "job " << JobKey(job) << ": " << event.type << " " << event.reason << ": "
+  LOG(INFO) << "job " << ObjectKey(job) << ": " << event.type << " " << event.reason << ": "
             << event.message;
   if (absl::Status s = kube_.Create(CollectionPath("", "v1", ns, "events"), object).status();
       !s.ok()) {

@@ -186,7 +186,7 @@ absl::Status TrainingJobController::ReconcileWorld(const std::string& key, const
     // Before they are carried out: a release that fails half way still
     // counts until the cache shows each pod as it is.
     for (const auto& [pod, gates] : actions.release_pods) {
-      released->push_back(absl::StrCat(MetaString(job, "namespace"), "/", pod));
+      released->push_back(absl::StrCat(MetaString(job, "namespace"), "/", pod));  // its ObjectKey
     }
   }
   ActionExecutor::Result executed = executor_.Execute(std::move(world), std::move(actions));
@@ -204,8 +204,7 @@ void TrainingJobController::ObserveCluster(ObservedWorld& world) {
   std::set<std::string> caught_up;
   for (std::vector<json>* pods : {&world.cluster_pods, &world.pods}) {
     for (json& pod : *pods) {
-      const std::string pod_key =
-          absl::StrCat(MetaString(pod, "namespace"), "/", MetaString(pod, "name"));
+      const std::string pod_key = ObjectKey(pod);
       if (released_.count(pod_key) == 0) continue;
       if (!HasGangGate(pod)) {
         caught_up.insert(pod_key);

@@ -4,14 +4,11 @@
 
 #include <glog/logging.h>
 
+#include "operator/reconcile/object_meta.h"
+
 namespace paci::op {
 
 using nlohmann::json;
-
-std::string ObjectKey(const json& object) {
-  const json& meta = object.value("metadata", json::object());
-  return meta.value("namespace", "") + "/" + meta.value("name", "");
-}
 
 namespace {
 std::string VersionOf(const json& object) {

@@ -94,7 +94,5 @@ class Informer {
   std::thread thread_;
 };
 
-// "namespace/name" of an object.
-std::string ObjectKey(const nlohmann::json& object);
 
 }  // namespace paci::op

@@ -91,10 +91,6 @@ void AddAmounts(const json& amounts, Resources& into, bool keep_max = false) {
   }
 }
 
-std::string PodKey(const json& pod) {
-  return absl::StrCat(MetaString(pod, "namespace"), "/", MetaString(pod, "name"));
-}
-
 bool Tolerates(const json& pod, const json& taint) {
   const json& tolerations = Field(Field(pod, "spec"), "tolerations");
   if (!tolerations.is_array()) return false;
@@ -247,7 +243,7 @@ GangPlan PlanGang(const std::vector<json>& gated, const std::vector<json>& nodes
   std::vector<const json*> gang;
   Resources wanted;
   for (const json& pod : gated) {
-    ours.insert(PodKey(pod));
+    ours.insert(ObjectKey(pod));
     gang.push_back(&pod);
     for (const auto& [resource, amount] : PodRequests(pod)) wanted[resource] += amount;
   }
@@ -257,7 +253,7 @@ GangPlan PlanGang(const std::vector<json>& gated, const std::vector<json>& nodes
   for (const json& pod : pods) {
     const std::string phase = StringField(Field(pod, "status"), "phase");
     const json& gates = Field(Field(pod, "spec"), "schedulingGates");
-    if (ours.count(PodKey(pod)) != 0 || phase == "Succeeded" || phase == "Failed" ||
+    if (ours.count(ObjectKey(pod)) != 0 || phase == "Succeeded" || phase == "Failed" ||
         (gates.is_array() && !gates.empty())) {
       continue;
     }

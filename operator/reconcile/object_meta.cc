@@ -8,6 +8,10 @@ namespace paci::op {
 
 using nlohmann::json;
 
+std::string ObjectKey(const json& object) {
+  return absl::StrCat(MetaString(object, "namespace"), "/", MetaString(object, "name"));
+}
+
 const json& Field(const json& object, const char* key) {
   static const json* const kEmpty = new json(json::object());
   if (!object.is_object()) return *kEmpty;

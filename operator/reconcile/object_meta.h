@@ -35,6 +35,8 @@ int64_t IntField(const nlohmann::json& object, const char* key, int64_t otherwis
 // "resourceVersion"); Label reads metadata.labels[label].
 std::string MetaString(const nlohmann::json& object, const char* key);
 std::string Label(const nlohmann::json& object, const char* label);
+// "namespace/name": the key an object goes by in caches and ledgers.
+std::string ObjectKey(const nlohmann::json& object);
 // metadata.generation; 1 when absent (the first generation).
 int64_t Generation(const nlohmann::json& object);
 // metadata.deletionTimestamp is set: the object is on its way out.
