@@ -56,6 +56,9 @@ ABSL_FLAG(bool, network_policies, true,
           "(and metrics scrapes)");
 ABSL_FLAG(std::string, metrics_address, "0.0.0.0:8080", "host:port of /metrics, /healthz, /readyz");
 ABSL_FLAG(std::string, metrics_port_file, "", "write the bound metrics port here");
+ABSL_FLAG(bool, kueue, false,
+          "Kueue runs on the cluster (its CRDs installed): a TrainingJob labelled "
+          "kueue.x-k8s.io/queue-name runs once Kueue admits the Workload made for it");
 ABSL_FLAG(bool, leader_election, true, "elect one active replica with a Lease");
 ABSL_FLAG(std::string, leader_election_namespace, "", "namespace of the Lease; default: own");
 ABSL_FLAG(std::string, lease_name, "paci-operator", "name of the Lease");
@@ -107,6 +110,7 @@ absl::StatusOr<ControllerOptions> ControllerOptionsFromFlags() {
   reconciler.link_port = absl::GetFlag(FLAGS_worker_link_port);
   reconciler.metrics_port = absl::GetFlag(FLAGS_worker_metrics_port);
   reconciler.network_policies = absl::GetFlag(FLAGS_network_policies);
+  reconciler.kueue = absl::GetFlag(FLAGS_kueue);
   reconciler.poll_interval = absl::Seconds(absl::GetFlag(FLAGS_poll_interval_seconds));
   for (absl::string_view arg :
        absl::StrSplit(absl::GetFlag(FLAGS_worker_args), ',', absl::SkipEmpty())) {

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the real Kubernetes components the tests run, from their Go modules at
-# the versions pinned in third_party/{kubernetes,etcd,helm} (go.mod and go.sum
-# committed): etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
-# kubectl and helm. The binaries go to a cache folder named after a hash of
+# the versions pinned in third_party/{kubernetes,etcd,helm,kueue} (go.mod and
+# go.sum committed): etcd, kube-apiserver, kube-controller-manager,
+# kube-scheduler, kubectl, helm, and Kueue's manager with its CRDs
+# (kueue-crds/). The binaries go to a cache folder named after a hash of
 # those pins, so a warm machine takes no time and a fresh one builds once;
 # BUILD_DIR/kube-bin links to it.
 #
@@ -31,6 +32,7 @@ KUBERNETES_VERSION=v1.36.3
 ETCD_VERSION=v3.6.16
 HELM_VERSION=v3.22.0
 CONTAINERD_VERSION=v2.2.9
+KUEUE_VERSION=v0.17.0
 
 CACHE_ROOT=${PACI_CACHE_DIR:-${HOME:-/root}/.cache/paci}
 GO_TOOLCHAIN=go1.26.8
@@ -56,7 +58,8 @@ export GOTOOLCHAIN=${GOTOOLCHAIN:-auto}
 export GOFLAGS=${GOFLAGS:--buildvcs=false}
 
 key=$(cat scripts/kube-toolchain.sh third_party/kubernetes/go.{mod,sum} third_party/etcd/go.{mod,sum} \
-        third_party/helm/go.{mod,sum} third_party/containerd/go.{mod,sum} | sha256sum | cut -c1-16)
+        third_party/helm/go.{mod,sum} third_party/containerd/go.{mod,sum} third_party/kueue/go.{mod,sum} |
+        sha256sum | cut -c1-16)
 cache=$CACHE_ROOT/kube-toolchain/$key
 bin=$cache/bin
 
@@ -88,6 +91,16 @@ build helm helm helm.sh/helm/v3/cmd/helm \
 for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
   build kubernetes "$cmd" "k8s.io/kubernetes/cmd/$cmd" "$(k8s_ldflags)"
 done
+build kueue kueue sigs.k8s.io/kueue/cmd/kueue "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION"
+if [[ ! -d $bin/kueue-crds ]]; then
+  # The CRDs of that release, as its module carries them (installed server-side:
+  # the Workload's is 1.4 MB, past what client-side apply keeps in an annotation).
+  kueue_dir=$(cd third_party/kueue && go mod download -json sigs.k8s.io/kueue |
+                sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  rm -rf "$bin/kueue-crds.tmp" && mkdir -p "$bin/kueue-crds.tmp"
+  cp "$kueue_dir"/config/components/crd/bases/*.yaml "$bin/kueue-crds.tmp/"
+  chmod -R u+w "$bin/kueue-crds.tmp" && mv "$bin/kueue-crds.tmp" "$bin/kueue-crds"
+fi
 
 if ((NODE)); then
   build kubernetes kubelet k8s.io/kubernetes/cmd/kubelet "$(k8s_ldflags)"
@@ -106,5 +119,5 @@ fi
 
 mkdir -p "$BUILD_DIR"
 ln -sfn "$bin" "$BUILD_DIR/kube-bin"
-echo "kube-toolchain: Kubernetes $KUBERNETES_VERSION, etcd $ETCD_VERSION, helm $HELM_VERSION$( ((NODE)) &&
+echo "kube-toolchain: Kubernetes $KUBERNETES_VERSION, etcd $ETCD_VERSION, helm $HELM_VERSION, Kueue $KUEUE_VERSION$( ((NODE)) &&
   echo ", containerd $CONTAINERD_VERSION") in $BUILD_DIR/kube-bin"

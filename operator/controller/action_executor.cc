@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "operator/reconcile/kueue.h"
 #include "operator/reconcile/object_meta.h"
 
 namespace paci::op {
@@ -47,7 +48,7 @@ ActionExecutor::ActionExecutor(KubeClient& kube, CoordinatorJobs& coordinator,
 ActionExecutor::Result ActionExecutor::Execute(ObservedWorld world, ReconcileActions actions) {
   Result result;
   result.written = world.job;
-  result.status = MakeChanges(actions, result.written);
+  result.status = MakeChanges(world, actions, result.written);
   if (result.status.ok() && actions.submit) {
     world.submit_result = coordinator_.Submit(*actions.submit).status();
     if (world.submit_result->ok()) {
@@ -60,7 +61,8 @@ ActionExecutor::Result ActionExecutor::Execute(ObservedWorld world, ReconcileAct
   return result;
 }
 
-absl::Status ActionExecutor::MakeChanges(const ReconcileActions& actions, json& current) {
+absl::Status ActionExecutor::MakeChanges(const ObservedWorld& world,
+                                         const ReconcileActions& actions, json& current) {
   const std::string ns = MetaString(current, "namespace");
   if (actions.add_finalizer) {
     ASSIGN_OR_RETURN(current, kube_.MergePatch(JobPath(current),
@@ -95,6 +97,33 @@ absl::Status ActionExecutor::MakeChanges(const ReconcileActions& actions, json& 
         kube_.Create(CollectionPath("networking.k8s.io", "v1", ns, "networkpolicies"),
                      *actions.create_network_policy)
             .status()));
+  }
+  const std::string workloads = CollectionPath("kueue.x-k8s.io", "v1beta2", ns, "workloads");
+  if (actions.create_workload) {
+    RETURN_IF_ERROR(IgnoreAlreadyExists(kube_.Create(workloads, *actions.create_workload).status()));
+  }
+  if (actions.delete_workload && world.workload) {
+    RETURN_IF_ERROR(IgnoreNotFound(
+        kube_.Delete(absl::StrCat(workloads, "/", MetaString(*world.workload, "name")))));
+  }
+  if (actions.workload_status && world.workload) {
+    const WorkloadStatusEdit& edit = *actions.workload_status;
+    const absl::Time now = clock_.Now();
+    RETURN_IF_ERROR(IgnoreNotFound(
+        kube_
+            .UpdateStatus(absl::StrCat(workloads, "/", MetaString(*world.workload, "name")),
+                          *world.workload,
+                          [&](json& workload) {
+                            if (edit.release_quota) {
+                              ReleaseQuota(workload, now);
+                            } else {
+                              MarkFinished(workload, edit.reason, edit.message, now);
+                            }
+                          })
+            .status()));
+    LOG(INFO) << "job " << ObjectKey(current) << ": workload "
+              << MetaString(*world.workload, "name")
+              << (edit.release_quota ? ": quota given back after its eviction" : ": finished");
   }
   for (const json& pod : actions.create_pods) {
     RETURN_IF_ERROR(IgnoreAlreadyExists(kube_.Create(pods, pod).status()));

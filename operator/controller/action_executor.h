@@ -45,9 +45,10 @@ class ActionExecutor {
   Result Execute(ObservedWorld world, ReconcileActions actions);
 
  private:
-  // The changes: finalizer, cancel, pods and Service. `current` follows the
-  // object as written.
-  absl::Status MakeChanges(const ReconcileActions& actions, nlohmann::json& current);
+  // The changes: finalizer, cancel, pods, Service, Workload. `current`
+  // follows the object as written.
+  absl::Status MakeChanges(const ObservedWorld& world, const ReconcileActions& actions,
+                           nlohmann::json& current);
   // The report: Events, status, then the finalizer's removal and the TTL.
   absl::Status Report(const ReconcileActions& actions, nlohmann::json& current);
   void RecordEvent(const nlohmann::json& job, const KubeEvent& event);

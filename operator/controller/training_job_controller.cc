@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "operator/reconcile/gang.h"
+#include "operator/reconcile/kueue.h"
 #include "operator/reconcile/object_meta.h"
 
 namespace paci::op {
@@ -56,19 +57,21 @@ TrainingJobController::TrainingJobController(KubeClient& kube, CoordinatorJobs& 
                options_.watch_timeout_seconds),
       [this](const std::string&, const json& object) { Enqueue(object, false); },
       restarts);
-  // The pods, Services and NetworkPolicies a job owns, by their label naming it.
-  auto owned = [&](const char* group, const char* plural) {
+  // The pods, Services, NetworkPolicies and Workloads a job owns, by their
+  // label naming it.
+  auto owned = [&](const char* group, const char* version, const char* plural) {
     return std::make_unique<Informer>(
         kube_,
-        Watching(CollectionPath(group, "v1", ns, plural), kJobNameLabel, plural,
+        Watching(CollectionPath(group, version, ns, plural), kJobNameLabel, plural,
                  options_.watch_timeout_seconds),
         [this](const std::string&, const json& object) { Enqueue(object, true); }, restarts);
   };
-  pods_ = owned("", "pods");
-  services_ = owned("", "services");
+  pods_ = owned("", "v1", "pods");
+  services_ = owned("", "v1", "services");
   if (options_.reconciler.network_policies) {
-    network_policies_ = owned("networking.k8s.io", "networkpolicies");
+    network_policies_ = owned("networking.k8s.io", "v1", "networkpolicies");
   }
+  if (options_.reconciler.kueue) workloads_ = owned("kueue.x-k8s.io", "v1beta2", "workloads");
   // The gang gate's view of the cluster. A gated job reconciles again each
   // poll interval, so these need no handler.
   nodes_ = std::make_unique<Informer>(
@@ -88,6 +91,7 @@ absl::Status TrainingJobController::Start(absl::Duration sync_timeout) {
   std::vector<Informer*> informers = {jobs_.get(), pods_.get(), services_.get(), nodes_.get(),
                                       cluster_pods_.get()};
   if (network_policies_) informers.push_back(network_policies_.get());
+  if (workloads_) informers.push_back(workloads_.get());
   for (Informer* informer : informers) informer->Start();
   for (Informer* informer : informers) {
     if (!informer->WaitForSync(sync_timeout)) {
@@ -106,6 +110,7 @@ void TrainingJobController::Stop() {
   queue_.ShutDown();
   for (std::thread& worker : workers_) worker.join();
   workers_.clear();
+  if (workloads_) workloads_->Stop();
   if (network_policies_) network_policies_->Stop();
   cluster_pods_->Stop();
   nodes_->Stop();
@@ -263,6 +268,21 @@ absl::StatusOr<ObservedWorld> TrainingJobController::Observe(json job, const std
       std::string line(absl::StripAsciiWhitespace(*log));
       if (const size_t cr = line.rfind('\r'); cr != std::string::npos) line = line.substr(cr + 1);
       world.dataset_progress = line;
+    }
+  }
+  if (workloads_ && !QueueName(job).empty()) {
+    world.workload = workloads_->Get(ns, WorkloadName(job));
+    const std::string priority_class = PriorityClassName(job);
+    if (!world.workload && !priority_class.empty()) {
+      // Read when the Workload is made: its priority is the class' value.
+      absl::StatusOr<json> read = kube_.Get(
+          CollectionPath("kueue.x-k8s.io", "v1beta2", "", "workloadpriorityclasses") + "/" +
+          priority_class);
+      if (read.ok()) {
+        world.priority_class = *std::move(read);
+      } else if (!absl::IsNotFound(read.status())) {
+        return read.status();
+      }
     }
   }
   const std::string coordinator_name = StringField(Field(job, "status"), "coordinatorJob");

@@ -1,7 +1,8 @@
 #pragma once
 
 // Runs the TrainingJob reconcile against a cluster: informers keep
-// TrainingJobs and the pods and Services they own in memory, a rate-limited
+// TrainingJobs and the pods, Services (NetworkPolicies, Kueue Workloads) they
+// own in memory, a rate-limited
 // work queue feeds job keys to worker threads, and each worker observes the
 // world (cache + coordinator), calls ReconcileTrainingJob and has an
 // ActionExecutor carry out its actions.
@@ -89,6 +90,7 @@ class TrainingJobController {
   std::unique_ptr<Informer> pods_;
   std::unique_ptr<Informer> services_;
   std::unique_ptr<Informer> network_policies_;  // null with options_.reconciler.network_policies off
+  std::unique_ptr<Informer> workloads_;         // null with options_.reconciler.kueue off
   // For the gang gate: every Node, and every unfinished pod of the cluster.
   std::unique_ptr<Informer> nodes_;
   std::unique_ptr<Informer> cluster_pods_;

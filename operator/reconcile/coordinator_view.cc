@@ -94,8 +94,11 @@ std::string WorkerSelectorValue(const json& job) {
 }
 
 std::string CoordinatorJobName(const json& job) {
+  // A job Kueue evicted runs again as another coordinator job.
+  const int64_t evictions = IntField(Field(job, "status"), "evictions", 0);
   const std::string suffix =
-      absl::StrCat("-", MetaString(job, "uid").substr(0, 8), "-g", Generation(job));
+      absl::StrCat("-", MetaString(job, "uid").substr(0, 8), "-g", Generation(job),
+                   evictions > 0 ? absl::StrCat("-e", evictions) : "");
   std::string name = MetaString(job, "name");
   constexpr size_t kMaxName = 63;
   if (name.size() + suffix.size() > kMaxName) name.resize(kMaxName - suffix.size());

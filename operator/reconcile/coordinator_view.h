@@ -22,7 +22,8 @@ namespace paci::op {
 absl::StatusOr<v1::JobSpec> JobSpecFromTrainingJob(const nlohmann::json& job,
                                                    const std::string& coordinator_name);
 
-// "<name>-<first 8 of uid>-g<generation>", shortened to the coordinator's 63
+// "<name>-<first 8 of uid>-g<generation>", with "-e<status.evictions>" once
+// Kueue has evicted it (kueue.h), shortened to the coordinator's 63
 // characters: unique per object and per submission.
 std::string CoordinatorJobName(const nlohmann::json& job);
 

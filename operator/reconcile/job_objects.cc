@@ -28,24 +28,6 @@ json Merged(json defaults, const json& overrides) {
   return defaults;
 }
 
-json OwnerReference(const json& job) {
-  return json::array({{{"apiVersion", "paci.dev/v1alpha1"},
-                       {"kind", "TrainingJob"},
-                       {"name", MetaString(job, "name")},
-                       {"uid", MetaString(job, "uid")},
-                       {"controller", true},
-                       {"blockOwnerDeletion", true}}});
-}
-
-// The metadata of an object the job owns besides its pods: its name, the
-// job's namespace, the labels the owned informers select by, the owner.
-json OwnedMetadata(const json& job, const std::string& name) {
-  return {{"name", name},
-          {"namespace", MetaString(job, "namespace")},
-          {"labels", WorkerLabels(MetaString(job, "name"))},
-          {"ownerReferences", OwnerReference(job)}};
-}
-
 json WorkerArgs(const json& job, const ReconcilerOptions& options) {
   json args = json::array({
       "--coordinator=" + options.worker_coordinator_address,
@@ -135,7 +117,23 @@ std::string WorkerImage(const json& spec, const ReconcilerOptions& options) {
   return WantsCuda(spec) ? options.default_worker_cuda_image : options.default_worker_image;
 }
 
+json OwnerReference(const json& job) {
+  return json::array({{{"apiVersion", "paci.dev/v1alpha1"},
+                       {"kind", "TrainingJob"},
+                       {"name", MetaString(job, "name")},
+                       {"uid", MetaString(job, "uid")},
+                       {"controller", true},
+                       {"blockOwnerDeletion", true}}});
+}
+
 }  // namespace
+
+json OwnedMetadata(const json& job, const std::string& name) {
+  return {{"name", name},
+          {"namespace", MetaString(job, "namespace")},
+          {"labels", WorkerLabels(MetaString(job, "name"))},
+          {"ownerReferences", OwnerReference(job)}};
+}
 
 json WorkerService(const json& job, const ReconcilerOptions& options) {
   const std::string name = MetaString(job, "name");

@@ -53,6 +53,11 @@ nlohmann::json WorkerService(const nlohmann::json& job, const ReconcilerOptions&
 // them where the network plugin enforces policies.
 nlohmann::json WorkerNetworkPolicy(const nlohmann::json& job, const ReconcilerOptions& options);
 
+// The metadata of an object the job owns besides its pods (its Service,
+// NetworkPolicy, Workload): `name`, the job's namespace, the labels the owned
+// informers select by (WorkerLabels), the job as its controlling owner.
+nlohmann::json OwnedMetadata(const nlohmann::json& job, const std::string& name);
+
 // Where the dataset pod writes its termination message.
 inline constexpr char kTerminationMessagePath[] = "/dev/termination-log";
 

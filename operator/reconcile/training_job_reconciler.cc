@@ -15,6 +15,7 @@
 #include "operator/reconcile/dataset_step.h"
 #include "operator/reconcile/gang.h"
 #include "operator/reconcile/job_objects.h"
+#include "operator/reconcile/kueue_step.h"
 #include "operator/reconcile/pod_status.h"
 #include "operator/reconcile/reconciliation.h"
 #include "operator/reconcile/worker_template.h"
@@ -44,6 +45,7 @@ void ReconcileDeletion(Reconciliation& r) {
 // Finished (Succeeded, Failed, Cancelled): no workers; gone after its TTL.
 void ReconcileFinished(Reconciliation& r) {
   r.DeleteAllPods(/*keep_dataset=*/true);
+  FinishWorkload(r);
   r.ApplyTtl(r.status);
 }
 
@@ -76,6 +78,7 @@ bool Suspended(const Reconciliation& r) {
 void ReconcileSuspended(Reconciliation& r) {
   if (r.CoordinatorActive()) r.actions.cancel = r.coordinator_name;
   r.DeleteAllPods();
+  DropWorkload(r);
   r.desired["phase"] = kPhaseSuspended;
   r.desired.erase("coordinatorJob");
   r.SetCondition("Suspended", true, "Suspended", "spec.runPolicy.suspend is true");
@@ -278,10 +281,11 @@ void FollowRunPolicy(Reconciliation& r, const v1::JobSpec& job_spec) {
 // A job that is to run: its dataset, its workers, and its job at the
 // coordinator.
 void ReconcileRunning(Reconciliation& r, v1::JobSpec job_spec) {
-  r.ClearCondition("Suspended", "Resumed");
-  if (!DatasetReady(r)) return;
   // P x R pods: every stage of every replica (pipeline.data_parallel).
   const int workers = WorkersOf(job_spec.pipeline());
+  if (!KueueAdmits(r, workers)) return;
+  r.ClearCondition("Suspended", "Resumed");
+  if (!DatasetReady(r)) return;
   EnsureWorkers(r, workers);
   r.actions.requeue_after = r.options.poll_interval;
   if (r.coordinator == nullptr) {

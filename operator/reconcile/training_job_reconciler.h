@@ -67,12 +67,24 @@ struct ReconcilerOptions {
   bool network_policies = true;
   // How often a running job's progress is read from the coordinator.
   absl::Duration poll_interval = absl::Seconds(2);
+  // Kueue runs on the cluster: a job labelled kueue.x-k8s.io/queue-name runs
+  // only once its Workload is admitted (kueue.h). Without it the label is
+  // not looked at.
+  bool kueue = false;
 };
 
 // A running job's new run policy, for the coordinator's UpdateRunPolicy.
 struct RunPolicyUpdate {
   std::string coordinator_job;
   v1::RunPolicy policy;
+};
+
+// A write of the status of the job's Workload (kueue.h): the quota given
+// back after an eviction (ReleaseQuota), or the job's end (MarkFinished).
+struct WorkloadStatusEdit {
+  bool release_quota = false;
+  std::string reason;  // MarkFinished's
+  std::string message;
 };
 
 struct KubeEvent {
@@ -95,6 +107,10 @@ struct ReconcileActions {
   // Worker pods released from the gang gate (gang.h): each pod's name and
   // the spec.schedulingGates it keeps.
   std::vector<std::pair<std::string, nlohmann::json>> release_pods;
+  // The job's Workload (kueue.h): made, deleted, or its status written.
+  std::optional<nlohmann::json> create_workload;
+  bool delete_workload = false;
+  std::optional<WorkloadStatusEdit> workload_status;
   // SubmitJob (idempotent by spec.name); its answer goes back in
   // ObservedWorld::submit_result (see the top of this file).
   std::optional<v1::JobSpec> submit;
@@ -127,6 +143,11 @@ struct ObservedWorld {
   // and every unfinished pod of the cluster, for PlanGang. Empty otherwise.
   std::vector<nlohmann::json> nodes;
   std::vector<nlohmann::json> cluster_pods;
+  // With ReconcilerOptions::kueue: the job's Workload (WorkloadName), and the
+  // WorkloadPriorityClass its label names while it has no Workload yet;
+  // nullopt when there is none.
+  std::optional<nlohmann::json> workload;
+  std::optional<nlohmann::json> priority_class;
   // The coordinator's answer to the submit the reconcile of this same world
   // asked for; nullopt until the caller calls again with it.
   std::optional<absl::Status> submit_result;

@@ -1,0 +1,151 @@
+#include "operator/reconcile/kueue.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "operator/reconcile/job_objects.h"
+#include "operator/reconcile/object_meta.h"
+
+namespace paci::op {
+
+using nlohmann::json;
+
+namespace {
+
+// Kueue keeps a condition's message to 32 KiB (api.TruncateConditionMessage).
+constexpr size_t kMaxConditionMessage = 32 * 1024;
+
+// The condition `type` of `object`'s status, or null.
+const json* FindCondition(const json& object, const char* type) {
+  const json& conditions = Field(Field(object, "status"), "conditions");
+  if (!conditions.is_array()) return nullptr;
+  for (const json& condition : conditions) {
+    if (StringField(condition, "type") == type) return &condition;
+  }
+  return nullptr;
+}
+
+bool IsTrue(const json* condition) {
+  return condition != nullptr && StringField(*condition, "status") == "True";
+}
+
+// Sets a metav1.Condition as apimeta.SetStatusCondition does: the transition
+// time moves only when the status changes.
+void SetCondition(json& object, const char* type, bool value, const std::string& reason,
+                  std::string message, absl::Time now) {
+  if (message.size() > kMaxConditionMessage) message.resize(kMaxConditionMessage);
+  json& conditions = object["status"]["conditions"];
+  if (!conditions.is_array()) conditions = json::array();
+  const std::string truth = value ? "True" : "False";
+  json* found = nullptr;
+  for (json& condition : conditions) {
+    if (StringField(condition, "type") == type) found = &condition;
+  }
+  if (found == nullptr) {
+    conditions.push_back({{"type", type}});
+    found = &conditions.back();
+  }
+  if (StringField(*found, "status") != truth) (*found)["lastTransitionTime"] = Rfc3339(now);
+  (*found)["status"] = truth;
+  (*found)["reason"] = reason;
+  (*found)["message"] = std::move(message);
+  (*found)["observedGeneration"] = Generation(object);
+}
+
+}  // namespace
+
+std::string QueueName(const json& job) { return Label(job, kQueueNameLabel); }
+
+std::string PriorityClassName(const json& job) { return Label(job, kPriorityClassLabel); }
+
+std::string WorkloadName(const json& job) {
+  const std::string suffix = "-" + MetaString(job, "uid").substr(0, 8);
+  std::string name = MetaString(job, "name");
+  constexpr size_t kMaxName = 253;  // a DNS subdomain
+  if (name.size() + suffix.size() > kMaxName) name.resize(kMaxName - suffix.size());
+  return name + suffix;
+}
+
+json JobWorkload(const json& job, int workers, const json& worker_pod,
+                 const std::optional<json>& priority_class) {
+  json pod_set = {{"name", "workers"},
+                  {"count", workers},
+                  {"template",
+                   {{"metadata", {{"labels", Field(Field(worker_pod, "metadata"), "labels")}}},
+                    {"spec", Field(worker_pod, "spec")}}}};
+  json spec = {{"queueName", QueueName(job)}, {"podSets", json::array({std::move(pod_set)})}};
+  if (priority_class) {
+    spec["priorityClassRef"] = {{"group", "kueue.x-k8s.io"},
+                                {"kind", "WorkloadPriorityClass"},
+                                {"name", MetaString(*priority_class, "name")}};
+    spec["priority"] = IntField(*priority_class, "value", 0);
+  } else {
+    spec["priority"] = IntField(Field(Field(job, "spec"), "runPolicy"), "priority", 0);
+  }
+  return {{"apiVersion", "kueue.x-k8s.io/v1beta2"},
+          {"kind", "Workload"},
+          {"metadata", OwnedMetadata(job, WorkloadName(job))},
+          {"spec", std::move(spec)}};
+}
+
+Admission ReadAdmission(const json& workload) {
+  Admission admission;
+  if (const json* finished = FindCondition(workload, "Finished"); IsTrue(finished)) {
+    admission.state = Admission::kFinished;
+    admission.reason = StringField(*finished, "reason");
+    admission.message = StringField(*finished, "message");
+    return admission;
+  }
+  const json& status = Field(workload, "status");
+  const bool reserved = status.is_object() && status.contains("admission") &&
+                        status["admission"].is_object();
+  admission.cluster_queue = StringField(Field(status, "admission"), "clusterQueue");
+  if (const json* evicted = FindCondition(workload, "Evicted"); reserved && IsTrue(evicted)) {
+    admission.state = Admission::kEvicted;
+    admission.reason = StringField(*evicted, "reason");
+    admission.message = StringField(*evicted, "message");
+    return admission;
+  }
+  if (const json* admitted = FindCondition(workload, "Admitted"); reserved && IsTrue(admitted)) {
+    admission.state = Admission::kAdmitted;
+    admission.reason = StringField(*admitted, "reason");
+    admission.message = StringField(*admitted, "message");
+    return admission;
+  }
+  // Pending: QuotaReserved says why (Kueue writes it once it has looked).
+  if (const json* reserved_condition = FindCondition(workload, "QuotaReserved")) {
+    admission.reason = StringField(*reserved_condition, "reason");
+    admission.message = StringField(*reserved_condition, "message");
+  }
+  if (admission.reason.empty()) {
+    admission.reason = "Queued";
+    admission.message = "Kueue has not looked at it yet";
+  }
+  if (reserved && admission.reason == "QuotaReserved") {
+    admission.reason = "AdmissionChecks";
+    admission.message = absl::StrCat("quota reserved in ClusterQueue ", admission.cluster_queue,
+                                     "; waiting for its admission checks");
+  }
+  return admission;
+}
+
+void ReleaseQuota(json& workload, absl::Time now) {
+  const json* evicted = FindCondition(workload, "Evicted");
+  const std::string reason = evicted ? StringField(*evicted, "reason") : "";
+  const std::string message = evicted ? StringField(*evicted, "message") : "";
+  // Requeued at once after a preemption or a node failure; otherwise Kueue
+  // decides when (after a back-off, or when the queue is started again).
+  const bool requeue = reason == "Preempted" || reason == "NodeFailures";
+  SetCondition(workload, "Requeued", requeue, reason.empty() ? "Evicted" : reason, message, now);
+  SetCondition(workload, "QuotaReserved", false, "Pending", message, now);
+  workload["status"].erase("admission");
+  SetCondition(workload, "Admitted", false, "NoReservation", "The workload has no reservation",
+               now);
+}
+
+void MarkFinished(json& workload, const std::string& reason, const std::string& message,
+                  absl::Time now) {
+  SetCondition(workload, "Finished", true, reason, message, now);
+}
+
+}  // namespace paci::op

@@ -1,0 +1,74 @@
+#pragma once
+
+// A TrainingJob queued by Kueue (sigs.k8s.io/kueue, kueue.x-k8s.io/v1beta2):
+// the Workload the operator owns for it and how Kueue's answer reads. A job
+// labelled kueue.x-k8s.io/queue-name gets one Workload with one pod set of
+// P x R pods (the worker pod's requests), so Kueue admits all of its workers
+// or none; nothing of the job runs until the Workload is Admitted. When Kueue
+// evicts it (preemption by a higher priority, a stopped queue), the operator
+// stops the job, and once its pods are gone gives the quota back as Kueue's
+// own job integrations do (ReleaseQuota); it runs again, from its last
+// checkpoint, when Kueue admits it again. A finished job's Workload is marked
+// Finished. Pure functions: no network, no clock.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/time/time.h"
+
+namespace paci::op {
+
+// The labels a user puts on a TrainingJob, as on Kubeflow's jobs.
+inline constexpr char kQueueNameLabel[] = "kueue.x-k8s.io/queue-name";
+inline constexpr char kPriorityClassLabel[] = "kueue.x-k8s.io/priority-class";
+
+// The TrainingJob's kQueueNameLabel; "" when it is not queued.
+std::string QueueName(const nlohmann::json& job);
+// Its kPriorityClassLabel (a WorkloadPriorityClass); "" for none.
+std::string PriorityClassName(const nlohmann::json& job);
+
+// The Workload of a TrainingJob: "<name>-<first 8 of its uid>", so a job
+// made again under the same name never takes the old one's.
+std::string WorkloadName(const nlohmann::json& job);
+
+// The Workload for `job`: owned by it (garbage-collected with it), labelled
+// as its other objects, queued in its LocalQueue, one pod set "workers" of
+// `workers` pods shaped as `worker_pod`. Its priority is the priority class'
+// value (`priority_class`, the WorkloadPriorityClass read from the cluster)
+// when the job names one, else spec.runPolicy.priority.
+nlohmann::json JobWorkload(const nlohmann::json& job, int workers, const nlohmann::json& worker_pod,
+                           const std::optional<nlohmann::json>& priority_class);
+
+// Where Kueue has the Workload.
+struct Admission {
+  enum State {
+    kPending,   // waiting for quota (or for a LocalQueue that does not exist)
+    kAdmitted,  // quota reserved and every admission check passed: it may run
+    kEvicted,   // evicted while admitted: stop it, then ReleaseQuota
+    kFinished,  // marked Finished (by MarkFinished)
+  };
+  State state = kPending;
+  // Kueue's reason and message: QuotaReserved's while pending ("Pending",
+  // "Inadmissible"), Evicted's when evicted ("Preempted", ...).
+  std::string reason;
+  std::string message;
+  std::string cluster_queue;  // status.admission.clusterQueue once admitted
+};
+Admission ReadAdmission(const nlohmann::json& workload);
+
+// What the owner of an evicted Workload writes once its pods are gone (as
+// Kueue's job framework does): no admission, QuotaReserved and Admitted
+// False, Requeued True for a preemption (Kueue queues it again at once),
+// False with the eviction's reason otherwise. Applied to the newest copy of
+// the Workload, for a PUT of its status.
+void ReleaseQuota(nlohmann::json& workload, absl::Time now);
+
+// The job ended: condition Finished True with `reason` (Succeeded, Failed,
+// Cancelled) and `message`; Kueue frees its quota.
+void MarkFinished(nlohmann::json& workload, const std::string& reason, const std::string& message,
+                  absl::Time now);
+
+}  // namespace paci::op

@@ -1,0 +1,130 @@
+#include "operator/reconcile/kueue_step.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "operator/reconcile/job_objects.h"
+#include "operator/reconcile/kueue.h"
+#include "operator/reconcile/object_meta.h"
+
+namespace paci::op {
+
+using nlohmann::json;
+
+namespace {
+
+bool Queued(const Reconciliation& r) {
+  return r.options.kueue && !QueueName(r.world.job).empty();
+}
+
+// Whether a worker pod of the job is still there (leaving or not).
+bool WorkerPodsLeft(const Reconciliation& r) {
+  for (const json& pod : r.world.pods) {
+    if (Label(pod, kRoleLabel) != kDatasetRole) return true;
+  }
+  return false;
+}
+
+// Nothing of the job runs while Kueue has not admitted it: Suspended, with
+// the Admitted and Suspended conditions saying why, and an Event when that
+// changes (a Normal one unless `event_type` says otherwise).
+void Hold(Reconciliation& r, const std::string& reason, const std::string& message,
+          const char* event_type = "Normal") {
+  if (r.CoordinatorActive()) r.actions.cancel = r.coordinator_name;
+  r.DeleteAllPods(/*keep_dataset=*/true);
+  r.desired["phase"] = kPhaseSuspended;
+  r.desired.erase("coordinatorJob");
+  r.desired["workload"] = WorkloadName(r.world.job);
+  const std::string before = r.ObservedReason("Admitted", "False");
+  r.SetCondition("Admitted", false, reason, message);
+  r.SetCondition("Suspended", true, reason, message);
+  if (before != reason) r.Event(event_type, reason, message);
+}
+
+// Kueue evicted the admitted Workload: the job stops (its checkpoints stay,
+// and it resumes from the newest when admitted again under a new
+// coordinator job, status.evictions in its name), and once its workers are
+// gone the quota goes back to the ClusterQueue.
+void Evict(Reconciliation& r, const Admission& admission, const std::string& workload) {
+  const bool stopping = r.CoordinatorActive() || WorkerPodsLeft(r);
+  const std::string message =
+      absl::StrCat("Kueue evicted Workload ", workload, " (", admission.reason, "): ",
+                   admission.message, "; the job resumes from its last checkpoint when admitted again");
+  if (r.phase_before != kPhaseSuspended) {
+    r.desired["evictions"] = IntField(r.status, "evictions", 0) + 1;
+  }
+  Hold(r, admission.reason, message, "Warning");
+  if (!stopping) r.actions.workload_status = WorkloadStatusEdit{true, "", ""};
+}
+
+}  // namespace
+
+bool KueueAdmits(Reconciliation& r, int workers) {
+  if (!Queued(r)) return true;
+  const std::string name = WorkloadName(r.world.job);
+  const std::string queue = QueueName(r.world.job);
+  const json* workload = r.world.workload ? &*r.world.workload : nullptr;
+  if (workload != nullptr && BeingDeleted(*workload)) {
+    Hold(r, "Queued", absl::StrCat("waiting for the job's previous Workload ", name, " to go"));
+    return false;
+  }
+  if (workload == nullptr) {
+    const std::string priority_class = PriorityClassName(r.world.job);
+    if (!priority_class.empty() && !r.world.priority_class) {
+      Hold(r, "PriorityClassNotFound",
+           absl::StrCat("no WorkloadPriorityClass \"", priority_class, "\" (label ",
+                        kPriorityClassLabel, "): create it, or take the label off"),
+           "Warning");
+      r.actions.requeue_after = r.options.poll_interval;  // no watch on the classes
+      return false;
+    }
+    r.actions.create_workload = JobWorkload(r.world.job, workers,
+                                            WorkerPod(r.world.job, 0, r.options),
+                                            r.world.priority_class);
+    Hold(r, "Queued",
+         absl::StrCat("Workload ", name, " queued in LocalQueue ", queue, " for ", workers,
+                      " worker pods; waiting for Kueue to admit it"));
+    return false;
+  }
+  const Admission admission = ReadAdmission(*workload);
+  switch (admission.state) {
+    case Admission::kFinished:
+      // It ended with the job's last run, and the job runs again (a changed
+      // spec after a failure): a Workload of its own for this run.
+      r.actions.delete_workload = true;
+      Hold(r, "Queued", absl::StrCat("Workload ", name, " ended with the job's last run; queueing a new one"));
+      return false;
+    case Admission::kEvicted:
+      Evict(r, admission, name);
+      return false;
+    case Admission::kPending:
+      Hold(r, admission.reason,
+           absl::StrCat("Workload ", name, " in LocalQueue ", queue, ": ", admission.message),
+           admission.reason == "Inadmissible" ? "Warning" : "Normal");
+      return false;
+    case Admission::kAdmitted:
+      break;
+  }
+  const std::string before = r.ObservedReason("Admitted", "True");
+  const std::string message = absl::StrCat("Workload ", name, " admitted by ClusterQueue ",
+                                           admission.cluster_queue, " (LocalQueue ", queue, ")");
+  r.desired["workload"] = name;
+  r.SetCondition("Admitted", true, "Admitted", message);
+  if (before.empty()) r.Event("Normal", "Admitted", message);
+  return true;
+}
+
+void FinishWorkload(Reconciliation& r) {
+  if (!Queued(r) || !r.world.workload || BeingDeleted(*r.world.workload)) return;
+  if (ReadAdmission(*r.world.workload).state == Admission::kFinished) return;
+  const std::string phase = StringField(r.status, "phase");
+  r.actions.workload_status =
+      WorkloadStatusEdit{false, phase, absl::StrCat("TrainingJob ", phase, ": ",
+                                                   StringField(r.status, "message"))};
+}
+
+void DropWorkload(Reconciliation& r) {
+  if (r.world.workload && !BeingDeleted(*r.world.workload)) r.actions.delete_workload = true;
+}
+
+}  // namespace paci::op

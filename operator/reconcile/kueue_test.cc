@@ -1,0 +1,321 @@
+#include "operator/reconcile/kueue.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "operator/reconcile/object_meta.h"
+#include "operator/reconcile/training_job_reconciler.h"
+
+namespace paci::op {
+namespace {
+
+using nlohmann::json;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+const absl::Time kNow = absl::FromUnixSeconds(1'800'000'000);
+
+// A TrainingJob queued in LocalQueue "team-queue", its workers asking 2 cpu.
+json QueuedJob() {
+  return json::parse(R"({
+    "apiVersion": "paci.dev/v1alpha1", "kind": "TrainingJob",
+    "metadata": {"name": "kjv", "namespace": "team-a", "uid": "0123456789abcdef",
+                 "generation": 1, "resourceVersion": "10",
+                 "labels": {"kueue.x-k8s.io/queue-name": "team-queue"},
+                 "finalizers": ["paci.dev/cancel-at-coordinator"]},
+    "spec": {
+      "model": {"vocabSize": 80, "numLayers": 4, "dModel": 32, "numHeads": 4, "seqLen": 32},
+      "pipeline": {"numStages": 2, "schedule": "paci", "accumulation": 2, "microBatchSize": 4},
+      "optimizer": {"lr": 0.003},
+      "training": {"steps": 60},
+      "data": {"corpusPath": "tests/data/kjv-genesis.txt"},
+      "checkpoint": {"directory": "/shared/kjv", "interval": 20},
+      "runPolicy": {"backoffLimit": 2, "priority": 7},
+      "worker": {"image": "example/worker:1", "resources": {"requests": {"cpu": "2"}}}
+    }})");
+}
+
+ReconcilerOptions WithKueue() {
+  ReconcilerOptions options;
+  options.kueue = true;
+  return options;
+}
+
+ObservedWorld World(json job) {
+  ObservedWorld world;
+  world.job = std::move(job);
+  world.now = kNow;
+  return world;
+}
+
+json Condition(const std::string& type, const std::string& status, const std::string& reason,
+               const std::string& message = "") {
+  return {{"type", type}, {"status", status}, {"reason", reason}, {"message", message}};
+}
+
+// The job's Workload as Kueue leaves it: `conditions`, and an admission by
+// "cluster-queue" when `admitted`.
+json Workload(json conditions, bool admitted) {
+  json workload = JobWorkload(QueuedJob(), 2, json::object(), std::nullopt);
+  workload["metadata"]["resourceVersion"] = "20";
+  workload["status"]["conditions"] = std::move(conditions);
+  if (admitted) {
+    workload["status"]["admission"] = {{"clusterQueue", "cluster-queue"},
+                                       {"podSetAssignments", json::array()}};
+  }
+  return workload;
+}
+
+json AdmittedWorkload() {
+  return Workload(json::array({Condition("QuotaReserved", "True", "QuotaReserved"),
+                               Condition("Admitted", "True", "Admitted")}),
+                  true);
+}
+
+json ConditionOf(const json& status, const std::string& type) {
+  for (const json& c : status["conditions"]) {
+    if (c["type"] == type) return c;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> Reasons(const ReconcileActions& actions) {
+  std::vector<std::string> reasons;
+  for (const KubeEvent& event : actions.events) reasons.push_back(event.reason);
+  return reasons;
+}
+
+json Pod(int index) {
+  return {{"metadata",
+           {{"name", "kjv-worker-" + std::to_string(index)},
+            {"labels", {{kJobNameLabel, "kjv"}, {kWorkerIndexLabel, std::to_string(index)}}}}},
+          {"status", {{"phase", "Running"}}}};
+}
+
+TEST(KueueTest, AQueuedJobGetsOneWorkloadForAllItsWorkersAndWaitsSuspended) {
+  const ReconcileActions actions = ReconcileTrainingJob(World(QueuedJob()), WithKueue());
+  ASSERT_TRUE(actions.create_workload.has_value());
+  const json& workload = *actions.create_workload;
+  EXPECT_EQ(workload["apiVersion"], "kueue.x-k8s.io/v1beta2");
+  EXPECT_EQ(workload["metadata"]["name"], "kjv-01234567");
+  EXPECT_EQ(workload["metadata"]["namespace"], "team-a");
+  EXPECT_EQ(workload["metadata"]["labels"][kJobNameLabel], "kjv");
+  EXPECT_EQ(workload["metadata"]["ownerReferences"][0]["uid"], "0123456789abcdef");
+  EXPECT_EQ(workload["metadata"]["ownerReferences"][0]["controller"], true);
+  EXPECT_EQ(workload["spec"]["queueName"], "team-queue");
+  EXPECT_EQ(workload["spec"]["priority"], 7);  // spec.runPolicy.priority, with no class
+  ASSERT_EQ(workload["spec"]["podSets"].size(), 1u);  // admitted as one unit
+  const json& pod_set = workload["spec"]["podSets"][0];
+  EXPECT_EQ(pod_set["count"], 2);
+  EXPECT_EQ(pod_set["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"], "2");
+  // Nothing runs yet: no pods, no coordinator job.
+  EXPECT_THAT(actions.create_pods, IsEmpty());
+  EXPECT_FALSE(actions.submit.has_value());
+  ASSERT_TRUE(actions.status.has_value());
+  EXPECT_EQ((*actions.status)["phase"], "Suspended");
+  EXPECT_EQ((*actions.status)["workload"], "kjv-01234567");
+  const json admitted = ConditionOf(*actions.status, "Admitted");
+  EXPECT_EQ(admitted["status"], "False");
+  EXPECT_EQ(admitted["reason"], "Queued");
+  EXPECT_THAT(admitted["message"].get<std::string>(), HasSubstr("LocalQueue team-queue"));
+  EXPECT_EQ(ConditionOf(*actions.status, "Suspended")["status"], "True");
+  EXPECT_THAT(Reasons(actions), ElementsAre("Queued"));
+
+  // An operator without Kueue does not look at the label: the job runs.
+  const ReconcileActions plain = ReconcileTrainingJob(World(QueuedJob()), ReconcilerOptions{});
+  EXPECT_FALSE(plain.create_workload.has_value());
+  EXPECT_TRUE(plain.submit.has_value());
+}
+
+TEST(KueueTest, AWaitingJobSaysWhatKueueSaysOnceAndALocalQueueThatIsNotThereIsAWarning) {
+  ObservedWorld world = World(QueuedJob());
+  world.workload = Workload(
+      json::array({Condition("QuotaReserved", "False", "Pending",
+                             "couldn't assign flavors to pod set workers: insufficient unused "
+                             "quota for cpu in flavor default-flavor, 2 more needed")}),
+      false);
+  ReconcileActions actions = ReconcileTrainingJob(world, WithKueue());
+  EXPECT_FALSE(actions.create_workload.has_value());
+  EXPECT_THAT(actions.create_pods, IsEmpty());
+  EXPECT_FALSE(actions.submit.has_value());
+  ASSERT_TRUE(actions.status.has_value());
+  const json admitted = ConditionOf(*actions.status, "Admitted");
+  EXPECT_EQ(admitted["reason"], "Pending");
+  EXPECT_THAT(admitted["message"].get<std::string>(),
+              HasSubstr("Workload kjv-01234567 in LocalQueue team-queue: couldn't assign flavors "
+                        "to pod set workers: insufficient unused quota for cpu"));
+  EXPECT_EQ(ConditionOf(*actions.status, "Suspended")["reason"], "Pending");
+  ASSERT_THAT(Reasons(actions), ElementsAre("Pending"));
+  EXPECT_EQ(actions.events[0].type, "Normal");
+  // Once written, the same answer is no news.
+  world.job["status"] = *actions.status;
+  actions = ReconcileTrainingJob(world, WithKueue());
+  EXPECT_THAT(actions.events, IsEmpty());
+  EXPECT_FALSE(actions.status.has_value());
+
+  world.workload = Workload(json::array({Condition("QuotaReserved", "False", "Inadmissible",
+                                                   "LocalQueue team-queue doesn't exist")}),
+                            false);
+  actions = ReconcileTrainingJob(world, WithKueue());
+  ASSERT_THAT(Reasons(actions), ElementsAre("Inadmissible"));
+  EXPECT_EQ(actions.events[0].type, "Warning");
+  EXPECT_THAT(actions.events[0].message, HasSubstr("LocalQueue team-queue doesn't exist"));
+  EXPECT_EQ((*actions.status)["phase"], "Suspended");
+}
+
+TEST(KueueTest, AnAdmittedWorkloadStartsTheJob) {
+  ObservedWorld world = World(QueuedJob());
+  world.job["status"] = {{"phase", "Suspended"},
+                         {"conditions", json::array({Condition("Suspended", "True", "Pending"),
+                                                     Condition("Admitted", "False", "Pending")})}};
+  world.workload = AdmittedWorkload();
+  const ReconcileActions actions = ReconcileTrainingJob(world, WithKueue());
+  EXPECT_EQ(actions.create_pods.size(), 2u);
+  ASSERT_TRUE(actions.submit.has_value());
+  EXPECT_EQ(actions.submit->name(), "kjv-01234567-g1");
+  const json admitted = ConditionOf(*actions.status, "Admitted");
+  EXPECT_EQ(admitted["status"], "True");
+  EXPECT_THAT(admitted["message"].get<std::string>(), HasSubstr("ClusterQueue cluster-queue"));
+  EXPECT_EQ(ConditionOf(*actions.status, "Suspended")["status"], "False");
+  EXPECT_EQ((*actions.status)["phase"], "Pending");
+  EXPECT_THAT(Reasons(actions), ElementsAre("Admitted", "Submitted"));
+}
+
+TEST(KueueTest, AnEvictedJobStopsGivesItsQuotaBackOnceItsPodsAreGoneAndResumesAsANewJob) {
+  // Running, admitted; Kueue preempts it for a higher priority.
+  ObservedWorld world = World(QueuedJob());
+  world.job["status"] = {{"phase", "Running"},
+                         {"coordinatorJob", "kjv-01234567-g1"},
+                         {"checkpointStep", 40},
+                         {"conditions", json::array({Condition("Admitted", "True", "Admitted")})}};
+  world.pods = {Pod(0), Pod(1)};
+  world.service_exists = world.network_policy_exists = true;
+  v1::Job running;
+  running.set_name("kjv-01234567-g1");
+  running.mutable_status()->set_phase(v1::RUNNING);
+  world.coordinator_job = running;
+  world.workload = AdmittedWorkload();
+  world.workload->at("status")["conditions"].push_back(Condition(
+      "Evicted", "True", "Preempted", "Preempted to accommodate a workload (UID: x) due to "
+                                      "prioritization in the ClusterQueue"));
+  ReconcileActions actions = ReconcileTrainingJob(world, WithKueue());
+  EXPECT_EQ(actions.cancel, "kjv-01234567-g1");
+  EXPECT_THAT(actions.delete_pods, ElementsAre("kjv-worker-0", "kjv-worker-1"));
+  EXPECT_FALSE(actions.workload_status.has_value());  // not while its pods are there
+  EXPECT_EQ((*actions.status)["phase"], "Suspended");
+  EXPECT_EQ((*actions.status)["evictions"], 1);
+  EXPECT_FALSE(actions.status->contains("coordinatorJob"));
+  EXPECT_EQ(ConditionOf(*actions.status, "Admitted")["reason"], "Preempted");
+  ASSERT_THAT(Reasons(actions), ElementsAre("Preempted"));
+  EXPECT_EQ(actions.events[0].type, "Warning");
+  EXPECT_THAT(actions.events[0].message,
+              HasSubstr("resumes from its last checkpoint when admitted again"));
+
+  // Its pods gone: the quota goes back, and nothing is said twice.
+  world.job["status"] = *actions.status;
+  world.pods.clear();
+  world.coordinator_job.reset();
+  actions = ReconcileTrainingJob(world, WithKueue());
+  ASSERT_TRUE(actions.workload_status.has_value());
+  EXPECT_TRUE(actions.workload_status->release_quota);
+  EXPECT_THAT(actions.events, IsEmpty());
+  EXPECT_FALSE(actions.cancel.has_value());
+
+  // Admitted again: a new coordinator job, resuming from its checkpoints.
+  world.workload = AdmittedWorkload();
+  actions = ReconcileTrainingJob(world, WithKueue());
+  ASSERT_TRUE(actions.submit.has_value());
+  EXPECT_EQ(actions.submit->name(), "kjv-01234567-g1-e1");
+  EXPECT_TRUE(actions.submit->checkpoint().resume());
+  EXPECT_EQ(actions.create_pods.size(), 2u);
+}
+
+TEST(KueueTest, ReleaseQuotaIsWhatKueuesJobFrameworkWrites) {
+  json workload = AdmittedWorkload();
+  workload["status"]["conditions"].push_back(
+      Condition("Evicted", "True", "Preempted", "Preempted to accommodate a workload"));
+  ReleaseQuota(workload, kNow);
+  EXPECT_FALSE(workload["status"].contains("admission"));
+  EXPECT_EQ(ConditionOf(workload["status"], "QuotaReserved")["status"], "False");
+  EXPECT_EQ(ConditionOf(workload["status"], "QuotaReserved")["reason"], "Pending");
+  EXPECT_EQ(ConditionOf(workload["status"], "QuotaReserved")["message"],
+            "Preempted to accommodate a workload");
+  EXPECT_EQ(ConditionOf(workload["status"], "Admitted")["status"], "False");
+  EXPECT_EQ(ConditionOf(workload["status"], "Admitted")["reason"], "NoReservation");
+  EXPECT_EQ(ConditionOf(workload["status"], "Requeued")["status"], "True");
+  EXPECT_EQ(ConditionOf(workload["status"], "Requeued")["lastTransitionTime"],
+            Rfc3339(kNow));
+  // Evicted stays: Kueue resets it at the next admission.
+  EXPECT_EQ(ConditionOf(workload["status"], "Evicted")["status"], "True");
+  EXPECT_EQ(ReadAdmission(workload).state, Admission::kPending);
+
+  // A stopped ClusterQueue is not requeued by the owner: Kueue does it when it starts again.
+  json stopped = AdmittedWorkload();
+  stopped["status"]["conditions"].push_back(
+      Condition("Evicted", "True", "ClusterQueueStopped", "The ClusterQueue is stopped"));
+  ReleaseQuota(stopped, kNow);
+  EXPECT_EQ(ConditionOf(stopped["status"], "Requeued")["status"], "False");
+  EXPECT_EQ(ConditionOf(stopped["status"], "Requeued")["reason"], "ClusterQueueStopped");
+}
+
+TEST(KueueTest, AFinishedJobMarksItsWorkloadFinished) {
+  ObservedWorld world = World(QueuedJob());
+  world.job["status"] = {{"phase", "Succeeded"}, {"message", "finished 60 steps"}};
+  world.workload = AdmittedWorkload();
+  ReconcileActions actions = ReconcileTrainingJob(world, WithKueue());
+  ASSERT_TRUE(actions.workload_status.has_value());
+  EXPECT_FALSE(actions.workload_status->release_quota);
+  EXPECT_EQ(actions.workload_status->reason, "Succeeded");
+  json workload = *world.workload;
+  MarkFinished(workload, "Succeeded", "done", kNow);
+  EXPECT_EQ(ReadAdmission(workload).state, Admission::kFinished);
+  world.workload = workload;
+  EXPECT_FALSE(ReconcileTrainingJob(world, WithKueue()).workload_status.has_value());
+}
+
+TEST(KueueTest, APriorityClassGivesTheWorkloadItsValueAndAMissingOneIsNamed) {
+  json job = QueuedJob();
+  job["metadata"]["labels"][kPriorityClassLabel] = "urgent";
+  ObservedWorld world = World(job);
+  ReconcileActions actions = ReconcileTrainingJob(world, WithKueue());
+  EXPECT_FALSE(actions.create_workload.has_value());
+  ASSERT_THAT(Reasons(actions), ElementsAre("PriorityClassNotFound"));
+  EXPECT_EQ(actions.events[0].type, "Warning");
+  EXPECT_THAT(actions.events[0].message, HasSubstr("no WorkloadPriorityClass \"urgent\""));
+  EXPECT_TRUE(actions.requeue_after.has_value());  // classes are not watched
+
+  world.priority_class = json{{"metadata", {{"name", "urgent"}}}, {"value", 1000}};
+  actions = ReconcileTrainingJob(world, WithKueue());
+  ASSERT_TRUE(actions.create_workload.has_value());
+  EXPECT_EQ((*actions.create_workload)["spec"]["priority"], 1000);
+  EXPECT_EQ((*actions.create_workload)["spec"]["priorityClassRef"]["name"], "urgent");
+  EXPECT_EQ((*actions.create_workload)["spec"]["priorityClassRef"]["kind"],
+            "WorkloadPriorityClass");
+}
+
+TEST(KueueTest, SuspendingDropsTheWorkloadAndARerunQueuesANewOne) {
+  ObservedWorld world = World(QueuedJob());
+  world.job["spec"]["runPolicy"]["suspend"] = true;
+  world.workload = AdmittedWorkload();
+  EXPECT_TRUE(ReconcileTrainingJob(world, WithKueue()).delete_workload);
+
+  // Failed at generation 1, fixed at 2: the finished Workload goes, a new one comes after.
+  ObservedWorld rerun = World(QueuedJob());
+  rerun.job["metadata"]["generation"] = 2;
+  rerun.job["status"] = {
+      {"phase", "Failed"},
+      {"conditions", json::array({json{{"type", "Failed"},
+                                       {"status", "True"},
+                                       {"reason", "JobFailed"},
+                                       {"observedGeneration", 1}}})}};
+  rerun.workload = AdmittedWorkload();
+  MarkFinished(*rerun.workload, "Failed", "it failed", kNow);
+  const ReconcileActions actions = ReconcileTrainingJob(rerun, WithKueue());
+  EXPECT_TRUE(actions.delete_workload);
+  EXPECT_FALSE(actions.submit.has_value());
+  EXPECT_EQ((*actions.status)["phase"], "Suspended");
+}
+
+}  // namespace
+}  // namespace paci::op
