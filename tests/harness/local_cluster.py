@@ -30,6 +30,7 @@ import time
 
 from . import kubelet_node
 from .control_plane import ControlPlane, free_port as _free_port
+from .kueue import Kueue
 
 OPERATOR_ACCOUNT = "paci-operator"  # the chart's operator ServiceAccount for the release "paci"
 # The node agent is a program of its own, run by path under /usr/bin/python3 (it needs only
@@ -76,10 +77,11 @@ def container_env():
 
 class LocalCluster:
     def __init__(self, workdir, build_dir, source_dir, replicas=("operator-a", "operator-b"),
-                 runtime="container", operator_args=(), coordinator_args=(), node="agent"):
+                 runtime="container", operator_args=(), coordinator_args=(), node="agent", kueue=False):
         """node: "agent", the node agent; or "kubelet", a real kubelet with containerd
         (tests/harness/kubelet_node.py; pods on a CNI bridge, the coordinator reached at its
-        gateway)."""
+        gateway). kueue: Kueue runs on the control plane (tests/harness/kueue.py), the chart's
+        RBAC is rendered with kueue.enabled and the operators run with --kueue."""
         self.dir = workdir
         self.node = node
         self.kubelet_node = None
@@ -94,6 +96,10 @@ class LocalCluster:
         self.procs = {}
         self.operator_ports = {}
         self.plane = None
+        self.kueue = None
+        self.with_kueue = kueue
+        if kueue:
+            self.operator_args.append("--kueue")
 
     def spawn(self, name, args, env=None, append=False):
         log = open(os.path.join(self.dir, name + ".log"), "a" if append else "w")
@@ -142,7 +148,10 @@ class LocalCluster:
         self.kubeconfig = self.plane.kubeconfig
         chart = os.path.join(self.source, "helm", "paci")
         self.kubectl("apply", "-f", os.path.join(chart, "crds"))
+        if self.with_kueue:
+            self.kueue = Kueue(self.plane, self.dir).start()
         rendered = self.helm("template", "paci", chart, "--namespace", "default",
+                             "--set", "kueue.enabled=%s" % str(self.with_kueue).lower(),
                              "--show-only", "templates/serviceaccounts.yaml",
                              "--show-only", "templates/rbac.yaml").stdout
         self.kubectl("apply", "-f", "-", stdin=rendered)
@@ -268,5 +277,7 @@ class LocalCluster:
                     proc.wait()
         if self.kubelet_node is not None:
             self.kubelet_node.stop()
+        if self.kueue is not None:
+            self.kueue.stop()
         if self.plane is not None:
             self.plane.stop()

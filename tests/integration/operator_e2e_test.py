@@ -13,7 +13,10 @@ in `kubectl get trainingjobs`; a longer job is watched on the dashboards, the
 leading operator is killed and the other takes over, and `kubectl delete`
 removes its pods and cancels it at the coordinator; examples/trainingjob-kjv.yaml
 runs as written, a worker container is killed and the replacement pod resumes
-from the checkpoint on the claim; suspend and resume.
+from the checkpoint on the claim; suspend and resume; two jobs that overfill the
+node wait at the gang gate one after the other; and with Kueue (tests/harness/kueue.py)
+queued jobs wait for quota, a higher WorkloadPriorityClass preempts a running job,
+which resumes from its checkpoint when admitted again.
 
 Run by ctest with PACI_BUILD_DIR and PACI_SOURCE_DIR set.
 """
@@ -55,7 +58,7 @@ class OperatorEndToEnd(unittest.TestCase):
         cls.tmp = tempfile.TemporaryDirectory(prefix="paci-operator-e2e-")
         cls.dir = cls.tmp.name
         cls.prom = None
-        cls.cluster = LocalCluster(cls.dir, BUILD, SOURCE)
+        cls.cluster = LocalCluster(cls.dir, BUILD, SOURCE, kueue=True)
         try:
             cls.cluster.start()
             # The jobs' namespace enforces the restricted Pod Security level, as
@@ -129,7 +132,7 @@ class OperatorEndToEnd(unittest.TestCase):
         # On failure, show what the components said.
         outcome = super().run(result)
         if result is not None and (result.failures or result.errors):
-            for name in self.procs:
+            for name in list(self.procs) + ["kueue"]:
                 path = os.path.join(self.dir, name + ".log")
                 if os.path.exists(path):
                     with open(path) as f:
@@ -519,6 +522,124 @@ class OperatorEndToEnd(unittest.TestCase):
         self.assertEqual(reasons[second].count("RunPolicyUpdated"), 1, reasons)
         self.assertEqual(self.coordinator_job(second).spec.run_policy.backoff_limit, 5)
         for name in names:
+            self.kubectl("delete", "trainingjob", name, "--timeout=60s")
+
+    def test_8_kueue_queues_jobs_for_quota_and_a_higher_priority_preempts_one_that_resumes(self):
+        """A ClusterQueue with 4 cpu: each job's two workers ask 2 cpu, so one job runs at a
+        time. The second low-priority job waits Suspended saying so; a job for a LocalQueue
+        that does not exist says that; a high-priority job preempts the running one, which
+        stops, gives its quota back, and later resumes from its checkpoint as a new
+        coordinator job; all three queued jobs Succeed."""
+        kueue = self.cluster.kueue
+        kueue.apply(
+            {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+             "metadata": {"name": "default-flavor"}},
+            {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
+             "metadata": {"name": "team-cq"},
+             "spec": {"namespaceSelector": {},
+                      "preemption": {"withinClusterQueue": "LowerPriority"},
+                      "resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [{
+                          "name": "default-flavor", "resources": [
+                              {"name": "cpu", "nominalQuota": "4"},
+                              {"name": "memory", "nominalQuota": "4Gi"}]}]}]}},
+            {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+             "metadata": {"name": "team-queue", "namespace": "default"},
+             "spec": {"clusterQueue": "team-cq"}},
+            {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
+             "metadata": {"name": "low"}, "value": 10},
+            {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
+             "metadata": {"name": "high"}, "value": 1000})
+        with open(os.path.join(SOURCE, "examples", "trainingjob.yaml")) as f:
+            example = yaml.safe_load(f)
+
+        def apply(name, priority, steps=60, queue="team-queue"):
+            manifest = json.loads(json.dumps(example))
+            manifest["metadata"]["name"] = name
+            manifest["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": queue,
+                                              "kueue.x-k8s.io/priority-class": priority}
+            manifest["spec"]["training"]["steps"] = steps
+            manifest["spec"]["checkpoint"] = {"directory": "/shared/ckpt-" + name, "interval": 20,
+                                              "resume": True}
+            manifest["spec"]["worker"].update(SHARED_VOLUME)
+            manifest["spec"]["worker"]["resources"] = {"requests": {"cpu": "2", "memory": "256Mi"}}
+            self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(manifest))
+
+        def condition(name, kind):
+            return {c["type"]: c for c in self.status_of(name).get("conditions", [])}.get(kind) or {}
+
+        applied = time.monotonic()
+        apply("queue-a", "low", steps=300)
+        running = wait_until("queue-a's pods running", lambda: len(self.pods_of("queue-a")) == 2 and all(
+            p["status"].get("phase") == "Running" for p in self.pods_of("queue-a")) and time.monotonic(),
+            timeout=120, interval=0.2)
+        print("\nkueue: apply to both of queue-a's pods running: %.1f s" % (running - applied))
+        self.assertEqual(condition("queue-a", "Admitted").get("status"), "True")
+        self.assertIn("ClusterQueue team-cq", condition("queue-a", "Admitted")["message"])
+        workload = self.status_of("queue-a")["workload"]
+        self.assertEqual(self.cluster.get("workload", workload)["spec"]["podSets"][0]["count"], 2)
+
+        # Another low job waits for quota, Suspended, with no pods.
+        apply("queue-b", "low")
+        waiting = wait_until("queue-b waiting for quota", lambda: condition("queue-b", "Admitted").get(
+            "reason") == "Pending" and condition("queue-b", "Admitted"), timeout=60)
+        self.assertIn("insufficient unused quota for cpu", waiting["message"])
+        self.assertEqual(self.status_of("queue-b")["phase"], "Suspended")
+        self.assertEqual(self.pods_of("queue-b"), [])
+        self.assertIn("insufficient unused quota", self.kubectl("describe", "trainingjob", "queue-b").stdout)
+        # A LocalQueue that does not exist is named.
+        apply("queue-lost", "low", queue="no-such-queue")
+        lost = wait_until("queue-lost inadmissible", lambda: condition("queue-lost", "Admitted").get(
+            "reason") == "Inadmissible" and condition("queue-lost", "Admitted"), timeout=60)
+        self.assertIn("LocalQueue no-such-queue doesn't exist", lost["message"])
+        self.assertEqual(self.status_of("queue-lost")["phase"], "Suspended")
+        self.kubectl("delete", "trainingjob", "queue-lost", "--timeout=60s")
+
+        # Past a checkpoint, a high-priority job preempts queue-a.
+        wait_until("queue-a past a checkpoint", lambda: self.status_of("queue-a").get(
+            "checkpointStep", 0) >= 20, timeout=180)
+        first = self.status_of("queue-a")["coordinatorJob"]
+        preempting = time.monotonic()
+        apply("queue-high", "high")
+        evicted = wait_until("queue-a evicted", lambda: (lambda s: s.get("phase") == "Suspended" and s)(
+            self.status_of("queue-a")), timeout=60, interval=0.2)
+        stopped_at = time.monotonic()
+        self.assertEqual(evicted["evictions"], 1)
+        self.assertEqual(condition("queue-a", "Admitted")["reason"], "Preempted")
+        wait_until("queue-a's pods gone", lambda: not self.pods_of("queue-a"), timeout=60)
+        stopped = self.coordinator.GetJob(cpb.GetJobRequest(name=first))
+        self.assertEqual(stopped.status.phase, cpb.CANCELLED)
+        checkpoint = stopped.status.checkpoint_step
+        self.assertGreaterEqual(checkpoint, 20)
+        # queue-high runs on the quota queue-a gave back; the two low jobs wait.
+        high_running = wait_until("queue-high's pods running", lambda: len(self.pods_of("queue-high")) == 2
+                                  and all(p["status"].get("phase") == "Running" for p in self.pods_of(
+                                      "queue-high")) and time.monotonic(), timeout=120, interval=0.2)
+        print("kueue: apply of queue-high to queue-a Suspended: %.1f s, to queue-high's pods running: "
+              "%.1f s" % (stopped_at - preempting, high_running - preempting))
+        self.assertEqual(self.pods_of("queue-b"), [])
+        self.assertEqual(self.finished("queue-high")["phase"], "Succeeded")
+        finished = self.cluster.get("workload", self.status_of("queue-high")["workload"])
+        self.assertIn(("Finished", "True", "Succeeded"), [
+            (c["type"], c["status"], c["reason"]) for c in finished["status"]["conditions"]])
+
+        # queue-a comes back when Kueue admits it again (before or after queue-b: Kueue orders
+        # an evicted workload by its eviction), as a new coordinator job resuming from its
+        # checkpoint; both Succeed.
+        done = self.finished("queue-a", timeout=600)
+        self.assertEqual(done["phase"], "Succeeded", done)
+        self.assertEqual(done["step"], 300)
+        self.assertTrue(done["coordinatorJob"].endswith("-g1-e1"), done["coordinatorJob"])
+        again = self.coordinator.GetJob(cpb.GetJobRequest(name=done["coordinatorJob"]))
+        self.assertTrue(again.spec.checkpoint.resume)
+        self.assertEqual(self.finished("queue-b")["phase"], "Succeeded")
+        events = json.loads(self.kubectl("get", "events", "-o", "json").stdout)["items"]
+        reasons = {name: [e["reason"] for e in events if e["involvedObject"]["name"] == name]
+                   for name in ("queue-a", "queue-b", "queue-high", "queue-lost")}
+        self.assertEqual(reasons["queue-a"].count("Preempted"), 1, reasons)
+        self.assertEqual(reasons["queue-a"].count("Admitted"), 2, reasons)
+        self.assertEqual(reasons["queue-b"].count("Pending"), 1, reasons)
+        self.assertEqual(reasons["queue-lost"].count("Inadmissible"), 1, reasons)
+        for name in ("queue-a", "queue-b", "queue-high"):
             self.kubectl("delete", "trainingjob", name, "--timeout=60s")
 
     def dataset_job(self, name, source, steps=60, folder="/shared/genesis-dataset", **settings):
