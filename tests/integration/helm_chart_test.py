@@ -348,6 +348,22 @@ class RenderTest(unittest.TestCase):
         self.assertEqual(kinds["PodMonitor"]["alpha-paci-workers"]["spec"]["namespaceSelector"],
                          {"matchNames": ["team-a"]})
 
+    def test_kueue_enabled_passes_the_flag_and_grants_workloads_and_no_more(self):
+        plain = by_kind(render("--set", "operator.watchNamespace=team-a", release="alpha"))
+        self.assertEqual(flags(container(plain["Deployment"]["alpha-paci-operator"])["args"])["kueue"], "false")
+        self.assertNotIn("kueue.x-k8s.io", json.dumps(plain["Role"]) + json.dumps(plain["ClusterRole"]))
+        kinds = by_kind(render("--set", "operator.watchNamespace=team-a", "--set", "kueue.enabled=true",
+                               release="alpha"))
+        self.assertEqual(flags(container(kinds["Deployment"]["alpha-paci-operator"])["args"])["kueue"], "true")
+        role = [r for r in kinds["Role"]["alpha-paci-operator"]["rules"] if "kueue.x-k8s.io" in r["apiGroups"]]
+        self.assertEqual(role, [
+            {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"],
+             "verbs": ["get", "list", "watch", "create", "delete"]},
+            {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads/status"], "verbs": ["get", "update"]}])
+        self.assertEqual(kinds["ClusterRole"]["alpha-paci-operator-capacity"]["rules"], [
+            {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["list", "watch"]},
+            {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloadpriorityclasses"], "verbs": ["get"]}])
+
     def test_one_operator_replica_has_no_disruption_budget(self):
         for args in (["--set", "operator.leaderElection.enabled=false"],
                      ["--set", "operator.leaderElection.replicas=1"],
