@@ -56,6 +56,9 @@ ABSL_FLAG(bool, network_policies, true,
           "(and metrics scrapes)");
 ABSL_FLAG(std::string, metrics_address, "0.0.0.0:8080", "host:port of /metrics, /healthz, /readyz");
 ABSL_FLAG(std::string, metrics_port_file, "", "write the bound metrics port here");
+ABSL_FLAG(std::string, worker_token_key_file, "",
+          "file holding the key each TrainingJob's worker token is derived from: a job's "
+          "workers must present its token to be placed on it (empty: no job tokens)");
 ABSL_FLAG(bool, kueue, false,
           "Kueue runs on the cluster (its CRDs installed): a TrainingJob labelled "
           "kueue.x-k8s.io/queue-name runs once Kueue admits the Workload made for it");
@@ -111,6 +114,19 @@ absl::StatusOr<ControllerOptions> ControllerOptionsFromFlags() {
   reconciler.metrics_port = absl::GetFlag(FLAGS_worker_metrics_port);
   reconciler.network_policies = absl::GetFlag(FLAGS_network_policies);
   reconciler.kueue = absl::GetFlag(FLAGS_kueue);
+  if (const std::string path = absl::GetFlag(FLAGS_worker_token_key_file); !path.empty()) {
+    absl::StatusOr<std::string> key = ReadTokenFile(path);
+    if (!key.ok()) {
+      return absl::Status(key.status().code(),
+                          absl::StrCat("--worker_token_key_file: ", key.status().message()));
+    }
+    if (key->size() < 32) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--worker_token_key_file: ", path, " holds ", key->size(),
+          " characters; a key needs at least 32"));
+    }
+    reconciler.worker_token_key = *std::move(key);
+  }
   reconciler.poll_interval = absl::Seconds(absl::GetFlag(FLAGS_poll_interval_seconds));
   for (absl::string_view arg :
        absl::StrSplit(absl::GetFlag(FLAGS_worker_args), ',', absl::SkipEmpty())) {

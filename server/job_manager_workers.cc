@@ -42,7 +42,16 @@ void JobManager::AdoptLocked(WorkerRegistry::Worker& worker) {
   worker.attempt = running.attempt();
   JobState* state = FindLocked(running.job_name());
   worker.slot = state == nullptr ? -1 : SlotOf(state->spec(), running.stage(), running.replica());
-  const bool ours = state != nullptr && state->awaiting_reconnect &&
+  // It must still be a worker the job would take: its selector (the job's
+  // token label among it) matches what the worker registered with now.
+  bool selected = state != nullptr;
+  if (selected) {
+    for (const auto& [key, value] : state->spec().run_policy().worker_selector()) {
+      const auto label = worker.registration.labels().find(key);
+      selected = selected && label != worker.registration.labels().end() && label->second == value;
+    }
+  }
+  const bool ours = selected && state->awaiting_reconnect &&
                     state->status().attempt() == running.attempt() && worker.slot >= 0 &&
                     worker.slot < static_cast<int>(state->stages.size()) &&
                     state->worker(worker.slot) == id;

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/grpc_security.h"
+#include "common/job_token.h"
 #include "common/peer_identity.h"
 #include "server/coordinator_service.h"
 
@@ -52,6 +53,9 @@ absl::Status CheckRegistration(const v1::WorkerRegistration& r) {
     return absl::InvalidArgumentError("register.link_address: required, at most 1024 characters");
   }
   if (r.labels_size() > 64) return absl::InvalidArgumentError("register.labels: at most 64");
+  if (r.job_token().size() > 1024) {
+    return absl::InvalidArgumentError("register.job_token: at most 1024 characters");
+  }
   for (const auto& [k, v] : r.labels()) {
     if (k.empty() || k.size() > 253 || v.size() > 253) {
       return absl::InvalidArgumentError("register.labels: keys 1 to 253, values at most 253 characters");
@@ -76,9 +80,16 @@ grpc::Status WorkerGateway::Connect(
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "the first message on a worker stream must be register");
   }
-  const v1::WorkerRegistration registration = message.register_();
+  v1::WorkerRegistration registration = message.register_();
   absl::Status valid = CheckRegistration(registration);
   if (!valid.ok()) return ToGrpc(valid);
+  // The token label is the coordinator's to give: its digest of the token the
+  // worker holds, never a value the worker names.
+  registration.mutable_labels()->erase(kWorkerTokenLabel);
+  if (!registration.job_token().empty()) {
+    (*registration.mutable_labels())[kWorkerTokenLabel] = TokenDigest(registration.job_token());
+    registration.clear_job_token();
+  }
   const auto label = registration.labels().find(kWorkerJobLabel);
   absl::Status bound = CheckWorkerIdentity(
       IdentityOf(*context), registration.worker_id(),

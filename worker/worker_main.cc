@@ -43,6 +43,9 @@
 ABSL_FLAG(std::string, coordinator, "", "host:port of the coordinator to take stages from");
 ABSL_FLAG(std::string, worker_id, "", "this worker's id; default <hostname>-<pid>");
 ABSL_FLAG(std::string, labels, "", "k=v,... labels jobs can select workers by");
+ABSL_FLAG(std::string, job_token_file, "",
+          "file holding the job token the operator gave this worker's pod: the coordinator "
+          "places it only on the job whose worker selector asks for that token");
 ABSL_FLAG(std::string, device, "cpu", "the device stages run on");
 ABSL_FLAG(std::string, tls_ca, "",
           "PEM CA that signed the other workers' certificates: with --tls_cert the stage links "
@@ -171,6 +174,14 @@ absl::StatusOr<WorkerAgentOptions> AgentOptionsFromFlags(const std::string& id,
   r.set_pid(getpid());
   ASSIGN_OR_RETURN(const auto labels, ParseKeyValues(absl::GetFlag(FLAGS_labels), "--labels"));
   for (const auto& [key, value] : labels) (*r.mutable_labels())[key] = value;
+  if (const std::string path = absl::GetFlag(FLAGS_job_token_file); !path.empty()) {
+    absl::StatusOr<std::string> token = ReadTokenFile(path);
+    if (!token.ok()) {
+      return absl::Status(token.status().code(),
+                          absl::StrCat("--job_token_file: ", token.status().message()));
+    }
+    r.set_job_token(*std::move(token));
+  }
   return options;
 }
 

@@ -125,6 +125,11 @@ absl::Status ActionExecutor::MakeChanges(const ObservedWorld& world,
               << MetaString(*world.workload, "name")
               << (edit.release_quota ? ": quota given back after its eviction" : ": finished");
   }
+  if (actions.create_token_secret) {
+    RETURN_IF_ERROR(IgnoreAlreadyExists(
+        kube_.Create(CollectionPath("", "v1", ns, "secrets"), *actions.create_token_secret)
+            .status()));
+  }
   for (const json& pod : actions.create_pods) {
     RETURN_IF_ERROR(IgnoreAlreadyExists(kube_.Create(pods, pod).status()));
   }

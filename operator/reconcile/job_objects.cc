@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/job_token.h"
 #include "operator/reconcile/gang.h"
 #include "operator/reconcile/training_job_reconciler.h"
 
@@ -18,6 +19,7 @@ using nlohmann::json;
 constexpr char kTmpVolume[] = "paci-tmp";
 constexpr char kShmVolume[] = "paci-shm";
 constexpr char kSecretVolume[] = "paci-coordinator";
+constexpr char kJobTokenVolume[] = "paci-job-token";
 
 // `defaults` with each key of `overrides` in its place (one level deep, as
 // a pod template's securityContext fields are independent settings).
@@ -41,6 +43,9 @@ json WorkerArgs(const json& job, const ReconcilerOptions& options) {
     for (const auto& [key, flag] : options.worker_secret_flags) {
       args.push_back(absl::StrCat("--", flag, "=", kWorkerSecretPath, "/", key));
     }
+  }
+  if (!options.worker_token_key.empty()) {
+    args.push_back(absl::StrCat("--job_token_file=", kJobTokenPath, "/token"));
   }
   for (const std::string& arg : options.extra_worker_args) args.push_back(arg);
   return args;
@@ -71,9 +76,9 @@ bool MountsAt(const json& mounts, const std::string& path) {
 // Volumes and mounts: the user's, /tmp as an emptyDir unless the user mounts
 // something there (the root file system is read-only), /dev/shm as a memory
 // emptyDir of shmSize when that is set (and the user mounts nothing there),
-// the worker Secret.
-void AddVolumes(const json& worker, const ReconcilerOptions& options, json& pod_spec,
-                json& container) {
+// the worker Secret, and `token_secret` (the job's worker token) when given.
+void AddVolumes(const json& worker, const ReconcilerOptions& options,
+                const std::string& token_secret, json& pod_spec, json& container) {
   json volumes = Field(worker, "volumes").is_array() ? Field(worker, "volumes") : json::array();
   json mounts =
       Field(worker, "volumeMounts").is_array() ? Field(worker, "volumeMounts") : json::array();
@@ -92,6 +97,11 @@ void AddVolumes(const json& worker, const ReconcilerOptions& options, json& pod_
                        {"secret", {{"secretName", options.worker_secret}, {"defaultMode", 0440}}}});
     mounts.push_back(
         {{"name", kSecretVolume}, {"mountPath", kWorkerSecretPath}, {"readOnly", true}});
+  }
+  if (!token_secret.empty()) {
+    volumes.push_back({{"name", kJobTokenVolume},
+                       {"secret", {{"secretName", token_secret}, {"defaultMode", 0440}}}});
+    mounts.push_back({{"name", kJobTokenVolume}, {"mountPath", kJobTokenPath}, {"readOnly", true}});
   }
   pod_spec["volumes"] = volumes;
   container["volumeMounts"] = mounts;
@@ -133,6 +143,14 @@ json OwnedMetadata(const json& job, const std::string& name) {
           {"namespace", MetaString(job, "namespace")},
           {"labels", WorkerLabels(MetaString(job, "name"))},
           {"ownerReferences", OwnerReference(job)}};
+}
+
+json WorkerTokenSecret(const json& job, const ReconcilerOptions& options) {
+  return {{"apiVersion", "v1"},
+          {"kind", "Secret"},
+          {"metadata", OwnedMetadata(job, WorkerTokenSecretName(MetaString(job, "name")))},
+          {"type", "Opaque"},
+          {"stringData", {{"token", JobToken(options.worker_token_key, MetaString(job, "uid"))}}}};
 }
 
 json WorkerService(const json& job, const ReconcilerOptions& options) {
@@ -192,7 +210,8 @@ json TemplatePod(const json& job, const std::string& pod_name, const char* role,
                                   {"seccompProfile", {{"type", "RuntimeDefault"}}}},
                                  Field(worker, "podSecurityContext"))},
   };
-  AddVolumes(worker, options, pod_spec, container);
+  const bool token = !options.worker_token_key.empty() && std::string(role) == kWorkerRole;
+  AddVolumes(worker, options, token ? WorkerTokenSecretName(name) : "", pod_spec, container);
   pod_spec["containers"] = json::array({container});
   for (const char* key : {"nodeSelector", "tolerations", "serviceAccountName", "affinity",
                           "priorityClassName", "schedulerName", "imagePullSecrets",

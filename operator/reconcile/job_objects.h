@@ -44,6 +44,11 @@ absl::Status ValidateInitializer(const nlohmann::json& spec);
 // job's generation (kGenerationAnnotation).
 nlohmann::json DatasetPod(const nlohmann::json& job, const ReconcilerOptions& options);
 
+// The Secret (WorkerTokenSecretName) holding the job's worker token,
+// JobToken(options.worker_token_key, the job's uid), under the key "token";
+// only the job's worker pods mount it, at kJobTokenPath.
+nlohmann::json WorkerTokenSecret(const nlohmann::json& job, const ReconcilerOptions& options);
+
 // The headless Service (WorkerServiceName) selecting the job's pods.
 nlohmann::json WorkerService(const nlohmann::json& job, const ReconcilerOptions& options);
 
@@ -63,5 +68,7 @@ inline constexpr char kTerminationMessagePath[] = "/dev/termination-log";
 
 // Where the worker Secret is mounted in worker pods.
 inline constexpr char kWorkerSecretPath[] = "/etc/paci/coordinator";
+// Where a worker pod's job token Secret is mounted (--job_token_file=<it>/token).
+inline constexpr char kJobTokenPath[] = "/etc/paci/job-token";
 
 }  // namespace paci::op

@@ -217,6 +217,12 @@ INSTANTIATE_TEST_SUITE_P(
                         "volumeMounts": [{"name": "a", "mountPath": "/x"},
                                          {"name": "b", "mountPath": "/x"}]})",
                     "spec.worker.volumeMounts[1].mountPath: \"/x\" is mounted twice"},
+        BadTemplate{R"({"volumes": [{"name": "stolen", "secret": {"secretName": "other-worker-token"}}]})",
+                    "spec.worker.volumes[0].secret.secretName: a job's worker token is not allowed"},
+        BadTemplate{R"({"volumes": [{"name": "stolen", "projected": {"sources": [
+                          {"secret": {"name": "other-worker-token"}}]}}]})",
+                    "spec.worker.volumes[0].projected.sources[0].secret.name: a job's worker token "
+                    "is not allowed"},
         BadTemplate{R"({"labels": {"paci.dev/job-name": "other"}})",
                     "spec.worker.labels[paci.dev/job-name]: set by the operator"},
         BadTemplate{R"({"env": [{"name": "POD_IP", "value": "1.2.3.4"}]})",

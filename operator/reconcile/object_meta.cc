@@ -73,6 +73,10 @@ std::string WorkerPodName(const std::string& job_name, int index) {
 
 std::string DatasetPodName(const std::string& job_name) { return job_name + "-dataset"; }
 
+std::string WorkerTokenSecretName(const std::string& job_name) {
+  return job_name + kWorkerTokenSecretSuffix;
+}
+
 json WorkerLabels(const std::string& job_name) {
   return {{kJobNameLabel, job_name}, {kRoleLabel, kWorkerRole}};
 }

@@ -53,6 +53,10 @@ nlohmann::json FinalizersWithout(const nlohmann::json& object, const char* final
 std::string WorkerServiceName(const std::string& job_name);
 std::string WorkerPodName(const std::string& job_name, int index);
 std::string DatasetPodName(const std::string& job_name);
+// The Secret holding the job's worker token (common/job_token.h), mounted
+// into its worker pods only: "<name>-worker-token".
+inline constexpr char kWorkerTokenSecretSuffix[] = "-worker-token";
+std::string WorkerTokenSecretName(const std::string& job_name);
 nlohmann::json WorkerLabels(const std::string& job_name);
 
 // Times. Rfc3339 to the second ("2027-01-15T08:00:00Z"), as .status and

@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/job_spec.h"
+#include "common/job_token.h"
 #include "operator/reconcile/coordinator_view.h"
 #include "operator/reconcile/dataset_step.h"
 #include "operator/reconcile/gang.h"
@@ -55,6 +56,11 @@ absl::StatusOr<v1::JobSpec> RunnableJobSpec(const Reconciliation& r) {
       r.coordinator_name.empty() ? CoordinatorJobName(r.world.job) : r.coordinator_name;
   absl::StatusOr<v1::JobSpec> job_spec = JobSpecFromTrainingJob(r.world.job, submit_name);
   if (!job_spec.ok()) return job_spec;
+  if (!r.options.worker_token_key.empty()) {
+    // Only workers holding the job's token (its pods, which mount it) are placed on it.
+    (*job_spec->mutable_run_policy()->mutable_worker_selector())[kWorkerTokenLabel] =
+        TokenDigest(JobToken(r.options.worker_token_key, MetaString(r.world.job, "uid")));
+  }
   if (absl::Status worker = ValidateWorkerTemplate(Field(r.spec, "worker")); !worker.ok()) {
     return worker;
   }
@@ -177,6 +183,9 @@ void EnsureWorkers(Reconciliation& r, int workers) {
       r.actions.create_pods.push_back(WorkerPod(r.world.job, index, r.options));
     }
   }
+  if (!r.actions.create_pods.empty() && !r.options.worker_token_key.empty()) {
+    r.actions.create_token_secret = WorkerTokenSecret(r.world.job, r.options);
+  }
   ReleaseGang(r, workers, by_index);
 }
 
@@ -227,6 +236,7 @@ void CoordinatorFinished(Reconciliation& r, const std::string& phase) {
                     : s.message());
   r.actions.requeue_after.reset();
   r.actions.create_pods.clear();
+  r.actions.create_token_secret.reset();
   r.actions.delete_pods.clear();
   r.DeleteAllPods(/*keep_dataset=*/true);
   r.ApplyTtl(r.desired);
@@ -266,7 +276,10 @@ void MirrorStatus(Reconciliation& r, int workers) {
 // Event naming the new values.
 void FollowRunPolicy(Reconciliation& r, const v1::JobSpec& job_spec) {
   if (!r.CoordinatorActive()) return;
-  const v1::RunPolicy& wanted = job_spec.run_policy();
+  v1::RunPolicy wanted = job_spec.run_policy();
+  // The worker selector stays as submitted (the coordinator refuses a change;
+  // a new worker token key applies to jobs submitted after it).
+  *wanted.mutable_worker_selector() = r.coordinator->spec().run_policy().worker_selector();
   if (google::protobuf::util::MessageDifferencer::Equals(r.coordinator->spec().run_policy(),
                                                          wanted)) {
     return;

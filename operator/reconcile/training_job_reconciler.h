@@ -62,6 +62,10 @@ struct ReconcilerOptions {
   // file: e.g. {"ca.crt", "coordinator_tls_ca"} passes --coordinator_tls_ca=<path>/ca.crt.
   std::string worker_secret;
   std::vector<std::pair<std::string, std::string>> worker_secret_flags;
+  // The key each job's worker token is derived from (common/job_token.h):
+  // with one, every job gets a token Secret its worker pods mount, and its
+  // workers must present that token to be placed on it. Empty: no tokens.
+  std::string worker_token_key;
   // A NetworkPolicy per job (WorkerNetworkPolicy): its worker pods take
   // connections only from each other, and metrics scrapes.
   bool network_policies = true;
@@ -103,6 +107,8 @@ struct ReconcileActions {
   std::vector<std::string> delete_pods;
   std::optional<nlohmann::json> create_service;
   std::optional<nlohmann::json> create_network_policy;
+  // The job's worker token Secret (WorkerTokenSecret), made with its pods.
+  std::optional<nlohmann::json> create_token_secret;
   std::vector<nlohmann::json> create_pods;
   // Worker pods released from the gang gate (gang.h): each pod's name and
   // the spec.schedulingGates it keeps.

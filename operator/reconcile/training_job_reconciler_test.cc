@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "common/job_token.h"
 #include "operator/reconcile/job_objects.h"
 
 namespace paci::op {
@@ -15,6 +16,7 @@ using nlohmann::json;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 
 const absl::Time kNow = absl::FromUnixSeconds(1'800'000'000);
 
@@ -200,6 +202,47 @@ TEST(TrainingJobReconcilerTest, WorkerPodsCarryOwnerSelectorAndDownwardApi) {
   EXPECT_THAT(args, HasSubstr("--listen=$(POD_IP):7000"));
   EXPECT_THAT(args, HasSubstr("--coordinator_auth_token_file=/etc/paci/token"));
   EXPECT_THAT(container["env"].dump(), HasSubstr("status.podIP"));
+}
+
+TEST(TrainingJobReconcilerTest, WithATokenKeyOnlyTheJobsOwnPodsHoldTheTokenItsWorkersMustShow) {
+  ReconcilerOptions options;
+  options.worker_token_key = "k3y-of-at-least-thirty-two-characters!";
+  ReconcileActions actions = ReconcileTrainingJob(World(Job()), options);
+  // The token: the key's HMAC of the job's uid, in a Secret of the job's own.
+  const std::string token = JobToken(options.worker_token_key, "0123456789abcdef");
+  ASSERT_TRUE(actions.create_token_secret.has_value());
+  const json& secret = *actions.create_token_secret;
+  EXPECT_EQ(secret["metadata"]["name"], "kjv-worker-token");
+  EXPECT_EQ(secret["metadata"]["ownerReferences"][0]["uid"], "0123456789abcdef");
+  EXPECT_EQ(secret["stringData"]["token"], token);
+  // The coordinator places on the job only workers that present it.
+  ASSERT_TRUE(actions.submit.has_value());
+  EXPECT_EQ(actions.submit->run_policy().worker_selector().at(kWorkerTokenLabel),
+            TokenDigest(token));
+  // Every worker pod mounts it and passes it to the worker.
+  ASSERT_EQ(actions.create_pods.size(), 2u);
+  for (const json& pod : actions.create_pods) {
+    EXPECT_THAT(pod["spec"]["volumes"].dump(), HasSubstr(R"("secretName":"kjv-worker-token")"));
+    const json& container = pod["spec"]["containers"][0];
+    EXPECT_THAT(container["volumeMounts"].dump(), HasSubstr(R"("mountPath":"/etc/paci/job-token")"));
+    EXPECT_THAT(container["args"].dump(), HasSubstr("--job_token_file=/etc/paci/job-token/token"));
+  }
+  // Another job (another uid) has another token; no key, no token.
+  json other = Job();
+  other["metadata"]["uid"] = "fedcba9876543210";
+  EXPECT_NE((*ReconcileTrainingJob(World(other), options).create_token_secret)["stringData"]["token"],
+            token);
+  const ReconcileActions without = ReconcileTrainingJob(World(Job()), ReconcilerOptions{});
+  EXPECT_FALSE(without.create_token_secret.has_value());
+  EXPECT_EQ(without.submit->run_policy().worker_selector().count(kWorkerTokenLabel), 0u);
+  EXPECT_THAT(without.create_pods[0].dump(), Not(HasSubstr("job-token")));
+  // A running job whose pods all exist makes no Secret, and its selector is not a policy change.
+  ObservedWorld running = Observed("Running", v1::RUNNING);
+  *running.coordinator_job->mutable_spec() = *actions.submit;
+  running.coordinator_job->set_name("kjv-01234567-g1");
+  const ReconcileActions steady = ReconcileTrainingJob(running, options);
+  EXPECT_FALSE(steady.create_token_secret.has_value());
+  EXPECT_FALSE(steady.update_run_policy.has_value());
 }
 
 TEST(TrainingJobReconcilerTest, MissingPodIsCreatedAndNothingElse) {

@@ -5,6 +5,7 @@
 #include <set>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
@@ -162,12 +163,26 @@ absl::Status RestrictedVolume(const json& volume, size_t index) {
                                          " (Pod Security's restricted profile)"));
     }
   }
+  // A worker holds its own job's token only (the operator mounts it).
+  auto job_token = [](const std::string& secret) {
+    return absl::EndsWith(secret, kWorkerTokenSecretSuffix);
+  };
+  if (job_token(StringField(Field(volume, "secret"), "secretName"))) {
+    return Invalid(field + ".secret.secretName",
+                   "a job's worker token is not allowed: the operator gives each job's workers "
+                   "their own");
+  }
   const json& sources = Field(Field(volume, "projected"), "sources");
   if (sources.is_array()) {
     for (size_t i = 0; i < sources.size(); ++i) {
       if (sources[i].is_object() && sources[i].contains("serviceAccountToken")) {
         return Invalid(absl::StrCat(field, ".projected.", Indexed("sources", i)),
                        "a serviceAccountToken is not allowed: workers hold no API token");
+      }
+      if (job_token(StringField(Field(sources[i], "secret"), "name"))) {
+        return Invalid(absl::StrCat(field, ".projected.", Indexed("sources", i), ".secret.name"),
+                       "a job's worker token is not allowed: the operator gives each job's "
+                       "workers their own");
       }
     }
   }

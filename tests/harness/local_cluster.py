@@ -157,6 +157,10 @@ class LocalCluster:
         self.kubectl("apply", "-f", "-", stdin=rendered)
         self.kubectl("wait", "--for=condition=Established", "crd/trainingjobs.paci.dev", "--timeout=60s")
         self.operator_kubeconfig = self.plane.service_account_kubeconfig("default", OPERATOR_ACCOUNT)
+        # The key the operators derive each job's worker token from (the chart's workerTokens).
+        self.worker_token_key = os.path.join(self.dir, "worker-token-key")
+        with open(os.open(self.worker_token_key, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+            f.write(os.urandom(32).hex())
         self.coordinator_metrics_port = _free_port()
         if self.node == "kubelet":
             # On every address, so that pods on the CNI bridge reach it: plaintext there is
@@ -241,7 +245,8 @@ class LocalCluster:
             "--pod_name=" + replica, "--lease_duration_seconds=3",
             "--renew_deadline_seconds=2", "--retry_period_seconds=0.5",
             "--poll_interval_seconds=1", "--worker_link_port=7000", "--worker_metrics_port=9100",
-            "--worker_image=" + self.worker_image] + self.operator_args, append=append)
+            "--worker_image=" + self.worker_image,
+            "--worker_token_key_file=" + self.worker_token_key] + self.operator_args, append=append)
         self.operator_ports[replica] = self.read_port(replica)
 
     def logs(self, lines=30):

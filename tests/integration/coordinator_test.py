@@ -4,6 +4,7 @@ through stubs generated from proto/ (a client no one wrote in C++).
 
 Run by ctest with PACI_BUILD_DIR and PACI_SOURCE_DIR set.
 """
+import hashlib
 import os
 import re
 import signal
@@ -444,6 +445,39 @@ class CoordinatorTest(unittest.TestCase):
         self.assertIn('the certificate "system:paci:worker:team-a" is a worker\'s', err.exception.details())
         with self.assertRaises(grpc.RpcError):
             c.get("stolen")  # nothing was stored
+
+    def test_a_job_token_places_on_the_job_only_the_workers_that_hold_it(self):
+        """A job whose worker selector asks for a token digest (as the operator's jobs do) is
+        not given a worker that claims the digest as its own label, nor one with another token;
+        two workers presenting the token run it."""
+        c = self.start(workers=0)
+        token, digest_label = "the-job-token-0123456789abcdef", "paci.dev/job-token-sha256"
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        job = spec("tokened", steps=10)
+        job.run_policy.worker_selector[digest_label] = digest
+        c.submit(job)
+
+        def worker_with(worker_id, token_text=None, label=None):
+            c.worker_extra = []
+            if token_text is not None:
+                path = os.path.join(self.tmp.name, worker_id + ".token")
+                with open(path, "w") as f:
+                    f.write(token_text + "\n")
+                c.worker_extra.append("--job_token_file=" + path)
+            if label is not None:
+                c.worker_extra.append("--labels=%s=%s" % (digest_label, label))
+            c.add_worker(worker_id)
+            self.assertTrue(c.wait_for_log(r"worker %s connected" % re.escape(worker_id)), "".join(c.logs[-20:]))
+        # Two workers that would make the job's gang, were the label theirs to claim or the token right.
+        worker_with("claims-the-digest", label=digest)
+        worker_with("holds-another-token", token_text="another-token")
+        self.assertEqual(phase(c.get("tokened")), "QUEUED")
+        # Two more idle workers change nothing for it either until they hold the token.
+        worker_with("holds-it-1", token_text=token)
+        self.assertEqual(phase(c.get("tokened")), "QUEUED")
+        worker_with("holds-it-2", token_text=token)
+        done = c.wait("tokened", lambda j: phase(j) == "SUCCEEDED")
+        self.assertEqual(sorted(s.worker_id for s in done.status.stages), ["holds-it-1", "holds-it-2"])
 
     def test_a_worker_leaves_a_coordinator_that_stops_answering_and_comes_back(self):
         c = self.start(workers=1)

@@ -872,7 +872,9 @@ class ClusterTest(unittest.TestCase):
                                ("update", "trainingjobs.paci.dev/finalizers"), ("create", "pods"),
                                ("delete", "pods"), ("list", "pods"), ("patch", "pods"), ("create", "services"),
                                ("create", "events"), ("watch", "networkpolicies.networking.k8s.io"),
-                               ("create", "networkpolicies.networking.k8s.io")):
+                               ("create", "networkpolicies.networking.k8s.io"),
+                               # Each job's worker token Secret, made and never read back.
+                               ("create", "secrets")):
             self.assertTrue(can(verb, resource, "-n", "team-a"), "%s %s in team-a" % (verb, resource))
         # The dataset initializer's progress: the last line of its pod's log.
         self.assertTrue(can("get", "pods", "-n", "team-a", "--subresource=log"))
@@ -880,8 +882,9 @@ class ClusterTest(unittest.TestCase):
         # The gang gate's room check: nodes, and every namespace's pods, read only.
         self.assertTrue(can("list", "nodes"))
         self.assertTrue(can("watch", "pods", "-n", "team-b"))
-        # Nothing else: no Secrets anywhere, no pods outside the namespace it serves, no RBAC.
+        # Nothing else: no Secret read anywhere, no pods outside the namespace it serves, no RBAC.
         for verb, resource, namespace, *more in (("get", "secrets", "team-a"), ("list", "secrets", "ml"),
+                                          ("watch", "secrets", "team-a"), ("create", "secrets", "team-b"),
                                           ("create", "pods", "team-b"), ("create", "pods", "ml"),
                                           ("patch", "pods", "team-b"), ("patch", "nodes", "team-a"),
                                           ("list", "trainingjobs.paci.dev", "team-b"),

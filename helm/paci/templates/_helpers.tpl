@@ -197,3 +197,11 @@ its namespace. */}}
 {{- define "paci.caSecretName" -}}
 {{- include "paci.componentName" (list . "ca") }}
 {{- end }}
+
+{{/*
+The Secret holding the key the operator derives each TrainingJob's worker
+token from (templates/workertokens.yaml).
+*/}}
+{{- define "paci.workerTokenKeySecretName" -}}
+{{ include "paci.operatorName" . }}-worker-token-key
+{{- end }}
