@@ -97,7 +97,7 @@ absl::StatusOr<KubeClientOptions> KubeOptionsFromFlags() {
 }
 
 // The controller's and the reconciler's options from the flags;
-// InvalidArgument for a malformed --worker_secret_flags.
+// InvalidArgument for a malformed --worker_secret_flags or a short token key.
 absl::StatusOr<ControllerOptions> ControllerOptionsFromFlags() {
   ControllerOptions options;
   options.watch_namespace = absl::GetFlag(FLAGS_watch_namespace);
@@ -115,7 +115,7 @@ absl::StatusOr<ControllerOptions> ControllerOptionsFromFlags() {
   reconciler.network_policies = absl::GetFlag(FLAGS_network_policies);
   reconciler.kueue = absl::GetFlag(FLAGS_kueue);
   if (const std::string path = absl::GetFlag(FLAGS_worker_token_key_file); !path.empty()) {
-    absl::StatusOr<std::string> key = ReadTokenFile(path);
+    absl::StatusOr<std::string> key = paci::ReadTokenFile(path);
     if (!key.ok()) {
       return absl::Status(key.status().code(),
                           absl::StrCat("--worker_token_key_file: ", key.status().message()));
