@@ -78,3 +78,14 @@ issue "$NAMESPACE" paci-operator-client-tls system:paci:operator "extendedKeyUsa
 for ns in "${WORKER_NAMESPACES[@]}"; do
   issue "$ns" paci-worker-tls "system:paci:worker:$ns" "extendedKeyUsage=clientAuth"
 done
+
+# The key the operator derives each TrainingJob's worker token from (its
+# --worker_token_key_file): made once, kept.
+if exists "$NAMESPACE" paci-operator-worker-token-key; then
+  echo "deploy-tls: $NAMESPACE/paci-operator-worker-token-key exists: kept"
+else
+  openssl rand -hex 32 | tr -d '\n' > "$work/worker-token-key"
+  kubectl create secret generic -n "$NAMESPACE" paci-operator-worker-token-key \
+    --from-file=key="$work/worker-token-key" >/dev/null
+  echo "deploy-tls: made $NAMESPACE/paci-operator-worker-token-key"
+fi

@@ -404,7 +404,10 @@ class KubeClusterTest(unittest.TestCase):
         first = secrets()
         self.assertEqual(set(first), {("tls-system", "paci-ca"), ("tls-system", "paci-coordinator-tls"),
                                       ("tls-system", "paci-operator-client-tls"), ("team-x", "paci-worker-tls"),
-                                      ("team-y", "paci-worker-tls")})
+                                      ("team-y", "paci-worker-tls"),
+                                      ("tls-system", "paci-operator-worker-token-key")})
+        key = first.pop(("tls-system", "paci-operator-worker-token-key"))["key"]
+        self.assertRegex(key.decode(), r"^[0-9a-f]{64}$")
         ca = first[("tls-system", "paci-ca")]["tls.crt"]
         with tempfile.TemporaryDirectory() as d:
             with open(os.path.join(d, "ca"), "wb") as f:
@@ -429,10 +432,13 @@ class KubeClusterTest(unittest.TestCase):
                     self.assertIn("DNS:paci-coordinator.tls-system.svc,", names)
         # Again: everything kept. A deleted Secret is made anew from the same CA.
         self.assertIn("tls-system/paci-coordinator-tls exists: kept", run())
-        self.assertEqual(secrets(), first)
+        kept = secrets()
+        self.assertEqual(kept.pop(("tls-system", "paci-operator-worker-token-key"))["key"], key)
+        self.assertEqual(kept, first)
         self.kubectl("delete", "secret", "-n", "team-y", "paci-worker-tls")
         self.assertIn("signing with it", run())
         again = secrets()
+        again.pop(("tls-system", "paci-operator-worker-token-key"))
         self.assertNotEqual(again[("team-y", "paci-worker-tls")]["tls.crt"], first[("team-y", "paci-worker-tls")]["tls.crt"])
         self.assertEqual(again[("team-y", "paci-worker-tls")]["ca.crt"], ca)
         self.assertEqual({k: v for k, v in again.items() if k[0] != "team-y"},
