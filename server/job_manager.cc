@@ -46,9 +46,9 @@ JobManager::Effects JobManager::TakePendingLocked() {
   return effects;
 }
 
-void JobManager::Carry(const Effects& effects) {
+absl::Status JobManager::Carry(const Effects& effects) {
   for (const auto& [sender, message] : effects.messages) sender(message);
-  if (effects.writes.empty() && effects.deletes.empty()) return;
+  if (effects.writes.empty() && effects.deletes.empty()) return absl::OkStatus();
   absl::Status stored = Store(effects.writes, effects.deletes);
   if (!stored.ok()) {
     // Nothing already stored is lost: the next change of these jobs writes
@@ -57,9 +57,11 @@ void JobManager::Carry(const Effects& effects) {
     LOG(ERROR) << "cannot store " << effects.writes.size() << " jobs and remove "
                << effects.deletes.size() << ": " << stored;
   }
-  if (effects.deletes.empty()) return;
-  absl::MutexLock lock(&mu_);
-  for (const std::string& name : effects.deletes) removing_.erase(name);
+  if (!effects.deletes.empty()) {
+    absl::MutexLock lock(&mu_);
+    for (const std::string& name : effects.deletes) removing_.erase(name);
+  }
+  return stored;
 }
 
 JobState& JobManager::InsertLocked(JobState state) {
@@ -204,7 +206,7 @@ std::vector<v1::Job> JobManager::List(v1::JobPhase phase) const {
 
 absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& name) {
   absl::StatusOr<v1::Job> result;
-  Mutate([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  const absl::Status stored = MutateStored([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     JobState* state = FindLocked(name);
     if (state == nullptr) {
       result = JobNotFound(name);
@@ -213,9 +215,16 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& name) {
     if (!IsTerminal(state->status().phase())) {
       FinishLocked(*state, v1::CANCELLED, "Cancelled", "cancelled by a client");
       ScheduleLocked();
+    } else {
+      ChangedLocked(*state, /*persist_now=*/true);  // stored again: an earlier write may have failed
     }
     result = state->job;
   });
+  if (result.ok() && !stored.ok()) {
+    return absl::UnavailableError(absl::StrCat(
+        "job ", name, " is cancelled, but the store refused to record it (", stored.message(),
+        "): it would run again after a coordinator restart; cancel it again"));
+  }
   return result;
 }
 

@@ -94,7 +94,10 @@ class JobManager {
   absl::StatusOr<JobPage> List(const JobListQuery& query) const;
   // Every job in that phase (every page; for tests and small stores).
   std::vector<v1::Job> List(v1::JobPhase phase) const;
-  // Queued or running jobs end Cancelled and their stages are stopped.
+  // Queued or running jobs end Cancelled and their stages are stopped. The
+  // job is stored before the answer (a cancelled one again, so a retry after
+  // a refused write stores it): Unavailable when the store refuses, and the
+  // job is then Cancelled only until this coordinator restarts.
   absl::StatusOr<v1::Job> Cancel(const std::string& name);
   // Replaces the run policy of a job that has not finished (a validated one:
   // CoordinatorService checks it). NotFound; FailedPrecondition for a
@@ -128,8 +131,16 @@ class JobManager {
 
   // Runs `body` under the lock, then sends the messages and writes the jobs it
   // queued in pending_, with the lock released.
+  // A refused write is written again with the job's next change (Carry
+  // counts and logs it), so most changes need not hear of it.
   template <typename Body>
   void Mutate(Body body) ABSL_LOCKS_EXCLUDED(mu_) {
+    MutateStored(std::move(body)).IgnoreError();
+  }
+  // Mutate, returning what the store said of those writes (OK when there
+  // were none): for an answer that promises the change is durable.
+  template <typename Body>
+  absl::Status MutateStored(Body body) ABSL_LOCKS_EXCLUDED(mu_) {
     Effects effects;
     {
       absl::MutexLock lock(&mu_);
@@ -137,11 +148,11 @@ class JobManager {
       EnforceRetentionLocked();
       effects = TakePendingLocked();
     }
-    Carry(effects);
+    return Carry(effects);
   }
   // The effects queued so far, each job to write as it is now.
   Effects TakePendingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Carry(const Effects& effects) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Carry(const Effects& effects) ABSL_LOCKS_EXCLUDED(mu_);
   // What `read` takes from the job of that name, under the lock; NotFound
   // when there is none.
   template <typename Reader, typename T = std::invoke_result_t<Reader, const JobState&>>

@@ -692,6 +692,32 @@ TEST_F(JobManagerTest, AFailedStoreWriteIsCountedAndWrittenAgainOnTheNextChange)
   EXPECT_EQ(manager_->Get("a")->status().checkpoint_step(), 10);
 }
 
+// A cancel is answered once it is stored: refused by the store, the client
+// hears Unavailable (the job would run again after a restart), and cancelling
+// again stores it.
+TEST_F(JobManagerTest, ACancelTheStoreRefusesIsUnavailableAndCancellingAgainStoresIt) {
+  ASSERT_TRUE(manager_->Submit(Spec("a")).ok());
+  ConnectWorker("w1");
+  ConnectWorker("w2");
+  ASSERT_EQ(Phase("a"), v1::RUNNING);
+  gated_->Fail(true);
+  absl::StatusOr<v1::Job> refused = manager_->Cancel("a");
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable) << refused.status();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "the store refused to record it"))
+      << refused.status();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "disk full")) << refused.status();
+  EXPECT_EQ(Phase("a"), v1::CANCELLED);
+  absl::StatusOr<std::optional<v1::Job>> stored = store_->Get("a");
+  ASSERT_TRUE(stored.ok() && stored->has_value());
+  EXPECT_EQ((*stored)->status().phase(), v1::RUNNING);
+  gated_->Fail(false);
+  absl::StatusOr<v1::Job> again = manager_->Cancel("a");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->status().phase(), v1::CANCELLED);
+  Restart();
+  EXPECT_EQ(Phase("a"), v1::CANCELLED);
+}
+
 TEST_F(JobManagerTest, ASubmissionTheStoreRefusesIsNotAccepted) {
   gated_->Fail(true);
   absl::StatusOr<v1::Job> refused = manager_->Submit(Spec("a"));

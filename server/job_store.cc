@@ -2,6 +2,8 @@
 
 #include <sqlite3.h>
 
+#include <glog/logging.h>
+
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
@@ -267,8 +269,13 @@ absl::StatusOr<std::vector<v1::Job>> SqliteJobStore::List() const {
   std::vector<v1::Job> jobs;
   int rc;
   while ((rc = sqlite3_step(list_)) == SQLITE_ROW) {
-    ASSIGN_OR_RETURN(v1::Job job, ColumnJob(list_, 1, ColumnText(list_, 0), path_));
-    jobs.push_back(std::move(job));
+    absl::StatusOr<v1::Job> job = ColumnJob(list_, 1, ColumnText(list_, 0), path_);
+    if (!job.ok()) {
+      LOG(ERROR) << job.status().message()
+                 << ": left out and kept in the store (a job submitted under its name replaces it)";
+      continue;
+    }
+    jobs.push_back(*std::move(job));
   }
   if (rc != SQLITE_DONE) return Error(rc, "listing jobs failed");
   return jobs;

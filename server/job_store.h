@@ -28,8 +28,10 @@ class JobStore {
  public:
   virtual ~JobStore() = default;
 
-  // Every job in submission order; a row that does not parse is DataLoss
-  // naming the job.
+  // Every job in submission order. A row that does not parse is left out
+  // (logged as an error naming the job) and kept as it is: one damaged row
+  // does not keep the others from being read, and a job submitted under its
+  // name replaces it.
   virtual absl::StatusOr<std::vector<v1::Job>> List() const = 0;
 
   // Writes every job of `puts` (a new name is appended to the submission

@@ -234,23 +234,34 @@ TEST(JobStoreTest, UnopenablePathIsUnavailable) {
   EXPECT_THAT(store.status().message(), HasSubstr(path));
 }
 
-TEST(JobStoreTest, UnparsableRowIsDataLossNamingTheJob) {
+TEST(JobStoreTest, AnUnparsableRowIsLeftOutOfTheListKeptAndReplacedByANewJobOfItsName) {
   std::string path = TempPath("db");
   {
     std::unique_ptr<SqliteJobStore> store = OpenOrDie(path);
     ASSERT_NE(store, nullptr);
     ASSERT_TRUE(Put(*store, MakeJob("good")).ok());
     ASSERT_TRUE(Put(*store, MakeJob("mangled")).ok());
+    ASSERT_TRUE(Put(*store, MakeJob("also-good")).ok());
   }
   // Field 1, wire type 2, length 100, but only 2 bytes follow.
   ExecRaw(path, "UPDATE jobs SET job = x'0a644142' WHERE name = 'mangled';");
   std::unique_ptr<SqliteJobStore> store = OpenOrDie(path);
   ASSERT_NE(store, nullptr);
   absl::StatusOr<std::vector<v1::Job>> jobs = store->List();
-  EXPECT_EQ(jobs.status().code(), absl::StatusCode::kDataLoss) << jobs.status();
-  EXPECT_THAT(jobs.status().message(), HasSubstr("'mangled'"));
-  EXPECT_EQ(store->Get("mangled").status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_TRUE(store->Get("good").ok());
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  ASSERT_EQ(jobs->size(), 2u);
+  EXPECT_EQ((*jobs)[0].name(), "good");
+  EXPECT_EQ((*jobs)[1].name(), "also-good");
+  // The damaged row is still there, and reading it says what is wrong.
+  absl::StatusOr<std::optional<v1::Job>> mangled = store->Get("mangled");
+  EXPECT_EQ(mangled.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(mangled.status().message(), HasSubstr("'mangled'"));
+  EXPECT_THAT(mangled.status().message(), HasSubstr(path));
+  // A job submitted under its name replaces it.
+  ASSERT_TRUE(Put(*store, MakeJob("mangled")).ok());
+  jobs = store->List();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  EXPECT_EQ(jobs->size(), 3u);
 }
 
 TEST(JobStoreTest, NamesWithQuotesAndSqlMetacharactersAreStoredAsData) {

@@ -508,7 +508,7 @@ class RenderTest(unittest.TestCase):
 
         # No TLS: plaintext everywhere, gRPC probes, the coordinator told it is insecure.
         kinds = by_kind(render(*PLAINTEXT))
-        self.assertNotIn("Secret", kinds)
+        self.assertEqual(set(kinds["Secret"]), {"paci-operator-worker-token-key"})  # no certificates
         coordinator = flags(container(kinds["Deployment"]["paci-coordinator"])["args"])
         self.assertFalse({"tls_cert", "tls_ca"} & set(coordinator))
         self.assertIn("insecure", coordinator)
@@ -529,7 +529,9 @@ class RenderTest(unittest.TestCase):
             if d["kind"] == "Secret":
                 secrets[(d["metadata"]["namespace"], d["metadata"]["name"])] = d
         self.assertEqual(set(secrets), {("ml", "alpha-paci-" + n) for n in GENERATED_SECRETS}
-                         | {(ns, "alpha-paci-worker-tls") for ns in ("team-a", "team-b")})
+                         | {(ns, "alpha-paci-worker-tls") for ns in ("team-a", "team-b")}
+                         | {("ml", "alpha-paci-operator-worker-token-key")})
+        del secrets[("ml", "alpha-paci-operator-worker-token-key")]
         with tempfile.TemporaryDirectory() as d:
             def write(secret, key, namespace="ml"):
                 path = os.path.join(d, "%s-%s-%s" % (namespace, secret, key))
@@ -785,9 +787,13 @@ class ClusterTest(unittest.TestCase):
                 listed = json.loads(self.kubectl_ok("get", "secrets", "-n", namespace, "-l",
                                                     "app.kubernetes.io/instance=gamma", "-o", "json"))
                 for d in listed["items"]:
+                    if d["metadata"]["name"] == "gamma-paci-operator-worker-token-key":
+                        worker_token_keys.append(d["data"]["key"])
+                        continue
                     out[d["metadata"]["name"][len("gamma-paci-"):]] = (
                         base64.b64decode(d["data"]["tls.crt"]), int(d["metadata"]["annotations"]["paci.dev/not-after"]))
             return out
+        worker_token_keys = []  # the key each job's worker token is derived from, at each look
 
         def checksum(component):
             d = json.loads(self.kubectl_ok("get", "deployment", "-n", "ml", "gamma-paci-" + component, "-o", "json"))
@@ -827,6 +833,10 @@ class ClusterTest(unittest.TestCase):
         again = certificates()
         for name in GENERATED_SECRETS:
             self.assertNotEqual(again[name][0], renewed[name][0], name)
+        # The worker token key was made once and kept through every upgrade.
+        self.assertEqual(len(worker_token_keys), 4)
+        self.assertEqual(len(set(worker_token_keys)), 1, worker_token_keys)
+        self.assertEqual(len(base64.b64decode(worker_token_keys[0])), 64)
         self.helm("uninstall", "gamma", "--namespace", "ml", "--wait", "--timeout", "120s")
         self.assertEqual(certificates(), {})
 

@@ -406,8 +406,8 @@ class KubeClusterTest(unittest.TestCase):
                                       ("tls-system", "paci-operator-client-tls"), ("team-x", "paci-worker-tls"),
                                       ("team-y", "paci-worker-tls"),
                                       ("tls-system", "paci-operator-worker-token-key")})
-        key = first.pop(("tls-system", "paci-operator-worker-token-key"))["key"]
-        self.assertRegex(key.decode(), r"^[0-9a-f]{64}$")
+        token_key = first.pop(("tls-system", "paci-operator-worker-token-key"))["key"]
+        self.assertRegex(token_key.decode(), r"^[0-9a-f]{64}$")
         ca = first[("tls-system", "paci-ca")]["tls.crt"]
         with tempfile.TemporaryDirectory() as d:
             with open(os.path.join(d, "ca"), "wb") as f:
@@ -433,7 +433,7 @@ class KubeClusterTest(unittest.TestCase):
         # Again: everything kept. A deleted Secret is made anew from the same CA.
         self.assertIn("tls-system/paci-coordinator-tls exists: kept", run())
         kept = secrets()
-        self.assertEqual(kept.pop(("tls-system", "paci-operator-worker-token-key"))["key"], key)
+        self.assertEqual(kept.pop(("tls-system", "paci-operator-worker-token-key"))["key"], token_key)
         self.assertEqual(kept, first)
         self.kubectl("delete", "secret", "-n", "team-y", "paci-worker-tls")
         self.assertIn("signing with it", run())
