@@ -17,17 +17,32 @@ void StageLinkService::Detach() {
   attached_.reset();
 }
 
-std::optional<StageLinkService::Attached> StageLinkService::AwaitAttached() const {
+std::optional<StageLinkService::Attached> StageLinkService::AwaitAttached(bool* crowded) const {
   absl::MutexLock lock(&mu_);
+  if (attached_) return attached_;
+  if (waiting_ >= kMaxWaitingStreams) {
+    *crowded = true;
+    return std::nullopt;
+  }
+  ++waiting_;
   auto known = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return attached_.has_value(); };
   mu_.AwaitWithTimeout(absl::Condition(&known), absl::Seconds(30));
+  --waiting_;
   return attached_;
 }
 
 grpc::Status StageLinkService::Push(grpc::ServerContext* context,
                                     grpc::ServerReader<v1::TensorFrame>* reader,
                                     v1::PushSummary* summary) {
-  const std::optional<Attached> attached = AwaitAttached();
+  bool crowded = false;
+  const std::optional<Attached> attached = AwaitAttached(&crowded);
+  if (crowded) {
+    LOG(WARNING) << "stage link: refused " << context->peer() << ": this worker runs no stage and "
+                 << kMaxWaitingStreams << " streams already wait for one";
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        absl::StrCat("this worker runs no stage yet and ", kMaxWaitingStreams,
+                                     " streams already wait for one"));
+  }
   if (!attached) {
     return grpc::Status(grpc::StatusCode::UNAVAILABLE, "this worker runs no stage");
   }

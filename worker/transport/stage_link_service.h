@@ -23,7 +23,10 @@ namespace paci {
 // before it is queued. A frame that fails validation ends that stream with
 // INVALID_ARGUMENT and is never queued. A stream that opens before its stage
 // is attached waits up to 30 s for it (a neighbour may be a moment faster),
-// then is refused as UNAVAILABLE. A neighbour's stream that ends before the
+// then is refused as UNAVAILABLE; at most kMaxWaitingStreams wait at once
+// (a stage has two neighbours), so strangers on the port of an idle worker
+// cannot take its server's threads: more are refused at once as
+// RESOURCE_EXHAUSTED. A neighbour's stream that ends before the
 // stage is finished (the peer died or gave up) fails the Inbox with
 // UNAVAILABLE naming the stage.
 //
@@ -40,17 +43,26 @@ class StageLinkService final : public v1::StageLink::Service {
                     v1::PushSummary* summary) override;
 
   int64_t frames_rejected() const { return frames_rejected_.load(); }
+  // Streams now waiting for a stage to be attached.
+  int waiting_streams() const {
+    absl::MutexLock lock(&mu_);
+    return waiting_;
+  }
+
+  static constexpr int kMaxWaitingStreams = 4;
 
  private:
   struct Attached {
     LinkExpectations expect;
     std::shared_ptr<Inbox> inbox;
   };
-  // The attached stage once one is (waiting up to 30 s for it).
-  std::optional<Attached> AwaitAttached() const;
+  // The attached stage once one is (waiting up to 30 s for it); nullopt
+  // with *crowded set when kMaxWaitingStreams already wait.
+  std::optional<Attached> AwaitAttached(bool* crowded) const;
 
   mutable absl::Mutex mu_;
   std::optional<Attached> attached_ ABSL_GUARDED_BY(mu_);
+  mutable int waiting_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<int64_t> frames_rejected_{0};
 };
 

@@ -2,8 +2,10 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "worker/transport/frame_validator.h"
 #include "worker/transport/inbox.h"
@@ -187,6 +189,55 @@ TEST_F(StageLinkTest, AStreamWithoutTheAttemptsSecretIsRefusedAndHarmsNothing) {
   EXPECT_EQ(service_->frames_rejected(), 3);
   EXPECT_FALSE(inbox_->PeekKind(Inbox::From::kPrevious).has_value());
   EXPECT_TRUE(inbox_->failure().ok()) << inbox_->failure();
+}
+
+// Streams that open before a stage is attached wait for it, but only a few:
+// strangers on an idle worker's port cannot take every thread of its server.
+TEST(StageLinkWaitTest, OnlyAFewStreamsWaitForAStageMoreAreRefusedAtOnce) {
+  StageLinkService service;
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(port, 0);
+  auto stub = v1::StageLink::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+  struct Stream {
+    grpc::ClientContext context;
+    v1::PushSummary summary;
+    std::unique_ptr<grpc::ClientWriter<v1::TensorFrame>> writer;
+  };
+  std::vector<std::unique_ptr<Stream>> waiting;
+  for (int i = 0; i < StageLinkService::kMaxWaitingStreams; ++i) {
+    auto stream = std::make_unique<Stream>();
+    stream->context.AddMetadata(kLinkSecretMetadata, kSecret);
+    stream->writer = stub->Push(&stream->context, &stream->summary);
+    waiting.push_back(std::move(stream));
+  }
+  for (int i = 0; i < 100 && service.waiting_streams() < StageLinkService::kMaxWaitingStreams; ++i) {
+    absl::SleepFor(absl::Milliseconds(50));  // polling interval: the streams arrive on their own
+  }
+  ASSERT_EQ(service.waiting_streams(), StageLinkService::kMaxWaitingStreams);
+  // One more is refused at once (a waiting one would end UNAVAILABLE after 30 s, or be taken).
+  grpc::ClientContext context;
+  v1::PushSummary summary;
+  auto writer = stub->Push(&context, &summary);
+  writer->WritesDone();
+  const grpc::Status crowded = writer->Finish();
+  EXPECT_EQ(crowded.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(crowded.error_message().find("4 streams already wait"), std::string::npos)
+      << crowded.error_message();
+  // The stage arrives: the waiting streams are taken, as a neighbour's would be.
+  auto inbox = std::make_shared<Inbox>(8);
+  service.Attach(Expect(), inbox);
+  for (auto& stream : waiting) {
+    stream->writer->WritesDone();
+    EXPECT_TRUE(stream->writer->Finish().ok());
+  }
+  EXPECT_EQ(service.waiting_streams(), 0);
+  inbox->Close();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
 }
 
 TEST_F(StageLinkTest, APeerThatVanishesMidTrainingFailsTheInbox) {
