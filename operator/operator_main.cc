@@ -56,6 +56,10 @@ ABSL_FLAG(bool, network_policies, true,
           "(and metrics scrapes)");
 ABSL_FLAG(std::string, metrics_address, "0.0.0.0:8080", "host:port of /metrics, /healthz, /readyz");
 ABSL_FLAG(std::string, metrics_port_file, "", "write the bound metrics port here");
+ABSL_FLAG(bool, worker_link_tls, false,
+          "the stage links between worker pods are mutual TLS with the --worker_secret's ca.crt, "
+          "tls.crt and tls.key, whose certificate must name paci-worker.<namespace> (the chart's "
+          "and scripts/deploy-tls.sh's do)");
 ABSL_FLAG(std::string, worker_token_key_file, "",
           "file holding the key each TrainingJob's worker token is derived from: a job's "
           "workers must present its token to be placed on it (empty: no job tokens)");
@@ -97,7 +101,8 @@ absl::StatusOr<KubeClientOptions> KubeOptionsFromFlags() {
 }
 
 // The controller's and the reconciler's options from the flags;
-// InvalidArgument for a malformed --worker_secret_flags or a short token key.
+// InvalidArgument for a malformed --worker_secret_flags, a short token key or
+// --worker_link_tls without --worker_secret.
 absl::StatusOr<ControllerOptions> ControllerOptionsFromFlags() {
   ControllerOptions options;
   options.watch_namespace = absl::GetFlag(FLAGS_watch_namespace);
@@ -133,6 +138,11 @@ absl::StatusOr<ControllerOptions> ControllerOptionsFromFlags() {
     reconciler.extra_worker_args.emplace_back(arg);
   }
   reconciler.worker_secret = absl::GetFlag(FLAGS_worker_secret);
+  reconciler.worker_link_tls = absl::GetFlag(FLAGS_worker_link_tls);
+  if (reconciler.worker_link_tls && reconciler.worker_secret.empty()) {
+    return absl::InvalidArgumentError(
+        "--worker_link_tls: the links' certificates come from --worker_secret, which is empty");
+  }
   ASSIGN_OR_RETURN(reconciler.worker_secret_flags,
                    paci::ParseKeyValues(absl::GetFlag(FLAGS_worker_secret_flags),
                                         "--worker_secret_flags"));

@@ -53,11 +53,17 @@ else
   echo "deploy-tls: made $NAMESPACE/paci-ca"
 fi
 
-issue() {  # NAMESPACE SECRET COMMON_NAME EXTENSIONS
-  local ns=$1 name=$2 cn=$3 ext=$4
+issue() {  # NAMESPACE SECRET COMMON_NAME EXTENSIONS [DNS_NAME]
+  local ns=$1 name=$2 cn=$3 ext=$4 dns=${5:-}
   if exists "$ns" "$name"; then
-    echo "deploy-tls: $ns/$name exists: kept"
-    return
+    # Kept, unless it lacks a DNS name it must carry now (made by an older version).
+    if [[ -z $dns ]] || kubectl get secret -n "$ns" "$name" -o 'jsonpath={.data.tls\.crt}' | base64 -d |
+         openssl x509 -noout -ext subjectAltName 2>/dev/null | grep -q "DNS:$dns\b"; then
+      echo "deploy-tls: $ns/$name exists: kept"
+      return
+    fi
+    kubectl delete secret -n "$ns" "$name" >/dev/null
+    echo "deploy-tls: $ns/$name lacks DNS:$dns: made anew"
   fi
   openssl req -newkey rsa:2048 -nodes -subj "/CN=$cn" -keyout "$work/$name.key" -out "$work/$name.csr" 2>/dev/null
   printf '%s\n' "$ext" > "$work/$name.ext"
@@ -76,7 +82,10 @@ extendedKeyUsage=serverAuth"
 # worker's binds it to its namespace (common/peer_identity.h).
 issue "$NAMESPACE" paci-operator-client-tls system:paci:operator "extendedKeyUsage=clientAuth"
 for ns in "${WORKER_NAMESPACES[@]}"; do
-  issue "$ns" paci-worker-tls "system:paci:worker:$ns" "extendedKeyUsage=clientAuth"
+  # paci-worker.<namespace>: the name the workers check each other's certificates for
+  # on the stage links (the operator's --worker_link_tls), so also a server's.
+  issue "$ns" paci-worker-tls "system:paci:worker:$ns" "subjectAltName=DNS:paci-worker.$ns
+extendedKeyUsage=serverAuth,clientAuth" "paci-worker.$ns"
 done
 
 # The key the operator derives each TrainingJob's worker token from (its

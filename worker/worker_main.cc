@@ -52,6 +52,9 @@ ABSL_FLAG(std::string, tls_ca, "",
           "are mutual TLS (each end presents its certificate)");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate: serve the stage links over TLS");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key for --tls_cert");
+ABSL_FLAG(std::string, link_tls_server_name, "",
+          "with --tls_cert: the DNS name every peer's certificate carries, checked on the stage "
+          "links instead of the peer's address (a namespace's workers share one certificate)");
 ABSL_FLAG(std::string, spec, "", "job spec (YAML) when started by hand");
 ABSL_FLAG(int, stage, -1, "the stage to run, when started by hand");
 ABSL_FLAG(std::string, peers, "", "comma-separated link addresses of all stages, by hand");
@@ -148,6 +151,7 @@ absl::StatusOr<StageHostOptions> HostOptionsFromFlags(const std::string& host) {
                                                   absl::GetFlag(FLAGS_tls_key),
                                                   absl::GetFlag(FLAGS_tls_ca)}
                                        : TlsFiles{}));
+  if (tls_links) options.link_tls_server_name = absl::GetFlag(FLAGS_link_tls_server_name);
   return options;
 }
 
@@ -237,8 +241,16 @@ absl::Status Main(ShutdownSignal* shutdown) {
   const std::string metrics_address =
       absl::StrCat(HostOfAddress(absl::GetFlag(FLAGS_metrics_address)), ":", metrics_port);
   const std::string id = WorkerId(by_hand ? &*by_hand : nullptr);
+  const std::string link_security =
+      absl::GetFlag(FLAGS_tls_cert).empty()
+          ? std::string("plaintext")
+          : absl::StrCat(absl::GetFlag(FLAGS_tls_ca).empty() ? "TLS" : "mutual TLS",
+                         absl::GetFlag(FLAGS_link_tls_server_name).empty()
+                             ? ""
+                             : absl::StrCat(" (peers named ",
+                                            absl::GetFlag(FLAGS_link_tls_server_name), ")"));
   LOG(INFO) << "worker " << id << " pid=" << getpid() << " link=" << link_address
-            << " metrics=http://" << metrics_address << "/metrics";
+            << " links=" << link_security << " metrics=http://" << metrics_address << "/metrics";
 
   absl::Status status;
   if (by_hand) {

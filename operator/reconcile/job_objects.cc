@@ -44,6 +44,14 @@ json WorkerArgs(const json& job, const ReconcilerOptions& options) {
       args.push_back(absl::StrCat("--", flag, "=", kWorkerSecretPath, "/", key));
     }
   }
+  if (options.worker_link_tls && !options.worker_secret.empty()) {
+    for (const auto& [flag, key] : {std::pair{"tls_ca", "ca.crt"}, std::pair{"tls_cert", "tls.crt"},
+                                    std::pair{"tls_key", "tls.key"}}) {
+      args.push_back(absl::StrCat("--", flag, "=", kWorkerSecretPath, "/", key));
+    }
+    args.push_back(absl::StrCat("--link_tls_server_name=",
+                                WorkerLinkServerName(MetaString(job, "namespace"))));
+  }
   if (!options.worker_token_key.empty()) {
     args.push_back(absl::StrCat("--job_token_file=", kJobTokenPath, "/token"));
   }
@@ -144,6 +152,8 @@ json OwnedMetadata(const json& job, const std::string& name) {
           {"labels", WorkerLabels(MetaString(job, "name"))},
           {"ownerReferences", OwnerReference(job)}};
 }
+
+std::string WorkerLinkServerName(const std::string& ns) { return "paci-worker." + ns; }
 
 json WorkerTokenSecret(const json& job, const ReconcilerOptions& options) {
   return {{"apiVersion", "v1"},

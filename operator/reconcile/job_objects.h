@@ -68,6 +68,11 @@ inline constexpr char kTerminationMessagePath[] = "/dev/termination-log";
 
 // Where the worker Secret is mounted in worker pods.
 inline constexpr char kWorkerSecretPath[] = "/etc/paci/coordinator";
+// The DNS name the workers of `ns` carry in their certificate and check each
+// other's for on the stage links (ReconcilerOptions::worker_link_tls):
+// "paci-worker.<namespace>".
+std::string WorkerLinkServerName(const std::string& ns);
+
 // Where a worker pod's job token Secret is mounted (--job_token_file=<it>/token).
 inline constexpr char kJobTokenPath[] = "/etc/paci/job-token";
 

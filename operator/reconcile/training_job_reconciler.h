@@ -62,6 +62,11 @@ struct ReconcilerOptions {
   // file: e.g. {"ca.crt", "coordinator_tls_ca"} passes --coordinator_tls_ca=<path>/ca.crt.
   std::string worker_secret;
   std::vector<std::pair<std::string, std::string>> worker_secret_flags;
+  // The stage links between a job's worker pods are mutual TLS with the
+  // worker Secret's ca.crt, tls.crt and tls.key; each end checks the other's
+  // certificate for the DNS name WorkerLinkServerName(namespace), which every
+  // worker certificate of that namespace carries. Needs worker_secret.
+  bool worker_link_tls = false;
   // The key each job's worker token is derived from (common/job_token.h):
   // with one, every job gets a token Secret its worker pods mount, and its
   // workers must present that token to be placed on it. Empty: no tokens.

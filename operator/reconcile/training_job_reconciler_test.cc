@@ -245,6 +245,22 @@ TEST(TrainingJobReconcilerTest, WithATokenKeyOnlyTheJobsOwnPodsHoldTheTokenItsWo
   EXPECT_FALSE(steady.update_run_policy.has_value());
 }
 
+TEST(TrainingJobReconcilerTest, LinkTlsGivesTheWorkersTheSecretsCertificateForTheirStageLinks) {
+  ReconcilerOptions options;
+  options.worker_secret = "paci-worker-tls";
+  options.worker_secret_flags = {{"ca.crt", "coordinator_tls_ca"}};
+  options.worker_link_tls = true;
+  const json args = ReconcileTrainingJob(World(Job()), options).create_pods[0]["spec"]["containers"][0]["args"];
+  for (const char* flag :
+       {"--tls_ca=/etc/paci/coordinator/ca.crt", "--tls_cert=/etc/paci/coordinator/tls.crt",
+        "--tls_key=/etc/paci/coordinator/tls.key", "--link_tls_server_name=paci-worker.team-a"}) {
+    EXPECT_THAT(args.dump(), HasSubstr(flag));
+  }
+  options.worker_link_tls = false;
+  EXPECT_THAT(ReconcileTrainingJob(World(Job()), options).create_pods[0].dump(),
+              Not(HasSubstr("--tls_cert=")));
+}
+
 TEST(TrainingJobReconcilerTest, MissingPodIsCreatedAndNothingElse) {
   ObservedWorld world = Observed("Running", v1::RUNNING);
   world.pods.pop_back();

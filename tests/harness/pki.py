@@ -19,6 +19,7 @@ def make_pki(directory, worker_namespace="default"):
     "worker.crt", "worker.key", "token"}: paths in `directory`."""
     path = {n: os.path.join(directory, n) for n in ("ca.crt", "ca.key", "server.crt", "server.key", "operator.crt",
                                                     "operator.key", "worker.crt", "worker.key", "token")}
+    os.makedirs(directory, exist_ok=True)
 
     def openssl(*args):
         subprocess.run(["openssl", *args], check=True, capture_output=True)
@@ -27,7 +28,9 @@ def make_pki(directory, worker_namespace="default"):
     for who, cn, san, usage in (
             ("server", "paci-coordinator", "DNS:localhost,IP:127.0.0.1", "serverAuth"),
             ("operator", "system:paci:operator", "DNS:paci-operator", "clientAuth"),
-            ("worker", "system:paci:worker:" + worker_namespace, "DNS:paci-worker", "clientAuth")):
+            # paci-worker.<namespace>: the name workers check each other for on the stage links.
+            ("worker", "system:paci:worker:" + worker_namespace, "DNS:paci-worker." + worker_namespace,
+             "serverAuth,clientAuth")):
         csr, ext = os.path.join(directory, who + ".csr"), os.path.join(directory, who + ".ext")
         openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=" + cn, "-keyout", path[who + ".key"],
                 "-out", csr)
@@ -42,13 +45,13 @@ def make_pki(directory, worker_namespace="default"):
 
 def mutual_tls_args(pki, worker_secret):
     """(coordinator_args, operator_args) for LocalCluster: the coordinator requires client
-    certificates of the CA and the token; the operator presents its own and mounts
-    `worker_secret` into every worker pod."""
+    certificates of the CA and the token; the operator presents its own, mounts
+    `worker_secret` into every worker pod, and makes the stage links mutual TLS with it."""
     coordinator = ["--tls_cert=" + pki["server.crt"], "--tls_key=" + pki["server.key"],
                    "--tls_ca=" + pki["ca.crt"], "--auth_token_file=" + pki["token"]]
     operator = ["--coordinator_tls_ca=" + pki["ca.crt"], "--coordinator_tls_cert=" + pki["operator.crt"],
                 "--coordinator_tls_key=" + pki["operator.key"], "--coordinator_auth_token_file=" + pki["token"],
-                "--worker_secret=" + worker_secret]
+                "--worker_secret=" + worker_secret, "--worker_link_tls"]
     return coordinator, operator
 
 

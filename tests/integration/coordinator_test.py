@@ -18,6 +18,7 @@ from paci.v1 import coordinator_pb2 as cpb
 from paci.v1 import coordinator_pb2_grpc as cgrpc
 
 from harness.coordinator import Cluster, phase, spec
+from harness.pki import make_pki
 from harness.paths import BUILD, COORDINATOR, PACICTL, WORKER
 
 
@@ -312,6 +313,21 @@ class CoordinatorTest(unittest.TestCase):
             with self.assertRaises(grpc.FutureTimeoutError):
                 grpc.channel_ready_future(channel).result(timeout=2)
             channel.close()
+
+    def test_stage_links_check_a_shared_worker_certificate_for_its_name(self):
+        """As on Kubernetes: the workers of a namespace share one certificate, which names
+        paci-worker.<namespace> and not their addresses (tests/harness/pki.py makes it as the
+        chart does). With --link_tls_server_name each end of a stage link checks the other's
+        certificate for that name, and the job trains over mutual TLS."""
+        pki = make_pki(os.path.join(self.tmp.name, "pki-links"), worker_namespace="team-a")
+        links = ["--tls_cert=" + pki["worker.crt"], "--tls_key=" + pki["worker.key"], "--tls_ca=" + pki["ca.crt"],
+                 "--link_tls_server_name=paci-worker.team-a"]
+        c = self.start(workers=2, worker_extra=links)
+        c.submit(spec("named", steps=10))
+        done = c.wait("named", lambda j: phase(j) in ("SUCCEEDED", "FAILED"))
+        self.assertEqual(phase(done), "SUCCEEDED", done.status.message)
+        self.assertTrue(c.wait_for_log(r"links=mutual TLS \(peers named paci-worker.team-a\)"),
+                        "".join(c.logs[-20:]))
 
     def ca_and_certificates(self, clients=(("client", "paci-operator"),)):
         """A CA and the certificates it signs: the coordinator's (localhost, 127.0.0.1) and one

@@ -491,6 +491,8 @@ class RenderTest(unittest.TestCase):
         self.assertEqual(operator["worker_secret"], "alpha-paci-worker-tls")
         self.assertEqual(operator["worker_secret_flags"],
                          "ca.crt=coordinator_tls_ca,tls.crt=coordinator_tls_cert,tls.key=coordinator_tls_key")
+        # ... and their stage links are mutual TLS with that Secret's certificate.
+        self.assertEqual(operator["worker_link_tls"], "true")
 
         # TLS without client certificates: the server asks for none, nobody presents one.
         kinds = by_kind(render("--set", "tls.requireClientCerts=false", "--set", "insecure=true",
@@ -500,6 +502,7 @@ class RenderTest(unittest.TestCase):
         self.assertIn("tls_cert", coordinator)
         self.assertNotIn("tls_ca", coordinator)
         self.assertNotIn("coordinator_tls_cert", operator)
+        self.assertNotIn("worker_link_tls", operator)  # the workers hold no certificate of their own
         self.assertEqual(mounted_secret_file(kinds["Deployment"]["paci-operator"], operator["coordinator_tls_ca"]),
                          ("my-tls", "ca.crt"))
         self.assertEqual((operator["worker_secret"], operator["worker_secret_flags"]), ("my-workers", "ca.crt=coordinator_tls_ca"))
@@ -552,6 +555,12 @@ class RenderTest(unittest.TestCase):
                 subject = subprocess.run(["openssl", "x509", "-noout", "-subject", "-in",
                                           write(secret, "tls.crt", namespace)], capture_output=True, text=True).stdout
                 self.assertIn("CN = " + name, subject, (secret, namespace))
+                if secret == "worker-tls":  # the name stage links check, as a server's and a client's
+                    ext = subprocess.run(["openssl", "x509", "-noout", "-ext", "subjectAltName,extendedKeyUsage",
+                                          "-in", write(secret, "tls.crt", namespace)], capture_output=True,
+                                         text=True).stdout
+                    self.assertIn("DNS:paci-worker." + namespace, ext)
+                    self.assertIn("TLS Web Server Authentication, TLS Web Client Authentication", ext)
             names = subprocess.run(["openssl", "x509", "-noout", "-ext", "subjectAltName", "-in",
                                     write("coordinator-tls", "tls.crt")], capture_output=True, text=True).stdout
             self.assertIn("DNS:alpha-paci-coordinator.ml.svc,", names)

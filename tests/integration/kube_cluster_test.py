@@ -426,6 +426,11 @@ class KubeClusterTest(unittest.TestCase):
                 self.assertIn({"paci-coordinator-tls": "CN = paci-coordinator",
                                "paci-operator-client-tls": "CN = system:paci:operator",
                                "paci-worker-tls": "CN = system:paci:worker:" + key[0]}[key[1]], subject, key)
+                if key[1] == "paci-worker-tls":  # also a server's, on the stage links
+                    ext = subprocess.run(["openssl", "x509", "-noout", "-ext", "subjectAltName,extendedKeyUsage",
+                                          "-in", os.path.join(d, "crt")], capture_output=True, text=True).stdout
+                    self.assertIn("DNS:paci-worker.%s" % key[0], ext)
+                    self.assertIn("TLS Web Server Authentication", ext)
                 if key[1] == "paci-coordinator-tls":
                     names = subprocess.run(["openssl", "x509", "-noout", "-ext", "subjectAltName", "-in",
                                             os.path.join(d, "crt")], capture_output=True, text=True).stdout

@@ -3,7 +3,8 @@
 (mutual TLS) and a bearer token; the operator presents its own certificate
 (system:paci:operator) and token, and mounts a Secret with the CA, the workers'
 certificate (system:paci:worker:default, which binds them to the namespace) and
-the token into every worker pod (--worker_secret), whose workers present them.
+the token into every worker pod (--worker_secret), whose workers present them,
+and whose stage links are mutual TLS with that certificate (--worker_link_tls).
 Certificates are made by the test (tests/harness/pki.py). The worker pods are containers of the built worker image in a
 namespace enforcing restricted Pod Security.
 
@@ -61,11 +62,18 @@ class OperatorTlsEndToEnd(unittest.TestCase):
         self.assertIn("--coordinator_auth_token_file=%s/token" % MOUNT, container["args"])
         self.assertIn({"name": "paci-coordinator", "mountPath": MOUNT, "readOnly": True},
                       container["volumeMounts"])
+        # The stage links: mutual TLS with the same certificate, checked for the namespace's name.
+        for flag in ("--tls_ca=%s/ca.crt" % MOUNT, "--tls_cert=%s/tls.crt" % MOUNT, "--tls_key=%s/tls.key" % MOUNT,
+                     "--link_tls_server_name=paci-worker.default"):
+            self.assertIn(flag, container["args"])
         job = wait_until("kjv-tiny finished", lambda: (lambda j: j.get("status", {}).get("phase") in (
             "Succeeded", "Failed") and j)(self.cluster.get("trainingjob", "kjv-tiny")), timeout=120, interval=0.5)
         self.assertEqual(job["status"]["phase"], "Succeeded", job["status"])
         self.assertEqual(job["status"]["step"], 60)
         self.assertIn("mutual TLS", self.log("coordinator"))
+        for pod in ("kjv-tiny-worker-0", "kjv-tiny-worker-1"):
+            self.assertIn("links=mutual TLS (peers named paci-worker.default)",
+                          self.cluster.kubectl("logs", pod).stdout)
         self.assertNotIn("peer did not return a certificate", self.log("coordinator"))
         self.assertNotIn("refused: PERMISSION_DENIED", self.log("coordinator"))  # bound, and in its namespace
 

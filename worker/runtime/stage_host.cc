@@ -205,7 +205,7 @@ std::unique_ptr<PeerSender> StageHost::OpenLink(int peer,
   auto sender = std::make_unique<PeerSender>(
       PeerSender::Options{assignment_.stage_addresses(peer), absl::StrCat("stage ", peer), 16,
                           absl::Seconds(60), options_.link_credentials,
-                          assignment_.link_secret()},
+                          options_.link_tls_server_name, assignment_.link_secret()},
       [inbox](absl::Status status) { inbox->Fail(std::move(status)); });
   sender->Start();
   return sender;

@@ -35,6 +35,9 @@ struct StageHostOptions {
   absl::Duration report_interval = absl::Milliseconds(500);
   // Credentials for the links to the neighbours (TLS); null: plaintext.
   std::shared_ptr<grpc::ChannelCredentials> link_credentials;
+  // With link_credentials: the name every peer's certificate carries
+  // (PeerSender::Options::tls_server_name); empty: its address.
+  std::string link_tls_server_name;
   // pipeline.data_parallel > 1: the host this worker's Gloo sockets listen on
   // (the one the other workers reach it at), and how long the replicas of a
   // stage have to meet before the stage fails.

@@ -8,8 +8,9 @@
 
 namespace paci {
 
-grpc::ChannelArguments StageLinkChannelArguments() {
+grpc::ChannelArguments StageLinkChannelArguments(const std::string& tls_server_name) {
   grpc::ChannelArguments args;
+  if (!tls_server_name.empty()) args.SetSslTargetNameOverride(tls_server_name);
   args.SetMaxSendMessageSize(1 << 30);
   args.SetMaxReceiveMessageSize(1 << 30);
   // One connection per link; keep it from being shared with other channels.
@@ -22,7 +23,7 @@ PeerSender::PeerSender(const Options& options, std::function<void(absl::Status)>
   channel_ = grpc::CreateCustomChannel(options_.address,
                                        options_.credentials ? options_.credentials
                                                             : grpc::InsecureChannelCredentials(),
-                                       StageLinkChannelArguments());
+                                       StageLinkChannelArguments(options_.tls_server_name));
   stub_ = v1::StageLink::NewStub(channel_);
 }
 

@@ -34,6 +34,9 @@ class PeerSender final : public FrameSender {
     absl::Duration connect_timeout = absl::Seconds(60);
     // TLS toward the peer when set; plaintext otherwise.
     std::shared_ptr<grpc::ChannelCredentials> credentials;
+    // With credentials: the name the peer's certificate must carry, instead
+    // of its address (the workers of a namespace share one certificate).
+    std::string tls_server_name;
     std::string secret;  // the attempt's link secret, sent on the stream
   };
 
@@ -71,6 +74,6 @@ class PeerSender final : public FrameSender {
 };
 
 // Channel arguments for stage links: messages up to 1 GiB.
-grpc::ChannelArguments StageLinkChannelArguments();
+grpc::ChannelArguments StageLinkChannelArguments(const std::string& tls_server_name = "");
 
 }  // namespace paci

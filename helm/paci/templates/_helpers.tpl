@@ -160,16 +160,20 @@ its namespace. */}}
       "coordinator" (list (include "paci.tlsSecretName" .) $ns $coordinator (list $coordinator (printf "%s.%s" $coordinator $ns) (printf "%s.%s.svc" $coordinator $ns) (printf "%s.%s.svc.cluster.local" $coordinator $ns)))
       "operator" (list (include "paci.operatorClientSecretName" .) $ns "system:paci:operator" list) }}
 {{- range (include "paci.workerNamespaces" . | fromJsonArray) }}
-{{- $_ := set $leaves (printf "worker:%s" .) (list (include "paci.workerSecretName" $) . (printf "system:paci:worker:%s" .) list) }}
+{{- /* paci-worker.<namespace>: the name the workers check each other's certificates
+for on the stage links (the operator's --worker_link_tls). */}}
+{{- $_ := set $leaves (printf "worker:%s" .) (list (include "paci.workerSecretName" $) . (printf "system:paci:worker:%s" .) (list (printf "paci-worker.%s" .))) }}
 {{- end }}
 {{- range $who, $leaf := $leaves }}
+{{- $names := join "," (index $leaf 3) }}
 {{- $old := lookup "v1" "Secret" (index $leaf 1) (index $leaf 0) }}
 {{- $oldNotAfter := include "paci.notAfter" $old | int64 }}
-{{- if and (not $newCa) $old (gt $oldNotAfter $renewBy) (eq (index $old.data "ca.crt" | b64dec) $ca.Cert) }}
-{{- $_ := set $state $who (dict "crt" (index $old.data "tls.crt" | b64dec) "key" (index $old.data "tls.key" | b64dec) "notAfter" $oldNotAfter) }}
+{{- /* Kept while it has time left, is of this CA and names what it should. */}}
+{{- if and (not $newCa) $old (gt $oldNotAfter $renewBy) (eq (index $old.data "ca.crt" | b64dec) $ca.Cert) (eq (include "paci.dnsNames" $old) $names) }}
+{{- $_ := set $state $who (dict "crt" (index $old.data "tls.crt" | b64dec) "key" (index $old.data "tls.key" | b64dec) "notAfter" $oldNotAfter "names" $names) }}
 {{- else }}
 {{- $cert := genSignedCert (index $leaf 2) nil (index $leaf 3) (int $.Values.tls.validityDays) $ca }}
-{{- $_ := set $state $who (dict "crt" $cert.Cert "key" $cert.Key "notAfter" (add $now (mul $.Values.tls.validityDays 86400))) }}
+{{- $_ := set $state $who (dict "crt" $cert.Cert "key" $cert.Key "notAfter" (add $now (mul $.Values.tls.validityDays 86400)) "names" $names) }}
 {{- end }}
 {{- end }}
 {{- $_ := set .Values "_paciTls" $state }}
@@ -180,6 +184,11 @@ its namespace. */}}
 {{/* A Secret's paci.dev/not-after (Unix seconds), 0 for none or no Secret. */}}
 {{- define "paci.notAfter" -}}
 {{- if . }}{{ ((.metadata).annotations | default dict) | dig "paci.dev/not-after" "0" }}{{ else }}0{{ end }}
+{{- end }}
+
+{{/* A Secret's paci.dev/dns-names (the DNS names its certificate was made for, comma-separated), "" for none or no Secret. */}}
+{{- define "paci.dnsNames" -}}
+{{- if . }}{{ ((.metadata).annotations | default dict) | dig "paci.dev/dns-names" "" }}{{ end }}
 {{- end }}
 
 {{/* A checksum of the certificates a pod mounts (its template changes when they do). Call with (list $ "coordinator"). */}}
