@@ -15,41 +15,16 @@ namespace {
 // Kueue keeps a condition's message to 32 KiB (api.TruncateConditionMessage).
 constexpr size_t kMaxConditionMessage = 32 * 1024;
 
-// The condition `type` of `object`'s status, or null.
-const json* FindCondition(const json& object, const char* type) {
-  const json& conditions = Field(Field(object, "status"), "conditions");
-  if (!conditions.is_array()) return nullptr;
-  for (const json& condition : conditions) {
-    if (StringField(condition, "type") == type) return &condition;
-  }
-  return nullptr;
-}
-
 bool IsTrue(const json* condition) {
   return condition != nullptr && StringField(*condition, "status") == "True";
 }
 
-// Sets a metav1.Condition as apimeta.SetStatusCondition does: the transition
-// time moves only when the status changes.
-void SetCondition(json& object, const char* type, bool value, const std::string& reason,
+// Sets a condition of the Workload's status, its message cut to Kueue's
+// 32 KiB (api.TruncateConditionMessage).
+void SetCondition(json& workload, const char* type, bool value, const std::string& reason,
                   std::string message, absl::Time now) {
   if (message.size() > kMaxConditionMessage) message.resize(kMaxConditionMessage);
-  json& conditions = object["status"]["conditions"];
-  if (!conditions.is_array()) conditions = json::array();
-  const std::string truth = value ? "True" : "False";
-  json* found = nullptr;
-  for (json& condition : conditions) {
-    if (StringField(condition, "type") == type) found = &condition;
-  }
-  if (found == nullptr) {
-    conditions.push_back({{"type", type}});
-    found = &conditions.back();
-  }
-  if (StringField(*found, "status") != truth) (*found)["lastTransitionTime"] = Rfc3339(now);
-  (*found)["status"] = truth;
-  (*found)["reason"] = reason;
-  (*found)["message"] = std::move(message);
-  (*found)["observedGeneration"] = Generation(object);
+  SetStatusCondition(workload["status"], type, value, reason, message, Generation(workload), now);
 }
 
 }  // namespace
@@ -90,30 +65,30 @@ json JobWorkload(const json& job, int workers, const json& worker_pod,
 
 Admission ReadAdmission(const json& workload) {
   Admission admission;
-  if (const json* finished = FindCondition(workload, "Finished"); IsTrue(finished)) {
+  const json& status = Field(workload, "status");
+  if (const json* finished = FindCondition(status, "Finished"); IsTrue(finished)) {
     admission.state = Admission::kFinished;
     admission.reason = StringField(*finished, "reason");
     admission.message = StringField(*finished, "message");
     return admission;
   }
-  const json& status = Field(workload, "status");
   const bool reserved = status.is_object() && status.contains("admission") &&
                         status["admission"].is_object();
   admission.cluster_queue = StringField(Field(status, "admission"), "clusterQueue");
-  if (const json* evicted = FindCondition(workload, "Evicted"); reserved && IsTrue(evicted)) {
+  if (const json* evicted = FindCondition(status, "Evicted"); reserved && IsTrue(evicted)) {
     admission.state = Admission::kEvicted;
     admission.reason = StringField(*evicted, "reason");
     admission.message = StringField(*evicted, "message");
     return admission;
   }
-  if (const json* admitted = FindCondition(workload, "Admitted"); reserved && IsTrue(admitted)) {
+  if (const json* admitted = FindCondition(status, "Admitted"); reserved && IsTrue(admitted)) {
     admission.state = Admission::kAdmitted;
     admission.reason = StringField(*admitted, "reason");
     admission.message = StringField(*admitted, "message");
     return admission;
   }
   // Pending: QuotaReserved says why (Kueue writes it once it has looked).
-  if (const json* reserved_condition = FindCondition(workload, "QuotaReserved")) {
+  if (const json* reserved_condition = FindCondition(status, "QuotaReserved")) {
     admission.reason = StringField(*reserved_condition, "reason");
     admission.message = StringField(*reserved_condition, "message");
   }
@@ -130,7 +105,7 @@ Admission ReadAdmission(const json& workload) {
 }
 
 void ReleaseQuota(json& workload, absl::Time now) {
-  const json* evicted = FindCondition(workload, "Evicted");
+  const json* evicted = FindCondition(Field(workload, "status"), "Evicted");
   const std::string reason = evicted ? StringField(*evicted, "reason") : "";
   const std::string message = evicted ? StringField(*evicted, "message") : "";
   // Requeued at once after a preemption or a node failure; otherwise Kueue

@@ -4,17 +4,20 @@
 #include <gtest/gtest.h>
 
 #include "operator/reconcile/object_meta.h"
+#include "operator/reconcile/reconcile_test_util.h"
 #include "operator/reconcile/training_job_reconciler.h"
 
 namespace paci::op {
 namespace {
 
 using nlohmann::json;
+using test::kNow;
+using test::Pod;
+using test::Reasons;
+using test::World;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
-
-const absl::Time kNow = absl::FromUnixSeconds(1'800'000'000);
 
 // A TrainingJob queued in LocalQueue "team-queue", its workers asking 2 cpu.
 json QueuedJob() {
@@ -40,13 +43,6 @@ ReconcilerOptions WithKueue() {
   ReconcilerOptions options;
   options.kueue = true;
   return options;
-}
-
-ObservedWorld World(json job) {
-  ObservedWorld world;
-  world.job = std::move(job);
-  world.now = kNow;
-  return world;
 }
 
 json Condition(const std::string& type, const std::string& status, const std::string& reason,
@@ -78,19 +74,6 @@ json ConditionOf(const json& status, const std::string& type) {
     if (c["type"] == type) return c;
   }
   return nullptr;
-}
-
-std::vector<std::string> Reasons(const ReconcileActions& actions) {
-  std::vector<std::string> reasons;
-  for (const KubeEvent& event : actions.events) reasons.push_back(event.reason);
-  return reasons;
-}
-
-json Pod(int index) {
-  return {{"metadata",
-           {{"name", "kjv-worker-" + std::to_string(index)},
-            {"labels", {{kJobNameLabel, "kjv"}, {kWorkerIndexLabel, std::to_string(index)}}}}},
-          {"status", {{"phase", "Running"}}}};
 }
 
 TEST(KueueTest, AQueuedJobGetsOneWorkloadForAllItsWorkersAndWaitsSuspended) {
@@ -189,7 +172,7 @@ TEST(KueueTest, AnEvictedJobStopsGivesItsQuotaBackOnceItsPodsAreGoneAndResumesAs
                          {"coordinatorJob", "kjv-01234567-g1"},
                          {"checkpointStep", 40},
                          {"conditions", json::array({Condition("Admitted", "True", "Admitted")})}};
-  world.pods = {Pod(0), Pod(1)};
+  world.pods = {Pod(0, "Running"), Pod(1, "Running")};
   world.service_exists = world.network_policy_exists = true;
   v1::Job running;
   running.set_name("kjv-01234567-g1");

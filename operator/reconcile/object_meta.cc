@@ -94,4 +94,34 @@ bool ParseRfc3339(const std::string& text, absl::Time* time) {
   return absl::ParseTime(absl::RFC3339_full, text, time, &error);
 }
 
+const json* FindCondition(const json& status, const std::string& type) {
+  const json& conditions = Field(status, "conditions");
+  if (!conditions.is_array()) return nullptr;
+  for (const json& condition : conditions) {
+    if (StringField(condition, "type") == type) return &condition;
+  }
+  return nullptr;
+}
+
+void SetStatusCondition(json& status, const std::string& type, bool value,
+                        const std::string& reason, const std::string& message,
+                        int64_t generation, absl::Time now) {
+  json& conditions = status["conditions"];
+  if (!conditions.is_array()) conditions = json::array();
+  const std::string truth = value ? "True" : "False";
+  json* found = nullptr;
+  for (json& condition : conditions) {
+    if (StringField(condition, "type") == type) found = &condition;
+  }
+  if (found == nullptr) {
+    conditions.push_back({{"type", type}});
+    found = &conditions.back();
+  }
+  if (StringField(*found, "status") != truth) (*found)["lastTransitionTime"] = Rfc3339(now);
+  (*found)["status"] = truth;
+  (*found)["reason"] = reason;
+  (*found)["message"] = message;
+  (*found)["observedGeneration"] = generation;
+}
+
 }  // namespace paci::op

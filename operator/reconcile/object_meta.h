@@ -59,6 +59,14 @@ inline constexpr char kWorkerTokenSecretSuffix[] = "-worker-token";
 std::string WorkerTokenSecretName(const std::string& job_name);
 nlohmann::json WorkerLabels(const std::string& job_name);
 
+// Status conditions (metav1.Condition), as apimeta.SetStatusCondition keeps
+// them: status.conditions' entry `type`, or null; setting one keeps its
+// lastTransitionTime unless its status changes.
+const nlohmann::json* FindCondition(const nlohmann::json& status, const std::string& type);
+void SetStatusCondition(nlohmann::json& status, const std::string& type, bool value,
+                        const std::string& reason, const std::string& message,
+                        int64_t generation, absl::Time now);
+
 // Times. Rfc3339 to the second ("2027-01-15T08:00:00Z"), as .status and
 // Events carry them; Rfc3339Micro to the microsecond, a Lease's MicroTime.
 std::string Rfc3339(absl::Time time);

@@ -17,37 +17,14 @@ bool Reconciliation::CoordinatorActive() const {
 
 void Reconciliation::SetCondition(const std::string& type, bool value, const std::string& reason,
                                   const std::string& message) {
-  json& conditions = desired["conditions"];
-  if (!conditions.is_array()) conditions = json::array();
-  const std::string truth = value ? "True" : "False";
-  for (json& condition : conditions) {
-    if (StringField(condition, "type") != type) continue;
-    if (StringField(condition, "status") != truth) {
-      condition["lastTransitionTime"] = Rfc3339(world.now);
-    }
-    condition["status"] = truth;
-    condition["reason"] = reason;
-    condition["message"] = message;
-    condition["observedGeneration"] = generation;
-    return;
-  }
-  conditions.push_back(json{{"type", type},
-                            {"status", truth},
-                            {"reason", reason},
-                            {"message", message},
-                            {"observedGeneration", generation},
-                            {"lastTransitionTime", Rfc3339(world.now)}});
+  SetStatusCondition(desired, type, value, reason, message, generation, world.now);
 }
 
 std::string Reconciliation::ObservedReason(const std::string& type, const char* truth) const {
-  const json& conditions = Field(status, "conditions");
-  if (!conditions.is_array()) return "";
-  for (const json& condition : conditions) {
-    if (StringField(condition, "type") == type && StringField(condition, "status") == truth) {
-      return StringField(condition, "reason");
-    }
-  }
-  return "";
+  const json* condition = FindCondition(status, type);
+  return condition != nullptr && StringField(*condition, "status") == truth
+             ? StringField(*condition, "reason")
+             : "";
 }
 
 void Reconciliation::ClearCondition(const std::string& type, const std::string& reason) {

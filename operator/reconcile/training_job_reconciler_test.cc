@@ -8,17 +8,20 @@
 
 #include "common/job_token.h"
 #include "operator/reconcile/job_objects.h"
+#include "operator/reconcile/reconcile_test_util.h"
 
 namespace paci::op {
 namespace {
 
 using nlohmann::json;
+using test::kNow;
+using test::Pod;
+using test::Reasons;
+using test::World;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
-
-const absl::Time kNow = absl::FromUnixSeconds(1'800'000'000);
 
 json Job(int stages = 2) {
   json job = json::parse(R"({
@@ -42,13 +45,6 @@ json Job(int stages = 2) {
 json Submitted(json job, const std::string& phase = "Pending") {
   job["status"] = {{"phase", phase}, {"coordinatorJob", "kjv-01234567-g1"}};
   return job;
-}
-
-json Pod(int index, const std::string& phase) {
-  return {{"metadata",
-           {{"name", "kjv-worker-" + std::to_string(index)},
-            {"labels", {{kJobNameLabel, "kjv"}, {kWorkerIndexLabel, std::to_string(index)}}}}},
-          {"status", {{"phase", phase}}}};
 }
 
 // The coordinator's job, with the spec the operator submitted for Job().
@@ -75,13 +71,6 @@ v1::Job CoordinatorJob(v1::JobPhase phase) {
   return job;
 }
 
-ObservedWorld World(json job) {
-  ObservedWorld world;
-  world.job = std::move(job);
-  world.now = kNow;
-  return world;
-}
-
 // A submitted job, both its pods running, and the coordinator's view of it.
 ObservedWorld Observed(const std::string& phase, v1::JobPhase coordinator_phase) {
   ObservedWorld world = World(Submitted(Job(), phase));
@@ -96,12 +85,6 @@ std::vector<std::string> Names(const std::vector<json>& objects) {
   std::vector<std::string> names;
   for (const json& object : objects) names.push_back(object["metadata"]["name"]);
   return names;
-}
-
-std::vector<std::string> Reasons(const ReconcileActions& actions) {
-  std::vector<std::string> reasons;
-  for (const KubeEvent& event : actions.events) reasons.push_back(event.reason);
-  return reasons;
 }
 
 // The pure function as a table: each case is (object, observed world) -> actions.

@@ -48,6 +48,12 @@ class StageLinkService final : public v1::StageLink::Service {
     absl::MutexLock lock(&mu_);
     return waiting_;
   }
+  // Waits, at most `timeout`, until `count` streams wait for a stage; whether they do.
+  bool AwaitWaitingStreams(int count, absl::Duration timeout) const {
+    absl::MutexLock lock(&mu_);
+    auto enough = [this, count]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return waiting_ >= count; };
+    return mu_.AwaitWithTimeout(absl::Condition(&enough), timeout);
+  }
 
   static constexpr int kMaxWaitingStreams = 4;
 

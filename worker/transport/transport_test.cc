@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
-#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "worker/transport/frame_validator.h"
 #include "worker/transport/inbox.h"
@@ -215,9 +214,7 @@ TEST(StageLinkWaitTest, OnlyAFewStreamsWaitForAStageMoreAreRefusedAtOnce) {
     stream->writer = stub->Push(&stream->context, &stream->summary);
     waiting.push_back(std::move(stream));
   }
-  for (int i = 0; i < 100 && service.waiting_streams() < StageLinkService::kMaxWaitingStreams; ++i) {
-    absl::SleepFor(absl::Milliseconds(50));  // polling interval: the streams arrive on their own
-  }
+  ASSERT_TRUE(service.AwaitWaitingStreams(StageLinkService::kMaxWaitingStreams, absl::Seconds(10)));
   ASSERT_EQ(service.waiting_streams(), StageLinkService::kMaxWaitingStreams);
   // One more is refused at once (a waiting one would end UNAVAILABLE after 30 s, or be taken).
   grpc::ClientContext context;
