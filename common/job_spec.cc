@@ -231,6 +231,12 @@ int WorkersOf(const v1::PipelineSpec& pipeline) {
   return pipeline.num_stages() * std::max(1, pipeline.data_parallel());
 }
 
+int64_t LargestLinkMessageBytes(const v1::JobSpec& spec) {
+  return int64_t{spec.pipeline().micro_batch_size()} * spec.model().seq_len() *
+             spec.model().d_model() * 4 +
+         64 * 1024;
+}
+
 std::string StageName(const v1::PipelineSpec& pipeline, int stage, int replica) {
   if (pipeline.data_parallel() <= 1) return absl::StrCat("stage ", stage);
   return absl::StrCat("stage ", stage, " replica ", replica);

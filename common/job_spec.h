@@ -65,6 +65,12 @@ absl::StatusOr<v1::JobSpec> LoadAndValidateJobSpec(const std::string& path);
 // Worker w runs stage w % P of replica w / P.
 int WorkersOf(const v1::PipelineSpec& pipeline);
 
+// The largest message a stage link of this job carries: a hidden state (or
+// its gradient) of [micro_batch_size, seq_len, d_model] in float32, and 64 KiB
+// for the frame around it. A worker made for one job (the operator's) caps its
+// link server's messages at this, instead of 1 GiB.
+int64_t LargestLinkMessageBytes(const v1::JobSpec& spec);
+
 // How messages name a stage's worker: "stage 1", or "stage 1 replica 0" when
 // the pipeline has replicas.
 std::string StageName(const v1::PipelineSpec& pipeline, int stage, int replica);

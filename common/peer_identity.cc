@@ -19,6 +19,10 @@ PeerIdentity IdentityOfCommonName(absl::string_view common_name) {
              common_name.size() > sizeof(kWorkerCommonNamePrefix) - 1) {
     peer.kind = PeerIdentity::Kind::kWorker;
     peer.name_space = std::string(common_name.substr(sizeof(kWorkerCommonNamePrefix) - 1));
+  } else if (absl::StartsWith(common_name, kTenantCommonNamePrefix) &&
+             common_name.size() > sizeof(kTenantCommonNamePrefix) - 1) {
+    peer.kind = PeerIdentity::Kind::kTenant;
+    peer.name_space = std::string(common_name.substr(sizeof(kTenantCommonNamePrefix) - 1));
   }
   return peer;
 }
@@ -39,11 +43,32 @@ absl::Status CheckClientIdentity(const PeerIdentity& peer) {
       ", not submit, list or cancel jobs"));
 }
 
+bool MaySeeJob(const PeerIdentity& peer, const std::map<std::string, std::string>& labels) {
+  if (peer.kind != PeerIdentity::Kind::kTenant) return true;
+  auto it = labels.find(kNamespaceLabel);
+  return it != labels.end() && it->second == peer.name_space;
+}
+
+absl::Status LabelSubmission(const PeerIdentity& peer,
+                             std::map<std::string, std::string>* labels) {
+  if (peer.kind != PeerIdentity::Kind::kTenant) return absl::OkStatus();
+  auto [it, added] = labels->emplace(kNamespaceLabel, peer.name_space);
+  if (!added && it->second != peer.name_space) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "labels[", kNamespaceLabel, "]: \"", it->second, "\" is not your namespace: the certificate \"",
+        peer.common_name, "\" submits jobs of namespace ", peer.name_space, " only"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckWorkerIdentity(const PeerIdentity& peer, const std::string& worker_id,
                                      const std::string* job_label) {
-  if (peer.kind == PeerIdentity::Kind::kOperator) {
+  if (peer.kind == PeerIdentity::Kind::kOperator || peer.kind == PeerIdentity::Kind::kTenant) {
     return absl::PermissionDeniedError(absl::StrCat(
-        "the certificate \"", peer.common_name, "\" is the operator's: it registers no worker"));
+        "the certificate \"", peer.common_name, "\" is ",
+        peer.kind == PeerIdentity::Kind::kOperator ? "the operator's"
+                                                   : absl::StrCat("a tenant's of namespace ", peer.name_space),
+        ": it registers no worker"));
   }
   if (peer.kind != PeerIdentity::Kind::kWorker) return absl::OkStatus();
   const std::string prefix = peer.name_space + ".";

@@ -56,4 +56,41 @@ TEST(PeerIdentityTest, AWorkersCertificateIsNoClients) {
 }
 
 }  // namespace
+TEST(PeerIdentityTest, ATenantSeesAndLabelsOnlyTheJobsOfItsNamespace) {
+  const PeerIdentity tenant = IdentityOfCommonName("system:paci:tenant:team-a");
+  EXPECT_EQ(tenant.kind, PeerIdentity::Kind::kTenant);
+  EXPECT_EQ(tenant.name_space, "team-a");
+  EXPECT_EQ(IdentityOfCommonName("system:paci:tenant:").kind, PeerIdentity::Kind::kUnnamed);
+
+  EXPECT_TRUE(MaySeeJob(tenant, {{"paci.dev/namespace", "team-a"}, {"x", "y"}}));
+  EXPECT_FALSE(MaySeeJob(tenant, {{"paci.dev/namespace", "team-b"}}));
+  EXPECT_FALSE(MaySeeJob(tenant, {{"paci.dev/namespace", "team-ab"}}));
+  EXPECT_FALSE(MaySeeJob(tenant, {}));  // a job of no namespace is the administrator's
+  for (const char* other : {"system:paci:operator", "", "admin"}) {
+    EXPECT_TRUE(MaySeeJob(IdentityOfCommonName(other), {})) << other;
+  }
+
+  std::map<std::string, std::string> labels = {{"team", "x"}};
+  ASSERT_TRUE(LabelSubmission(tenant, &labels).ok());
+  EXPECT_EQ(labels.at("paci.dev/namespace"), "team-a");
+  EXPECT_EQ(labels.at("team"), "x");
+  std::map<std::string, std::string> claimed = {{"paci.dev/namespace", "team-b"}};
+  const absl::Status refused = LabelSubmission(tenant, &claimed);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(refused.message(),
+              AllOf(HasSubstr("labels[paci.dev/namespace]: \"team-b\" is not your namespace"),
+                    HasSubstr("system:paci:tenant:team-a")));
+  // The operator labels its jobs itself; the unnamed are not bound.
+  std::map<std::string, std::string> operators = {{"paci.dev/namespace", "team-b"}};
+  EXPECT_TRUE(LabelSubmission(IdentityOfCommonName("system:paci:operator"), &operators).ok());
+  EXPECT_EQ(operators.at("paci.dev/namespace"), "team-b");
+
+  // A tenant is a client: it may call the Coordinator service, and registers no worker.
+  EXPECT_TRUE(CheckClientIdentity(tenant).ok());
+  const std::string label = "team-a.kjv";
+  const absl::Status worker = CheckWorkerIdentity(tenant, "team-a.w0", &label);
+  EXPECT_EQ(worker.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(worker.message(), HasSubstr("a tenant's of namespace team-a: it registers no worker"));
+}
+
 }  // namespace paci

@@ -10,7 +10,10 @@
 # namespace (default: default; give one --worker-namespace per namespace TrainingJobs
 # run in): paci-worker-tls, the workers' client certificate for that namespace
 # (common name system:paci:worker:NS: the coordinator places them only on that
-# namespace's jobs). Certificates are valid
+# namespace's jobs); and paci-client-tls, the certificate of that namespace's users
+# (common name system:paci:tenant:NS: pacictl with it sees, submits and cancels only
+# that namespace's jobs; Kubernetes' RBAC on Secrets says who may read it).
+# Certificates are valid
 # N days (default 365); to renew one, delete its Secret and run this again (the CA
 # stays, so the others keep working). The Helm chart (helm/paci) does all this itself.
 set -euo pipefail
@@ -86,6 +89,7 @@ for ns in "${WORKER_NAMESPACES[@]}"; do
   # on the stage links (the operator's --worker_link_tls), so also a server's.
   issue "$ns" paci-worker-tls "system:paci:worker:$ns" "subjectAltName=DNS:paci-worker.$ns
 extendedKeyUsage=serverAuth,clientAuth" "paci-worker.$ns"
+  issue "$ns" paci-client-tls "system:paci:tenant:$ns" "extendedKeyUsage=clientAuth"
 done
 
 # The key the operator derives each TrainingJob's worker token from (its

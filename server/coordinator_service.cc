@@ -7,6 +7,7 @@
 #include "common/job_phase.h"
 #include "common/job_spec.h"
 #include "common/peer_identity.h"
+#include "server/job_status.h"
 
 namespace paci {
 
@@ -73,6 +74,10 @@ std::string ClientKey(const grpc::ServerContext& context) {
   return "host:" + address;
 }
 
+static std::map<std::string, std::string> LabelsOf(const v1::Job& job) {
+  return std::map<std::string, std::string>(job.labels().begin(), job.labels().end());
+}
+
 CoordinatorService::CoordinatorService(JobManager& manager,
                                        const CoordinatorServiceOptions& options)
     : manager_(manager),
@@ -83,9 +88,17 @@ grpc::Status CoordinatorService::Admit(const grpc::ServerContext& context,
                                        const std::string* name) const {
   grpc::Status auth = CheckBearerToken(context, options_.token);
   if (!auth.ok()) return auth;
-  if (absl::Status who = CheckClientIdentity(IdentityOf(context)); !who.ok()) return ToGrpc(who);
+  const PeerIdentity peer = IdentityOf(context);
+  if (absl::Status who = CheckClientIdentity(peer); !who.ok()) return ToGrpc(who);
   if (name == nullptr) return auth;
-  return ToGrpc(CheckJobName(*name, "name"));
+  if (absl::Status valid = CheckJobName(*name, "name"); !valid.ok()) return ToGrpc(valid);
+  if (peer.kind != PeerIdentity::Kind::kTenant) return grpc::Status::OK;
+  // A tenant's view holds its namespace's jobs only: another's is as absent as
+  // a job that never was.
+  absl::StatusOr<v1::Job> job = manager_.Get(*name);
+  if (!job.ok()) return ToGrpc(job.status());
+  if (!MaySeeJob(peer, LabelsOf(*job))) return ToGrpc(JobNotFound(*name));
+  return grpc::Status::OK;
 }
 
 template <typename T>
@@ -107,8 +120,17 @@ grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* context,
   absl::Status valid = ValidateJobSpec(spec);
   if (valid.ok()) valid = CheckLabels(request->labels(), "labels");
   if (!valid.ok()) return ToGrpc(valid);
-  const std::map<std::string, std::string> labels(request->labels().begin(),
-                                                  request->labels().end());
+  std::map<std::string, std::string> labels(request->labels().begin(), request->labels().end());
+  const PeerIdentity peer = IdentityOf(*context);
+  if (absl::Status labelled = LabelSubmission(peer, &labels); !labelled.ok()) {
+    return ToGrpc(labelled);
+  }
+  if (absl::StatusOr<v1::Job> same = manager_.Get(spec.name());
+      same.ok() && !MaySeeJob(peer, LabelsOf(*same))) {
+    return grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
+                        absl::StrCat("spec.name: \"", spec.name(),
+                                     "\" is taken by a job of another namespace; choose another"));
+  }
   return Reply(manager_.Submit(spec, labels), response);
 }
 
@@ -144,6 +166,11 @@ grpc::Status CoordinatorService::ListJobs(grpc::ServerContext* context,
   JobListQuery query;
   query.phase = request->phase();
   query.labels.insert(request->label_selector().begin(), request->label_selector().end());
+  // A tenant lists its namespace's jobs, whatever else it selects.
+  if (absl::Status labelled = LabelSubmission(IdentityOf(*context), &query.labels);
+      !labelled.ok()) {
+    return ToGrpc(absl::PermissionDeniedError(absl::StrCat("label_selector: ", labelled.message())));
+  }
   query.name_prefix = request->name_prefix();
   query.page_size = request->page_size();
   query.page_token = request->page_token();

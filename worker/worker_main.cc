@@ -9,6 +9,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -55,6 +56,9 @@ ABSL_FLAG(std::string, tls_key, "", "PEM private key for --tls_cert");
 ABSL_FLAG(std::string, link_tls_server_name, "",
           "with --tls_cert: the DNS name every peer's certificate carries, checked on the stage "
           "links instead of the peer's address (a namespace's workers share one certificate)");
+ABSL_FLAG(int64_t, max_link_message_bytes, int64_t{1} << 30,
+          "the largest message the stage link server takes (the operator gives its job's "
+          "largest frame); a job whose frames are larger fails on this worker, naming it");
 ABSL_FLAG(std::string, spec, "", "job spec (YAML) when started by hand");
 ABSL_FLAG(int, stage, -1, "the stage to run, when started by hand");
 ABSL_FLAG(std::string, peers, "", "comma-separated link addresses of all stages, by hand");
@@ -117,7 +121,8 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> ServeLinks(StageLinkService& links
                                                   absl::GetFlag(FLAGS_tls_key),
                                                   absl::GetFlag(FLAGS_tls_ca)}));
   builder.AddListeningPort(listen, credentials, port);
-  builder.SetMaxReceiveMessageSize(1 << 30);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(
+      std::clamp<int64_t>(absl::GetFlag(FLAGS_max_link_message_bytes), 4 << 20, int64_t{1} << 30)));
   builder.RegisterService(&links);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || *port == 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", listen));
@@ -152,6 +157,7 @@ absl::StatusOr<StageHostOptions> HostOptionsFromFlags(const std::string& host) {
                                                   absl::GetFlag(FLAGS_tls_ca)}
                                        : TlsFiles{}));
   if (tls_links) options.link_tls_server_name = absl::GetFlag(FLAGS_link_tls_server_name);
+  options.max_link_message_bytes = absl::GetFlag(FLAGS_max_link_message_bytes);
   return options;
 }
 

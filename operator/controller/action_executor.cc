@@ -50,7 +50,7 @@ ActionExecutor::Result ActionExecutor::Execute(ObservedWorld world, ReconcileAct
   result.written = world.job;
   result.status = MakeChanges(world, actions, result.written);
   if (result.status.ok() && actions.submit) {
-    world.submit_result = coordinator_.Submit(*actions.submit).status();
+    world.submit_result = coordinator_.Submit(*actions.submit, actions.submit_labels).status();
     if (world.submit_result->ok()) {
       LOG(INFO) << "job " << ObjectKey(world.job) << ": submitted as " << actions.submit->name();
     }

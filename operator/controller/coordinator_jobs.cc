@@ -2,9 +2,11 @@
 
 namespace paci::op {
 
-absl::StatusOr<v1::Job> GrpcCoordinatorJobs::Submit(const v1::JobSpec& spec) {
+absl::StatusOr<v1::Job> GrpcCoordinatorJobs::Submit(
+    const v1::JobSpec& spec, const std::map<std::string, std::string>& labels) {
   v1::SubmitJobRequest request;
   *request.mutable_spec() = spec;
+  request.mutable_labels()->insert(labels.begin(), labels.end());
   return client_.Submit(request, timeout_);
 }
 

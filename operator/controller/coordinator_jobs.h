@@ -4,6 +4,7 @@
 // An interface so the controller does not know about gRPC channels; the one
 // implementation talks to a real paci_coordinator.
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -18,7 +19,8 @@ class CoordinatorJobs {
  public:
   virtual ~CoordinatorJobs() = default;
   // Idempotent by spec.name. InvalidArgument names a bad field.
-  virtual absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec) = 0;
+  virtual absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec,
+                                         const std::map<std::string, std::string>& labels) = 0;
   // NotFound when the coordinator does not know `name`.
   virtual absl::StatusOr<v1::Job> Get(const std::string& name) = 0;
   virtual absl::Status Cancel(const std::string& name) = 0;
@@ -33,7 +35,8 @@ class GrpcCoordinatorJobs : public CoordinatorJobs {
                                absl::Duration timeout = absl::Seconds(10))
       : client_(client), timeout_(timeout) {}
 
-  absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec) override;
+  absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec,
+                                 const std::map<std::string, std::string>& labels) override;
   absl::StatusOr<v1::Job> Get(const std::string& name) override;
   absl::Status Cancel(const std::string& name) override;
   absl::Status UpdateRunPolicy(const std::string& name, const v1::RunPolicy& policy) override;

@@ -31,12 +31,14 @@ using ::testing::UnorderedElementsAre;
 // The coordinator as the operator sees it, in memory. Thread-safe.
 class FakeCoordinatorJobs : public CoordinatorJobs {
  public:
-  absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec) override {
+  absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec,
+                                 const std::map<std::string, std::string>& labels) override {
     absl::MutexLock lock(&mutex_);
     submitted_.push_back(spec.name());
     if (!submit_answer_.ok()) return submit_answer_;
     v1::Job& job = jobs_[spec.name()];
     job.set_name(spec.name());
+    job.mutable_labels()->insert(labels.begin(), labels.end());
     *job.mutable_spec() = spec;
     job.mutable_status()->set_phase(v1::QUEUED);
     return job;
@@ -202,6 +204,10 @@ TEST_F(ActionExecutorTest, CarriesOutANewJobsActions) {
               ElementsAre("kjv-workers"));
   const std::string coordinator_job = CoordinatorJobName(world.job);
   EXPECT_THAT(coordinator_.submitted(), ElementsAre(coordinator_job));
+  // Labelled with its namespace: a tenant's certificate opens that namespace's jobs.
+  absl::StatusOr<v1::Job> submitted = coordinator_.Get(coordinator_job);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  EXPECT_EQ(submitted->labels().at("paci.dev/namespace"), "default");
   absl::StatusOr<json> job = GetJob("kjv");
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_TRUE(HasFinalizer(*job, kFinalizer));

@@ -6,7 +6,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
 #include "common/job_token.h"
+#include "operator/reconcile/coordinator_view.h"
 #include "operator/reconcile/gang.h"
 #include "operator/reconcile/training_job_reconciler.h"
 
@@ -54,6 +56,10 @@ json WorkerArgs(const json& job, const ReconcilerOptions& options) {
   }
   if (!options.worker_token_key.empty()) {
     args.push_back(absl::StrCat("--job_token_file=", kJobTokenPath, "/token"));
+  }
+  // The pod serves this job only: its links take no message larger than the job's frames.
+  if (absl::StatusOr<v1::JobSpec> spec = JobSpecFromTrainingJob(job, CoordinatorJobName(job)); spec.ok()) {
+    args.push_back(absl::StrCat("--max_link_message_bytes=", LargestLinkMessageBytes(*spec)));
   }
   for (const std::string& arg : options.extra_worker_args) args.push_back(arg);
   return args;

@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "common/job_spec.h"
 #include "common/job_token.h"
+#include "common/peer_identity.h"
 #include "operator/reconcile/coordinator_view.h"
 #include "operator/reconcile/dataset_step.h"
 #include "operator/reconcile/gang.h"
@@ -206,6 +207,7 @@ void SubmitToCoordinator(Reconciliation& r, v1::JobSpec job_spec) {
   const int workers = WorkersOf(job_spec.pipeline());
   if (!r.world.submit_result) {
     r.actions.submit = std::move(job_spec);
+    r.actions.submit_labels = {{kNamespaceLabel, MetaString(r.world.job, "namespace")}};
     if (r.phase_before == kPhaseSuspended && !r.actions.submit->checkpoint().directory().empty()) {
       r.actions.submit->mutable_checkpoint()->set_resume(true);  // on from before the suspension
     }

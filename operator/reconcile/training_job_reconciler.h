@@ -20,6 +20,7 @@
 // (JobSpecFromTrainingJob, CoordinatorJobName, ...) is coordinator_view.h,
 // included here for the callers.
 
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -125,6 +126,9 @@ struct ReconcileActions {
   // SubmitJob (idempotent by spec.name); its answer goes back in
   // ObservedWorld::submit_result (see the top of this file).
   std::optional<v1::JobSpec> submit;
+  // Its labels: kNamespaceLabel, the TrainingJob's namespace (a tenant's
+  // certificate opens the jobs of its namespace: common/peer_identity.h).
+  std::map<std::string, std::string> submit_labels;
   // The report.
   std::vector<KubeEvent> events;
   // The whole desired .status, when it differs from the object's.

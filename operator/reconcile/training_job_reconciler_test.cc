@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
 #include "common/job_token.h"
 #include "operator/reconcile/job_objects.h"
 #include "operator/reconcile/reconcile_test_util.h"
@@ -22,6 +23,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
+using ::testing::Pair;
 
 json Job(int stages = 2) {
   json job = json::parse(R"({
@@ -108,6 +110,16 @@ TEST(TrainingJobReconcilerTest, NewJobGetsFinalizerPodsServiceAndIsSubmitted) {
   EXPECT_EQ(actions.submit->pipeline().num_stages(), 2);
   EXPECT_EQ(actions.submit->run_policy().backoff_limit(), 2);
   EXPECT_EQ(actions.submit->run_policy().worker_selector().at(kWorkerJobLabel), "team-a.kjv");
+  EXPECT_THAT(actions.submit_labels, ElementsAre(Pair("paci.dev/namespace", "team-a")));
+  // Each worker pod serves this job only: its links take no message larger than its frames.
+  const v1::PipelineSpec& p = actions.submit->pipeline();
+  const v1::ModelSpec& m = actions.submit->model();
+  const int64_t frame = int64_t{p.micro_batch_size()} * m.seq_len() * m.d_model() * 4 + 65536;
+  EXPECT_GT(frame, 65536);
+  for (const json& pod : actions.create_pods) {
+    EXPECT_THAT(pod["spec"]["containers"][0]["args"].dump(),
+                HasSubstr(absl::StrCat("--max_link_message_bytes=", frame)));
+  }
   ASSERT_TRUE(actions.status.has_value());
   EXPECT_EQ((*actions.status)["phase"], "Pending");
   EXPECT_EQ((*actions.status)["coordinatorJob"], "kjv-01234567-g1");

@@ -462,6 +462,78 @@ class CoordinatorTest(unittest.TestCase):
         with self.assertRaises(grpc.RpcError):
             c.get("stolen")  # nothing was stored
 
+    def test_a_tenants_certificate_opens_only_the_jobs_of_its_namespace(self):
+        """A client certificate named system:paci:tenant:<namespace> (the chart's paci-client
+        Secret of that namespace) submits into its namespace only, and sees, watches, changes
+        and cancels nothing of another's; the operator (which labels each job with its
+        TrainingJob's namespace) and the administrator see everything."""
+        pki = self.ca_and_certificates(clients=(("operator", "system:paci:operator"),
+                                                ("tenant-a", "system:paci:tenant:team-a")))
+        read = lambda name: open(pki[name], "rb").read()  # noqa: E731
+
+        def credentials(who):
+            return grpc.ssl_channel_credentials(root_certificates=read("ca"), private_key=read(who + ".key"),
+                                                certificate_chain=read(who + ".crt"))
+        c = self.start(workers=0, credentials=credentials("operator"),
+                       extra=["--tls_cert=" + pki["server.crt"], "--tls_key=" + pki["server.key"],
+                              "--tls_ca=" + pki["ca"]])
+        ns = "paci.dev/namespace"
+        c.stub.SubmitJob(cpb.SubmitJobRequest(spec=spec("b-job", steps=10), labels={ns: "team-b"}), timeout=20)
+        c.stub.SubmitJob(cpb.SubmitJobRequest(spec=spec("admin-job", steps=10)), timeout=20)
+        channel = grpc.secure_channel(c.address, credentials("tenant-a"))
+        self.addCleanup(channel.close)
+        tenant = cgrpc.CoordinatorStub(channel)
+
+        def refused(call, code, text):
+            with self.assertRaises(grpc.RpcError) as err:
+                call()
+            self.assertEqual(err.exception.code(), code, err.exception.details())
+            self.assertIn(text, err.exception.details())
+
+        # Its own job carries its namespace; it may not name another's, nor take a name in use there.
+        mine = tenant.SubmitJob(cpb.SubmitJobRequest(spec=spec("a-job", steps=10), labels={"team": "x"}), timeout=20)
+        self.assertEqual(dict(mine.labels), {ns: "team-a", "team": "x"})
+        refused(lambda: tenant.SubmitJob(cpb.SubmitJobRequest(spec=spec("a-2"), labels={ns: "team-b"}), timeout=20),
+                grpc.StatusCode.PERMISSION_DENIED, 'labels[paci.dev/namespace]: "team-b" is not your namespace')
+        refused(lambda: tenant.SubmitJob(cpb.SubmitJobRequest(spec=spec("b-job", steps=10)), timeout=20),
+                grpc.StatusCode.ALREADY_EXISTS, '"b-job" is taken by a job of another namespace')
+        # It lists its own, and may not select another namespace's.
+        self.assertEqual([j.name for j in tenant.ListJobs(cpb.ListJobsRequest(), timeout=20).jobs], ["a-job"])
+        refused(lambda: tenant.ListJobs(cpb.ListJobsRequest(label_selector={ns: "team-b"}), timeout=20),
+                grpc.StatusCode.PERMISSION_DENIED, 'label_selector: labels[paci.dev/namespace]: "team-b"')
+        # Another namespace's job, and the administrator's, are as absent as a job that never was.
+        for name in ("b-job", "admin-job", "never"):
+            for call in (lambda: tenant.GetJob(cpb.GetJobRequest(name=name), timeout=20),
+                         lambda: tenant.GetJobTrace(cpb.GetJobRequest(name=name), timeout=20),
+                         lambda: tenant.CancelJob(cpb.CancelJobRequest(name=name), timeout=20),
+                         lambda: tenant.UpdateRunPolicy(cpb.UpdateRunPolicyRequest(name=name), timeout=20),
+                         lambda: next(tenant.WatchJob(cpb.WatchJobRequest(name=name), timeout=20))):
+                refused(call, grpc.StatusCode.NOT_FOUND, 'no job "%s"' % name)
+        self.assertEqual(phase(tenant.GetJob(cpb.GetJobRequest(name="a-job"), timeout=20)), "QUEUED")
+        self.assertEqual(phase(tenant.CancelJob(cpb.CancelJobRequest(name="a-job"), timeout=20)), "CANCELLED")
+        # Nothing of the others changed; the operator sees every job.
+        self.assertEqual(phase(c.get("b-job")), "QUEUED")
+        self.assertEqual(phase(c.get("admin-job")), "QUEUED")
+        self.assertEqual(sorted(j.name for j in c.stub.ListJobs(cpb.ListJobsRequest(), timeout=20).jobs),
+                         ["a-job", "admin-job", "b-job"])
+        # pacictl with the tenant's certificate: its namespace's jobs only.
+        listed = subprocess.run(
+            [PACICTL, "list", "--coordinator=" + c.address, "--coordinator_tls_ca=" + pki["ca"],
+             "--coordinator_tls_cert=" + pki["tenant-a.crt"], "--coordinator_tls_key=" + pki["tenant-a.key"]],
+            capture_output=True, text=True, timeout=60)
+        self.assertEqual(listed.returncode, 0, listed.stderr)
+        self.assertIn("a-job", listed.stdout)
+        self.assertNotIn("b-job", listed.stdout)
+        self.assertNotIn("admin-job", listed.stdout)
+        # A tenant's certificate registers no worker.
+        c.worker_extra = ["--coordinator_tls_ca=" + pki["ca"], "--coordinator_tls_cert=" + pki["tenant-a.crt"],
+                          "--coordinator_tls_key=" + pki["tenant-a.key"], "--labels=paci.dev/job=team-a.a-job"]
+        proc = c.add_worker("team-a.w0")
+        self.assertTrue(c.wait_for_log(r"worker team-a.w0 refused: PERMISSION_DENIED: .*a tenant's of namespace "
+                                       r"team-a: it registers no worker"), "".join(c.logs[-20:]))
+        proc.kill()
+        proc.wait()
+
     def test_a_job_token_places_on_the_job_only_the_workers_that_hold_it(self):
         """A job whose worker selector asks for a token digest (as the operator's jobs do) is
         not given a worker that claims the digest as its own label, nor one with another token;

@@ -57,7 +57,7 @@ COMPONENTS = {"coordinator", "operator", "worker"}
 CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "Namespace"}
 TLS_MUTUAL = ["--set", "tls.enabled=true", "--set", "tls.requireClientCerts=true"]
 PLAINTEXT = ["--set", "tls.enabled=false", "--set", "insecure=true"]
-GENERATED_SECRETS = ("ca", "coordinator-tls", "operator-client-tls", "worker-tls")
+GENERATED_SECRETS = ("ca", "coordinator-tls", "operator-client-tls", "worker-tls", "client-tls")
 
 
 def run_renderer(args, release="paci", namespace="paci-system"):
@@ -532,7 +532,7 @@ class RenderTest(unittest.TestCase):
             if d["kind"] == "Secret":
                 secrets[(d["metadata"]["namespace"], d["metadata"]["name"])] = d
         self.assertEqual(set(secrets), {("ml", "alpha-paci-" + n) for n in GENERATED_SECRETS}
-                         | {(ns, "alpha-paci-worker-tls") for ns in ("team-a", "team-b")}
+                         | {(ns, "alpha-paci-" + s) for ns in ("team-a", "team-b") for s in ("worker-tls", "client-tls")}
                          | {("ml", "alpha-paci-operator-worker-token-key")})
         del secrets[("ml", "alpha-paci-operator-worker-token-key")]
         with tempfile.TemporaryDirectory() as d:
@@ -551,7 +551,8 @@ class RenderTest(unittest.TestCase):
             for secret, namespace, name in (("operator-client-tls", "ml", "system:paci:operator"),
                                             ("worker-tls", "ml", "system:paci:worker:ml"),
                                             ("worker-tls", "team-a", "system:paci:worker:team-a"),
-                                            ("worker-tls", "team-b", "system:paci:worker:team-b")):
+                                            ("worker-tls", "team-b", "system:paci:worker:team-b"),
+                                            ("client-tls", "team-a", "system:paci:tenant:team-a")):
                 subject = subprocess.run(["openssl", "x509", "-noout", "-subject", "-in",
                                           write(secret, "tls.crt", namespace)], capture_output=True, text=True).stdout
                 self.assertIn("CN = " + name, subject, (secret, namespace))
@@ -600,6 +601,9 @@ class RenderTest(unittest.TestCase):
                     list_jobs(worker("tls.key"), worker("tls.crt"))
                 self.assertEqual(err.exception.code(), grpc.StatusCode.PERMISSION_DENIED)
                 self.assertIn('"system:paci:worker:team-b" is a worker\'s', err.exception.details())
+                # A namespace's client certificate lists that namespace's jobs only: none yet.
+                tenant = lambda key: read_bytes(write("client-tls", key, "team-a"))  # noqa: E731
+                self.assertEqual(list(list_jobs(tenant("tls.key"), tenant("tls.crt")).jobs), [])
                 for key, crt in ((None, None), (stranger["tls.key"], stranger["tls.crt"])):
                     with self.assertRaises(grpc.RpcError) as err:
                         list_jobs(key, crt)

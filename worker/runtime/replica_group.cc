@@ -188,7 +188,9 @@ absl::StatusOr<std::unique_ptr<ReplicaGroup>> ReplicaGroup::Join(
     store_options.waitWorkers = false;
     store_options.timeout = Millis(options.join_timeout);
     auto store = c10::make_intrusive<c10d::TCPStore>(host, store_options);
-    auto prefixed = c10::make_intrusive<c10d::PrefixStore>(options.prefix, store);
+    auto prefixed = c10::make_intrusive<c10d::PrefixStore>(
+        options.secret.empty() ? options.prefix : absl::StrCat(options.secret, "/", options.prefix),
+        store);
     prefixed->setTimeout(Millis(options.join_timeout));
     // Every replica arrives, within join_timeout, before Gloo connects (whose
     // own rendezvous waits as long as a collective may).

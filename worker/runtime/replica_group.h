@@ -18,7 +18,8 @@ namespace paci {
 
 // The rendezvous store (torch.distributed's TCPStore) a worker serves for the
 // replica groups of the stages whose replica 0 it runs. TCPStore has no
-// authentication, so it is served only when needed: Reserve binds its port
+// authentication, so the groups' keys start with the attempt's secret
+// (ReplicaGroupOptions::secret), and it is served only when needed: Reserve binds its port
 // (on every interface, `address()` is `advertise_host` with that port) without
 // listening, so a connection there is refused, and the first Serve (replica 0
 // of a job with data_parallel > 1) starts the store on it. A worker that only
@@ -46,6 +47,11 @@ class ReplicaStoreServer {
 struct ReplicaGroupOptions {
   std::string store_address;  // host:port of replica 0's ReplicaStoreServer
   std::string prefix;         // the group's keys: unique to the placement and stage
+  // The attempt's secret (StageAssignment.link_secret): every key of the
+  // group starts with it, so a stranger who reaches the store can neither
+  // read the replicas' addresses nor forge a key they wait for (TCPStore
+  // lists no keys). Empty only in tests.
+  std::string secret;
   int stage = 0;
   int replica = 0;
   int num_replicas = 1;

@@ -6,6 +6,9 @@
 
 #include <thread>
 
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -170,6 +173,32 @@ TEST(ReplicaGroupTest, AReplicaThatNeverArrivesFailsTheJoinWithinItsTimeoutNamin
               AllOf(HasSubstr("stage 0 replica 0: meeting at the store"),
                     HasSubstr("replica 2 did not arrive within 2s"),
                     HasSubstr("not answering: replica 2 at " + gone)));
+}
+
+TEST(ReplicaGroupTest, AStrangerAtTheStoreCannotForgeAReplicasArrival) {
+  auto store = ReplicaStoreServer::Reserve("127.0.0.1");
+  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_TRUE((*store)->Serve().ok());
+  ReplicaGroupOptions o = Options(**store, 0, 2);
+  o.secret = "0123456789abcdef0123456789abcdef";
+  o.join_timeout = absl::Seconds(2);
+  // A stranger who reaches the store and knows the group (its placement and stage, not
+  // the attempt's secret) says replica 1 has arrived, as c10d's own client would.
+  std::string host = "127.0.0.1";
+  int port = 0;
+  ASSERT_TRUE(absl::SimpleAtoi((*store)->address().substr((*store)->address().rfind(':') + 1), &port));
+  c10d::TCPStoreOptions stranger_options;
+  stranger_options.port = static_cast<uint16_t>(port);
+  stranger_options.waitWorkers = false;
+  auto stranger = c10::make_intrusive<c10d::TCPStore>(host, stranger_options);
+  c10d::PrefixStore(o.prefix, stranger).set("arrived/1", std::vector<uint8_t>{1});
+  // Replica 0 is not fooled: it still waits for replica 1, which never comes.
+  auto joined = ReplicaGroup::Join(o);
+  ASSERT_FALSE(joined.ok());
+  EXPECT_THAT(joined.status().message(), HasSubstr("replica 1 did not arrive within 2s"));
+  // Nor can the stranger see what the replica wrote under the secret.
+  EXPECT_FALSE(stranger->check({o.prefix + "/arrived/0"}));
+  EXPECT_TRUE(stranger->check({o.secret + "/" + o.prefix + "/arrived/0"}));  // the key is there
 }
 
 TEST(ReplicaGroupTest, AReplicaThatLeavesFailsTheAllReduceNamingIt) {

@@ -59,6 +59,7 @@ absl::StatusOr<std::unique_ptr<ReplicaGroup>> JoinReplicas(const v1::StageAssign
   ReplicaGroupOptions o;
   o.store_address = assignment.replica_store_address();
   o.prefix = assignment.replica_group();
+  o.secret = assignment.link_secret();
   o.stage = assignment.stage();
   o.replica = assignment.replica();
   o.num_replicas = R;
@@ -142,6 +143,13 @@ absl::Status StageHost::Train() {
   const int stage = assignment_.stage();
   const int P = spec.pipeline().num_stages();
   if (absl::Status fits = CheckFits(assignment_); !fits.ok()) return Fail(fits);
+  if (const int64_t frame = LargestLinkMessageBytes(spec);
+      frame > options_.max_link_message_bytes) {
+    return Fail(absl::FailedPreconditionError(absl::StrCat(
+        "the job's stage link frames take up to ", frame, " bytes (pipeline.micro_batch_size x "
+        "model.seq_len x model.d_model x 4, and the frame), more than this worker's "
+        "--max_link_message_bytes ", options_.max_link_message_bytes)));
+  }
   torch::set_num_threads(spec.runtime().threads_per_stage());
   absl::StatusOr<std::optional<Corpus>> corpus = LoadCorpus(assignment_);
   if (!corpus.ok()) return Fail(corpus.status());

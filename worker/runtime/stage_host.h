@@ -38,6 +38,9 @@ struct StageHostOptions {
   // With link_credentials: the name every peer's certificate carries
   // (PeerSender::Options::tls_server_name); empty: its address.
   std::string link_tls_server_name;
+  // What this worker's link server takes (--max_link_message_bytes): a job
+  // whose frames are larger (LargestLinkMessageBytes) fails here, naming it.
+  int64_t max_link_message_bytes = int64_t{1} << 30;
   // pipeline.data_parallel > 1: the host this worker's Gloo sockets listen on
   // (the one the other workers reach it at), and how long the replicas of a
   // stage have to meet before the stage fails.

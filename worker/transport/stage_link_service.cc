@@ -9,7 +9,7 @@ namespace paci {
 
 void StageLinkService::Attach(const LinkExpectations& expect, std::shared_ptr<Inbox> inbox) {
   absl::MutexLock lock(&mu_);
-  attached_ = Attached{expect, std::move(inbox)};
+  attached_ = Attached{expect, std::move(inbox), std::make_shared<Senders>()};
 }
 
 void StageLinkService::Detach() {
@@ -72,6 +72,19 @@ grpc::Status StageLinkService::Push(grpc::ServerContext* context,
       frames_rejected_.fetch_add(1);
       LOG(WARNING) << valid.message() << " (peer " << context->peer() << ")";
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::string(valid.message()));
+    }
+    if (peer < 0) {
+      // The first frame names the sender: one stream per neighbour.
+      absl::MutexLock lock(&attached->senders->mu);
+      if (!attached->senders->stages.insert(frame.from_stage()).second) {
+        frames_rejected_.fetch_add(1);
+        LOG(WARNING) << "stage link of " << e.job_name << " stage " << e.stage << ": refused "
+                     << context->peer() << ": a second stream from stage " << frame.from_stage();
+        return grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
+                            absl::StrCat("stage link: stage ", frame.from_stage(),
+                                         " already has its stream to stage ", e.stage,
+                                         " in this attempt"));
+      }
     }
     peer = frame.from_stage();
     saw_shutdown |= frame.kind() == v1::TensorFrame::SHUTDOWN;

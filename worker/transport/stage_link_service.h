@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <set>
 
 #include "absl/synchronization/mutex.h"
 #include "paci/v1/stage.grpc.pb.h"
@@ -18,7 +19,9 @@ namespace paci {
 // longer than any one stage it runs: the stage attaches its expectations and
 // Inbox when it starts and detaches when it ends.
 //
-// Each neighbour keeps one client stream open; every frame is validated
+// Each neighbour keeps one client stream open, and only one: a second stream
+// from a stage that already has one to the attached stage is refused as
+// ALREADY_EXISTS at its first frame, never queued. Every frame is validated
 // (ValidateFrame against the attached stage, whose job_name is the run id)
 // before it is queued. A frame that fails validation ends that stream with
 // INVALID_ARGUMENT and is never queued. A stream that opens before its stage
@@ -58,9 +61,15 @@ class StageLinkService final : public v1::StageLink::Service {
   static constexpr int kMaxWaitingStreams = 4;
 
  private:
+  // The stages that have opened a stream to the attached stage.
+  struct Senders {
+    absl::Mutex mu;
+    std::set<int> stages ABSL_GUARDED_BY(mu);
+  };
   struct Attached {
     LinkExpectations expect;
     std::shared_ptr<Inbox> inbox;
+    std::shared_ptr<Senders> senders;
   };
   // The attached stage once one is (waiting up to 30 s for it); nullopt
   // with *crowded set when kMaxWaitingStreams already wait.

@@ -168,6 +168,43 @@ TEST_F(StageLinkTest, AMalformedFrameIsRefusedAndNeverQueued) {
   EXPECT_EQ(service_->frames_rejected(), 1);
 }
 
+// A neighbour has one stream: a second from the same stage (a copy of its
+// secret in other hands, or a confused sender) is refused at its first frame.
+TEST_F(StageLinkTest, ASecondStreamFromTheSameNeighbourIsRefusedAndNeverQueued) {
+  auto channel = grpc::CreateChannel(address_, grpc::InsecureChannelCredentials());
+  auto stub = v1::StageLink::NewStub(channel);
+  grpc::ClientContext first_context;
+  first_context.AddMetadata(kLinkSecretMetadata, kSecret);
+  v1::PushSummary first_summary;
+  auto first = stub->Push(&first_context, &first_summary);
+  ASSERT_TRUE(first->Write(Activation(0)));
+  std::optional<v1::TensorFrame> frame;
+  while (!(frame = inbox_->Pop(Inbox::From::kPrevious))) inbox_->Wait(absl::Seconds(10));
+  EXPECT_EQ(frame->micro_batch_id(), 0u);
+
+  grpc::ClientContext second_context;
+  second_context.AddMetadata(kLinkSecretMetadata, kSecret);
+  v1::PushSummary second_summary;
+  auto second = stub->Push(&second_context, &second_summary);
+  second->Write(Activation(1));
+  second->WritesDone();
+  const grpc::Status refused = second->Finish();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_NE(refused.error_message().find("stage 0 already has its stream to stage 1"),
+            std::string::npos)
+      << refused.error_message();
+  EXPECT_EQ(second_summary.frames_received(), 0);
+  EXPECT_EQ(service_->frames_rejected(), 1);
+
+  // The first stream carries on, and nothing of the second was queued.
+  ASSERT_TRUE(first->Write(Activation(2)));
+  while (!(frame = inbox_->Pop(Inbox::From::kPrevious))) inbox_->Wait(absl::Seconds(10));
+  EXPECT_EQ(frame->micro_batch_id(), 2u);
+  EXPECT_TRUE(inbox_->failure().ok()) << inbox_->failure();
+  first->WritesDone();
+  EXPECT_TRUE(first->Finish().ok());
+}
+
 // A stranger on the port, even with well-formed frames of the right job and
 // sender, is refused before its first frame and cannot fail the stage.
 TEST_F(StageLinkTest, AStreamWithoutTheAttemptsSecretIsRefusedAndHarmsNothing) {

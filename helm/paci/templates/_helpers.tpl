@@ -89,6 +89,10 @@ The name of one of the release's objects: the full name and a suffix, cut to
 {{- .Values.tls.operatorClientSecretName | default (include "paci.componentName" (list . "operator-client-tls")) }}
 {{- end }}
 
+{{- define "paci.clientSecretName" -}}
+{{- .Values.tls.clientSecretName | default (include "paci.componentName" (list . "client-tls")) }}
+{{- end }}
+
 {{- define "paci.workerSecretName" -}}
 {{- .Values.tls.workerSecretName | default (include "paci.componentName" (list . "worker-tls")) }}
 {{- end }}
@@ -128,8 +132,8 @@ paci.dev/not-after, Unix seconds); then this render makes a new one from the
 same CA. A CA that nears its end is made anew, and every certificate with it.
 `helm template` and client-side dry runs see no cluster: they show new ones.
 
-A dict: ca, coordinator, operator and "worker:<namespace>" for each of
-paci.workerNamespaces, each {crt, key, notAfter}.
+A dict: ca, coordinator, operator, and "worker:<namespace>" and
+"tenant:<namespace>" for each of paci.workerNamespaces, each {crt, key, notAfter}.
 */}}
 {{- define "paci.generatedTls" -}}
 {{- if not (hasKey .Values "_paciTls") }}
@@ -163,6 +167,8 @@ its namespace. */}}
 {{- /* paci-worker.<namespace>: the name the workers check each other's certificates
 for on the stage links (the operator's --worker_link_tls). */}}
 {{- $_ := set $leaves (printf "worker:%s" .) (list (include "paci.workerSecretName" $) . (printf "system:paci:worker:%s" .) (list (printf "paci-worker.%s" .))) }}
+{{- /* The namespace's users (pacictl): they see and cancel its jobs only. */}}
+{{- $_ := set $leaves (printf "tenant:%s" .) (list (include "paci.clientSecretName" $) . (printf "system:paci:tenant:%s" .) list) }}
 {{- end }}
 {{- range $who, $leaf := $leaves }}
 {{- $names := join "," (index $leaf 3) }}
