@@ -4,8 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS="${JOBS:-$(nproc)}"
-# Let ccache share hits between clones in different folders.
-export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
 scripts/python-env.sh build
 if [[ ! -f build/build.ninja ]]; then
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo

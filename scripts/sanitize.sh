@@ -18,7 +18,6 @@ JOBS="${JOBS:-$(nproc)}"
 FUZZ_SECONDS="${FUZZ_SECONDS:-30}"
 BUILD_ONLY=0
 [[ "${1:-}" == --build ]] && BUILD_ONLY=1
-export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
 scripts/python-env.sh build-asan  # the LibTorch (a link to the cached environment)
 if [[ ! -f build-asan/build.ninja ]]; then
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \

@@ -307,6 +307,12 @@ class PipelineTest(unittest.TestCase):
         outputs = [p.communicate(timeout=300)[0] for p in procs]
         self.assertEqual([p.returncode for p in procs], [0, 0], outputs)
         self.assertRegex(outputs[0], r"step=20 validation_loss=\d")
+        # A worker whose link server takes smaller messages than the job's frames says so.
+        small = subprocess.run([worker, "--spec=" + spec, "--stage=0", "--peers=" + peers,
+                                "--max_link_message_bytes=4096"], capture_output=True, text=True, timeout=120)
+        self.assertNotEqual(small.returncode, 0)
+        self.assertRegex(small.stdout + small.stderr, r"the job's stage link frames take up to \d+ bytes .*more than "
+                                                      r"this worker's --max_link_message_bytes 4096")
 
     def test_ctrl_c_stops_every_worker(self):
         spec = os.path.join(self.dir, "long.yaml")
