@@ -404,7 +404,8 @@ class KubeClusterTest(unittest.TestCase):
         first = secrets()
         self.assertEqual(set(first), {("tls-system", "paci-ca"), ("tls-system", "paci-coordinator-tls"),
                                       ("tls-system", "paci-operator-client-tls"), ("team-x", "paci-worker-tls"),
-                                      ("team-y", "paci-worker-tls"),
+                                      ("team-y", "paci-worker-tls"), ("team-x", "paci-client-tls"),
+                                      ("team-y", "paci-client-tls"),
                                       ("tls-system", "paci-operator-worker-token-key")})
         token_key = first.pop(("tls-system", "paci-operator-worker-token-key"))["key"]
         self.assertRegex(token_key.decode(), r"^[0-9a-f]{64}$")
@@ -425,7 +426,8 @@ class KubeClusterTest(unittest.TestCase):
                                          capture_output=True, text=True).stdout
                 self.assertIn({"paci-coordinator-tls": "CN = paci-coordinator",
                                "paci-operator-client-tls": "CN = system:paci:operator",
-                               "paci-worker-tls": "CN = system:paci:worker:" + key[0]}[key[1]], subject, key)
+                               "paci-worker-tls": "CN = system:paci:worker:" + key[0],
+                               "paci-client-tls": "CN = system:paci:tenant:" + key[0]}[key[1]], subject, key)
                 if key[1] == "paci-worker-tls":  # also a server's, on the stage links
                     ext = subprocess.run(["openssl", "x509", "-noout", "-ext", "subjectAltName,extendedKeyUsage",
                                           "-in", os.path.join(d, "crt")], capture_output=True, text=True).stdout
