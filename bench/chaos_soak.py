@@ -28,6 +28,7 @@ Not part of ctest: run it in one command, for as long as you like
   /usr/bin/python3 bench/chaos_soak.py [--minutes 10] [--seed 1] [--concurrent 2]
 """
 import argparse
+import contextlib
 import os
 import random
 import subprocess
@@ -54,6 +55,9 @@ def parse_args():
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
     parser.add_argument("--minutes", type=float, default=10, help="how long kills go on")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--keep", metavar="DIR",
+                        help="run the cluster in DIR and keep it afterwards: every process's log "
+                             "(coordinator.log, operator-*.log, the node agent's pod logs)")
     parser.add_argument("--concurrent", type=int, default=2, help="TrainingJobs in flight")
     parser.add_argument("--steps", type=int, default=1500, help="steps of each job")
     parser.add_argument("--interval", type=int, default=100, help="checkpoint.interval of each job")
@@ -424,7 +428,9 @@ def run(args, cluster, pki=None):
 
 def main():
     args = parse_args()
-    with tempfile.TemporaryDirectory(prefix="paci-soak-") as workdir:
+    with (contextlib.nullcontext(os.path.abspath(args.keep)) if args.keep
+          else tempfile.TemporaryDirectory(prefix="paci-soak-")) as workdir:
+        os.makedirs(workdir, exist_ok=True)
         coordinator_args, operator_args, secrets, pki = [], [], [], None
         if args.secure:
             pki = make_pki(workdir)

@@ -190,8 +190,11 @@ absl::Status TrainingJobController::ReconcileWorld(const std::string& key, const
   if (released != nullptr) {
     // Before they are carried out: a release that fails half way still
     // counts until the cache shows each pod as it is.
-    for (const auto& [pod, gates] : actions.release_pods) {
-      released->push_back(absl::StrCat(MetaString(job, "namespace"), "/", pod));  // its ObjectKey
+    // By uid: a replacement pod of the same name is another pod, still gated.
+    for (const auto& [name, gates] : actions.release_pods) {
+      for (const json& pod : world.pods) {
+        if (MetaString(pod, "name") == name) released->push_back(MetaString(pod, "uid"));
+      }
     }
   }
   ActionExecutor::Result executed = executor_.Execute(std::move(world), std::move(actions));
@@ -209,10 +212,10 @@ void TrainingJobController::ObserveCluster(ObservedWorld& world) {
   std::set<std::string> caught_up;
   for (std::vector<json>* pods : {&world.cluster_pods, &world.pods}) {
     for (json& pod : *pods) {
-      const std::string pod_key = ObjectKey(pod);
-      if (released_.count(pod_key) == 0) continue;
+      const std::string uid = MetaString(pod, "uid");
+      if (released_.count(uid) == 0) continue;
       if (!HasGangGate(pod)) {
-        caught_up.insert(pod_key);
+        caught_up.insert(uid);
       } else {
         pod["spec"]["schedulingGates"] = GatesWithoutGang(pod);
       }

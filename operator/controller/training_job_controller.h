@@ -71,7 +71,7 @@ class TrainingJobController {
   // at the gate appears released.
   void ObserveCluster(ObservedWorld& world) ABSL_EXCLUSIVE_LOCKS_REQUIRED(gang_mutex_);
   // Reconciles `world` and carries the actions out; adds the pods it
-  // released from the gang gate ("namespace/name") to *released when given.
+  // released from the gang gate (their uids) to *released when given.
   absl::Status ReconcileWorld(const std::string& key, const nlohmann::json& job,
                               ObservedWorld world, std::optional<absl::Duration>* requeue_after,
                               std::vector<std::string>* released);
@@ -96,7 +96,8 @@ class TrainingJobController {
   std::unique_ptr<Informer> cluster_pods_;
   // One gang decision at a time, each seeing the pods the ones before it
   // released, also while the pod cache still shows them at the gate: per
-  // "namespace/name", when it was released.
+  // pod uid (a replacement of the same name is another pod), when it was
+  // released.
   absl::Mutex gang_mutex_;
   std::map<std::string, absl::Time> released_ ABSL_GUARDED_BY(gang_mutex_);
   std::vector<std::thread> workers_;

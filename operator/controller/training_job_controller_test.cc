@@ -369,5 +369,45 @@ TEST_F(TrainingJobControllerTest, ARunningJobIsMirroredWhenTheClockPolls) {
   EXPECT_EQ(job["status"]["phase"], "Running");
 }
 
+// The gang gate releases a job's pods together, and a pod that replaces one
+// of them (the same name, another uid) alone: the release of the first is
+// not taken for the second's. The controller's clock does not move here, so
+// nothing is forgotten by age.
+TEST_F(TrainingJobControllerTest, AReplacementPodOfTheSameNameIsReleasedFromTheGangGate) {
+  const json node = {
+      {"apiVersion", "v1"},
+      {"kind", "Node"},
+      {"metadata", {{"name", "node-a"}}},
+      {"status",
+       {{"conditions", json::array({{{"type", "Ready"}, {"status", "True"}}})},
+        {"allocatable", {{"cpu", "64"}, {"memory", "256Gi"}, {"pods", "110"}}},
+        {"capacity", {{"cpu", "64"}, {"memory", "256Gi"}, {"pods", "110"}}}}}};
+  ASSERT_TRUE(kube_.Create(CollectionPath("", "v1", "", "nodes"), node).ok());
+  // The API server taints a new node not-ready, as its kubelet would clear: clear it.
+  const std::string node_path = CollectionPath("", "v1", "", "nodes") + "/node-a";
+  ASSERT_TRUE(kube_.MergePatch(node_path, {{"spec", {{"taints", nullptr}}}}).ok());
+  StartController();
+  CreateJob(NewTrainingJob("kjv"));
+  auto released = [](const Objects& pods) {
+    if (pods.size() != 2) return false;
+    for (const auto& [name, pod] : pods) {
+      if (!Field(Field(pod, "spec"), "schedulingGates").empty()) return false;
+    }
+    return true;
+  };
+  const Objects first = WatchUntil(Pods(), released);
+  ASSERT_TRUE(released(first));
+  const std::string old_uid = MetaString(first.at("kjv-worker-1"), "uid");
+
+  // The pod goes (its node lost it); the operator makes it again, gated.
+  ASSERT_TRUE(kube_.Delete(Pods() + "/kjv-worker-1?gracePeriodSeconds=0").ok());
+  const Objects again = WatchUntil(Pods(), [&](const Objects& pods) {
+    return released(pods) && MetaString(pods.at("kjv-worker-1"), "uid") != old_uid;
+  });
+  ASSERT_EQ(again.count("kjv-worker-1"), 1u);
+  EXPECT_NE(MetaString(again.at("kjv-worker-1"), "uid"), old_uid);
+  EXPECT_TRUE(released(again)) << again.at("kjv-worker-1").dump();
+}
+
 }  // namespace
 }  // namespace paci::op
