@@ -122,7 +122,7 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> ServeLinks(StageLinkService& links
                                                   absl::GetFlag(FLAGS_tls_ca)}));
   builder.AddListeningPort(listen, credentials, port);
   builder.SetMaxReceiveMessageSize(static_cast<int>(
-      std::clamp<int64_t>(absl::GetFlag(FLAGS_max_link_message_bytes), 4 << 20, int64_t{1} << 30)));
+      std::clamp<int64_t>(absl::GetFlag(FLAGS_max_link_message_bytes), 1, int64_t{1} << 30)));
   builder.RegisterService(&links);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || *port == 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", listen));

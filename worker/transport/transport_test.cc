@@ -97,6 +97,19 @@ TEST(FrameValidatorTest, RefusesWrongShapeDtypeSizeSenderJobAndKind) {
   ExpectRefused(f, "control frame carries no tensor");
 }
 
+// A client stream of StageLink.Push carrying `secret`.
+struct Stream {
+  grpc::ClientContext context;
+  v1::PushSummary summary;
+  std::unique_ptr<grpc::ClientWriter<v1::TensorFrame>> writer;
+};
+std::unique_ptr<Stream> OpenStream(v1::StageLink::Stub& stub, const std::string& secret) {
+  auto stream = std::make_unique<Stream>();
+  if (!secret.empty()) stream->context.AddMetadata(kLinkSecretMetadata, secret);
+  stream->writer = stub.Push(&stream->context, &stream->summary);
+  return stream;
+}
+
 // A real StageLink server on 127.0.0.1:0 feeding an Inbox.
 class StageLinkTest : public ::testing::Test {
  protected:
@@ -173,36 +186,30 @@ TEST_F(StageLinkTest, AMalformedFrameIsRefusedAndNeverQueued) {
 TEST_F(StageLinkTest, ASecondStreamFromTheSameNeighbourIsRefusedAndNeverQueued) {
   auto channel = grpc::CreateChannel(address_, grpc::InsecureChannelCredentials());
   auto stub = v1::StageLink::NewStub(channel);
-  grpc::ClientContext first_context;
-  first_context.AddMetadata(kLinkSecretMetadata, kSecret);
-  v1::PushSummary first_summary;
-  auto first = stub->Push(&first_context, &first_summary);
-  ASSERT_TRUE(first->Write(Activation(0)));
+  std::unique_ptr<Stream> first = OpenStream(*stub, kSecret);
+  ASSERT_TRUE(first->writer->Write(Activation(0)));
   std::optional<v1::TensorFrame> frame;
   while (!(frame = inbox_->Pop(Inbox::From::kPrevious))) inbox_->Wait(absl::Seconds(10));
   EXPECT_EQ(frame->micro_batch_id(), 0u);
 
-  grpc::ClientContext second_context;
-  second_context.AddMetadata(kLinkSecretMetadata, kSecret);
-  v1::PushSummary second_summary;
-  auto second = stub->Push(&second_context, &second_summary);
-  second->Write(Activation(1));
-  second->WritesDone();
-  const grpc::Status refused = second->Finish();
+  std::unique_ptr<Stream> second = OpenStream(*stub, kSecret);
+  second->writer->Write(Activation(1));
+  second->writer->WritesDone();
+  const grpc::Status refused = second->writer->Finish();
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::ALREADY_EXISTS);
   EXPECT_NE(refused.error_message().find("stage 0 already has its stream to stage 1"),
             std::string::npos)
       << refused.error_message();
-  EXPECT_EQ(second_summary.frames_received(), 0);
+  EXPECT_EQ(second->summary.frames_received(), 0);
   EXPECT_EQ(service_->frames_rejected(), 1);
 
   // The first stream carries on, and nothing of the second was queued.
-  ASSERT_TRUE(first->Write(Activation(2)));
+  ASSERT_TRUE(first->writer->Write(Activation(2)));
   while (!(frame = inbox_->Pop(Inbox::From::kPrevious))) inbox_->Wait(absl::Seconds(10));
   EXPECT_EQ(frame->micro_batch_id(), 2u);
   EXPECT_TRUE(inbox_->failure().ok()) << inbox_->failure();
-  first->WritesDone();
-  EXPECT_TRUE(first->Finish().ok());
+  first->writer->WritesDone();
+  EXPECT_TRUE(first->writer->Finish().ok());
 }
 
 // A stranger on the port, even with well-formed frames of the right job and
@@ -239,17 +246,9 @@ TEST(StageLinkWaitTest, OnlyAFewStreamsWaitForAStageMoreAreRefusedAtOnce) {
   ASSERT_NE(port, 0);
   auto stub = v1::StageLink::NewStub(
       grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
-  struct Stream {
-    grpc::ClientContext context;
-    v1::PushSummary summary;
-    std::unique_ptr<grpc::ClientWriter<v1::TensorFrame>> writer;
-  };
   std::vector<std::unique_ptr<Stream>> waiting;
   for (int i = 0; i < StageLinkService::kMaxWaitingStreams; ++i) {
-    auto stream = std::make_unique<Stream>();
-    stream->context.AddMetadata(kLinkSecretMetadata, kSecret);
-    stream->writer = stub->Push(&stream->context, &stream->summary);
-    waiting.push_back(std::move(stream));
+    waiting.push_back(OpenStream(*stub, kSecret));
   }
   ASSERT_TRUE(service.AwaitWaitingStreams(StageLinkService::kMaxWaitingStreams, absl::Seconds(10)));
   ASSERT_EQ(service.waiting_streams(), StageLinkService::kMaxWaitingStreams);
