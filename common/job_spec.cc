@@ -141,10 +141,14 @@ void ApplyDriftLimitDefaults(v1::PipelineSpec* pipeline) {
   }
 }
 
+// Computed in 64 bits: the defaults run before validation, so d_model may be
+// anything a user wrote; a width out of range yields a size the validator
+// refuses under model.d_model, never an overflow.
 int DefaultFfnHiddenSize(std::string_view architecture, int d_model) {
-  if (architecture != "llama") return 4 * d_model;
-  const int64_t hidden = (int64_t{8} * d_model + 2) / 3;
-  return static_cast<int>((hidden + 7) / 8 * 8);
+  int64_t hidden = int64_t{4} * d_model;
+  if (architecture == "llama") hidden = ((int64_t{8} * d_model + 2) / 3 + 7) / 8 * 8;
+  return static_cast<int>(std::clamp<int64_t>(hidden, std::numeric_limits<int>::min(),
+                                              std::numeric_limits<int>::max()));
 }
 
 void ApplyJobSpecDefaults(v1::JobSpec* spec) {

@@ -805,6 +805,25 @@ TEST(LoadAndValidateJobSpecTest, LlamaExampleSpecValidates) {
   EXPECT_EQ(spec->model().ffn_hidden_size(), DefaultFfnHiddenSize("llama", 128));
 }
 
+// The defaults run before validation, so a width far out of range reaches the
+// feed-forward default as written: it must come out refused under
+// model.d_model, not as an overflowed size (the fuzzer's finding).
+TEST(ApplyJobSpecDefaultsTest, WidthOutOfRangeIsRefusedUnderItsOwnName) {
+  for (const char* architecture : {"gpt2", "llama"}) {
+    for (const int d_model : {std::numeric_limits<int>::max(), std::numeric_limits<int>::min()}) {
+      SCOPED_TRACE(absl::StrCat(architecture, " d_model ", d_model));
+      v1::JobSpec spec = ValidMinimalSpec();
+      spec.mutable_model()->set_architecture(architecture);
+      spec.mutable_model()->set_d_model(d_model);
+      spec.mutable_model()->clear_ffn_hidden_size();
+      ApplyJobSpecDefaults(&spec);
+      EXPECT_EQ(spec.model().ffn_hidden_size(), d_model > 0 ? std::numeric_limits<int>::max()
+                                                            : std::numeric_limits<int>::min());
+      ExpectInvalid(spec, "model.d_model");
+    }
+  }
+}
+
 TEST(LoadAndValidateJobSpecTest, EachBadSpecFileNamesTheBrokenField) {
   const std::pair<const char*, const char*> cases[] = {
       {"zero-stages.yaml", "pipeline.num_stages: "},
