@@ -19,6 +19,12 @@
 # header, -O0 would not), and a third of the whole build's compiling is tests.
 
 set(PACI_WARNINGS -Wall -Wextra -Wno-unused-parameter)
+# clang checks the lock annotations GCC ignores (ABSL_GUARDED_BY, ...), and a
+# finding is an error: the sanitizer build (scripts/sanitize.sh) is clang's and
+# compiles every file that does not use LibTorch; tests/static checks the rest.
+if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+  list(APPEND PACI_WARNINGS -Wthread-safety -Werror=thread-safety)
+endif()
 
 function(paci_cc_library)
   cmake_parse_arguments(PACI "" "NAME" "SRCS;DEPS;PRIVATE_DEPS" ${ARGN})

@@ -41,8 +41,14 @@ FUZZERS=(frame_fuzz job_spec_fuzz training_job_fuzz checkpoint_fuzz dataset_fuzz
 declare -A FUZZ_LIMITS=(
   [checkpoint_fuzz]="-timeout=30 -rss_limit_mb=6144 -malloc_limit_mb=6144 -fork=1 -ignore_ooms=1"
 )
-echo "sanitize: building ${#TESTS[@]} tests and ${#FUZZERS[@]} fuzzers with ASan+UBSan"
-cmake --build build-asan -j "$JOBS" --target "${TESTS[@]}" "${FUZZERS[@]}"
+# The programs that do not link LibTorch are built too (not run): with the
+# tests they are every file without LibTorch, each compiled by clang with its
+# thread-safety analysis an error (cmake/PaciTargets.cmake); tests/static checks
+# the files with LibTorch.
+PROGRAMS=(paci_coordinator paci_operator pacictl)
+echo "sanitize: building ${#TESTS[@]} tests, ${#FUZZERS[@]} fuzzers and ${#PROGRAMS[@]} programs" \
+     "with ASan+UBSan"
+cmake --build build-asan -j "$JOBS" --target "${TESTS[@]}" "${FUZZERS[@]}" "${PROGRAMS[@]}"
 
 (( BUILD_ONLY )) && exit 0
 
