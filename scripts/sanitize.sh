@@ -45,7 +45,7 @@ declare -A FUZZ_LIMITS=(
 # tests they are every file without LibTorch, each compiled by clang with its
 # thread-safety analysis an error (cmake/PaciTargets.cmake); tests/static checks
 # the files with LibTorch.
-PROGRAMS=(paci_coordinator paci_operator pacictl)
+PROGRAMS=(paci_coordinator paci_operator pacictl paci_simulate)
 echo "sanitize: building ${#TESTS[@]} tests, ${#FUZZERS[@]} fuzzers and ${#PROGRAMS[@]} programs" \
      "with ASan+UBSan"
 cmake --build build-asan -j "$JOBS" --target "${TESTS[@]}" "${FUZZERS[@]}" "${PROGRAMS[@]}"
