@@ -213,7 +213,8 @@ std::unique_ptr<PeerSender> StageHost::OpenLink(int peer,
   auto sender = std::make_unique<PeerSender>(
       PeerSender::Options{assignment_.stage_addresses(peer), absl::StrCat("stage ", peer), 16,
                           absl::Seconds(60), options_.link_credentials,
-                          options_.link_tls_server_name, assignment_.link_secret()},
+                          options_.link_tls_server_name, assignment_.link_secret(),
+                          RunId(assignment_.spec().name(), assignment_.attempt())},
       [inbox](absl::Status status) { inbox->Fail(std::move(status)); });
   sender->Start();
   return sender;

@@ -15,6 +15,10 @@ namespace paci {
 // The metadata key of a stage link stream's attempt secret
 // (StageAssignment.link_secret).
 inline constexpr char kLinkSecretMetadata[] = "paci-link-secret";
+// The metadata key of the run id (RunId: "<job>/<attempt>") a stage link
+// stream belongs to. Not a credential: it only tells a worker still running
+// an earlier attempt's stage that this stream's stage is on its way.
+inline constexpr char kLinkRunMetadata[] = "paci-link-run";
 
 struct LinkExpectations {
   std::string job_name;

@@ -68,6 +68,7 @@ void PeerSender::Run() {
   }
   v1::PushSummary summary;
   if (!options_.secret.empty()) context_.AddMetadata(kLinkSecretMetadata, options_.secret);
+  if (!options_.run.empty()) context_.AddMetadata(kLinkRunMetadata, options_.run);
   std::unique_ptr<grpc::ClientWriter<v1::TensorFrame>> writer =
       stub_->Push(&context_, &summary);
   while (true) {

@@ -38,6 +38,7 @@ class PeerSender final : public FrameSender {
     // of its address (the workers of a namespace share one certificate).
     std::string tls_server_name;
     std::string secret;  // the attempt's link secret, sent on the stream
+    std::string run;     // the attempt's run id (RunId), sent on the stream
   };
 
   PeerSender(const Options& options, std::function<void(absl::Status)> on_failure);

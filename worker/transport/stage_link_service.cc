@@ -4,6 +4,7 @@
 #include <openssl/crypto.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/run_id.h"
 
 namespace paci {
 
@@ -17,16 +18,24 @@ void StageLinkService::Detach() {
   attached_.reset();
 }
 
-std::optional<StageLinkService::Attached> StageLinkService::AwaitAttached(bool* crowded) const {
+std::optional<StageLinkService::Attached> StageLinkService::AwaitAttached(const std::string& run,
+                                                                         bool* crowded) const {
   absl::MutexLock lock(&mu_);
-  if (attached_) return attached_;
+  // A stage is attached, and not one of an earlier attempt of the stream's job.
+  auto ready = [this, &run]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return attached_.has_value() && !IsLaterRun(run, attached_->expect.job_name);
+  };
+  if (ready()) return attached_;
   if (waiting_ >= kMaxWaitingStreams) {
     *crowded = true;
     return std::nullopt;
   }
+  if (attached_) {
+    LOG(INFO) << "stage link: a stream of " << run << " waits while this worker's stage of "
+              << attached_->expect.job_name << " ends";
+  }
   ++waiting_;
-  auto known = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return attached_.has_value(); };
-  mu_.AwaitWithTimeout(absl::Condition(&known), absl::Seconds(30));
+  mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Seconds(30));
   --waiting_;
   return attached_;
 }
@@ -34,8 +43,13 @@ std::optional<StageLinkService::Attached> StageLinkService::AwaitAttached(bool* 
 grpc::Status StageLinkService::Push(grpc::ServerContext* context,
                                     grpc::ServerReader<v1::TensorFrame>* reader,
                                     v1::PushSummary* summary) {
+  const auto& metadata = context->client_metadata();
+  const auto claimed_run = metadata.find(kLinkRunMetadata);
+  const std::string run = claimed_run == metadata.end()
+                              ? ""
+                              : std::string(claimed_run->second.data(), claimed_run->second.size());
   bool crowded = false;
-  const std::optional<Attached> attached = AwaitAttached(&crowded);
+  const std::optional<Attached> attached = AwaitAttached(run, &crowded);
   if (crowded) {
     LOG(WARNING) << "stage link: refused " << context->peer() << ": this worker runs no stage and "
                  << kMaxWaitingStreams << " streams already wait for one";
@@ -49,7 +63,6 @@ grpc::Status StageLinkService::Push(grpc::ServerContext* context,
   const LinkExpectations& e = attached->expect;
   if (!e.secret.empty()) {
     // Before any frame: a stranger reaches neither the inbox nor the job.
-    const auto& metadata = context->client_metadata();
     const auto given = metadata.find(kLinkSecretMetadata);
     const bool matches = given != metadata.end() && given->second.size() == e.secret.size() &&
                          CRYPTO_memcmp(given->second.data(), e.secret.data(), e.secret.size()) == 0;

@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <string>
 
 #include "absl/synchronization/mutex.h"
 #include "paci/v1/stage.grpc.pb.h"
@@ -26,7 +27,13 @@ namespace paci {
 // before it is queued. A frame that fails validation ends that stream with
 // INVALID_ARGUMENT and is never queued. A stream that opens before its stage
 // is attached waits up to 30 s for it (a neighbour may be a moment faster),
-// then is refused as UNAVAILABLE; at most kMaxWaitingStreams wait at once
+// then is refused as UNAVAILABLE. A stream of a later attempt of the attached
+// stage's job (the run id it names, kLinkRunMetadata) waits the same way, for
+// that attempt's stage, while the earlier one here is still ending: a
+// restarted job's neighbour can be a moment faster than this worker's stop.
+// The run id is no credential: after the wait the secret decides, and a
+// stream naming any other run is refused at once. At most kMaxWaitingStreams
+// wait at once
 // (a stage has two neighbours), so strangers on the port of an idle worker
 // cannot take its server's threads: more are refused at once as
 // RESOURCE_EXHAUSTED. A neighbour's stream that ends before the
@@ -73,7 +80,9 @@ class StageLinkService final : public v1::StageLink::Service {
   };
   // The attached stage once one is (waiting up to 30 s for it); nullopt
   // with *crowded set when kMaxWaitingStreams already wait.
-  std::optional<Attached> AwaitAttached(bool* crowded) const;
+  // A stream of a later attempt of the attached stage's job (kLinkRunMetadata)
+  // waits the same way, for that attempt's stage.
+  std::optional<Attached> AwaitAttached(const std::string& run, bool* crowded) const;
 
   mutable absl::Mutex mu_;
   std::optional<Attached> attached_ ABSL_GUARDED_BY(mu_);

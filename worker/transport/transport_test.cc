@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
+#include "common/run_id.h"
 #include "gtest/gtest.h"
 #include "worker/transport/frame_validator.h"
 #include "worker/transport/inbox.h"
@@ -103,9 +104,11 @@ struct Stream {
   v1::PushSummary summary;
   std::unique_ptr<grpc::ClientWriter<v1::TensorFrame>> writer;
 };
-std::unique_ptr<Stream> OpenStream(v1::StageLink::Stub& stub, const std::string& secret) {
+std::unique_ptr<Stream> OpenStream(v1::StageLink::Stub& stub, const std::string& secret,
+                                   const std::string& run = "") {
   auto stream = std::make_unique<Stream>();
   if (!secret.empty()) stream->context.AddMetadata(kLinkSecretMetadata, secret);
+  if (!run.empty()) stream->context.AddMetadata(kLinkRunMetadata, run);
   stream->writer = stub.Push(&stream->context, &stream->summary);
   return stream;
 }
@@ -271,6 +274,77 @@ TEST(StageLinkWaitTest, OnlyAFewStreamsWaitForAStageMoreAreRefusedAtOnce) {
   EXPECT_EQ(service.waiting_streams(), 0);
   inbox->Close();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+}
+
+// A job restarts: the neighbour of attempt 2 can reach this worker while its
+// stage of attempt 1 is still ending. Its stream waits for attempt 2's stage
+// instead of being refused (which failed attempt 2 as well); a stream naming
+// any other run is still refused at once, and nothing reaches the old stage.
+TEST(StageLinkWaitTest, AStreamOfTheNextAttemptWaitsWhileTheLastAttemptsStageEnds) {
+  constexpr char kNextSecret[] = "fedcba9876543210fedcba9876543210";
+  StageLinkService service;
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(port, 0);
+  auto stub = v1::StageLink::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+  LinkExpectations first = Expect();
+  first.job_name = "job/1";
+  auto first_inbox = std::make_shared<Inbox>(8);
+  service.Attach(first, first_inbox);
+
+  std::unique_ptr<Stream> next = OpenStream(*stub, kNextSecret, "job/2");
+  ASSERT_TRUE(service.AwaitWaitingStreams(1, absl::Seconds(10)));
+  for (const char* run : {"job/1", "job/0", "other/2", "job", "job/x"}) {
+    std::unique_ptr<Stream> stranger = OpenStream(*stub, kNextSecret, run);
+    stranger->writer->WritesDone();
+    const grpc::Status refused = stranger->writer->Finish();
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAUTHENTICATED) << run;
+  }
+  EXPECT_EQ(service.waiting_streams(), 1);
+
+  // Attempt 1's stage ends, attempt 2's arrives: the waiting stream is its.
+  service.Detach();
+  LinkExpectations second = Expect();
+  second.job_name = "job/2";
+  second.secret = kNextSecret;
+  auto second_inbox = std::make_shared<Inbox>(8);
+  service.Attach(second, second_inbox);
+  v1::TensorFrame frame = Activation(7);
+  frame.set_job_name("job/2");
+  ASSERT_TRUE(next->writer->Write(frame));
+  std::optional<v1::TensorFrame> got;
+  while (!(got = second_inbox->Pop(Inbox::From::kPrevious))) second_inbox->Wait(absl::Seconds(10));
+  EXPECT_EQ(got->micro_batch_id(), 7u);
+  v1::TensorFrame shutdown;
+  shutdown.set_kind(v1::TensorFrame::SHUTDOWN);
+  shutdown.set_job_name("job/2");
+  shutdown.set_from_stage(0);
+  ASSERT_TRUE(next->writer->Write(shutdown));
+  next->writer->WritesDone();
+  EXPECT_TRUE(next->writer->Finish().ok());
+  EXPECT_EQ(service.waiting_streams(), 0);
+  EXPECT_FALSE(first_inbox->PeekKind(Inbox::From::kPrevious).has_value());
+  EXPECT_TRUE(first_inbox->failure().ok()) << first_inbox->failure();
+  EXPECT_TRUE(second_inbox->failure().ok()) << second_inbox->failure();
+  second_inbox->Close();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+}
+
+TEST(RunIdTest, ALaterRunIsALaterAttemptOfTheSameJob) {
+  EXPECT_TRUE(IsLaterRun("job/2", "job/1"));
+  EXPECT_TRUE(IsLaterRun("a/b/10", "a/b/9"));
+  EXPECT_FALSE(IsLaterRun("job/1", "job/1"));
+  EXPECT_FALSE(IsLaterRun("job/1", "job/2"));
+  EXPECT_FALSE(IsLaterRun("jobs/2", "job/1"));
+  EXPECT_FALSE(IsLaterRun("other/2", "job/1"));
+  EXPECT_FALSE(IsLaterRun("job/x", "job/1"));
+  EXPECT_FALSE(IsLaterRun("job", "job/1"));
+  EXPECT_FALSE(IsLaterRun("", "job/1"));
+  EXPECT_FALSE(IsLaterRun("job/2", "job"));
 }
 
 TEST_F(StageLinkTest, APeerThatVanishesMidTrainingFailsTheInbox) {
