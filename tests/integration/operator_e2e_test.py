@@ -711,8 +711,11 @@ class OperatorEndToEnd(unittest.TestCase):
         written = os.stat(shard).st_mtime_ns
         self.kubectl("delete", "trainingjob", "kjv-data", "--timeout=60s")
 
-        # Another job of the same dataset: its initializer keeps it, nothing is redone.
-        self.dataset_job("kjv-data-again", ["/shared/texts/genesis.jsonl.gz"], steps=200, textField="body")
+        # Another job of the same dataset: its initializer keeps it, nothing is redone. Its
+        # stage's log is read while it runs (the pods go with the job): 200 steps once took
+        # 1 s on a fast machine and ended before the read; 3,000 took about 10 s there.
+        self.dataset_job("kjv-data-again", ["/shared/texts/genesis.jsonl.gz"], steps=3000,
+                         textField="body")
         wait_until("kjv-data-again's dataset ready", lambda: any(
             c["type"] == "DatasetReady" and c["status"] == "True"
             for c in self.status_of("kjv-data-again").get("conditions", [])), timeout=120, interval=0.5)
@@ -742,7 +745,7 @@ class OperatorEndToEnd(unittest.TestCase):
         followed, errors = follow.communicate(timeout=120)
         self.assertEqual(follow.returncode, 0, errors)
         self.assertTrue(followed.startswith(stage_log[:200]), followed[:400])
-        self.assertRegex(followed, r"job=kjv-data-again-\S+ step=200 validation_loss=")  # the last one
+        self.assertRegex(followed, r"job=kjv-data-again-\S+ step=3000 validation_loss=")  # the last one
         self.assertEqual(status["phase"], "Succeeded", status)
         ready = {c["type"]: c for c in status["conditions"]}["DatasetReady"]
         self.assertTrue(ready["message"].startswith(
