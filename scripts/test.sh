@@ -12,8 +12,8 @@
 # lowest CPU priority, from the end of the C++ build to the end of ctest. (The
 # priority holds against processes of this session, not against the image
 # build's containers, which run in cgroups of their own: during the images it
-# takes about half the CPU. Measured from empty caches: 57 to 66 minutes,
-# docs/contributing.md.)
+# takes about half the CPU. Measured from a fresh machine: 35 minutes; from
+# empty caches on a slower one, 57 to 66: docs/contributing.md.)
 # Their output goes to build/kube-toolchain.log and build-asan/background-build.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
