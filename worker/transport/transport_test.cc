@@ -237,28 +237,41 @@ TEST_F(StageLinkTest, AStreamWithoutTheAttemptsSecretIsRefusedAndHarmsNothing) {
   EXPECT_TRUE(inbox_->failure().ok()) << inbox_->failure();
 }
 
+// A worker's StageLinkService with no stage attached, served on 127.0.0.1.
+class StageLinkWaitTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    int port = 0;
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(&service_);
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(port, 0);
+    stub_ = v1::StageLink::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
+                                                       grpc::InsecureChannelCredentials()));
+  }
+  void TearDown() override {
+    if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  }
+
+  StageLinkService service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<v1::StageLink::Stub> stub_;
+};
+
 // Streams that open before a stage is attached wait for it, but only a few:
 // strangers on an idle worker's port cannot take every thread of its server.
-TEST(StageLinkWaitTest, OnlyAFewStreamsWaitForAStageMoreAreRefusedAtOnce) {
-  StageLinkService service;
-  int port = 0;
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  ASSERT_NE(port, 0);
-  auto stub = v1::StageLink::NewStub(
-      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+TEST_F(StageLinkWaitTest, OnlyAFewStreamsWaitForAStageMoreAreRefusedAtOnce) {
   std::vector<std::unique_ptr<Stream>> waiting;
   for (int i = 0; i < StageLinkService::kMaxWaitingStreams; ++i) {
-    waiting.push_back(OpenStream(*stub, kSecret));
+    waiting.push_back(OpenStream(*stub_, kSecret));
   }
-  ASSERT_TRUE(service.AwaitWaitingStreams(StageLinkService::kMaxWaitingStreams, absl::Seconds(10)));
-  ASSERT_EQ(service.waiting_streams(), StageLinkService::kMaxWaitingStreams);
+  ASSERT_TRUE(service_.AwaitWaitingStreams(StageLinkService::kMaxWaitingStreams, absl::Seconds(10)));
+  ASSERT_EQ(service_.waiting_streams(), StageLinkService::kMaxWaitingStreams);
   // One more is refused at once (a waiting one would end UNAVAILABLE after 30 s, or be taken).
   grpc::ClientContext context;
   v1::PushSummary summary;
-  auto writer = stub->Push(&context, &summary);
+  auto writer = stub_->Push(&context, &summary);
   writer->WritesDone();
   const grpc::Status crowded = writer->Finish();
   EXPECT_EQ(crowded.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
@@ -266,53 +279,43 @@ TEST(StageLinkWaitTest, OnlyAFewStreamsWaitForAStageMoreAreRefusedAtOnce) {
       << crowded.error_message();
   // The stage arrives: the waiting streams are taken, as a neighbour's would be.
   auto inbox = std::make_shared<Inbox>(8);
-  service.Attach(Expect(), inbox);
+  service_.Attach(Expect(), inbox);
   for (auto& stream : waiting) {
     stream->writer->WritesDone();
     EXPECT_TRUE(stream->writer->Finish().ok());
   }
-  EXPECT_EQ(service.waiting_streams(), 0);
+  EXPECT_EQ(service_.waiting_streams(), 0);
   inbox->Close();
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
 }
 
 // A job restarts: the neighbour of attempt 2 can reach this worker while its
 // stage of attempt 1 is still ending. Its stream waits for attempt 2's stage
 // instead of being refused (which failed attempt 2 as well); a stream naming
 // any other run is still refused at once, and nothing reaches the old stage.
-TEST(StageLinkWaitTest, AStreamOfTheNextAttemptWaitsWhileTheLastAttemptsStageEnds) {
+TEST_F(StageLinkWaitTest, AStreamOfTheNextAttemptWaitsWhileTheLastAttemptsStageEnds) {
   constexpr char kNextSecret[] = "fedcba9876543210fedcba9876543210";
-  StageLinkService service;
-  int port = 0;
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  ASSERT_NE(port, 0);
-  auto stub = v1::StageLink::NewStub(
-      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
   LinkExpectations first = Expect();
   first.job_name = "job/1";
   auto first_inbox = std::make_shared<Inbox>(8);
-  service.Attach(first, first_inbox);
+  service_.Attach(first, first_inbox);
 
-  std::unique_ptr<Stream> next = OpenStream(*stub, kNextSecret, "job/2");
-  ASSERT_TRUE(service.AwaitWaitingStreams(1, absl::Seconds(10)));
+  std::unique_ptr<Stream> next = OpenStream(*stub_, kNextSecret, "job/2");
+  ASSERT_TRUE(service_.AwaitWaitingStreams(1, absl::Seconds(10)));
   for (const char* run : {"job/1", "job/0", "other/2", "job", "job/x"}) {
-    std::unique_ptr<Stream> stranger = OpenStream(*stub, kNextSecret, run);
+    std::unique_ptr<Stream> stranger = OpenStream(*stub_, kNextSecret, run);
     stranger->writer->WritesDone();
     const grpc::Status refused = stranger->writer->Finish();
     EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAUTHENTICATED) << run;
   }
-  EXPECT_EQ(service.waiting_streams(), 1);
+  EXPECT_EQ(service_.waiting_streams(), 1);
 
   // Attempt 1's stage ends, attempt 2's arrives: the waiting stream is its.
-  service.Detach();
+  service_.Detach();
   LinkExpectations second = Expect();
   second.job_name = "job/2";
   second.secret = kNextSecret;
   auto second_inbox = std::make_shared<Inbox>(8);
-  service.Attach(second, second_inbox);
+  service_.Attach(second, second_inbox);
   v1::TensorFrame frame = Activation(7);
   frame.set_job_name("job/2");
   ASSERT_TRUE(next->writer->Write(frame));
@@ -326,12 +329,11 @@ TEST(StageLinkWaitTest, AStreamOfTheNextAttemptWaitsWhileTheLastAttemptsStageEnd
   ASSERT_TRUE(next->writer->Write(shutdown));
   next->writer->WritesDone();
   EXPECT_TRUE(next->writer->Finish().ok());
-  EXPECT_EQ(service.waiting_streams(), 0);
+  EXPECT_EQ(service_.waiting_streams(), 0);
   EXPECT_FALSE(first_inbox->PeekKind(Inbox::From::kPrevious).has_value());
   EXPECT_TRUE(first_inbox->failure().ok()) << first_inbox->failure();
   EXPECT_TRUE(second_inbox->failure().ok()) << second_inbox->failure();
   second_inbox->Close();
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
 }
 
 TEST(RunIdTest, ALaterRunIsALaterAttemptOfTheSameJob) {
