@@ -18,8 +18,7 @@ inline std::string RunId(const std::string& job_name, int64_t attempt) {
 // "j/2" of "j/2", "k/3" of "j/2" or anything that is not a run id.
 inline bool IsLaterRun(const std::string& run, const std::string& than) {
   const size_t a = run.rfind('/'), b = than.rfind('/');
-  if (a == std::string::npos || b == std::string::npos || run.compare(0, a, than, 0, b) != 0 ||
-      a != b) {
+  if (a == std::string::npos || b == std::string::npos || run.compare(0, a, than, 0, b) != 0) {
     return false;
   }
   int64_t run_attempt = 0, than_attempt = 0;
