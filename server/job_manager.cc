@@ -47,9 +47,8 @@ JobManager::Effects JobManager::TakePendingLocked() {
 }
 
 absl::Status JobManager::Carry(const Effects& effects) {
-  for (const auto& [sender, message] : effects.messages) sender(message);
-  if (effects.writes.empty() && effects.deletes.empty()) return absl::OkStatus();
-  absl::Status stored = Store(effects.writes, effects.deletes);
+  const bool writes = !effects.writes.empty() || !effects.deletes.empty();
+  const absl::Status stored = writes ? Store(effects.writes, effects.deletes) : absl::OkStatus();
   if (!stored.ok()) {
     // Nothing already stored is lost: the next change of these jobs writes
     // them again. Counted, so an alert can say the disk is refusing writes.
@@ -57,6 +56,10 @@ absl::Status JobManager::Carry(const Effects& effects) {
     LOG(ERROR) << "cannot store " << effects.writes.size() << " jobs and remove "
                << effects.deletes.size() << ": " << stored;
   }
+  // Sent once stored: a worker assigned its next stage stops repeating the
+  // final report of its last one (WorkerAgent), whose effect is on disk now.
+  // A refused write does not hold them back: a full disk must not stop jobs.
+  for (const auto& [sender, message] : effects.messages) sender(message);
   if (!effects.deletes.empty()) {
     absl::MutexLock lock(&mu_);
     for (const std::string& name : effects.deletes) removing_.erase(name);

@@ -129,8 +129,8 @@ class JobManager {
     std::vector<std::string> deletes;  // jobs removed by retention
   };
 
-  // Runs `body` under the lock, then sends the messages and writes the jobs it
-  // queued in pending_, with the lock released.
+  // Runs `body` under the lock, then writes the jobs it queued in pending_ and
+  // only then sends its messages, with the lock released.
   // A refused write is written again with the job's next change (Carry
   // counts and logs it), so most changes need not hear of it.
   template <typename Body>

@@ -508,6 +508,113 @@ TEST_F(JobManagerTest, ARestartedCoordinatorKeepsItsJobsAndReconcilesRunningOnes
   EXPECT_TRUE(Take("w1").empty());
 }
 
+// A coordinator killed after a stage's final report reached it but before it
+// stored it (the store refuses here, as the kill would leave it) learns the
+// report again: the worker names the stage it ran last when it registers and
+// sends its final report again. A stage whose end was stored counts as back.
+// The job succeeds with no restart.
+TEST_F(JobManagerTest, FinalReportsARestartedCoordinatorMissedFinishTheJobWithoutARestart) {
+  ASSERT_TRUE(manager_->Submit(Spec("a")).ok());
+  ConnectWorker("w1");
+  ConnectWorker("w2");
+  ASSERT_EQ(Phase("a"), v1::RUNNING);
+  v1::StageReport r0 = Report("a", 1, 0, 10), r1 = Report("a", 1, 1, 10);
+  r0.set_finished(true);
+  r1.set_finished(true);
+  manager_->OnReport("w1", r0);
+  gated_->Fail(true);
+  manager_->OnReport("w2", r1);
+  ASSERT_EQ(Phase("a"), v1::SUCCEEDED);  // in memory only
+  Restart();
+  ASSERT_EQ(Phase("a"), v1::RUNNING);
+  EXPECT_TRUE(manager_->Get("a")->status().stages(0).finished());
+  EXPECT_FALSE(manager_->Get("a")->status().stages(1).finished());
+  v1::StageAssignment ended;
+  ended.set_job_name("a");
+  ended.set_attempt(1);
+  ended.set_stage(1);
+  ConnectWorker("w2", {}, ended);
+  manager_->OnReport("w2", r1);
+  EXPECT_EQ(Phase("a"), v1::SUCCEEDED);
+  EXPECT_EQ(manager_->Get("a")->status().restarts(), 0);
+  // w1, whose stage's end was stored, comes back late with the same report:
+  // told that placement is over, and free for the next job.
+  ended.set_stage(0);
+  ConnectWorker("w1", {}, ended);
+  manager_->OnReport("w1", r0);
+  EXPECT_TRUE(Take("w1").at(0).has_stop());
+  EXPECT_EQ(Phase("a"), v1::SUCCEEDED);
+  ASSERT_TRUE(manager_->Submit(Spec("b")).ok());
+  EXPECT_EQ(Phase("b"), v1::RUNNING);
+  EXPECT_TRUE(Take("w1").at(0).has_assign());
+  clock_.Advance(absl::Seconds(30));  // past the reconnect grace
+  manager_->OnHeartbeat("w1");
+  manager_->OnHeartbeat("w2");
+  manager_->Tick();
+  Restart();
+  EXPECT_EQ(Phase("a"), v1::SUCCEEDED);
+  EXPECT_EQ(manager_->Get("a")->status().restarts(), 0);
+}
+
+// A stage's failure a restarted coordinator did not store restarts the
+// attempt once the worker, registering again, sends its final report again.
+TEST_F(JobManagerTest, AFailureARestartedCoordinatorMissedRestartsTheAttempt) {
+  ASSERT_TRUE(manager_->Submit(Spec("a")).ok());
+  ConnectWorker("w1");
+  ConnectWorker("w2");
+  ASSERT_EQ(Phase("a"), v1::RUNNING);
+  gated_->Fail(true);
+  v1::StageReport failed = Report("a", 1, 1, 4);
+  failed.set_error("stage 1: out of memory");
+  failed.set_error_code(static_cast<int>(absl::StatusCode::kResourceExhausted));
+  manager_->OnReport("w2", failed);
+  Restart();
+  ASSERT_EQ(Phase("a"), v1::RUNNING);
+  v1::StageAssignment running;
+  running.set_job_name("a");
+  running.set_attempt(1);
+  running.set_stage(0);
+  ConnectWorker("w1", {}, running);
+  running.set_stage(1);
+  ConnectWorker("w2", {}, running);
+  manager_->OnReport("w2", failed);
+  v1::Job job = *manager_->Get("a");
+  EXPECT_EQ(job.status().phase(), v1::RESTARTING);
+  EXPECT_EQ(job.status().restarts(), 1);
+  EXPECT_TRUE(absl::StrContains(job.status().message(), "out of memory")) << job.status().message();
+}
+
+// Messages go to the workers only once what led to them is stored: the
+// assignment that follows a job's end waits for that end to be on disk (a
+// worker stops repeating its last final report when it gets its next stage).
+TEST_F(JobManagerTest, AnAssignmentIsSentOnlyOnceWhatLedToItIsStored) {
+  ASSERT_TRUE(manager_->Submit(Spec("a")).ok());
+  ASSERT_TRUE(manager_->Submit(Spec("b")).ok());
+  ConnectWorker("w1");
+  ConnectWorker("w2");
+  ASSERT_EQ(Phase("a"), v1::RUNNING);
+  Take("w1");
+  Take("w2");
+  v1::StageReport r0 = Report("a", 1, 0, 10), r1 = Report("a", 1, 1, 10);
+  r0.set_finished(true);
+  r1.set_finished(true);
+  manager_->OnReport("w1", r0);
+  gated_->Close();
+  std::thread reporter([&] { manager_->OnReport("w2", r1); });
+  ASSERT_TRUE(gated_->AwaitBlockedPut(absl::Seconds(30)));
+  EXPECT_EQ(Phase("a"), v1::SUCCEEDED);
+  EXPECT_EQ(Phase("b"), v1::RUNNING);
+  EXPECT_TRUE(inbox_["w1"].empty()) << "assigned before the write of a's end and b's placement";
+  EXPECT_TRUE(inbox_["w2"].empty());
+  gated_->Open();
+  reporter.join();
+  EXPECT_EQ(Take("w1").at(0).assign().job_name(), "b");
+  EXPECT_EQ(Take("w2").at(0).assign().job_name(), "b");
+  Restart();
+  EXPECT_EQ(Phase("a"), v1::SUCCEEDED);
+  EXPECT_EQ(Phase("b"), v1::RUNNING);
+}
+
 TEST_F(JobManagerTest, ARestartedCoordinatorReconcilesEveryReplicasWorkers) {
   v1::JobSpec spec = Spec("dp");  // P = 2, R = 2
   spec.mutable_pipeline()->set_data_parallel(2);
@@ -656,6 +763,46 @@ TEST_F(JobManagerTest, ABlockedStoreWriteStallsNoHeartbeat) {
   // What was written after the gate opened is the newest version.
   Restart();
   EXPECT_EQ(manager_->Get("a")->status().checkpoint_step(), 5);
+}
+
+// A worker's heartbeats wait on its stream behind its report while the store
+// writes what that report changed: a slow disk must not make it a dead worker.
+TEST_F(JobManagerTest, AWorkerWhoseReportWaitsForTheStoreIsNotDeclaredDead) {
+  ASSERT_TRUE(manager_->Submit(Spec("a")).ok());
+  ConnectWorker("w1");
+  ConnectWorker("w2");
+  ASSERT_EQ(Phase("a"), v1::RUNNING);
+  gated_->Close();
+  v1::StageReport r = Report("a", 1, 0, 5);
+  r.add_checkpoint_steps(5);  // stored at once: the write blocks at the gate
+  std::thread reporter([&] { manager_->OnReport("w1", r); });
+  ASSERT_TRUE(gated_->AwaitBlockedPut(absl::Seconds(30)));
+  absl::Notification ticked;
+  std::thread ticker([&] {
+    for (int i = 0; i < 10; ++i) {
+      clock_.Advance(absl::Seconds(1));  // 10 s: twice the heartbeat timeout
+      manager_->OnHeartbeat("w2");       // w1's wait behind its report
+      manager_->Tick();                  // would block on the store, had it a restart to write
+    }
+    ticked.Notify();
+  });
+  const bool in_time = ticked.WaitForNotificationWithTimeout(absl::Seconds(30));
+  const size_t connected = manager_->connected_workers();
+  const v1::JobPhase phase = Phase("a");
+  gated_->Open();
+  ticker.join();
+  reporter.join();
+  EXPECT_TRUE(in_time) << "a tick had a change to store: w1 was declared dead";
+  EXPECT_EQ(connected, 2u);
+  EXPECT_EQ(phase, v1::RUNNING);
+  // Heard from when the report was done; silent from then on, it is dead.
+  manager_->Tick();
+  EXPECT_EQ(manager_->connected_workers(), 2u);
+  clock_.Advance(options_.heartbeat_timeout + absl::Seconds(1));
+  manager_->OnHeartbeat("w2");
+  manager_->Tick();
+  EXPECT_EQ(manager_->connected_workers(), 1u);
+  EXPECT_EQ(Phase("a"), v1::RESTARTING);
 }
 
 // A submission is acknowledged only once it is stored; a refused write leaves

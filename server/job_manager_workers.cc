@@ -83,10 +83,12 @@ void JobManager::OnHeartbeat(const std::string& worker_id) {
 }
 
 void JobManager::OnReport(const std::string& worker_id, const v1::StageReport& report) {
+  // Its heartbeats wait behind this report on its stream while the store
+  // writes what the report changed, however slow the disk.
+  liveness_.Begin(worker_id, clock_.Now());
   Mutate([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     WorkerRegistry::Worker* worker = workers_.Find(worker_id);
     if (worker == nullptr) return;
-    liveness_.Touch(worker_id, clock_.Now());
     const bool final = report.finished() || !report.error().empty();
     const bool from_its_stage =
         worker->job == report.job_name() && worker->attempt == report.attempt();
@@ -103,11 +105,14 @@ void JobManager::OnReport(const std::string& worker_id, const v1::StageReport& r
                                        ": ", report.error()),
                           IsPermanentError(report.error_code()));
       } else if (report.finished()) {
-        state->stages[slot].finished = true;
-        if (std::all_of(state->stages.begin(), state->stages.end(),
-                        [](const StageProgress& s) { return s.finished; })) {
+        state->status().mutable_stages(slot)->set_finished(true);
+        const auto& stages = state->status().stages();
+        if (std::all_of(stages.begin(), stages.end(),
+                        [](const v1::StageStatus& s) { return s.finished(); })) {
           FinishLocked(*state, v1::SUCCEEDED, "Completed",
                        absl::StrCat("trained ", state->status().step(), " steps"));
+        } else {
+          ChangedLocked(*state, /*persist_now=*/true);  // a restarted coordinator must know
         }
       }
     }
@@ -119,6 +124,7 @@ void JobManager::OnReport(const std::string& worker_id, const v1::StageReport& r
     ScheduleLocked();
     UpdateGaugesLocked();
   });
+  liveness_.End(worker_id, clock_.Now());
 }
 
 void JobManager::Disconnect(const std::string& worker_id) {

@@ -87,7 +87,10 @@ JobState RecoveredJob(v1::Job job, absl::Time now) {
   if (state.status().phase() == v1::RUNNING) {
     state.awaiting_reconnect = true;
     state.stages.assign(state.status().stages_size(), StageProgress{});
-    for (auto& stage : state.stages) stage.last_progress = now;
+    for (int s = 0; s < state.status().stages_size(); ++s) {
+      state.stages[s].last_progress = now;
+      state.stages[s].reconnected = state.finished(s);  // no worker to wait for
+    }
     state.attempt_started = now;
   }
   const int64_t checkpoint = state.status().checkpoint_step();
@@ -133,7 +136,7 @@ std::vector<std::string> StalledStages(const JobState& state, absl::Time now,
                                        absl::Duration timeout) {
   std::vector<std::string> stalled;
   for (size_t s = 0; s < state.stages.size(); ++s) {
-    if (!state.stages[s].finished && now - state.stages[s].last_progress > timeout) {
+    if (!state.finished(static_cast<int>(s)) && now - state.stages[s].last_progress > timeout) {
       stalled.push_back(absl::StrCat(SlotName(state.spec(), static_cast<int>(s)), " on worker ",
                                      state.worker(static_cast<int>(s))));
     }

@@ -16,11 +16,12 @@
 
 namespace paci {
 
-// One running stage as the JobManager watches it.
+// One running stage as the JobManager watches it (whether it finished is
+// JobState::finished, kept in the job's status).
 struct StageProgress {
-  bool finished = false;
-  // After a coordinator restart: its worker has connected again and said it
-  // runs this slot (JobState::awaiting_reconnect until every one has).
+  // After a coordinator restart: its stage had finished, or its worker has
+  // connected again and said it runs this slot or just ran it
+  // (JobState::awaiting_reconnect until every one has).
   bool reconnected = false;
   absl::Time last_progress;
   int64_t last_step = -1;
@@ -49,6 +50,8 @@ struct JobState {
   const v1::JobSpec& spec() const { return job.spec(); }
   // The worker placed on `slot` by the last attempt.
   const std::string& worker(int slot) const { return job.status().stages(slot).worker_id(); }
+  // Whether the stage on `slot` ended successfully in the last attempt.
+  bool finished(int slot) const { return job.status().stages(slot).finished(); }
   const std::string& name() const { return job.name(); }
 };
 

@@ -35,25 +35,42 @@ std::optional<WorkerRegistry::Worker> WorkerRegistry::Remove(const std::string& 
 
 void WorkerLiveness::Add(const std::string& id, absl::Time now) {
   absl::MutexLock lock(&mu_);
-  last_seen_[id] = now;
+  seen_[id] = Seen{now};
 }
 
 void WorkerLiveness::Remove(const std::string& id) {
   absl::MutexLock lock(&mu_);
-  last_seen_.erase(id);
+  seen_.erase(id);
 }
 
 void WorkerLiveness::Touch(const std::string& id, absl::Time now) {
   absl::MutexLock lock(&mu_);
-  auto it = last_seen_.find(id);
-  if (it != last_seen_.end()) it->second = std::max(it->second, now);
+  auto it = seen_.find(id);
+  if (it != seen_.end()) it->second.last = std::max(it->second.last, now);
+}
+
+void WorkerLiveness::Begin(const std::string& id, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  auto it = seen_.find(id);
+  if (it == seen_.end()) return;
+  it->second.last = std::max(it->second.last, now);
+  ++it->second.handling;
+}
+
+void WorkerLiveness::End(const std::string& id, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  auto it = seen_.find(id);
+  if (it == seen_.end()) return;
+  it->second.last = std::max(it->second.last, now);
+  // A worker that connected again meanwhile was added anew, at 0.
+  it->second.handling = std::max(0, it->second.handling - 1);
 }
 
 std::vector<std::string> WorkerLiveness::Silent(absl::Time now, absl::Duration timeout) const {
   std::vector<std::string> silent;
   absl::MutexLock lock(&mu_);
-  for (const auto& [id, seen] : last_seen_) {
-    if (now - seen > timeout) silent.push_back(id);
+  for (const auto& [id, seen] : seen_) {
+    if (seen.handling == 0 && now - seen.last > timeout) silent.push_back(id);
   }
   return silent;
 }

@@ -90,13 +90,23 @@ class WorkerLiveness {
   // A heartbeat or any message: the worker is alive at `now` (nothing for a
   // worker not added).
   void Touch(const std::string& id, absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
-  // The workers not heard from for longer than `timeout`.
+  // A message of the worker is being handled from `now` until End: its stream
+  // is alive, and the heartbeats behind that message (a slow store write) do
+  // not make it silent.
+  void Begin(const std::string& id, absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
+  void End(const std::string& id, absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
+  // The workers not heard from for longer than `timeout`, none of whose
+  // messages is being handled.
   std::vector<std::string> Silent(absl::Time now, absl::Duration timeout) const
       ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  struct Seen {
+    absl::Time last;
+    int handling = 0;  // messages between Begin and End
+  };
   mutable absl::Mutex mu_;
-  std::map<std::string, absl::Time> last_seen_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Seen> seen_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace paci

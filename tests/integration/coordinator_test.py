@@ -8,6 +8,7 @@ import hashlib
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import tempfile
 import unittest
@@ -127,7 +128,7 @@ class CoordinatorTest(unittest.TestCase):
 
     def test_a_killed_coordinator_comes_back_with_every_job(self):
         c = self.start(workers=2)
-        c.submit(spec("survivor", steps=80))
+        c.submit(spec("survivor", steps=400))
         c.submit(spec("queued", steps=5))
         c.wait("survivor", lambda j: j.status.step >= 3)
         c.coordinator.send_signal(signal.SIGKILL)
@@ -138,6 +139,50 @@ class CoordinatorTest(unittest.TestCase):
         done = c.wait("survivor", lambda j: phase(j) == "SUCCEEDED")
         self.assertEqual(done.status.restarts, 0, "the workers were reconciled, not restarted")
         c.wait("queued", lambda j: phase(j) == "SUCCEEDED")
+
+    def test_a_job_whose_end_the_killed_coordinator_had_not_stored_succeeds_without_a_restart(self):
+        """The coordinator dies after its workers' final reports reached it but before it stored
+        them: another process holds the database's write lock, as a slow disk would hold the
+        write. Each worker sends its last stage's final report again when it registers with the
+        new coordinator, which ends the job instead of waiting for the workers and training
+        it again."""
+        c = self.start(workers=2)
+        c.submit(spec("unstored", steps=400))
+        c.wait("unstored", lambda j: j.status.step >= 3)
+        lock = sqlite3.connect(c.db, isolation_level=None)
+        try:
+            lock.execute("BEGIN EXCLUSIVE")
+            self.assertFalse(c.wait_for_log(r"job unstored SUCCEEDED", 0), "ended before the lock")
+            self.assertTrue(c.wait_for_log(r"job unstored SUCCEEDED", 120), "".join(c.logs[-40:]))
+            c.coordinator.send_signal(signal.SIGKILL)
+            c.coordinator.wait()
+        finally:
+            lock.close()
+        c.start_coordinator(port=c.port)
+        done = c.wait("unstored", lambda j: phase(j) == "SUCCEEDED")
+        self.assertEqual(done.status.restarts, 0, "".join(c.logs[-40:]))
+        self.assertEqual((done.status.attempt, done.status.step), (1, 400))
+        self.assertEqual(sum("assigned job=unstored" in line for line in c.logs), 2, "trained once")
+
+    def test_a_job_that_ends_while_the_coordinator_is_down_succeeds_without_a_restart(self):
+        """The stages train on through their own links and end while no coordinator listens;
+        each worker names its last stage and sends that stage's final report again when it
+        registers with the new coordinator, which ends the job instead of training it again."""
+        c = self.start(workers=2)
+        c.submit(spec("ended", steps=200))
+        c.wait("ended", lambda j: j.status.step >= 3)
+        c.coordinator.send_signal(signal.SIGKILL)
+        c.coordinator.wait()
+        for stage in (0, 1):
+            self.assertTrue(c.wait_for_log(r"job=ended attempt=1 stage=%d ended: OK" % stage, 120),
+                            "".join(c.logs[-40:]))
+        c.start_coordinator(port=c.port)
+        done = c.wait("ended", lambda j: phase(j) == "SUCCEEDED")
+        self.assertEqual(done.status.restarts, 0, "".join(c.logs[-40:]))
+        self.assertEqual(done.status.attempt, 1)
+        self.assertEqual(done.status.step, 200)
+        self.assertTrue(all(s.finished for s in done.status.stages))
+        self.assertEqual(sum("assigned job=ended" in line for line in c.logs), 2, "trained once")
 
     def test_hostile_and_malformed_requests_get_the_right_code_and_change_nothing(self):
         c = self.start(workers=0, token="s3cret")

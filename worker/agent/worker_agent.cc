@@ -66,20 +66,20 @@ void WorkerAgent::Session() {
     stream_ = stream.get();
     context_ = context.get();
     if (shutdown_.HasBeenNotified()) context->TryCancel();
-    if (!hello.register_().has_running() && pending_final_) {
-      // The stage ended while the coordinator was away: name it, so that the
-      // final report below is taken as this placement's.
+    if (!hello.register_().has_running() && unconfirmed_final_) {
+      // The last stage ended, perhaps while the coordinator was away or
+      // before it stored the report: name it, so that the final report
+      // below is taken as this placement's.
       v1::StageAssignment* ended = hello.mutable_register_()->mutable_running();
-      ended->set_job_name(pending_final_->job_name());
-      ended->set_attempt(pending_final_->attempt());
-      ended->set_stage(pending_final_->stage());
-      ended->set_replica(pending_final_->replica());
+      ended->set_job_name(unconfirmed_final_->job_name());
+      ended->set_attempt(unconfirmed_final_->attempt());
+      ended->set_stage(unconfirmed_final_->stage());
+      ended->set_replica(unconfirmed_final_->replica());
     }
-    bool ok = WriteLocked(hello);
-    if (ok && pending_final_) {
+    if (WriteLocked(hello) && unconfirmed_final_) {
       v1::WorkerMessage message;
-      *message.mutable_report() = *pending_final_;
-      if (WriteLocked(message)) pending_final_.reset();
+      *message.mutable_report() = *unconfirmed_final_;
+      WriteLocked(message);
     }
   }
   absl::Notification session_over;
@@ -121,6 +121,11 @@ void WorkerAgent::StartStage(const v1::StageAssignment& assignment) {
     previous = std::move(stage_thread_);
   }
   if (previous.joinable()) previous.join();
+  {
+    // Assigned only once the coordinator stored what that stage's end changed.
+    absl::MutexLock lock(&write_mu_);
+    unconfirmed_final_.reset();
+  }
   absl::MutexLock lock(&stage_mu_);
   LOG(INFO) << "assigned job=" << assignment.job_name() << " attempt=" << assignment.attempt()
             << " stage=" << assignment.stage();
@@ -151,7 +156,8 @@ void WorkerAgent::Deliver(const v1::StageReport& report) {
   *message.mutable_report() = report;
   const bool final = report.finished() || !report.error().empty();
   absl::MutexLock lock(&write_mu_);
-  if (!WriteLocked(message) && final) pending_final_ = report;
+  if (final) unconfirmed_final_ = report;
+  WriteLocked(message);
 }
 
 }  // namespace paci

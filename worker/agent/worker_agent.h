@@ -33,7 +33,10 @@ struct WorkerAgentOptions {
 // sends the stage's reports up the stream. When the coordinator goes away it
 // reconnects with backoff and registers again, naming the stage it still
 // runs, so a restarted coordinator can reconcile instead of restarting jobs.
-// A stage's final report is kept until it could be sent.
+// A stage's final report is sent again at every registration until the
+// coordinator assigns the next stage, which it does only once it has stored
+// what that report changed: a coordinator killed between receiving the report
+// and storing it learns it again instead of restarting the job.
 //
 // Owns its threads (the heartbeat of each session and the stage thread);
 // Shutdown() stops them and Run() returns. Thread-safe.
@@ -65,7 +68,8 @@ class WorkerAgent final : public ReportSink {
   absl::Mutex write_mu_;
   Stream* stream_ ABSL_GUARDED_BY(write_mu_) = nullptr;
   grpc::ClientContext* context_ ABSL_GUARDED_BY(write_mu_) = nullptr;
-  std::optional<v1::StageReport> pending_final_ ABSL_GUARDED_BY(write_mu_);
+  // The last stage's final report, until the next stage is assigned.
+  std::optional<v1::StageReport> unconfirmed_final_ ABSL_GUARDED_BY(write_mu_);
 
   absl::Mutex stage_mu_;
   std::unique_ptr<StageHost> host_ ABSL_GUARDED_BY(stage_mu_);
