@@ -143,6 +143,19 @@ class JobManagerTest : public ::testing::Test {
 
   v1::JobPhase Phase(const std::string& job) { return manager_->Get(job)->status().phase(); }
 
+  // What a worker placed on that stage of the job's attempt names when it
+  // registers again (WorkerRegistration.running).
+  v1::StageAssignment Placement(const std::string& job, int64_t attempt, int stage,
+                                int replica = 0) {
+    v1::StageAssignment placement;
+    placement.set_job_name(job);
+    placement.set_attempt(attempt);
+    placement.set_stage(stage);
+    placement.set_replica(replica);
+    *placement.mutable_job_create_time() = manager_->Get(job)->status().create_time();
+    return placement;
+  }
+
   // The registry in the text exposition format, as Prometheus scrapes it.
   std::string Exposition() {
     return prometheus::TextSerializer().Serialize(registry_.Collect());
@@ -491,13 +504,8 @@ TEST_F(JobManagerTest, ARestartedCoordinatorKeepsItsJobsAndReconcilesRunningOnes
   EXPECT_EQ(Phase("a"), v1::RUNNING);
   EXPECT_EQ(Phase("b"), v1::QUEUED);
   // Both workers come back, saying what they run: no restart.
-  v1::StageAssignment running;
-  running.set_job_name("a");
-  running.set_attempt(1);
-  running.set_stage(0);
-  ConnectWorker("w1", {}, running);
-  running.set_stage(1);
-  ConnectWorker("w2", {}, running);
+  ConnectWorker("w1", {}, Placement("a", 1, 0));
+  ConnectWorker("w2", {}, Placement("a", 1, 1));
   clock_.Advance(absl::Seconds(30));
   manager_->OnHeartbeat("w1");
   manager_->OnHeartbeat("w2");
@@ -529,18 +537,13 @@ TEST_F(JobManagerTest, FinalReportsARestartedCoordinatorMissedFinishTheJobWithou
   ASSERT_EQ(Phase("a"), v1::RUNNING);
   EXPECT_TRUE(manager_->Get("a")->status().stages(0).finished());
   EXPECT_FALSE(manager_->Get("a")->status().stages(1).finished());
-  v1::StageAssignment ended;
-  ended.set_job_name("a");
-  ended.set_attempt(1);
-  ended.set_stage(1);
-  ConnectWorker("w2", {}, ended);
+  ConnectWorker("w2", {}, Placement("a", 1, 1));
   manager_->OnReport("w2", r1);
   EXPECT_EQ(Phase("a"), v1::SUCCEEDED);
   EXPECT_EQ(manager_->Get("a")->status().restarts(), 0);
   // w1, whose stage's end was stored, comes back late with the same report:
   // told that placement is over, and free for the next job.
-  ended.set_stage(0);
-  ConnectWorker("w1", {}, ended);
+  ConnectWorker("w1", {}, Placement("a", 1, 0));
   manager_->OnReport("w1", r0);
   EXPECT_TRUE(Take("w1").at(0).has_stop());
   EXPECT_EQ(Phase("a"), v1::SUCCEEDED);
@@ -553,6 +556,41 @@ TEST_F(JobManagerTest, FinalReportsARestartedCoordinatorMissedFinishTheJobWithou
   manager_->Tick();
   Restart();
   EXPECT_EQ(Phase("a"), v1::SUCCEEDED);
+  EXPECT_EQ(manager_->Get("a")->status().restarts(), 0);
+}
+
+// A job removed by retention and submitted again under its name is another
+// job: a worker that comes back to a restarted coordinator naming the earlier
+// one's placement (the same name and attempt) with its final report is told
+// to stop, and the new job's stage is not taken as finished.
+TEST_F(JobManagerTest, AFinalReportOfAnEarlierJobOfTheSameNameIsNotTakenForTheNewOne) {
+  options_.retention.finished_jobs_to_keep = 0;
+  Restart();
+  ASSERT_TRUE(manager_->Submit(Spec("a", 1)).ok());
+  ConnectWorker("w1");
+  const v1::StageAssignment earlier = Take("w1").at(0).assign();
+  v1::StageReport done = Report("a", 1, 0, 10);
+  done.set_finished(true);
+  manager_->OnReport("w1", done);
+  ASSERT_FALSE(manager_->Get("a").ok()) << "removed by retention";
+  clock_.Advance(absl::Seconds(1));
+  ASSERT_TRUE(manager_->Submit(Spec("a", 1)).ok());
+  ASSERT_EQ(Phase("a"), v1::RUNNING);  // placed on w1 as attempt 1 again
+  Restart();                           // before w1 heard of it
+  ConnectWorker("w1", {}, earlier);
+  manager_->OnReport("w1", done);
+  EXPECT_TRUE(Take("w1").at(0).has_stop());
+  v1::Job job = *manager_->Get("a");
+  EXPECT_EQ(job.status().phase(), v1::RUNNING);
+  EXPECT_FALSE(job.status().stages(0).finished());
+  // The worker that does run it comes back: reconciled.
+  manager_->Disconnect("w1");
+  ConnectWorker("w1", {}, Placement("a", 1, 0));
+  EXPECT_TRUE(Take("w1").empty());
+  clock_.Advance(absl::Seconds(30));  // past the reconnect grace
+  manager_->OnHeartbeat("w1");
+  manager_->Tick();
+  EXPECT_EQ(Phase("a"), v1::RUNNING);
   EXPECT_EQ(manager_->Get("a")->status().restarts(), 0);
 }
 
@@ -570,13 +608,8 @@ TEST_F(JobManagerTest, AFailureARestartedCoordinatorMissedRestartsTheAttempt) {
   manager_->OnReport("w2", failed);
   Restart();
   ASSERT_EQ(Phase("a"), v1::RUNNING);
-  v1::StageAssignment running;
-  running.set_job_name("a");
-  running.set_attempt(1);
-  running.set_stage(0);
-  ConnectWorker("w1", {}, running);
-  running.set_stage(1);
-  ConnectWorker("w2", {}, running);
+  ConnectWorker("w1", {}, Placement("a", 1, 0));
+  ConnectWorker("w2", {}, Placement("a", 1, 1));
   manager_->OnReport("w2", failed);
   v1::Job job = *manager_->Get("a");
   EXPECT_EQ(job.status().phase(), v1::RESTARTING);
@@ -622,9 +655,7 @@ TEST_F(JobManagerTest, ARestartedCoordinatorReconcilesEveryReplicasWorkers) {
   ASSERT_TRUE(manager_->Submit(spec).ok());
   ASSERT_EQ(Phase("dp"), v1::RUNNING);
   Restart();
-  v1::StageAssignment running;
-  running.set_job_name("dp");
-  running.set_attempt(1);
+  v1::StageAssignment running = Placement("dp", 1, 0);
   // Each comes back saying which stage of which replica it runs; before the
   // last, one that claims the slot another worker was placed on is told to stop.
   for (int w = 0; w < 4; ++w) {

@@ -10,6 +10,7 @@
 #include "common/job_spec.h"
 #include "server/job_manager.h"
 #include "server/job_placement.h"
+#include "server/job_status.h"
 
 namespace paci {
 
@@ -51,7 +52,10 @@ void JobManager::AdoptLocked(WorkerRegistry::Worker& worker) {
       selected = selected && label != worker.registration.labels().end() && label->second == value;
     }
   }
-  const bool ours = selected && state->awaiting_reconnect &&
+  // Of this job, not of an earlier one of the same name.
+  const bool same_job = selected && FromProto(running.job_create_time()) ==
+                                        FromProto(state->status().create_time());
+  const bool ours = same_job && state->awaiting_reconnect &&
                     state->status().attempt() == running.attempt() && worker.slot >= 0 &&
                     worker.slot < static_cast<int>(state->stages.size()) &&
                     state->worker(worker.slot) == id;

@@ -109,6 +109,7 @@ v1::StageAssignment AssignmentFor(const JobState& state, const WorkerRegistry& w
   v1::StageAssignment assignment;
   assignment.set_job_name(state.name());
   assignment.set_attempt(state.status().attempt());
+  *assignment.mutable_job_create_time() = state.status().create_time();
   *assignment.mutable_spec() = state.spec();
   if (assignment.attempt() > 1 && !state.spec().checkpoint().directory().empty()) {
     assignment.mutable_spec()->mutable_checkpoint()->set_resume(true);

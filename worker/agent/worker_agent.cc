@@ -70,11 +70,7 @@ void WorkerAgent::Session() {
       // The last stage ended, perhaps while the coordinator was away or
       // before it stored the report: name it, so that the final report
       // below is taken as this placement's.
-      v1::StageAssignment* ended = hello.mutable_register_()->mutable_running();
-      ended->set_job_name(unconfirmed_final_->job_name());
-      ended->set_attempt(unconfirmed_final_->attempt());
-      ended->set_stage(unconfirmed_final_->stage());
-      ended->set_replica(unconfirmed_final_->replica());
+      *hello.mutable_register_()->mutable_running() = last_assigned_;
     }
     if (WriteLocked(hello) && unconfirmed_final_) {
       v1::WorkerMessage message;
@@ -125,6 +121,7 @@ void WorkerAgent::StartStage(const v1::StageAssignment& assignment) {
     // Assigned only once the coordinator stored what that stage's end changed.
     absl::MutexLock lock(&write_mu_);
     unconfirmed_final_.reset();
+    last_assigned_ = assignment;
   }
   absl::MutexLock lock(&stage_mu_);
   LOG(INFO) << "assigned job=" << assignment.job_name() << " attempt=" << assignment.attempt()

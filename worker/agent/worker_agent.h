@@ -68,7 +68,9 @@ class WorkerAgent final : public ReportSink {
   absl::Mutex write_mu_;
   Stream* stream_ ABSL_GUARDED_BY(write_mu_) = nullptr;
   grpc::ClientContext* context_ ABSL_GUARDED_BY(write_mu_) = nullptr;
-  // The last stage's final report, until the next stage is assigned.
+  // The last stage's assignment, and its final report until the next stage
+  // is assigned.
+  v1::StageAssignment last_assigned_ ABSL_GUARDED_BY(write_mu_);
   std::optional<v1::StageReport> unconfirmed_final_ ABSL_GUARDED_BY(write_mu_);
 
   absl::Mutex stage_mu_;
