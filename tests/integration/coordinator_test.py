@@ -140,6 +140,15 @@ class CoordinatorTest(unittest.TestCase):
         self.assertEqual(done.status.restarts, 0, "the workers were reconciled, not restarted")
         c.wait("queued", lambda j: phase(j) == "SUCCEEDED")
 
+    def assert_trained_once(self, c, name, steps):
+        """After the coordinator's restart the job ends Succeeded as its first attempt, each
+        stage assigned once: the restarted coordinator learned how it ended."""
+        done = c.wait(name, lambda j: phase(j) == "SUCCEEDED")
+        self.assertEqual(done.status.restarts, 0, "".join(c.logs[-40:]))
+        self.assertEqual((done.status.attempt, done.status.step), (1, steps))
+        self.assertTrue(all(s.finished for s in done.status.stages))
+        self.assertEqual(sum("assigned job=%s " % name in line for line in c.logs), 2, "trained once")
+
     def test_a_job_whose_end_the_killed_coordinator_had_not_stored_succeeds_without_a_restart(self):
         """The coordinator dies after its workers' final reports reached it but before it stored
         them: another process holds the database's write lock, as a slow disk would hold the
@@ -159,10 +168,7 @@ class CoordinatorTest(unittest.TestCase):
         finally:
             lock.close()
         c.start_coordinator(port=c.port)
-        done = c.wait("unstored", lambda j: phase(j) == "SUCCEEDED")
-        self.assertEqual(done.status.restarts, 0, "".join(c.logs[-40:]))
-        self.assertEqual((done.status.attempt, done.status.step), (1, 400))
-        self.assertEqual(sum("assigned job=unstored" in line for line in c.logs), 2, "trained once")
+        self.assert_trained_once(c, "unstored", 400)
 
     def test_a_job_that_ends_while_the_coordinator_is_down_succeeds_without_a_restart(self):
         """The stages train on through their own links and end while no coordinator listens;
@@ -177,12 +183,7 @@ class CoordinatorTest(unittest.TestCase):
             self.assertTrue(c.wait_for_log(r"job=ended attempt=1 stage=%d ended: OK" % stage, 120),
                             "".join(c.logs[-40:]))
         c.start_coordinator(port=c.port)
-        done = c.wait("ended", lambda j: phase(j) == "SUCCEEDED")
-        self.assertEqual(done.status.restarts, 0, "".join(c.logs[-40:]))
-        self.assertEqual(done.status.attempt, 1)
-        self.assertEqual(done.status.step, 200)
-        self.assertTrue(all(s.finished for s in done.status.stages))
-        self.assertEqual(sum("assigned job=ended" in line for line in c.logs), 2, "trained once")
+        self.assert_trained_once(c, "ended", 200)
 
     def test_hostile_and_malformed_requests_get_the_right_code_and_change_nothing(self):
         c = self.start(workers=0, token="s3cret")
