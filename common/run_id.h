@@ -14,16 +14,22 @@ inline std::string RunId(const std::string& job_name, int64_t attempt) {
   return absl::StrCat(job_name, "/", attempt);
 }
 
-// Whether `run` is a later attempt of the job of `than`: "j/3" of "j/2", not
-// "j/2" of "j/2", "k/3" of "j/2" or anything that is not a run id.
-inline bool IsLaterRun(const std::string& run, const std::string& than) {
-  const size_t a = run.rfind('/'), b = than.rfind('/');
-  if (a == std::string::npos || b == std::string::npos || run.compare(0, a, than, 0, b) != 0) {
+// Whether a stage link stream naming `run` may be for a stage this worker is
+// yet to attach while the stage of run `attached` is still here: a later
+// attempt of its job (a restarted job's neighbour can be a moment faster than
+// this worker's stop) or any attempt of another job (the next job's neighbour
+// can be a moment faster than this worker's end of this one). Not `attached`
+// itself, not an earlier attempt of its job and not what is no run id.
+inline bool MayBeNextRun(const std::string& run, const std::string& attached) {
+  const size_t a = run.rfind('/'), b = attached.rfind('/');
+  int64_t run_attempt = 0, attached_attempt = 0;
+  if (a == std::string::npos || a == 0 || b == std::string::npos ||
+      !absl::SimpleAtoi(run.substr(a + 1), &run_attempt) ||
+      !absl::SimpleAtoi(attached.substr(b + 1), &attached_attempt)) {
     return false;
   }
-  int64_t run_attempt = 0, than_attempt = 0;
-  return absl::SimpleAtoi(run.substr(a + 1), &run_attempt) &&
-         absl::SimpleAtoi(than.substr(b + 1), &than_attempt) && run_attempt > than_attempt;
+  const bool same_job = run.compare(0, a, attached, 0, b) == 0;
+  return !same_job || run_attempt > attached_attempt;
 }
 
 }  // namespace paci

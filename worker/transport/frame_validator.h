@@ -19,6 +19,10 @@ inline constexpr char kLinkSecretMetadata[] = "paci-link-secret";
 // stream belongs to. Not a credential: it only tells a worker still running
 // an earlier attempt's stage that this stream's stage is on its way.
 inline constexpr char kLinkRunMetadata[] = "paci-link-run";
+// The initial metadata key a worker sends on a stage link stream it has
+// accepted (after the secret): the sender waits for it before it writes, and a
+// stream that ends without it was refused, with the status saying why.
+inline constexpr char kLinkAcceptedMetadata[] = "paci-link-accepted";
 
 struct LinkExpectations {
   std::string job_name;

@@ -71,6 +71,18 @@ void PeerSender::Run() {
   if (!options_.run.empty()) context_.AddMetadata(kLinkRunMetadata, options_.run);
   std::unique_ptr<grpc::ClientWriter<v1::TensorFrame>> writer =
       stub_->Push(&context_, &summary);
+  // The peer accepts the stream (kLinkAcceptedMetadata) or refuses it with a
+  // status: a refused link fails now, not once a write finds the stream gone,
+  // which may never come while both stages wait for each other's frames.
+  writer->WaitForInitialMetadata();
+  const auto& accepted = context_.GetServerInitialMetadata();
+  if (accepted.find(kLinkAcceptedMetadata) == accepted.end()) {
+    const grpc::Status status = writer->Finish();
+    fail(absl::UnavailableError(
+        absl::StrCat(options_.peer_name, " at ", options_.address, " refused the link: ",
+                     status.error_message().empty() ? "no reason given" : status.error_message())));
+    return;
+  }
   while (true) {
     v1::TensorFrame frame;
     {

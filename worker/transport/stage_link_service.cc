@@ -21,9 +21,10 @@ void StageLinkService::Detach() {
 std::optional<StageLinkService::Attached> StageLinkService::AwaitAttached(const std::string& run,
                                                                          bool* crowded) const {
   absl::MutexLock lock(&mu_);
-  // A stage is attached, and not one of an earlier attempt of the stream's job.
+  // A stage is attached, and not one this worker is still ending while the
+  // stream's own stage (of a later attempt or another job) is on its way.
   auto ready = [this, &run]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return attached_.has_value() && !IsLaterRun(run, attached_->expect.job_name);
+    return attached_.has_value() && !MayBeNextRun(run, attached_->expect.job_name);
   };
   if (ready()) return attached_;
   if (waiting_ >= kMaxWaitingStreams) {
@@ -75,6 +76,10 @@ grpc::Status StageLinkService::Push(grpc::ServerContext* context,
                           "stage link: not a peer of this attempt (no or a wrong link secret)");
     }
   }
+  // Accepted: the sender waits for this before it writes, so a refusal above
+  // fails its link at once instead of after the frames it could buffer.
+  context->AddInitialMetadata(kLinkAcceptedMetadata, "1");
+  reader->SendInitialMetadata();
   Inbox& inbox = *attached->inbox;
   v1::TensorFrame frame;
   int peer = -1;

@@ -27,13 +27,16 @@ namespace paci {
 // before it is queued. A frame that fails validation ends that stream with
 // INVALID_ARGUMENT and is never queued. A stream that opens before its stage
 // is attached waits up to 30 s for it (a neighbour may be a moment faster),
-// then is refused as UNAVAILABLE. A stream of a later attempt of the attached
-// stage's job (the run id it names, kLinkRunMetadata) waits the same way, for
-// that attempt's stage, while the earlier one here is still ending: a
-// restarted job's neighbour can be a moment faster than this worker's stop.
-// The run id is no credential: after the wait the secret decides, and a
-// stream naming any other run is refused at once. At most kMaxWaitingStreams
-// wait at once
+// then is refused as UNAVAILABLE. A stream of another run than the attached
+// stage's (the run id it names, kLinkRunMetadata) waits the same way, for its
+// own stage, while the one here is still ending: a later attempt of this
+// job (a restarted job's neighbour can be a moment faster than this worker's
+// stop) or another job (the next job placed here can be a moment faster than
+// this worker's end of the last). The run id is no credential: after the wait
+// the secret decides, and a stream naming an earlier attempt of the attached
+// job or no run id is refused at once. An accepted stream gets
+// kLinkAcceptedMetadata before any frame is read, so that its sender learns
+// of a refusal at once. At most kMaxWaitingStreams wait at once
 // (a stage has two neighbours), so strangers on the port of an idle worker
 // cannot take its server's threads: more are refused at once as
 // RESOURCE_EXHAUSTED. A neighbour's stream that ends before the
@@ -80,8 +83,8 @@ class StageLinkService final : public v1::StageLink::Service {
   };
   // The attached stage once one is (waiting up to 30 s for it); nullopt
   // with *crowded set when kMaxWaitingStreams already wait.
-  // A stream of a later attempt of the attached stage's job (kLinkRunMetadata)
-  // waits the same way, for that attempt's stage.
+  // A stream of another run than the attached stage's (MayBeNextRun) waits the
+  // same way, for its own stage.
   std::optional<Attached> AwaitAttached(const std::string& run, bool* crowded) const;
 
   mutable absl::Mutex mu_;

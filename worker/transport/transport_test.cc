@@ -291,7 +291,8 @@ TEST_F(StageLinkWaitTest, OnlyAFewStreamsWaitForAStageMoreAreRefusedAtOnce) {
 // A job restarts: the neighbour of attempt 2 can reach this worker while its
 // stage of attempt 1 is still ending. Its stream waits for attempt 2's stage
 // instead of being refused (which failed attempt 2 as well); a stream naming
-// any other run is still refused at once, and nothing reaches the old stage.
+// attempt 1, an earlier attempt or no run id is still refused at once, and
+// nothing reaches the old stage.
 TEST_F(StageLinkWaitTest, AStreamOfTheNextAttemptWaitsWhileTheLastAttemptsStageEnds) {
   constexpr char kNextSecret[] = "fedcba9876543210fedcba9876543210";
   LinkExpectations first = Expect();
@@ -301,7 +302,7 @@ TEST_F(StageLinkWaitTest, AStreamOfTheNextAttemptWaitsWhileTheLastAttemptsStageE
 
   std::unique_ptr<Stream> next = OpenStream(*stub_, kNextSecret, "job/2");
   ASSERT_TRUE(service_.AwaitWaitingStreams(1, absl::Seconds(10)));
-  for (const char* run : {"job/1", "job/0", "other/2", "job", "job/x"}) {
+  for (const char* run : {"job/1", "job/0", "job", "job/x"}) {
     std::unique_ptr<Stream> stranger = OpenStream(*stub_, kNextSecret, run);
     stranger->writer->WritesDone();
     const grpc::Status refused = stranger->writer->Finish();
@@ -336,17 +337,57 @@ TEST_F(StageLinkWaitTest, AStreamOfTheNextAttemptWaitsWhileTheLastAttemptsStageE
   second_inbox->Close();
 }
 
-TEST(RunIdTest, ALaterRunIsALaterAttemptOfTheSameJob) {
-  EXPECT_TRUE(IsLaterRun("job/2", "job/1"));
-  EXPECT_TRUE(IsLaterRun("a/b/10", "a/b/9"));
-  EXPECT_FALSE(IsLaterRun("job/1", "job/1"));
-  EXPECT_FALSE(IsLaterRun("job/1", "job/2"));
-  EXPECT_FALSE(IsLaterRun("jobs/2", "job/1"));
-  EXPECT_FALSE(IsLaterRun("other/2", "job/1"));
-  EXPECT_FALSE(IsLaterRun("job/x", "job/1"));
-  EXPECT_FALSE(IsLaterRun("job", "job/1"));
-  EXPECT_FALSE(IsLaterRun("", "job/1"));
-  EXPECT_FALSE(IsLaterRun("job/2", "job"));
+// One job ends and the next is placed at once: its stage 0 on a worker that
+// was free can reach this worker while its stage of the job before is still
+// ending. The stream waits for the next job's stage (refused, it failed the
+// next job's first attempt, or hung it when the refusal came after the frames
+// the sender had written) and the ending stage sees none of its frames.
+TEST_F(StageLinkWaitTest, AStreamOfTheNextJobWaitsWhileThisWorkersStageOfTheJobBeforeEnds) {
+  constexpr char kNextSecret[] = "0123456789abcdef0123456789abcdef";
+  LinkExpectations before = Expect();
+  before.job_name = "before/1";
+  auto before_inbox = std::make_shared<Inbox>(8);
+  service_.Attach(before, before_inbox);
+
+  std::unique_ptr<Stream> next = OpenStream(*stub_, kNextSecret, "next/1");
+  ASSERT_TRUE(service_.AwaitWaitingStreams(1, absl::Seconds(10)));
+
+  service_.Detach();
+  LinkExpectations expect = Expect();
+  expect.job_name = "next/1";
+  expect.secret = kNextSecret;
+  auto next_inbox = std::make_shared<Inbox>(8);
+  service_.Attach(expect, next_inbox);
+  next->writer->WaitForInitialMetadata();  // accepted, as PeerSender waits for it
+  const auto& accepted = next->context.GetServerInitialMetadata();
+  EXPECT_NE(accepted.find(kLinkAcceptedMetadata), accepted.end());
+  v1::TensorFrame frame = Activation(3);
+  frame.set_job_name("next/1");
+  ASSERT_TRUE(next->writer->Write(frame));
+  std::optional<v1::TensorFrame> got;
+  while (!(got = next_inbox->Pop(Inbox::From::kPrevious))) next_inbox->Wait(absl::Seconds(10));
+  EXPECT_EQ(got->micro_batch_id(), 3u);
+  next->writer->WritesDone();
+  EXPECT_TRUE(next->writer->Finish().ok());
+  EXPECT_EQ(service_.waiting_streams(), 0);
+  EXPECT_FALSE(before_inbox->PeekKind(Inbox::From::kPrevious).has_value());
+  EXPECT_TRUE(before_inbox->failure().ok()) << before_inbox->failure();
+  next_inbox->Close();
+}
+
+TEST(RunIdTest, ANextRunIsALaterAttemptOfTheSameJobOrAnyAttemptOfAnother) {
+  EXPECT_TRUE(MayBeNextRun("job/2", "job/1"));
+  EXPECT_TRUE(MayBeNextRun("a/b/10", "a/b/9"));
+  EXPECT_TRUE(MayBeNextRun("other/1", "job/1"));
+  EXPECT_TRUE(MayBeNextRun("jobs/1", "job/2"));
+  EXPECT_TRUE(MayBeNextRun("job/1", "a/job/7"));
+  EXPECT_FALSE(MayBeNextRun("job/1", "job/1"));  // the attached run itself
+  EXPECT_FALSE(MayBeNextRun("job/1", "job/2"));  // an earlier attempt
+  EXPECT_FALSE(MayBeNextRun("job/x", "job/1"));  // no run ids
+  EXPECT_FALSE(MayBeNextRun("job", "job/1"));
+  EXPECT_FALSE(MayBeNextRun("/2", "job/1"));
+  EXPECT_FALSE(MayBeNextRun("", "job/1"));
+  EXPECT_FALSE(MayBeNextRun("job/2", "job"));
 }
 
 TEST_F(StageLinkTest, APeerThatVanishesMidTrainingFailsTheInbox) {
@@ -366,6 +407,32 @@ TEST_F(StageLinkTest, APeerThatVanishesMidTrainingFailsTheInbox) {
   EXPECT_EQ(inbox_->failure().code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(inbox_->failure().message().find("stage 0 closed its link to stage 1"),
             std::string::npos);
+}
+
+// A peer that refuses the stream (here: the wrong link secret) fails the link
+// at once with its reason, with no frame sent: before, the refusal surfaced
+// only at a write after it, and two stages each waiting for the other's
+// frames waited forever.
+TEST_F(StageLinkTest, ARefusedLinkFailsAtOnceNamingTheReasonBeforeAnyFrame) {
+  absl::Notification failed;
+  absl::Status failure;
+  PeerSender::Options options;
+  options.address = address_;
+  options.peer_name = "stage 1";
+  options.secret = "not the secret of this attempt...";
+  PeerSender sender(options, [&](absl::Status s) {
+    failure = s;
+    failed.Notify();
+  });
+  sender.Start();
+  ASSERT_TRUE(failed.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  EXPECT_EQ(failure.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(failure.message().find("stage 1 at " + address_ + " refused the link"),
+            std::string::npos)
+      << failure;
+  EXPECT_NE(failure.message().find("not a peer of this attempt"), std::string::npos) << failure;
+  EXPECT_FALSE(sender.Send(Activation(0)));
+  EXPECT_FALSE(inbox_->PeekKind(Inbox::From::kPrevious).has_value());
 }
 
 TEST(PeerSenderTest, AnUnreachablePeerIsReportedNamingIt) {
