@@ -105,8 +105,12 @@ struct Stream {
   std::unique_ptr<grpc::ClientWriter<v1::TensorFrame>> writer;
 };
 std::unique_ptr<Stream> OpenStream(v1::StageLink::Stub& stub, const std::string& secret,
-                                   const std::string& run = "") {
+                                   const std::string& run = "",
+                                   absl::Duration deadline = absl::InfiniteDuration()) {
   auto stream = std::make_unique<Stream>();
+  if (deadline != absl::InfiniteDuration()) {
+    stream->context.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
+  }
   if (!secret.empty()) stream->context.AddMetadata(kLinkSecretMetadata, secret);
   if (!run.empty()) stream->context.AddMetadata(kLinkRunMetadata, run);
   stream->writer = stub.Push(&stream->context, &stream->summary);
@@ -288,92 +292,78 @@ TEST_F(StageLinkWaitTest, OnlyAFewStreamsWaitForAStageMoreAreRefusedAtOnce) {
   inbox->Close();
 }
 
-// A job restarts: the neighbour of attempt 2 can reach this worker while its
-// stage of attempt 1 is still ending. Its stream waits for attempt 2's stage
-// instead of being refused (which failed attempt 2 as well); a stream naming
-// attempt 1, an earlier attempt or no run id is still refused at once, and
-// nothing reaches the old stage.
-TEST_F(StageLinkWaitTest, AStreamOfTheNextAttemptWaitsWhileTheLastAttemptsStageEnds) {
-  constexpr char kNextSecret[] = "fedcba9876543210fedcba9876543210";
-  LinkExpectations first = Expect();
-  first.job_name = "job/1";
-  auto first_inbox = std::make_shared<Inbox>(8);
-  service_.Attach(first, first_inbox);
+// The stage this worker is ending, and the one a neighbour's stream is for.
+struct HandOver {
+  std::string name;
+  std::string job;   // the ending stage's job, at attempt 1
+  std::string next;  // the stream's run
+};
 
-  std::unique_ptr<Stream> next = OpenStream(*stub_, kNextSecret, "job/2");
+// A neighbour can reach this worker while its stage of another run is still
+// ending: a job restarts (attempt 2's neighbour) or one job ends and the next
+// is placed at once (the next job's stage 0, on a worker that was free). Its
+// stream waits for its own stage instead of being refused (which failed that
+// attempt, or hung it when the refusal came after the frames the sender had
+// written); a stream naming the ending run, an earlier attempt of its job or
+// no run id is still refused at once, and nothing reaches the ending stage.
+class StageLinkHandOverTest : public StageLinkWaitTest,
+                              public ::testing::WithParamInterface<HandOver> {};
+
+TEST_P(StageLinkHandOverTest, AStreamOfTheNextRunWaitsWhileThisWorkersStageEnds) {
+  constexpr char kNextSecret[] = "fedcba9876543210fedcba9876543210";
+  const std::string job = GetParam().job, next_run = GetParam().next;
+  LinkExpectations ending = Expect();
+  ending.job_name = job + "/1";
+  auto ending_inbox = std::make_shared<Inbox>(8);
+  service_.Attach(ending, ending_inbox);
+
+  std::unique_ptr<Stream> next = OpenStream(*stub_, kNextSecret, next_run);
   ASSERT_TRUE(service_.AwaitWaitingStreams(1, absl::Seconds(10)));
-  for (const char* run : {"job/1", "job/0", "job", "job/x"}) {
-    std::unique_ptr<Stream> stranger = OpenStream(*stub_, kNextSecret, run);
+  for (const std::string& run : {job + "/1", job + "/0", job, job + "/x"}) {
+    // At once: one made to wait would pass its deadline long before the 30 s.
+    std::unique_ptr<Stream> stranger = OpenStream(*stub_, kNextSecret, run, absl::Seconds(10));
     stranger->writer->WritesDone();
     const grpc::Status refused = stranger->writer->Finish();
     EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAUTHENTICATED) << run;
   }
   EXPECT_EQ(service_.waiting_streams(), 1);
 
-  // Attempt 1's stage ends, attempt 2's arrives: the waiting stream is its.
-  service_.Detach();
-  LinkExpectations second = Expect();
-  second.job_name = "job/2";
-  second.secret = kNextSecret;
-  auto second_inbox = std::make_shared<Inbox>(8);
-  service_.Attach(second, second_inbox);
-  v1::TensorFrame frame = Activation(7);
-  frame.set_job_name("job/2");
-  ASSERT_TRUE(next->writer->Write(frame));
-  std::optional<v1::TensorFrame> got;
-  while (!(got = second_inbox->Pop(Inbox::From::kPrevious))) second_inbox->Wait(absl::Seconds(10));
-  EXPECT_EQ(got->micro_batch_id(), 7u);
-  v1::TensorFrame shutdown;
-  shutdown.set_kind(v1::TensorFrame::SHUTDOWN);
-  shutdown.set_job_name("job/2");
-  shutdown.set_from_stage(0);
-  ASSERT_TRUE(next->writer->Write(shutdown));
-  next->writer->WritesDone();
-  EXPECT_TRUE(next->writer->Finish().ok());
-  EXPECT_EQ(service_.waiting_streams(), 0);
-  EXPECT_FALSE(first_inbox->PeekKind(Inbox::From::kPrevious).has_value());
-  EXPECT_TRUE(first_inbox->failure().ok()) << first_inbox->failure();
-  EXPECT_TRUE(second_inbox->failure().ok()) << second_inbox->failure();
-  second_inbox->Close();
-}
-
-// One job ends and the next is placed at once: its stage 0 on a worker that
-// was free can reach this worker while its stage of the job before is still
-// ending. The stream waits for the next job's stage (refused, it failed the
-// next job's first attempt, or hung it when the refusal came after the frames
-// the sender had written) and the ending stage sees none of its frames.
-TEST_F(StageLinkWaitTest, AStreamOfTheNextJobWaitsWhileThisWorkersStageOfTheJobBeforeEnds) {
-  constexpr char kNextSecret[] = "0123456789abcdef0123456789abcdef";
-  LinkExpectations before = Expect();
-  before.job_name = "before/1";
-  auto before_inbox = std::make_shared<Inbox>(8);
-  service_.Attach(before, before_inbox);
-
-  std::unique_ptr<Stream> next = OpenStream(*stub_, kNextSecret, "next/1");
-  ASSERT_TRUE(service_.AwaitWaitingStreams(1, absl::Seconds(10)));
-
+  // The ending stage goes, the next run's arrives: the waiting stream is its.
   service_.Detach();
   LinkExpectations expect = Expect();
-  expect.job_name = "next/1";
+  expect.job_name = next_run;
   expect.secret = kNextSecret;
   auto next_inbox = std::make_shared<Inbox>(8);
   service_.Attach(expect, next_inbox);
   next->writer->WaitForInitialMetadata();  // accepted, as PeerSender waits for it
   const auto& accepted = next->context.GetServerInitialMetadata();
   EXPECT_NE(accepted.find(kLinkAcceptedMetadata), accepted.end());
-  v1::TensorFrame frame = Activation(3);
-  frame.set_job_name("next/1");
+  v1::TensorFrame frame = Activation(7);
+  frame.set_job_name(next_run);
   ASSERT_TRUE(next->writer->Write(frame));
   std::optional<v1::TensorFrame> got;
   while (!(got = next_inbox->Pop(Inbox::From::kPrevious))) next_inbox->Wait(absl::Seconds(10));
-  EXPECT_EQ(got->micro_batch_id(), 3u);
+  EXPECT_EQ(got->micro_batch_id(), 7u);
+  v1::TensorFrame shutdown;
+  shutdown.set_kind(v1::TensorFrame::SHUTDOWN);
+  shutdown.set_job_name(next_run);
+  shutdown.set_from_stage(0);
+  ASSERT_TRUE(next->writer->Write(shutdown));
   next->writer->WritesDone();
   EXPECT_TRUE(next->writer->Finish().ok());
   EXPECT_EQ(service_.waiting_streams(), 0);
-  EXPECT_FALSE(before_inbox->PeekKind(Inbox::From::kPrevious).has_value());
-  EXPECT_TRUE(before_inbox->failure().ok()) << before_inbox->failure();
+  EXPECT_FALSE(ending_inbox->PeekKind(Inbox::From::kPrevious).has_value());
+  EXPECT_TRUE(ending_inbox->failure().ok()) << ending_inbox->failure();
+  EXPECT_TRUE(next_inbox->failure().ok()) << next_inbox->failure();
   next_inbox->Close();
 }
+
+INSTANTIATE_TEST_SUITE_P(RestartAndNextJob, StageLinkHandOverTest,
+                         ::testing::Values(HandOver{"NextAttempt", "job", "job/2"},
+                                           HandOver{"NextJob", "before", "next/1"}),
+                         [](const ::testing::TestParamInfo<HandOver>& info) {
+                           return info.param.name;
+                         });
 
 TEST(RunIdTest, ANextRunIsALaterAttemptOfTheSameJobOrAnyAttemptOfAnother) {
   EXPECT_TRUE(MayBeNextRun("job/2", "job/1"));
