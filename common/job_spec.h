@@ -5,6 +5,7 @@
 // ValidateJobSpec and its per-section checks live in job_spec_validation.cc;
 // reading, defaults and the rest in job_spec.cc.
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -36,9 +37,42 @@ int DefaultFfnHiddenSize(std::string_view architecture, int d_model);
 // field path and gives the allowed range, e.g.
 //   "pipeline.num_stages: must be between 1 and 64, got 0".
 // Checks ranges and cross-field rules (num_stages <= model.num_layers,
-// d_model % num_heads == 0, async-1f1b with accumulation 1, ...). It does not
-// touch the file system.
+// d_model % num_heads == 0, async-1f1b with accumulation 1, ...), and the
+// sizes below: each string at most kMaxSpecStringBytes ("checkpoint.directory:
+// must be at most 4096 bytes (PATH_MAX), got 5000 bytes"), the worker selector's
+// entries, and the whole spec at most kMaxJobSpecBytes serialized ("spec:
+// ..."). It does not touch the file system.
 absl::Status ValidateJobSpec(const v1::JobSpec& spec);
+
+// What one job may hold, so that no submission costs the coordinator (which
+// keeps every job in memory and in its store, and reloads them on a restart)
+// more than this. ValidateJobSpec enforces the spec's; ValidateJobLabels a
+// submission's labels.
+//
+// A spec serializes to at most this many bytes: a real one takes well under
+// 2 KiB; this leaves room for every path at its limit and a full worker
+// selector, or a runtime.stage_devices of one entry per worker for some 5,000
+// workers, and refuses a spec padded out (with unknown fields, say) to the
+// size of a gRPC message.
+inline constexpr size_t kMaxJobSpecBytes = 64 * 1024;
+// A path or other string of a spec: at most PATH_MAX bytes.
+inline constexpr size_t kMaxSpecStringBytes = 4096;
+// Labels, and run_policy.worker_selector: at most this many, keys of 1 to 253
+// characters (a Kubernetes label key: a DNS subdomain prefix and a name).
+inline constexpr int kMaxLabels = 64;
+inline constexpr size_t kMaxLabelKeyBytes = 253;
+// A job's label values are at most a Kubernetes label value's 63 characters;
+// a worker selector's at most a worker label's 253 (it selects worker labels,
+// such as "<namespace>.<name>" and a 64-digit token digest).
+inline constexpr size_t kMaxLabelValueBytes = 63;
+inline constexpr size_t kMaxSelectorValueBytes = 253;
+
+// Checks a submission's labels (or a list's label selector), `field` naming
+// them in the message: InvalidArgument past kMaxLabels, or for a key of none
+// or more than kMaxLabelKeyBytes characters, or a value of more than
+// kMaxLabelValueBytes.
+absl::Status ValidateJobLabels(const google::protobuf::Map<std::string, std::string>& labels,
+                               std::string_view field);
 
 // pipeline.partition's explicit form: num_stages - 1 strictly increasing unit
 // boundaries between 1 and 2 * num_layers + 1, comma-separated ("3,7"); the

@@ -6,6 +6,9 @@
 #include <limits>
 #include <string>
 #include <tuple>
+#include <utility>
+
+#include <google/protobuf/unknown_field_set.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -536,6 +539,116 @@ TEST(ValidateJobSpecTest, RejectsBadNames) {
 }
 
 // Each case breaks one field of a valid spec; the error must name it.
+// What one spec may cost the coordinator, which keeps every job in memory and
+// in its store: each string at most PATH_MAX (4096) bytes, named by its path;
+// a worker selector within the limits of labels; the whole spec at most
+// 64 KiB serialized, which leaves room for every path at its limit and a full
+// selector.
+TEST(ValidateJobSpecTest, StringsSelectorsAndTheWholeSpecAreBounded) {
+  using Setter = void (*)(v1::JobSpec*, const std::string&);
+  const std::pair<std::string, Setter> strings[] = {
+      {"checkpoint.directory",
+       [](v1::JobSpec* s, const std::string& v) { s->mutable_checkpoint()->set_directory(v); }},
+      {"checkpoint.init_from",
+       [](v1::JobSpec* s, const std::string& v) { s->mutable_checkpoint()->set_init_from(v); }},
+      {"data.corpus_path",
+       [](v1::JobSpec* s, const std::string& v) { s->mutable_data()->set_corpus_path(v); }},
+      {"data.dataset",
+       [](v1::JobSpec* s, const std::string& v) { s->mutable_data()->set_dataset(v); }},
+      {"data.tokenizer_model",
+       [](v1::JobSpec* s, const std::string& v) { s->mutable_data()->set_tokenizer_model(v); }},
+      {"data.tokenizer",
+       [](v1::JobSpec* s, const std::string& v) { s->mutable_data()->set_tokenizer(v); }},
+      {"pipeline.partition",
+       [](v1::JobSpec* s, const std::string& v) { s->mutable_pipeline()->set_partition(v); }},
+      {"model.architecture",
+       [](v1::JobSpec* s, const std::string& v) { s->mutable_model()->set_architecture(v); }},
+      {"runtime.device",
+       [](v1::JobSpec* s, const std::string& v) { s->mutable_runtime()->set_device(v); }},
+      {"runtime.stage_devices[1]",
+       [](v1::JobSpec* s, const std::string& v) {
+         s->mutable_runtime()->add_stage_devices("cpu");
+         s->mutable_runtime()->add_stage_devices(v);
+       }},
+  };
+  for (const auto& [field, set] : strings) {
+    SCOPED_TRACE(field);
+    v1::JobSpec spec = ValidMinimalSpec();
+    set(&spec, "/" + std::string(4096, 'p'));
+    ExpectInvalid(spec, field);
+    EXPECT_THAT(std::string(ValidateJobSpec(spec).message()),
+                HasSubstr("must be at most 4096 bytes (PATH_MAX), got 4097 bytes"));
+  }
+  v1::JobSpec five_thousand = ValidMinimalSpec();
+  five_thousand.mutable_checkpoint()->set_directory("/" + std::string(4999, 'd'));
+  EXPECT_EQ(ValidateJobSpec(five_thousand),
+            absl::InvalidArgumentError(
+                "checkpoint.directory: must be at most 4096 bytes (PATH_MAX), got 5000 bytes"));
+
+  // Every path at its limit and a full selector of the longest keys and values: valid.
+  v1::JobSpec largest = ValidMinimalSpec();
+  const std::string path = "/" + std::string(4095, 'p');
+  largest.mutable_data()->set_corpus_path(path);
+  largest.mutable_data()->set_tokenizer("sentencepiece");
+  largest.mutable_data()->set_tokenizer_model(path);
+  largest.mutable_checkpoint()->set_directory(path);
+  largest.mutable_checkpoint()->set_init_from(path);
+  auto& selector = *largest.mutable_run_policy()->mutable_worker_selector();
+  for (int i = 0; i < kMaxLabels; ++i) {
+    selector[std::string(250, 'k') + std::to_string(100 + i)] = std::string(253, 'v');
+  }
+  EXPECT_TRUE(ValidateJobSpec(largest).ok()) << ValidateJobSpec(largest);
+  EXPECT_LE(largest.ByteSizeLong(), kMaxJobSpecBytes);
+
+  // One more selector entry, a longer key or value: refused naming the selector.
+  v1::JobSpec many = largest;
+  (*many.mutable_run_policy()->mutable_worker_selector())["one-more"] = "x";
+  EXPECT_EQ(ValidateJobSpec(many), absl::InvalidArgumentError(
+                                       "run_policy.worker_selector: must be at most 64 labels, "
+                                       "got 65"));
+  v1::JobSpec long_key = ValidMinimalSpec();
+  (*long_key.mutable_run_policy()->mutable_worker_selector())[std::string(254, 'k')] = "x";
+  ExpectInvalid(long_key, "run_policy.worker_selector");
+  v1::JobSpec long_value = ValidMinimalSpec();
+  (*long_value.mutable_run_policy()->mutable_worker_selector())["pool"] = std::string(254, 'v');
+  EXPECT_EQ(ValidateJobSpec(long_value),
+            absl::InvalidArgumentError(
+                "run_policy.worker_selector[pool]: must be at most 253 characters, got 254"));
+
+  // Past 64 KiB serialized (here padded with a field this version does not know): refused.
+  v1::JobSpec padded = ValidMinimalSpec();
+  padded.GetReflection()->MutableUnknownFields(&padded)->AddLengthDelimited(
+      999, std::string(kMaxJobSpecBytes, 'x'));
+  const absl::Status big = ValidateJobSpec(padded);
+  EXPECT_EQ(big.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(big.message()),
+              StartsWith(absl::StrCat("spec: must be at most 65536 bytes serialized, got ",
+                                      padded.ByteSizeLong(), " bytes")));
+}
+
+// A submission's labels (and a list's label selector): Kubernetes' limits.
+TEST(ValidateJobLabelsTest, AtMost64KeysOf253AndValuesOf63) {
+  google::protobuf::Map<std::string, std::string> labels;
+  labels[std::string(253, 'k')] = std::string(63, 'v');
+  labels["paci.dev/namespace"] = "team-a";
+  EXPECT_TRUE(ValidateJobLabels(labels, "labels").ok());
+  labels["team"] = std::string(64, 'v');
+  EXPECT_EQ(ValidateJobLabels(labels, "labels"),
+            absl::InvalidArgumentError("labels[team]: must be at most 63 characters, got 64"));
+  labels.erase("team");
+  labels[std::string(254, 'k')] = "v";
+  EXPECT_EQ(ValidateJobLabels(labels, "label_selector"),
+            absl::InvalidArgumentError(
+                "label_selector: keys must be 1 to 253 characters, got one of 254"));
+  labels.clear();
+  labels[""] = "v";
+  EXPECT_EQ(ValidateJobLabels(labels, "labels").code(), absl::StatusCode::kInvalidArgument);
+  labels.clear();
+  for (int i = 0; i < 65; ++i) labels[absl::StrCat("k", i)] = "v";
+  EXPECT_EQ(ValidateJobLabels(labels, "labels"),
+            absl::InvalidArgumentError("labels: must be at most 64 labels, got 65"));
+}
+
 TEST(ValidateJobSpecTest, EachOutOfRangeFieldIsNamed) {
   struct Case {
     std::string field;

@@ -7,6 +7,9 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include <google/protobuf/message.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -44,6 +47,78 @@ bool IsValidName(std::string_view name) {
   const auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
   if (name.empty() || !alnum(name.front()) || !alnum(name.back())) return false;
   return std::all_of(name.begin(), name.end(), [&](char c) { return alnum(c) || c == '-'; });
+}
+
+// "<field>: must be at most <limit> bytes, got <size> bytes" unless it is.
+absl::Status RequireStringSize(absl::string_view field, const std::string& value) {
+  return Require(value.size() <= kMaxSpecStringBytes, field,
+                 absl::StrCat("at most ", kMaxSpecStringBytes, " bytes (PATH_MAX)"),
+                 absl::StrCat(value.size(), " bytes"));
+}
+
+// Every string of `message` and the messages in it (paths, names, devices,
+// the partition) at most kMaxSpecStringBytes, each named by its path from
+// `prefix`: by reflection, so a string field added later is bounded too.
+// Maps (run_policy.worker_selector) are ValidateLabelMap's.
+absl::Status ValidateStringSizes(const google::protobuf::Message& message,
+                                 const std::string& prefix) {
+  using google::protobuf::FieldDescriptor;
+  const google::protobuf::Reflection& reflection = *message.GetReflection();
+  std::vector<const FieldDescriptor*> fields;
+  reflection.ListFields(message, &fields);  // the fields set: an empty string costs nothing
+  for (const FieldDescriptor* field : fields) {
+    if (field->is_map()) continue;
+    const std::string path = absl::StrCat(prefix, prefix.empty() ? "" : ".", field->name());
+    if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+      if (!field->is_repeated()) {
+        RETURN_IF_ERROR(ValidateStringSizes(reflection.GetMessage(message, field), path));
+        continue;
+      }
+      for (int i = 0; i < reflection.FieldSize(message, field); ++i) {
+        RETURN_IF_ERROR(ValidateStringSizes(reflection.GetRepeatedMessage(message, field, i),
+                                            absl::StrCat(path, "[", i, "]")));
+      }
+    } else if (field->cpp_type() == FieldDescriptor::CPPTYPE_STRING) {
+      std::string scratch;
+      if (!field->is_repeated()) {
+        RETURN_IF_ERROR(
+            RequireStringSize(path, reflection.GetStringReference(message, field, &scratch)));
+        continue;
+      }
+      for (int i = 0; i < reflection.FieldSize(message, field); ++i) {
+        const std::string& value =
+            reflection.GetRepeatedStringReference(message, field, i, &scratch);
+        if (value.size() > kMaxSpecStringBytes) {
+          return RequireStringSize(absl::StrCat(path, "[", i, "]"), value);
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Labels or a selector: at most kMaxLabels, keys of 1 to kMaxLabelKeyBytes
+// characters, values of at most `max_value`. A key is quoted only once it has
+// passed its own check, so a message stays short.
+absl::Status ValidateLabelMap(const google::protobuf::Map<std::string, std::string>& labels,
+                              absl::string_view field, size_t max_value) {
+  if (labels.size() > static_cast<size_t>(kMaxLabels)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": must be at most ", kMaxLabels, " labels, got ", labels.size()));
+  }
+  for (const auto& [key, value] : labels) {
+    if (key.empty() || key.size() > kMaxLabelKeyBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ": keys must be 1 to ", kMaxLabelKeyBytes, " characters, got one of ",
+          key.size()));
+    }
+    if (value.size() > max_value) {
+      return absl::InvalidArgumentError(absl::StrCat(field, "[", key, "]: must be at most ",
+                                                     max_value, " characters, got ",
+                                                     value.size()));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ValidateModel(const v1::ModelSpec& m) {
@@ -260,6 +335,16 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
                           "lowercase letters, digits and '-', starting and ending with a "
                           "letter or digit",
                           absl::StrCat("\"", name, "\"")));
+  // What one job costs the coordinator, which keeps it in memory and in its
+  // store: each string, the selector, then the whole spec (unknown fields
+  // included), before anything reads them further.
+  RETURN_IF_ERROR(ValidateStringSizes(spec, ""));
+  RETURN_IF_ERROR(ValidateLabelMap(spec.run_policy().worker_selector(),
+                                   "run_policy.worker_selector", kMaxSelectorValueBytes));
+  const size_t bytes = spec.ByteSizeLong();
+  RETURN_IF_ERROR(Require(bytes <= kMaxJobSpecBytes, "spec",
+                          absl::StrCat("at most ", kMaxJobSpecBytes, " bytes serialized"),
+                          absl::StrCat(bytes, " bytes")));
   RETURN_IF_ERROR(ValidateModel(spec.model()));
   RETURN_IF_ERROR(ValidatePipeline(spec.pipeline(), spec.model().num_layers()));
   RETURN_IF_ERROR(ValidateOptimizer(spec.optimizer()));
@@ -282,14 +367,14 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   RETURN_IF_ERROR(RequireBetween<int64_t>("run_policy.ttl_seconds_after_finished",
                                           policy.ttl_seconds_after_finished(), 0,
                                           10LL * 365 * 86400));
-  RETURN_IF_ERROR(Require(policy.worker_selector_size() <= 32, "run_policy.worker_selector",
-                          "at most 32 labels", absl::StrCat(policy.worker_selector_size())));
-  for (const auto& [key, value] : policy.worker_selector()) {
-    RETURN_IF_ERROR(Require(!key.empty() && key.size() <= 253 && value.size() <= 253,
-                            "run_policy.worker_selector", "keys of 1 to 253 characters, values "
-                            "of at most 253", absl::StrCat("\"", key, "\"")));
-  }
+  // run_policy.worker_selector is checked with the sizes, above.
   return absl::OkStatus();
+}
+
+absl::Status ValidateJobLabels(const google::protobuf::Map<std::string, std::string>& labels,
+                               std::string_view field) {
+  return ValidateLabelMap(labels, absl::string_view(field.data(), field.size()),
+                          kMaxLabelValueBytes);
 }
 
 }  // namespace paci

@@ -16,6 +16,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
@@ -41,6 +42,12 @@ ABSL_FLAG(std::string, worker_secret_flags,
           "ca.crt=coordinator_tls_ca,tls.crt=coordinator_tls_cert,tls.key=coordinator_tls_key,"
           "token=coordinator_auth_token_file",
           "KEY=FLAG,...: each key of --worker_secret passed to the worker as --FLAG=<file>");
+ABSL_FLAG(std::string, worker_allowed_secrets, "",
+          "comma-separated Secrets a TrainingJob's spec.worker may name (volumes, env, envFrom); "
+          "every other is refused. Never --worker_secret or a job's token");
+ABSL_FLAG(std::string, reserved_namespaces, "",
+          "comma-separated namespaces no TrainingJob may run in (the release's own, which holds "
+          "its CA and the operator's Secrets); one there fails naming metadata.namespace");
 ABSL_FLAG(std::string, worker_coordinator_address, "",
           "the coordinator as worker pods reach it; default: --coordinator");
 ABSL_FLAG(std::string, worker_image, "paci-worker:latest", "image of worker pods");
@@ -142,6 +149,26 @@ absl::StatusOr<ControllerOptions> ControllerOptionsFromFlags() {
   if (reconciler.worker_link_tls && reconciler.worker_secret.empty()) {
     return absl::InvalidArgumentError(
         "--worker_link_tls: the links' certificates come from --worker_secret, which is empty");
+  }
+  for (absl::string_view name :
+       absl::StrSplit(absl::GetFlag(FLAGS_worker_allowed_secrets), ',', absl::SkipEmpty())) {
+    if (name == reconciler.worker_secret ||
+        absl::EndsWith(name, paci::op::kWorkerTokenSecretSuffix)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--worker_allowed_secrets: \"", name,
+          "\" is the operator's own (the worker Secret or a job's token): the operator mounts "
+          "it where it belongs, a TrainingJob may not name it"));
+    }
+    reconciler.worker_allowed_secrets.emplace(name);
+  }
+  for (absl::string_view ns :
+       absl::StrSplit(absl::GetFlag(FLAGS_reserved_namespaces), ',', absl::SkipEmpty())) {
+    reconciler.reserved_namespaces.emplace(ns);
+  }
+  if (!options.watch_namespace.empty() &&
+      reconciler.reserved_namespaces.count(options.watch_namespace) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--watch_namespace: \"", options.watch_namespace, "\" is one of --reserved_namespaces"));
   }
   ASSIGN_OR_RETURN(reconciler.worker_secret_flags,
                    paci::ParseKeyValues(absl::GetFlag(FLAGS_worker_secret_flags),

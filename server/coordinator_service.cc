@@ -25,20 +25,11 @@ absl::Status CheckJobName(const std::string& name, const char* field) {
   return absl::OkStatus();
 }
 
-// A job's labels, or a list filter's: at most 32, keys of 1 to 63 characters, values of at
-// most 63.
+// A job's labels, or a list filter's: Kubernetes' limits (ValidateJobLabels,
+// common/job_spec.h: at most 64, keys of 1 to 253 characters, values of at most 63).
 absl::Status CheckLabels(const google::protobuf::Map<std::string, std::string>& labels,
                          const char* field) {
-  if (labels.size() > 32) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ": at most 32 labels, got ", labels.size()));
-  }
-  for (const auto& [key, value] : labels) {
-    if (key.empty() || key.size() > 63 || value.size() > 63) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          field, ": keys of 1 to 63 characters and values of at most 63, got \"", key, "\""));
-    }
-  }
-  return absl::OkStatus();
+  return ValidateJobLabels(labels, field);
 }
 
 absl::Status WatcherSlots::Take(const std::string& client) {
@@ -64,8 +55,8 @@ void WatcherSlots::Give(const std::string& client) {
 }
 
 std::string ClientKey(const grpc::ServerContext& context) {
-  const PeerIdentity peer = IdentityOf(context);
-  if (!peer.common_name.empty()) return "cn:" + peer.common_name;
+  const std::string common_name = CommonNameOf(context);
+  if (!common_name.empty()) return "cn:" + common_name;
   // "ipv4:10.0.0.7:51234", "ipv6:[::1]:51234": the host is what stays a client's.
   std::string address = context.peer();
   const size_t colon = address.rfind(':');
@@ -88,7 +79,7 @@ grpc::Status CoordinatorService::Admit(const grpc::ServerContext& context,
                                        const std::string* name) const {
   grpc::Status auth = CheckBearerToken(context, options_.token);
   if (!auth.ok()) return auth;
-  const PeerIdentity peer = IdentityOf(context);
+  const PeerIdentity peer = Caller(context);
   if (absl::Status who = CheckClientIdentity(peer); !who.ok()) return ToGrpc(who);
   if (name == nullptr) return auth;
   if (absl::Status valid = CheckJobName(*name, "name"); !valid.ok()) return ToGrpc(valid);
@@ -121,9 +112,29 @@ grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* context,
   if (valid.ok()) valid = CheckLabels(request->labels(), "labels");
   if (!valid.ok()) return ToGrpc(valid);
   std::map<std::string, std::string> labels(request->labels().begin(), request->labels().end());
-  const PeerIdentity peer = IdentityOf(*context);
+  const PeerIdentity peer = Caller(*context);
   if (absl::Status labelled = LabelSubmission(peer, &labels); !labelled.ok()) {
     return ToGrpc(labelled);
+  }
+  // The names the operator gives TrainingJobs' jobs are its own: a tenant that
+  // took one first would have the operator's submission refused.
+  if (absl::Status owned = CheckJobNameOwner(peer, spec.name()); !owned.ok()) {
+    return ToGrpc(owned);
+  }
+  // Where it may run and how far ahead: a tenant's job on its own namespace's
+  // workers only (placement holds to the namespace whatever the selector says;
+  // a selector naming another namespace is refused here), at a priority of at
+  // most --tenant_max_priority.
+  const std::map<std::string, std::string> selector(spec.run_policy().worker_selector().begin(),
+                                                    spec.run_policy().worker_selector().end());
+  if (absl::Status placed = CheckWorkerSelector(peer, selector, NamespaceOfLabels(labels));
+      !placed.ok()) {
+    return ToGrpc(placed);
+  }
+  if (absl::Status priority =
+          CheckPriority(peer, spec.run_policy().priority(), options_.tenant_max_priority);
+      !priority.ok()) {
+    return ToGrpc(priority);
   }
   if (absl::StatusOr<v1::Job> same = manager_.Get(spec.name());
       same.ok() && !MaySeeJob(peer, LabelsOf(*same))) {
@@ -167,7 +178,7 @@ grpc::Status CoordinatorService::ListJobs(grpc::ServerContext* context,
   query.phase = request->phase();
   query.labels.insert(request->label_selector().begin(), request->label_selector().end());
   // A tenant lists its namespace's jobs, whatever else it selects.
-  if (absl::Status labelled = LabelSubmission(IdentityOf(*context), &query.labels);
+  if (absl::Status labelled = LabelSubmission(Caller(*context), &query.labels);
       !labelled.ok()) {
     return ToGrpc(absl::PermissionDeniedError(absl::StrCat("label_selector: ", labelled.message())));
   }
@@ -200,6 +211,12 @@ grpc::Status CoordinatorService::UpdateRunPolicy(grpc::ServerContext* context,
   *spec.mutable_run_policy() = request->run_policy();
   ApplyJobSpecDefaults(&spec);
   if (absl::Status valid = ValidateJobSpec(spec); !valid.ok()) return ToGrpc(valid);
+  // A tenant raises no job of its above --tenant_max_priority, as on submit.
+  if (absl::Status priority = CheckPriority(Caller(*context), spec.run_policy().priority(),
+                                            options_.tenant_max_priority);
+      !priority.ok()) {
+    return ToGrpc(priority);
+  }
   return Reply(manager_.UpdateRunPolicy(request->name(), spec.run_policy()), response);
 }
 

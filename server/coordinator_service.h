@@ -7,6 +7,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 
+#include "common/peer_identity.h"
 #include "paci/v1/coordinator.grpc.pb.h"
 #include "server/job_manager.h"
 
@@ -17,6 +18,12 @@ struct CoordinatorServiceOptions {
   int max_watchers = 256;   // concurrent WatchJob streams
   // ... of one client: one certificate's common name, or one host without.
   int max_watchers_per_client = 64;
+  // The common names of the administrators' certificates (--admin_identities);
+  // any other name outside paci's own is refused (common/peer_identity.h).
+  AdministratorNames administrators;
+  // The highest run_policy.priority a tenant's job may have
+  // (--tenant_max_priority); the operator and administrators may set any.
+  int tenant_max_priority = 0;
 };
 
 // The WatchJob streams open now, in all and per client; a slot is taken for
@@ -68,6 +75,10 @@ class CoordinatorService final : public v1::Coordinator::Service {
   // Authenticates the call and, when `name` is given, checks it; OK or the
   // status to answer with.
   grpc::Status Admit(const grpc::ServerContext& context, const std::string* name) const;
+  // Who calls (common/peer_identity.h), with this coordinator's administrators.
+  PeerIdentity Caller(const grpc::ServerContext& context) const {
+    return IdentityOf(context, options_.administrators);
+  }
 
   JobManager& manager_;
   const CoordinatorServiceOptions options_;

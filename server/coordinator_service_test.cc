@@ -3,12 +3,16 @@
 #include <filesystem>
 #include <memory>
 
+#include <google/protobuf/unknown_field_set.h>
 #include <grpcpp/grpcpp.h>
 #include <prometheus/registry.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
+#include "common/peer_identity.h"
 #include "gtest/gtest.h"
+#include "server/worker_gateway.h"
 
 namespace paci {
 namespace {
@@ -178,7 +182,7 @@ TEST_F(CoordinatorServiceTest, LabelsAreKeptFilteredOnAndCheckedAndPagesTurn) {
   EXPECT_EQ(stub_->SubmitJob(Context().get(), request, &job).error_code(),
             grpc::StatusCode::ALREADY_EXISTS);
   *request.mutable_spec() = Spec("other");
-  (*request.mutable_labels())[std::string(64, 'k')] = "v";
+  (*request.mutable_labels())[std::string(254, 'k')] = "v";
   grpc::Status long_key = stub_->SubmitJob(Context().get(), request, &job);
   EXPECT_EQ(long_key.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(long_key.error_message().find("labels"), std::string::npos);
@@ -209,6 +213,87 @@ TEST_F(CoordinatorServiceTest, LabelsAreKeptFilteredOnAndCheckedAndPagesTurn) {
   grpc::Status token = stub_->ListJobs(Context().get(), list, &listed);
   EXPECT_EQ(token.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(token.error_message().find("page_token"), std::string::npos);
+}
+
+// A job runs on the workers of its own namespace (its labels[paci.dev/namespace]) only:
+// a selector asking for another is refused before anything is stored, even from the
+// unnamed (no mutual TLS: an administrator), who may set any priority, past
+// --tenant_max_priority (a tenant's limit; common/peer_identity_test.cc).
+TEST_F(CoordinatorServiceTest, ASelectorNamesNoNamespaceButTheJobsAndTheUnnamedSetAnyPriority) {
+  CoordinatorServiceOptions options;
+  options.tenant_max_priority = 0;
+  Serve(options);
+  v1::Job job;
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = Spec("gpt");
+  (*request.mutable_spec()->mutable_run_policy()->mutable_worker_selector())["paci.dev/namespace"] =
+      "team-b";
+  grpc::Status other = stub_->SubmitJob(Context().get(), request, &job);
+  EXPECT_EQ(other.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(other.error_message().find(
+                "run_policy.worker_selector: paci.dev/namespace=team-b names namespace team-b, and "
+                "the job is of none"),
+            std::string::npos)
+      << other.error_message();
+  EXPECT_TRUE(manager_->List(v1::JOB_PHASE_UNSPECIFIED).empty());
+  (*request.mutable_labels())["paci.dev/namespace"] = "team-b";
+  request.mutable_spec()->mutable_run_policy()->set_priority(1000);
+  grpc::Status ok = stub_->SubmitJob(Context().get(), request, &job);
+  ASSERT_TRUE(ok.ok()) << ok.error_message();
+  EXPECT_EQ(job.spec().run_policy().priority(), 1000);
+}
+
+// What one submission may cost the coordinator (ValidateJobSpec,
+// ValidateJobLabels): a string of a spec past PATH_MAX, a spec past 64 KiB
+// serialized (here padded with unknown fields), labels past Kubernetes'
+// limits. Refused naming the field, with nothing stored.
+TEST_F(CoordinatorServiceTest, OversizedSpecsStringsAndLabelsAreRefusedNamingTheField) {
+  Serve({});
+  v1::Job job;
+  v1::JobSpec long_path = Spec("gpt");
+  long_path.mutable_checkpoint()->set_directory("/" + std::string(4999, 'd'));
+  grpc::Status path = Submit(long_path, &job);
+  EXPECT_EQ(path.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(path.error_message(),
+            "checkpoint.directory: must be at most 4096 bytes (PATH_MAX), got 5000 bytes");
+
+  v1::JobSpec padded = Spec("gpt");
+  padded.GetReflection()->MutableUnknownFields(&padded)->AddLengthDelimited(
+      999, std::string(70 * 1024, 'x'));
+  grpc::Status big = Submit(padded, &job);
+  EXPECT_EQ(big.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(absl::StartsWith(big.error_message(),
+                               "spec: must be at most 65536 bytes serialized, got "))
+      << big.error_message();
+
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = Spec("gpt");
+  for (int i = 0; i < 65; ++i) (*request.mutable_labels())[absl::StrCat("k", i)] = "v";
+  grpc::Status many = stub_->SubmitJob(Context().get(), request, &job);
+  EXPECT_EQ(many.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(many.error_message(), "labels: must be at most 64 labels, got 65");
+  request.clear_labels();
+  (*request.mutable_labels())["team"] = std::string(64, 'v');
+  grpc::Status long_value = stub_->SubmitJob(Context().get(), request, &job);
+  EXPECT_EQ(long_value.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(long_value.error_message(), "labels[team]: must be at most 63 characters, got 64");
+  EXPECT_TRUE(manager_->List(v1::JOB_PHASE_UNSPECIFIED).empty());
+  // A Kubernetes-style key (a prefix and a name) of more than 63 characters is one.
+  request.clear_labels();
+  (*request.mutable_labels())[std::string(100, 'p') + ".example.com/team"] = "nlp";
+  grpc::Status prefixed = stub_->SubmitJob(Context().get(), request, &job);
+  EXPECT_TRUE(prefixed.ok()) << prefixed.error_message();
+}
+
+// The names the operator gives TrainingJobs' jobs are the operator's, its
+// administrators' and the unnamed's (no mutual TLS, as here); a tenant's
+// certificate is refused them (common/peer_identity_test.cc).
+TEST_F(CoordinatorServiceTest, TheUnnamedMaySubmitANameOfTheOperatorsForm) {
+  Serve({});
+  v1::Job job;
+  grpc::Status submitted = Submit(Spec("kjv-0123abcd-g2-e1"), &job);
+  ASSERT_TRUE(submitted.ok()) << submitted.error_message();
+  EXPECT_EQ(job.name(), "kjv-0123abcd-g2-e1");
 }
 
 TEST_F(CoordinatorServiceTest, ATokenIsRequiredWhenConfigured) {
@@ -310,6 +395,40 @@ TEST(WatcherSlotsTest, AClientGetsItsSlotBackWhenAStreamEndsAndTheTotalHolds) {
   // A stream of a ends: a has its slot back (and c still finds the total full).
   slots.Give("host:a");
   EXPECT_TRUE(slots.Take("host:a").ok());
+}
+
+// A namespace's worker certificates hold at most --max_workers_per_namespace
+// streams open (2 here), and get a slot back when one ends; another
+// namespace's, callers without a certificate and administrators are not held
+// back by them.
+TEST(WorkerStreamSlotsTest, ANamespacesWorkersHoldAtMostTheLimitAndGetSlotsBackWhenStreamsEnd) {
+  WorkerStreamSlots slots(/*max_per_namespace=*/2);
+  const PeerIdentity team_a = IdentityOfCommonName("system:paci:worker:team-a");
+  const PeerIdentity team_b = IdentityOfCommonName("system:paci:worker:team-b");
+  ASSERT_TRUE(slots.Take(team_a).ok());
+  ASSERT_TRUE(slots.Take(team_a).ok());
+  const absl::Status refused = slots.Take(team_a);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(refused.message(),
+            "namespace team-a has 2 worker streams open, its limit (--max_workers_per_namespace): "
+            "the certificate \"system:paci:worker:team-a\" opens no more until one ends");
+  EXPECT_EQ(slots.Open("team-a"), 2);
+  EXPECT_TRUE(slots.Take(team_b).ok());
+  const PeerIdentity unnamed;
+  const PeerIdentity administrator = IdentityOfCommonName("ada", {"ada"});
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_TRUE(slots.Take(unnamed).ok());
+    EXPECT_TRUE(slots.Take(administrator).ok());
+  }
+  EXPECT_EQ(slots.Open(""), 0);
+  // A stream of team-a ends: its slot is free again, and only the one.
+  slots.Give(team_a);
+  EXPECT_EQ(slots.Open("team-a"), 1);
+  EXPECT_TRUE(slots.Take(team_a).ok());
+  EXPECT_EQ(slots.Take(team_a).code(), absl::StatusCode::kResourceExhausted);
+  slots.Give(team_a);
+  slots.Give(team_a);
+  EXPECT_EQ(slots.Open("team-a"), 0);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "common/job_phase.h"
 #include "common/job_spec.h"
+#include "common/peer_identity.h"
 #include "common/status_macros.h"
 #include "server/job_placement.h"
 
@@ -135,6 +136,7 @@ absl::Status JobManager::Recover() {
 absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec,
                                            const std::map<std::string, std::string>& labels) {
   const std::string& name = spec.name();
+  const std::string name_space = NamespaceOfLabels(labels);
   v1::Job record;
   {
     absl::MutexLock lock(&mu_);
@@ -157,6 +159,23 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec,
       return absl::ResourceExhaustedError(absl::StrCat(
           "the coordinator holds ", unfinished, " unfinished jobs, its limit (--max_jobs)"));
     }
+    // One namespace (one tenant, or the TrainingJobs of one) holds no more
+    // than its share, finished jobs included: every job held costs memory and
+    // a load on each restart until retention removes it.
+    if (!name_space.empty()) {
+      const auto in_flight = submitting_per_namespace_.find(name_space);
+      const int64_t held = static_cast<int64_t>(
+          jobs_.InNamespace(name_space) +
+          (in_flight == submitting_per_namespace_.end() ? 0 : in_flight->second));
+      if (held >= options_.max_jobs_per_namespace) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "namespace ", name_space, " holds ", held, " jobs, its limit "
+            "(--max_jobs_per_namespace); finished jobs count until retention removes them "
+            "(run_policy.ttl_seconds_after_finished, --finished_job_ttl_seconds, "
+            "--finished_jobs_to_keep)"));
+      }
+      ++submitting_per_namespace_[name_space];
+    }
     submitting_.insert(name);
     record = NewJob(spec, labels, clock_.Now());
   }
@@ -165,6 +184,12 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec,
   absl::StatusOr<v1::Job> result;
   Mutate([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     submitting_.erase(name);
+    if (!name_space.empty()) {
+      auto in_flight = submitting_per_namespace_.find(name_space);
+      if (in_flight != submitting_per_namespace_.end() && --in_flight->second == 0) {
+        submitting_per_namespace_.erase(in_flight);
+      }
+    }
     if (!stored.ok()) {
       result = absl::UnavailableError(
           absl::StrCat("cannot store job \"", name, "\": ", stored.message()));
@@ -341,9 +366,15 @@ void JobManager::ScheduleLocked() {
   }
   for (const std::string& name : decision.unschedulable) {
     JobState& state = *FindLocked(name);
-    SetConditionLocked(state, "Unschedulable", true, "NoMatchingWorkers",
-                       absl::StrCat("fewer than ", WorkersOf(state.spec().pipeline()),
-                                    " connected workers match the job's worker selector"));
+    // A job runs on the workers of its own namespace only (AsPending).
+    const std::string name_space = JobNamespace(state.job);
+    SetConditionLocked(
+        state, "Unschedulable", true, "NoMatchingWorkers",
+        absl::StrCat("fewer than ", WorkersOf(state.spec().pipeline()),
+                     " connected workers match the job's worker selector",
+                     name_space.empty()
+                         ? std::string(" (a namespace's workers run only that namespace's jobs)")
+                         : absl::StrCat(" among the workers of its namespace, ", name_space)));
   }
 }
 

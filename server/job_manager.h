@@ -39,6 +39,12 @@ struct JobManagerOptions {
   // Unfinished jobs (queued, running, restarting) held at most; a submission
   // past it is ResourceExhausted. Finished jobs count against retention.
   int max_jobs = 100000;
+  // Jobs held of one namespace (labelled kNamespaceLabel, common/
+  // peer_identity.h: a tenant's, or the operator's for a TrainingJob of that
+  // namespace), finished ones included until retention removes them; a
+  // submission past it is ResourceExhausted naming the namespace. Jobs of no
+  // namespace count against max_jobs only.
+  int max_jobs_per_namespace = 1000;
   // Retention of finished jobs. Removal deletes the job from the store, logs
   // it and counts it (paci_coordinator_jobs_removed_total); checkpoints are
   // untouched.
@@ -79,7 +85,8 @@ class JobManager {
 
   // Accepts a validated spec once it is stored. Idempotent on spec.name: the
   // existing job when the spec is the same, AlreadyExists when it differs;
-  // Unavailable when the store refuses it.
+  // ResourceExhausted past max_jobs, or past max_jobs_per_namespace for a job
+  // whose labels name a namespace; Unavailable when the store refuses it.
   //
   // One store write per submission, made without the lock; submissions that
   // arrive while another write is under way are written together in one
@@ -109,8 +116,15 @@ class JobManager {
   absl::StatusOr<v1::Job> WaitForChange(const std::string& name, int64_t after_version,
                                         absl::Duration timeout) const;
 
-  // A worker's stream opened. AlreadyExists if that id is connected.
-  absl::Status Connect(const v1::WorkerRegistration& registration, Sender sender);
+  // A worker's stream opened; it is placed on the jobs of namespace
+  // `name_space` only ("": those of none), as its certificate says
+  // (WorkerNamespace). AlreadyExists if that id is connected;
+  // PermissionDenied naming register.running.job_name, with nothing changed,
+  // when it claims to run a stage of a job (this very job, by its create
+  // time) it could never have been placed on: another namespace's, or one
+  // whose selector it does not match.
+  absl::Status Connect(const v1::WorkerRegistration& registration, Sender sender,
+                       const std::string& name_space = "");
   void OnHeartbeat(const std::string& worker_id) ABSL_LOCKS_EXCLUDED(mu_);
   void OnReport(const std::string& worker_id, const v1::StageReport& report);
   void Disconnect(const std::string& worker_id);
@@ -180,6 +194,10 @@ class JobManager {
 
   // A worker that was running a stage before the coordinator restarted.
   void AdoptLocked(WorkerRegistry::Worker& worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Connect's check of what a registering worker says it runs.
+  absl::Status CheckRunningClaimLocked(const v1::WorkerRegistration& registration,
+                                       const std::string& name_space)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // worker_ids[replica * P + stage] runs that stage of that replica.
   void PlaceLocked(JobState& state, const std::vector<std::string>& worker_ids)
@@ -223,6 +241,8 @@ class JobManager {
   // of removed jobs whose deletion is not yet durable: a submission of such a
   // name waits for it.
   std::set<std::string> submitting_ ABSL_GUARDED_BY(mu_);
+  // Of those, how many per namespace (max_jobs_per_namespace counts them).
+  std::map<std::string, size_t> submitting_per_namespace_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> removing_ ABSL_GUARDED_BY(mu_);
   // Names this run's page tokens, so one from an earlier run is refused.
   const uint64_t instance_;

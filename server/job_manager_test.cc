@@ -119,17 +119,22 @@ class JobManagerTest : public ::testing::Test {
     return spec;
   }
 
-  void ConnectWorker(const std::string& id, std::map<std::string, std::string> labels = {},
-                     v1::StageAssignment running = {}) {
+  // A worker registering, placed on the jobs of namespace `name_space` ("": of none), as
+  // the gateway finds from its certificate.
+  absl::Status TryConnect(const std::string& id, const std::map<std::string, std::string>& labels,
+                          const v1::StageAssignment& running, const std::string& name_space) {
     v1::WorkerRegistration r;
     r.set_worker_id(id);
     r.set_link_address(id + ":1");
     r.set_store_address(id + ":2");
     for (const auto& [k, v] : labels) (*r.mutable_labels())[k] = v;
     *r.mutable_running() = running;
-    ASSERT_TRUE(manager_->Connect(r, [this, id](const v1::CoordinatorMessage& m) {
-                          inbox_[id].push_back(m);
-                        }).ok());
+    return manager_->Connect(
+        r, [this, id](const v1::CoordinatorMessage& m) { inbox_[id].push_back(m); }, name_space);
+  }
+  void ConnectWorker(const std::string& id, std::map<std::string, std::string> labels = {},
+                     v1::StageAssignment running = {}, const std::string& name_space = "") {
+    ASSERT_TRUE(TryConnect(id, labels, running, name_space).ok());
   }
 
   v1::StageReport Report(const std::string& job, int64_t attempt, int stage, int64_t steps) {
@@ -489,6 +494,99 @@ TEST_F(JobManagerTest, WorkerSelectorPlacesOnlyOnLabelledWorkers) {
   ConnectWorker("labelled", {{"job", "a"}});
   EXPECT_EQ(Phase("a"), v1::RUNNING);
   EXPECT_TRUE(Take("plain").empty());
+}
+
+// A job labelled with a namespace runs on that namespace's workers only, whatever its
+// selector says (a tenant's empty one, or one naming another namespace's job label); a
+// job of no namespace on the workers of none (an administrator's, or without mutual TLS).
+TEST_F(JobManagerTest, AJobRunsOnlyOnTheWorkersOfItsNamespaceWhateverItsSelector) {
+  const std::map<std::string, std::string> team_a = {{"paci.dev/namespace", "team-a"}};
+  ASSERT_TRUE(manager_->Submit(Spec("a", 1), team_a).ok());
+  v1::JobSpec stray = Spec("stray", 1);
+  (*stray.mutable_run_policy()->mutable_worker_selector())["paci.dev/job"] = "team-b.x";
+  ASSERT_TRUE(manager_->Submit(stray, team_a).ok());
+  // Team b's worker, even one carrying the label the stray job selects (and claiming team
+  // a's namespace as a label of its own), takes neither; nor does a worker of no namespace.
+  ConnectWorker("team-b.w0", {{"paci.dev/job", "team-b.x"}, {"paci.dev/namespace", "team-a"}}, {},
+                "team-b");
+  ConnectWorker("plain");
+  EXPECT_EQ(Phase("a"), v1::QUEUED);
+  EXPECT_EQ(Phase("stray"), v1::QUEUED);
+  EXPECT_TRUE(Take("team-b.w0").empty());
+  EXPECT_TRUE(Take("plain").empty());
+  bool unschedulable = false;
+  const v1::Job waiting = *manager_->Get("a");
+  for (const auto& c : waiting.status().conditions()) {
+    if (c.type() == "Unschedulable" && c.status()) {
+      unschedulable = true;
+      EXPECT_TRUE(absl::StrContains(c.message(), "namespace, team-a")) << c.message();
+    }
+  }
+  EXPECT_TRUE(unschedulable);
+  // Team a's worker runs team a's job.
+  ConnectWorker("team-a.w0", {{"paci.dev/job", "team-a.a"}}, {}, "team-a");
+  EXPECT_EQ(Phase("a"), v1::RUNNING);
+  auto assigned = Take("team-a.w0");
+  ASSERT_EQ(assigned.size(), 1u);
+  EXPECT_EQ(assigned[0].assign().job_name(), "a");
+  EXPECT_EQ(Phase("stray"), v1::QUEUED);
+  // A job of no namespace runs on the worker of none, never on team b's.
+  ASSERT_TRUE(manager_->Submit(Spec("admins", 1)).ok());
+  EXPECT_EQ(Phase("admins"), v1::RUNNING);
+  EXPECT_EQ(manager_->Get("admins")->status().stages(0).worker_id(), "plain");
+  EXPECT_TRUE(Take("team-b.w0").empty());
+}
+
+// A worker that names, when it registers, a stage of a job it could never have been placed
+// on (another namespace's job; one whose selector it does not match) is refused, and the
+// job is not held for it: it is placed as soon as its own workers come.
+TEST_F(JobManagerTest, AWorkerClaimingAnotherNamespacesJobIsRefusedAndTheJobStillRuns) {
+  v1::JobSpec spec = Spec("a", 1);
+  (*spec.mutable_run_policy()->mutable_worker_selector())["paci.dev/job"] = "team-a.a";
+  ASSERT_TRUE(manager_->Submit(spec, {{"paci.dev/namespace", "team-a"}}).ok());
+  const v1::StageAssignment claim = Placement("a", 1, 0);
+  const absl::Status stranger =
+      TryConnect("team-b.w0", {{"paci.dev/job", "team-a.a"}}, claim, "team-b");
+  EXPECT_EQ(stranger.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(absl::StrContains(stranger.message(),
+                                "register.running.job_name: job \"a\" is not one this worker runs: "
+                                "its certificate places it on the jobs of namespace team-b only"))
+      << stranger.message();
+  // Of the job's namespace, but not carrying what the job selects.
+  const absl::Status unselected = TryConnect("team-a.w9", {}, claim, "team-a");
+  EXPECT_EQ(unselected.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(absl::StrContains(unselected.message(), "does not carry the label paci.dev/job"))
+      << unselected.message();
+  EXPECT_EQ(manager_->connected_workers(), 0u);  // refused before anything changed
+  EXPECT_TRUE(inbox_["team-b.w0"].empty());
+  EXPECT_EQ(Phase("a"), v1::QUEUED);
+  // A claim on an earlier job of that name (another create time) takes nothing: the
+  // stranger is told to stop that stage, and the job does not wait for it.
+  v1::StageAssignment earlier = claim;
+  earlier.mutable_job_create_time()->set_seconds(claim.job_create_time().seconds() - 100);
+  ConnectWorker("team-b.w1", {{"paci.dev/job", "team-b.b"}}, earlier, "team-b");
+  auto told = Take("team-b.w1");
+  ASSERT_EQ(told.size(), 1u);
+  EXPECT_TRUE(told[0].has_stop());
+  ConnectWorker("team-a.w0", {{"paci.dev/job", "team-a.a"}}, {}, "team-a");
+  EXPECT_EQ(Phase("a"), v1::RUNNING);
+  EXPECT_EQ(manager_->Get("a")->status().stages(0).worker_id(), "team-a.w0");
+}
+
+// A claim on a job not (yet) submitted holds nothing: a job submitted later under that
+// name is placed on its own workers, not kept waiting for the claimant to let go.
+TEST_F(JobManagerTest, AClaimOnAJobNotYetSubmittedHoldsNothing) {
+  v1::StageAssignment claim;
+  claim.set_job_name("future");
+  claim.set_attempt(1);
+  ConnectWorker("team-b.w0", {}, claim, "team-b");
+  auto told = Take("team-b.w0");
+  ASSERT_EQ(told.size(), 1u);
+  EXPECT_TRUE(told[0].has_stop());
+  ASSERT_TRUE(manager_->Submit(Spec("future", 1), {{"paci.dev/namespace", "team-a"}}).ok());
+  ConnectWorker("team-a.w0", {}, {}, "team-a");
+  EXPECT_EQ(Phase("future"), v1::RUNNING);
+  EXPECT_EQ(manager_->Get("future")->status().stages(0).worker_id(), "team-a.w0");
 }
 
 TEST_F(JobManagerTest, ARestartedCoordinatorKeepsItsJobsAndReconcilesRunningOnes) {
@@ -1147,6 +1245,63 @@ TEST_F(JobManagerTest, RetentionRemovesFinishedJobsByAgeAndBySpecTtl) {
   EXPECT_NE(Exposition().find("paci_coordinator_jobs_removed_total{reason=\"age\"} 2"),
             std::string::npos)
       << Exposition();
+}
+
+// One namespace (a tenant, or the operator's TrainingJobs of it) holds at most
+// --max_jobs_per_namespace jobs, finished ones included until retention
+// removes them; a submission past it is refused naming the namespace, the
+// count and the flag. Other namespaces, and jobs of none, are not held back by
+// it; a restart counts the jobs it reloads; a submission still being stored
+// counts too.
+TEST_F(JobManagerTest, ANamespaceHoldsAtMostItsQuotaOfJobsUntilRetentionRemovesOne) {
+  options_.max_jobs_per_namespace = 2;
+  options_.retention.finished_job_ttl = absl::Hours(1);
+  Restart();
+  const std::map<std::string, std::string> team_a = {{"paci.dev/namespace", "team-a"}};
+  ASSERT_TRUE(manager_->Submit(Spec("a1"), team_a).ok());
+  ASSERT_TRUE(manager_->Submit(Spec("a2"), team_a).ok());
+  ASSERT_TRUE(manager_->Cancel("a1").ok());  // finished, and still held
+  const absl::StatusOr<v1::Job> third = manager_->Submit(Spec("a3"), team_a);
+  EXPECT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted) << third.status();
+  EXPECT_TRUE(absl::StartsWith(third.status().message(),
+                               "namespace team-a holds 2 jobs, its limit "
+                               "(--max_jobs_per_namespace)"))
+      << third.status();
+  EXPECT_EQ(manager_->Get("a3").status().code(), absl::StatusCode::kNotFound);
+  // The same submission again is the job it made, quota or not.
+  EXPECT_TRUE(manager_->Submit(Spec("a2"), team_a).ok());
+  // Another namespace, and jobs of none (past the quota), are not held back.
+  ASSERT_TRUE(manager_->Submit(Spec("b1"), {{"paci.dev/namespace", "team-b"}}).ok());
+  for (const char* name : {"n1", "n2", "n3"}) ASSERT_TRUE(manager_->Submit(Spec(name)).ok());
+
+  Restart();  // the jobs reloaded are counted
+  EXPECT_EQ(manager_->Submit(Spec("a3"), team_a).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  // Retention removes the finished job: its slot is free again.
+  clock_.Advance(absl::Hours(1) + absl::Seconds(1));
+  manager_->Tick();
+  ASSERT_EQ(manager_->Get("a1").status().code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(manager_->Submit(Spec("a3"), team_a).ok());
+  EXPECT_EQ(manager_->Submit(Spec("a4"), team_a).status().code(),
+            absl::StatusCode::kResourceExhausted);
+
+  // Two submissions at once for the last slot: the one still being stored
+  // holds it.
+  ASSERT_TRUE(manager_->Cancel("b1").ok());
+  clock_.Advance(absl::Hours(1) + absl::Seconds(1));
+  manager_->Tick();  // team-b holds none now
+  ASSERT_EQ(manager_->Get("b1").status().code(), absl::StatusCode::kNotFound);
+  const std::map<std::string, std::string> team_b = {{"paci.dev/namespace", "team-b"}};
+  ASSERT_TRUE(manager_->Submit(Spec("b2"), team_b).ok());
+  gated_->Close();
+  std::thread slow([&] { EXPECT_TRUE(manager_->Submit(Spec("b3"), team_b).ok()); });
+  ASSERT_TRUE(gated_->AwaitBlockedPut(absl::Seconds(30)));
+  EXPECT_EQ(manager_->Submit(Spec("b4"), team_b).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  gated_->Open();
+  slow.join();
+  EXPECT_TRUE(manager_->Get("b3").ok());
+  EXPECT_EQ(manager_->Get("b4").status().code(), absl::StatusCode::kNotFound);
 }
 
 // Recover's work is bounded by what retention keeps, not by every job that

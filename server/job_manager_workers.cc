@@ -14,54 +14,75 @@
 
 namespace paci {
 
-absl::Status JobManager::Connect(const v1::WorkerRegistration& registration, Sender sender) {
+absl::Status JobManager::Connect(const v1::WorkerRegistration& registration, Sender sender,
+                                 const std::string& name_space) {
   absl::Status result;
   Mutate([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    // Refused before anything changes.
+    result = CheckRunningClaimLocked(registration, name_space);
+    if (!result.ok()) return;
     absl::StatusOr<WorkerRegistry::Worker*> worker =
-        workers_.Add(registration, std::move(sender));
+        workers_.Add(registration, std::move(sender), name_space);
     if (!worker.ok()) {
       result = worker.status();
       return;
     }
     liveness_.Add(registration.worker_id(), clock_.Now());
     LOG(INFO) << "worker " << registration.worker_id() << " connected: link "
-              << registration.link_address();
+              << registration.link_address()
+              << (name_space.empty() ? std::string()
+                                     : absl::StrCat(", runs the jobs of namespace ", name_space));
     if (!registration.running().job_name().empty()) AdoptLocked(**worker);
-    std::map<std::string, std::string> labels(registration.labels().begin(),
-                                              registration.labels().end());
-    queue_.WorkerAdded(labels, workers_.Slots());
+    queue_.WorkerAdded(WorkerRegistry::SchedulingLabels(**worker), workers_.Slots());
     ScheduleLocked();
     UpdateGaugesLocked();
   });
   return result;
 }
 
+absl::Status JobManager::CheckRunningClaimLocked(const v1::WorkerRegistration& registration,
+                                                 const std::string& name_space) {
+  const v1::StageAssignment& running = registration.running();
+  if (running.job_name().empty()) return absl::OkStatus();
+  const JobState* state = FindLocked(running.job_name());
+  // A claim on a job no longer here, or on an earlier job of that name (its
+  // create time), may be a stage the worker still ends: it is told to stop it,
+  // and takes nothing (AdoptLocked).
+  if (state == nullptr || FromProto(running.job_create_time()) !=
+                              FromProto(state->status().create_time())) {
+    return absl::OkStatus();
+  }
+  return CheckMayRun(state->job, registration, name_space);
+}
+
 void JobManager::AdoptLocked(WorkerRegistry::Worker& worker) {
   const v1::StageAssignment& running = worker.registration.running();
   const std::string& id = worker.registration.worker_id();
+  JobState* state = FindLocked(running.job_name());
+  // It must still be a worker the job would take: of the job's namespace, and
+  // its selector (the job's token label among it) matches what the worker
+  // registered with now. Else the claim holds no job (a job of that name
+  // submitted later, or one this worker was never placed on, does not wait
+  // for it): the worker is told to stop that stage, and is free.
+  if (state == nullptr || !CheckMayRun(state->job, worker.registration, worker.name_space).ok()) {
+    pending_.messages.emplace_back(
+        worker.sender, WorkerRegistry::StopMessage(running.job_name(), running.attempt(),
+                                                   "the coordinator no longer runs this placement"));
+    return;
+  }
   worker.job = running.job_name();
   worker.attempt = running.attempt();
-  JobState* state = FindLocked(running.job_name());
-  worker.slot = state == nullptr ? -1 : SlotOf(state->spec(), running.stage(), running.replica());
-  // It must still be a worker the job would take: its selector (the job's
-  // token label among it) matches what the worker registered with now.
-  bool selected = state != nullptr;
-  if (selected) {
-    for (const auto& [key, value] : state->spec().run_policy().worker_selector()) {
-      const auto label = worker.registration.labels().find(key);
-      selected = selected && label != worker.registration.labels().end() && label->second == value;
-    }
-  }
+  worker.slot = SlotOf(state->spec(), running.stage(), running.replica());
   // Of this job, not of an earlier one of the same name.
-  const bool same_job = selected && FromProto(running.job_create_time()) ==
-                                        FromProto(state->status().create_time());
+  const bool same_job =
+      FromProto(running.job_create_time()) == FromProto(state->status().create_time());
   const bool ours = same_job && state->awaiting_reconnect &&
                     state->status().attempt() == running.attempt() && worker.slot >= 0 &&
                     worker.slot < static_cast<int>(state->stages.size()) &&
                     state->worker(worker.slot) == id;
   if (!ours) {
     // A job that worker still holds waits for it to let go.
-    if (state != nullptr) queue_.Remove(state->name());
+    queue_.Remove(state->name());
     worker.stopping = true;
     pending_.messages.emplace_back(
         worker.sender, WorkerRegistry::StopMessage(running.job_name(), running.attempt(),

@@ -9,6 +9,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
+#include "common/peer_identity.h"
 
 namespace paci {
 namespace {
@@ -41,6 +42,11 @@ std::string SlotName(const v1::JobSpec& spec, int slot) {
   return StageName(spec.pipeline(), slot % P, slot / P);
 }
 
+std::string JobNamespace(const v1::Job& job) {
+  const auto it = job.labels().find(kNamespaceLabel);
+  return it == job.labels().end() ? std::string() : it->second;
+}
+
 PendingJob AsPending(const v1::Job& job, int64_t sequence) {
   PendingJob pending;
   pending.name = job.name();
@@ -48,7 +54,33 @@ PendingJob AsPending(const v1::Job& job, int64_t sequence) {
   pending.sequence = sequence;
   pending.num_workers = WorkersOf(job.spec().pipeline());
   for (const auto& [k, v] : job.spec().run_policy().worker_selector()) pending.selector[k] = v;
+  // The job's namespace, not what its selector may say of one.
+  pending.selector[kNamespaceLabel] = JobNamespace(job);
   return pending;
+}
+
+absl::Status CheckMayRun(const v1::Job& job, const v1::WorkerRegistration& worker,
+                         const std::string& worker_namespace) {
+  const std::string never = "; it was never placed on it";
+  if (JobNamespace(job) != worker_namespace) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "register.running.job_name: job \"", job.name(),
+        "\" is not one this worker runs: its certificate places it on the jobs of ",
+        worker_namespace.empty() ? std::string("no namespace")
+                                 : absl::StrCat("namespace ", worker_namespace),
+        " only", never));
+  }
+  for (const auto& [key, value] : job.spec().run_policy().worker_selector()) {
+    if (key == kNamespaceLabel) continue;  // the namespace, matched above
+    const auto label = worker.labels().find(key);
+    if (label == worker.labels().end() || label->second != value) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "register.running.job_name: job \"", job.name(),
+          "\" is not one this worker runs: it does not carry the label ", key,
+          " as the job's run_policy.worker_selector asks", never));
+    }
+  }
+  return absl::OkStatus();
 }
 
 void StartAttempt(JobState& state, const WorkerRegistry& workers,

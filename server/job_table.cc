@@ -3,14 +3,28 @@
 #include <algorithm>
 
 #include "common/job_phase.h"
+#include "common/peer_identity.h"
 
 namespace paci {
+namespace {
+
+// The namespace a job belongs to: its kNamespaceLabel, "" for none.
+const std::string& NamespaceOf(const v1::Job& job) {
+  static const std::string kNone;
+  auto it = job.labels().find(kNamespaceLabel);
+  return it == job.labels().end() ? kNone : it->second;
+}
+
+}  // namespace
 
 JobState& JobTable::Insert(JobState state, absl::Time now) {
   state.sequence = next_sequence_++;
   const std::string name = state.name();
   JobState& inserted = jobs_[name] = std::move(state);
   by_sequence_[inserted.sequence] = &inserted;
+  if (const std::string& name_space = NamespaceOf(inserted.job); !name_space.empty()) {
+    ++by_namespace_[name_space];
+  }
   const v1::JobPhase phase = inserted.status().phase();
   by_phase_[phase].insert(inserted.sequence);
   if (IsTerminal(phase)) {
@@ -70,9 +84,18 @@ JobTable::Removed JobTable::Remove(int64_t sequence, const std::string& reason) 
   by_phase_[removed.phase].erase(sequence);
   finished_.erase({state.finished_at, sequence});
   expiring_.erase({state.expires_at, sequence});
+  if (const std::string& name_space = NamespaceOf(state.job); !name_space.empty()) {
+    auto counted = by_namespace_.find(name_space);
+    if (counted != by_namespace_.end() && --counted->second == 0) by_namespace_.erase(counted);
+  }
   by_sequence_.erase(it);
   jobs_.erase(removed.name);
   return removed;
+}
+
+size_t JobTable::InNamespace(const std::string& name_space) const {
+  auto it = by_namespace_.find(name_space);
+  return it == by_namespace_.end() ? 0 : it->second;
 }
 
 std::vector<std::string> JobTable::Active() const {

@@ -105,6 +105,10 @@ class JobTable {
   size_t size() const { return jobs_.size(); }
   size_t finished() const { return finished_.size(); }
   size_t InPhase(v1::JobPhase phase) const;
+  // The jobs held of namespace `name_space` (their kNamespaceLabel, common/
+  // peer_identity.h), finished ones included until retention removes them;
+  // jobs of none are not counted.
+  size_t InNamespace(const std::string& name_space) const;
 
  private:
   void TrackFinished(JobState& state, absl::Time finished);
@@ -115,6 +119,8 @@ class JobTable {
   std::map<std::string, JobState> jobs_;
   std::map<int64_t, JobState*> by_sequence_;
   std::map<v1::JobPhase, std::set<int64_t>> by_phase_;
+  // Jobs per namespace, of those that have one (never 0: erased instead).
+  std::map<std::string, size_t> by_namespace_;
   // Finished jobs by (completion, sequence), and by (expiry, sequence).
   std::set<std::pair<absl::Time, int64_t>> finished_;
   std::set<std::pair<absl::Time, int64_t>> expiring_;

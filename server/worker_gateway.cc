@@ -64,16 +64,70 @@ absl::Status CheckRegistration(const v1::WorkerRegistration& r) {
   return absl::OkStatus();
 }
 
+// Gives a stream's slot back when the stream ends, however it ends.
+class StreamSlot {
+ public:
+  StreamSlot(WorkerStreamSlots& slots, const PeerIdentity& peer) : slots_(slots), peer_(peer) {}
+  StreamSlot(const StreamSlot&) = delete;
+  StreamSlot& operator=(const StreamSlot&) = delete;
+  ~StreamSlot() { slots_.Give(peer_); }
+
+ private:
+  WorkerStreamSlots& slots_;
+  const PeerIdentity& peer_;
+};
+
 }  // namespace
 
-WorkerGateway::WorkerGateway(JobManager& manager, std::string token)
-    : manager_(manager), token_(std::move(token)) {}
+absl::Status WorkerStreamSlots::Take(const PeerIdentity& peer) {
+  if (peer.kind != PeerIdentity::Kind::kWorker) return absl::OkStatus();
+  absl::MutexLock lock(&mutex_);
+  auto it = open_.find(peer.name_space);
+  const int streams = it == open_.end() ? 0 : it->second;
+  if (streams >= max_per_namespace_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "namespace ", peer.name_space, " has ", streams, " worker streams open, its limit "
+        "(--max_workers_per_namespace): the certificate \"", peer.common_name,
+        "\" opens no more until one ends"));
+  }
+  ++open_[peer.name_space];
+  return absl::OkStatus();
+}
+
+void WorkerStreamSlots::Give(const PeerIdentity& peer) {
+  if (peer.kind != PeerIdentity::Kind::kWorker) return;
+  absl::MutexLock lock(&mutex_);
+  auto it = open_.find(peer.name_space);
+  if (it != open_.end() && --it->second <= 0) open_.erase(it);
+}
+
+int WorkerStreamSlots::Open(const std::string& name_space) const {
+  absl::MutexLock lock(&mutex_);
+  auto it = open_.find(name_space);
+  return it == open_.end() ? 0 : it->second;
+}
+
+WorkerGateway::WorkerGateway(JobManager& manager, std::string token,
+                             AdministratorNames administrators, int max_workers_per_namespace)
+    : manager_(manager),
+      token_(std::move(token)),
+      administrators_(std::move(administrators)),
+      streams_(max_workers_per_namespace) {}
 
 grpc::Status WorkerGateway::Connect(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>* stream) {
   grpc::Status auth = CheckBearerToken(*context, token_);
   if (!auth.ok()) return auth;
+  // A worker certificate's namespace holds at most --max_workers_per_namespace
+  // streams, counted from before the first message: a stream that only waits
+  // holds a thread too.
+  const PeerIdentity peer = IdentityOf(*context, administrators_);
+  if (absl::Status slot = streams_.Take(peer); !slot.ok()) {
+    LOG(WARNING) << "worker stream refused: " << slot;
+    return ToGrpc(slot);
+  }
+  const StreamSlot held(streams_, peer);
   v1::WorkerMessage message;
   if (!stream->Read(&message)) return grpc::Status::OK;
   if (!message.has_register_()) {
@@ -84,25 +138,31 @@ grpc::Status WorkerGateway::Connect(
   absl::Status valid = CheckRegistration(registration);
   if (!valid.ok()) return ToGrpc(valid);
   // The token label is the coordinator's to give: its digest of the token the
-  // worker holds, never a value the worker names.
+  // worker holds, never a value the worker names. So is the namespace it is
+  // placed by (below, from its certificate).
   registration.mutable_labels()->erase(kWorkerTokenLabel);
+  registration.mutable_labels()->erase(kNamespaceLabel);
   if (!registration.job_token().empty()) {
     (*registration.mutable_labels())[kWorkerTokenLabel] = TokenDigest(registration.job_token());
     registration.clear_job_token();
   }
   const auto label = registration.labels().find(kWorkerJobLabel);
-  absl::Status bound = CheckWorkerIdentity(
-      IdentityOf(*context), registration.worker_id(),
-      label == registration.labels().end() ? nullptr : &label->second);
+  const std::string* job_label = label == registration.labels().end() ? nullptr : &label->second;
+  absl::Status bound = CheckWorkerIdentity(peer, registration.worker_id(), job_label);
   if (!bound.ok()) {
     LOG(WARNING) << "worker " << registration.worker_id() << " refused: " << bound;
     return ToGrpc(bound);
   }
+  // The jobs it is placed on: those of its certificate's namespace.
+  const std::string name_space = WorkerNamespace(peer, job_label);
 
   auto outbox = std::make_shared<Outbox>();
   absl::Status connected = manager_.Connect(
-      registration, [outbox](const v1::CoordinatorMessage& m) { outbox->Push(m); });
-  if (!connected.ok()) return ToGrpc(connected);
+      registration, [outbox](const v1::CoordinatorMessage& m) { outbox->Push(m); }, name_space);
+  if (!connected.ok()) {
+    LOG(WARNING) << "worker " << registration.worker_id() << " refused: " << connected;
+    return ToGrpc(connected);
+  }
 
   std::thread writer([outbox, stream, context] {
     while (auto next = outbox->Pop()) {

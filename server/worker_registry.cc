@@ -3,17 +3,19 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/peer_identity.h"
 
 namespace paci {
 
 absl::StatusOr<WorkerRegistry::Worker*> WorkerRegistry::Add(
-    const v1::WorkerRegistration& registration, Sender sender) {
+    const v1::WorkerRegistration& registration, Sender sender, const std::string& name_space) {
   const std::string& id = registration.worker_id();
   if (workers_.count(id)) {
     return absl::AlreadyExistsError(absl::StrCat("worker \"", id, "\" is already connected"));
   }
   Worker& worker = workers_[id];
   worker.registration = registration;
+  worker.name_space = name_space;
   worker.sender = std::move(sender);
   order_.push_back(id);
   return &worker;
@@ -121,11 +123,18 @@ std::vector<WorkerSlot> WorkerRegistry::Slots() const {
     const Worker& worker = workers_.at(id);
     WorkerSlot slot;
     slot.worker_id = id;
-    for (const auto& [k, v] : worker.registration.labels()) slot.labels[k] = v;
+    slot.labels = SchedulingLabels(worker);
     slot.idle = worker.job.empty();
     slots.push_back(std::move(slot));
   }
   return slots;
+}
+
+std::map<std::string, std::string> WorkerRegistry::SchedulingLabels(const Worker& worker) {
+  std::map<std::string, std::string> labels(worker.registration.labels().begin(),
+                                            worker.registration.labels().end());
+  labels[kNamespaceLabel] = worker.name_space;
+  return labels;
 }
 
 WorkerRegistry::Counts WorkerRegistry::Count() const {

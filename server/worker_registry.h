@@ -31,6 +31,9 @@ class WorkerRegistry {
 
   struct Worker {
     v1::WorkerRegistration registration;
+    // The namespace of the jobs it is placed on (their kNamespaceLabel, "" for
+    // none), as the gateway found it from its certificate (WorkerNamespace).
+    std::string name_space;
     Sender sender;
     std::string job;  // the job it runs or is stopping, "" when idle
     int64_t attempt = 0;
@@ -38,8 +41,10 @@ class WorkerRegistry {
     bool stopping = false;  // told to stop; idle once it reports its end
   };
 
-  // Registers a worker. AlreadyExists if that id is connected.
-  absl::StatusOr<Worker*> Add(const v1::WorkerRegistration& registration, Sender sender);
+  // Registers a worker that is placed on the jobs of namespace `name_space`
+  // ("": the jobs of none). AlreadyExists if that id is connected.
+  absl::StatusOr<Worker*> Add(const v1::WorkerRegistration& registration, Sender sender,
+                              const std::string& name_space = "");
   // The worker, or nullptr when it is not connected.
   Worker* Find(const std::string& id);
   // Removes a worker; returns what it was (nullopt when unknown).
@@ -59,6 +64,10 @@ class WorkerRegistry {
 
   // Every worker as the scheduler sees it, in registration order.
   std::vector<WorkerSlot> Slots() const;
+  // The labels the scheduler matches a worker by: those it registered with,
+  // and kNamespaceLabel, its namespace (whatever it registered), which each
+  // job's selector asks for as its own (AsPending).
+  static std::map<std::string, std::string> SchedulingLabels(const Worker& worker);
   const Worker& at(const std::string& id) const { return workers_.at(id); }
 
   struct Counts {

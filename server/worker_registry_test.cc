@@ -57,6 +57,23 @@ TEST(WorkerRegistryTest, SlotsKeepRegistrationOrderAndIdleness) {
   EXPECT_EQ(registry.Slots().front().worker_id, "a");
 }
 
+// The scheduler matches each worker's namespace (the gateway's, from its certificate) as
+// its paci.dev/namespace label, whatever label of that name it registered with: a job
+// asks for its own namespace there (AsPending), so it runs on its namespace's workers only.
+TEST(WorkerRegistryTest, SlotsCarryTheWorkersNamespaceNotOneItClaims) {
+  WorkerRegistry registry;
+  ASSERT_TRUE(registry.Add(Registration("team-b.w0", {{"paci.dev/namespace", "team-a"}, {"zone", "z"}}),
+                           nullptr, "team-b")
+                  .ok());
+  ASSERT_TRUE(registry.Add(Registration("plain"), nullptr).ok());
+  std::vector<WorkerSlot> slots = registry.Slots();
+  ASSERT_EQ(slots.size(), 2u);
+  EXPECT_EQ(slots[0].labels.at("paci.dev/namespace"), "team-b");
+  EXPECT_EQ(slots[0].labels.at("zone"), "z");
+  EXPECT_EQ(slots[1].labels.at("paci.dev/namespace"), "");  // the jobs of no namespace
+  EXPECT_EQ(registry.at("team-b.w0").name_space, "team-b");
+}
+
 TEST(WorkerRegistryTest, StoppingAJobTellsEachOfItsWorkersOnce) {
   WorkerRegistry registry;
   std::vector<std::string> told;

@@ -250,6 +250,17 @@ TEST_F(PrepareDataTest, ABadJsonlLineIsRefusedNamingFileAndLineUnlessSkipped) {
   ExpectRefused(options, Path("utf8.jsonl") + ":2: not JSON");
 }
 
+TEST_F(PrepareDataTest, AnEndlessLineOfAGzipBombIsRefusedNamingTheFile) {
+  // 80 MiB of one letter, a few hundred KiB compressed: one line past the cap.
+  const std::string endless(size_t{80} << 20, 'a');
+  PrepareDataOptions options = Options("bomb-jsonl");
+  options.inputs = {WriteGzip(Path("bomb.jsonl.gz"), "{\"text\": \"a\"}\n{\"text\": \"" + endless)};
+  ExpectRefused(options, Path("bomb.jsonl.gz") + ":2: a line longer than 67108864 bytes");
+  options = Options("bomb-text");
+  options.inputs = {WriteGzip(Path("bomb.txt.gz"), "In the beginning\n" + endless)};
+  ExpectRefused(options, Path("bomb.txt.gz") + ": no newline in the ");
+}
+
 TEST_F(PrepareDataTest, ATruncatedGzipIsRefusedNamingTheFile) {
   const std::string whole = WriteGzip(Path("whole.txt.gz"), ReadText(kGenesisPath));
   const std::string bytes = ReadText(whole);

@@ -237,7 +237,11 @@ absl::Status Main(ShutdownSignal* shutdown) {
   MetricsHttpServer metrics_server(registry);
   ASSIGN_OR_RETURN(const int metrics_port,
                    ServeMetrics(metrics_server, absl::GetFlag(FLAGS_metrics_address)));
-  StageLinkService links;
+  // Mutual-TLS links with a shared name: the receiving end checks the
+  // sender's certificate for it too.
+  const bool mutual_tls_links =
+      !absl::GetFlag(FLAGS_tls_cert).empty() && !absl::GetFlag(FLAGS_tls_ca).empty();
+  StageLinkService links(mutual_tls_links ? absl::GetFlag(FLAGS_link_tls_server_name) : "");
   int link_port = 0;
   ASSIGN_OR_RETURN(std::unique_ptr<grpc::Server> server, ServeLinks(links, listen, &link_port));
   const std::string host = absl::GetFlag(FLAGS_advertise_host).empty()

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/job_spec.h"
+#include "common/operator_job_name.h"
 #include "common/peer_identity.h"
 #include "operator/reconcile/object_meta.h"
 #include "operator/reconcile/reconciliation.h"
@@ -94,16 +95,10 @@ std::string WorkerSelectorValue(const json& job) {
 }
 
 std::string CoordinatorJobName(const json& job) {
-  // A job Kueue evicted runs again as another coordinator job.
-  const int64_t evictions = IntField(Field(job, "status"), "evictions", 0);
-  const std::string suffix =
-      absl::StrCat("-", MetaString(job, "uid").substr(0, 8), "-g", Generation(job),
-                   evictions > 0 ? absl::StrCat("-e", evictions) : "");
-  std::string name = MetaString(job, "name");
-  constexpr size_t kMaxName = 63;
-  if (name.size() + suffix.size() > kMaxName) name.resize(kMaxName - suffix.size());
-  while (!name.empty() && name.back() == '-') name.pop_back();
-  return name + suffix;
+  // A job Kueue evicted runs again as another coordinator job. The form is
+  // common/operator_job_name.h's, which the coordinator keeps for the operator.
+  return OperatorJobName(MetaString(job, "name"), MetaString(job, "uid"), Generation(job),
+                         IntField(Field(job, "status"), "evictions", 0));
 }
 
 std::string PhaseFromCoordinator(v1::JobPhase phase) {

@@ -24,7 +24,9 @@ absl::StatusOr<v1::JobSpec> JobSpecFromTrainingJob(const nlohmann::json& job,
 
 // "<name>-<first 8 of uid>-g<generation>", with "-e<status.evictions>" once
 // Kueue has evicted it (kueue.h), shortened to the coordinator's 63
-// characters: unique per object and per submission.
+// characters: unique per object and per submission. The form is
+// common/operator_job_name.h's (OperatorJobName): the coordinator refuses it
+// to tenants, so none can take a TrainingJob's next name first.
 std::string CoordinatorJobName(const nlohmann::json& job);
 
 // "namespace.name", the value of kWorkerJobLabel (common/peer_identity.h) on

@@ -217,12 +217,27 @@ INSTANTIATE_TEST_SUITE_P(
                         "volumeMounts": [{"name": "a", "mountPath": "/x"},
                                          {"name": "b", "mountPath": "/x"}]})",
                     "spec.worker.volumeMounts[1].mountPath: \"/x\" is mounted twice"},
+        // A Secret of the namespace, by any of the ways a pod names one, only if the
+        // operator allows it (none here): not another job's token, not the release's CA.
         BadTemplate{R"({"volumes": [{"name": "stolen", "secret": {"secretName": "other-worker-token"}}]})",
-                    "spec.worker.volumes[0].secret.secretName: a job's worker token is not allowed"},
+                    "spec.worker.volumes[0].secret.secretName: Secret \"other-worker-token\" is not "
+                    "one a worker may use: the operator allows none"},
         BadTemplate{R"({"volumes": [{"name": "stolen", "projected": {"sources": [
                           {"secret": {"name": "other-worker-token"}}]}}]})",
-                    "spec.worker.volumes[0].projected.sources[0].secret.name: a job's worker token "
-                    "is not allowed"},
+                    "spec.worker.volumes[0].projected.sources[0].secret.name: Secret "
+                    "\"other-worker-token\" is not one a worker may use"},
+        BadTemplate{R"({"env": [{"name": "CA_KEY", "valueFrom": {"secretKeyRef":
+                          {"name": "paci-ca", "key": "tls.key"}}}]})",
+                    "spec.worker.env[0].valueFrom.secretKeyRef.name: Secret \"paci-ca\" is not one "
+                    "a worker may use"},
+        BadTemplate{R"({"envFrom": [{"configMapRef": {"name": "c"}},
+                                    {"secretRef": {"name": "paci-operator-worker-token-key"}}]})",
+                    "spec.worker.envFrom[1].secretRef.name: Secret "
+                    "\"paci-operator-worker-token-key\" is not one a worker may use"},
+        BadTemplate{R"({"volumes": [{"name": "c", "csi": {"driver": "d",
+                          "nodePublishSecretRef": {"name": "paci-operator-client-tls"}}}]})",
+                    "spec.worker.volumes[0].csi.nodePublishSecretRef.name: Secret "
+                    "\"paci-operator-client-tls\" is not one a worker may use"},
         BadTemplate{R"({"labels": {"paci.dev/job-name": "other"}})",
                     "spec.worker.labels[paci.dev/job-name]: set by the operator"},
         BadTemplate{R"({"env": [{"name": "POD_IP", "value": "1.2.3.4"}]})",
@@ -281,8 +296,23 @@ TEST(ValidateWorkerTemplateTest, AcceptsAWellFormedTemplate) {
                         "capabilities": {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]},
                         "seccompProfile": {"type": "Localhost", "localhostProfile": "p.json"}},
     "podSecurityContext": {"runAsNonRoot": true, "fsGroup": 2000,
-                           "sysctls": [{"name": "net.ipv4.tcp_keepalive_time", "value": "60"}]}})"));
+                           "sysctls": [{"name": "net.ipv4.tcp_keepalive_time", "value": "60"}]}})"),
+      /*allowed_secrets=*/{"s"});
   EXPECT_TRUE(restricted.ok()) << restricted;
+}
+
+TEST(ValidateWorkerTemplateTest, NamesOnlyTheSecretsTheOperatorAllows) {
+  const json worker = json::parse(R"({
+    "volumes": [{"name": "creds", "secret": {"secretName": "hf"}}],
+    "env": [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}],
+    "envFrom": [{"secretRef": {"name": "wandb"}}]})");
+  const absl::Status allowed = ValidateWorkerTemplate(worker, {"hf", "wandb"});
+  EXPECT_TRUE(allowed.ok()) << allowed;
+  const absl::Status partly = ValidateWorkerTemplate(worker, {"hf"});
+  EXPECT_EQ(partly.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(partly.message()),
+              HasSubstr("spec.worker.envFrom[0].secretRef.name: Secret \"wandb\" is not one a "
+                        "worker may use: the operator allows hf (its --worker_allowed_secrets"));
 }
 
 TEST(ReconcileWithWorkerTemplateTest, ABadTemplateFailsTheJobNamingTheField) {
@@ -296,6 +326,46 @@ TEST(ReconcileWithWorkerTemplateTest, ABadTemplateFailsTheJobNamingTheField) {
               HasSubstr("spec.worker.volumeMounts[0].name: no volume named \"nowhere\""));
   EXPECT_TRUE(actions.create_pods.empty());
   EXPECT_FALSE(actions.submit.has_value());
+}
+
+TEST(ReconcileWithWorkerTemplateTest, ATemplateNamingTheReleasesCaFailsBeforeAnythingIsMade) {
+  ObservedWorld world;
+  world.job = Job(json::parse(R"({"volumes": [{"name": "ca", "secret": {"secretName": "paci-ca"}}],
+                                  "volumeMounts": [{"name": "ca", "mountPath": "/ca"}]})"));
+  world.now = absl::FromUnixSeconds(1'800'000'000);
+  ReconcilerOptions options;
+  options.worker_allowed_secrets = {"hf"};
+  options.worker_token_key = std::string(32, 'k');
+  const ReconcileActions actions = ReconcileTrainingJob(world, options);
+  ASSERT_TRUE(actions.status.has_value());
+  EXPECT_EQ((*actions.status)["phase"], "Failed");
+  EXPECT_THAT((*actions.status)["message"].get<std::string>(),
+              HasSubstr("spec.worker.volumes[0].secret.secretName: Secret \"paci-ca\" is not one "
+                        "a worker may use: the operator allows hf"));
+  EXPECT_TRUE(actions.create_pods.empty());
+  EXPECT_FALSE(actions.create_token_secret.has_value());
+  EXPECT_FALSE(actions.submit.has_value());
+}
+
+TEST(ReconcileWithWorkerTemplateTest, AJobInAReservedNamespaceFailsBeforeAnythingIsMade) {
+  ObservedWorld world;
+  world.job = Job(json::object());
+  world.job["metadata"]["namespace"] = "paci-system";
+  world.now = absl::FromUnixSeconds(1'800'000'000);
+  ReconcilerOptions options;
+  options.reserved_namespaces = {"paci-system"};
+  options.worker_token_key = std::string(32, 'k');
+  const ReconcileActions actions = ReconcileTrainingJob(world, options);
+  ASSERT_TRUE(actions.status.has_value());
+  EXPECT_EQ((*actions.status)["phase"], "Failed");
+  EXPECT_THAT((*actions.status)["message"].get<std::string>(),
+              HasSubstr("metadata.namespace: \"paci-system\" is reserved for paci itself"));
+  EXPECT_TRUE(actions.create_pods.empty());
+  EXPECT_FALSE(actions.create_token_secret.has_value());
+  EXPECT_FALSE(actions.submit.has_value());
+  // The same job in a namespace of its own runs.
+  world.job["metadata"]["namespace"] = "team-a";
+  EXPECT_TRUE(ReconcileTrainingJob(world, options).submit.has_value());
 }
 
 }  // namespace

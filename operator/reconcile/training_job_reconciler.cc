@@ -53,6 +53,14 @@ void ReconcileFinished(Reconciliation& r) {
 
 // The JobSpec to submit, or what makes the spec one that cannot run.
 absl::StatusOr<v1::JobSpec> RunnableJobSpec(const Reconciliation& r) {
+  if (const std::string ns = MetaString(r.world.job, "namespace");
+      r.options.reserved_namespaces.count(ns) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "metadata.namespace: \"", ns,
+        "\" is reserved for paci itself (it holds the release's CA and the operator's Secrets): "
+        "create TrainingJobs in a namespace of their own (the chart's operator.watchNamespace or "
+        "tls.workerNamespaces)"));
+  }
   const std::string submit_name =
       r.coordinator_name.empty() ? CoordinatorJobName(r.world.job) : r.coordinator_name;
   absl::StatusOr<v1::JobSpec> job_spec = JobSpecFromTrainingJob(r.world.job, submit_name);
@@ -62,7 +70,7 @@ absl::StatusOr<v1::JobSpec> RunnableJobSpec(const Reconciliation& r) {
     (*job_spec->mutable_run_policy()->mutable_worker_selector())[kWorkerTokenLabel] =
         TokenDigest(JobToken(r.options.worker_token_key, MetaString(r.world.job, "uid")));
   }
-  if (absl::Status worker = ValidateWorkerTemplate(Field(r.spec, "worker")); !worker.ok()) {
+  if (absl::Status worker = ValidateWorkerTemplate(Field(r.spec, "worker"), r.options.worker_allowed_secrets); !worker.ok()) {
     return worker;
   }
   if (absl::Status initializer = ValidateInitializer(r.spec); !initializer.ok()) {

@@ -22,6 +22,7 @@
 
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -81,6 +82,15 @@ struct ReconcilerOptions {
   // only once its Workload is admitted (kueue.h). Without it the label is
   // not looked at.
   bool kueue = false;
+  // The Secrets a TrainingJob's spec.worker may name (in volumes, env and
+  // envFrom): ValidateWorkerTemplate refuses any other. Never the operator's
+  // own (its worker Secret, a job's token): the operator refuses to start so.
+  std::set<std::string> worker_allowed_secrets;
+  // Namespaces no TrainingJob may run in: the release's own, which holds its
+  // CA, the operator's client certificate and the worker-token key. A
+  // TrainingJob there fails (InvalidSpec naming metadata.namespace) before
+  // anything is made for it.
+  std::set<std::string> reserved_namespaces;
 };
 
 // A running job's new run policy, for the coordinator's UpdateRunPolicy.

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/job_token.h"
+#include "common/operator_job_name.h"
 #include "operator/reconcile/job_objects.h"
 #include "operator/reconcile/reconcile_test_util.h"
 
@@ -743,6 +744,32 @@ TEST(TrainingJobReconcilerTest, CoordinatorNamesFitItsLimit) {
   const std::string name = CoordinatorJobName(job);
   EXPECT_LE(name.size(), 63u);
   EXPECT_THAT(name, ::testing::EndsWith("-01234567-g1"));
+}
+
+// The coordinator refuses tenants the names of the operator's form
+// (common/operator_job_name.h): every name the operator gives has it, cut or
+// not, evicted or not, so no tenant can take a TrainingJob's next one first.
+TEST(TrainingJobReconcilerTest, CoordinatorNamesHaveTheFormReservedForTheOperator) {
+  json job = Job();
+  job["metadata"]["uid"] = "9f3c2a1b-77e0-4d2c-a1b2-0123456789ab";
+  for (const std::string& base : {std::string("kjv"), std::string(70, 'x'),
+                                  std::string(50, 'a') + "-" + std::string(20, 'b')}) {
+    for (int64_t generation : {1, 2, 12345}) {
+      for (int64_t evictions : {0, 1, 17}) {
+        job["metadata"]["name"] = base;
+        job["metadata"]["generation"] = generation;
+        job["status"]["evictions"] = evictions;
+        const std::string name = CoordinatorJobName(job);
+        SCOPED_TRACE(name);
+        EXPECT_LE(name.size(), kMaxJobNameLength);
+        EXPECT_TRUE(IsOperatorJobName(name));
+      }
+    }
+  }
+  job["metadata"]["name"] = "kjv";
+  job["metadata"]["generation"] = 3;
+  job["status"]["evictions"] = 2;
+  EXPECT_EQ(CoordinatorJobName(job), "kjv-9f3c2a1b-g3-e2");
 }
 
 // spec.initializer.dataset: a job whose dataset prepare-data makes first.

@@ -5,7 +5,6 @@
 #include <set>
 #include <string>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
@@ -148,9 +147,26 @@ absl::Status RestrictedSecurity(const json& worker) {
   return absl::OkStatus();
 }
 
+// A Secret a worker template names (`field` says where): only one of
+// `allowed`, the Secrets the operator's --worker_allowed_secrets lists. The
+// namespace's other Secrets (the workers' certificate, each job's token, the
+// users' certificate, whatever else lives there) stay out of reach of whoever
+// writes a TrainingJob.
+absl::Status AllowedSecret(const std::string& name, const std::string& field,
+                           const std::set<std::string>& allowed) {
+  if (allowed.count(name) != 0) return absl::OkStatus();
+  return Invalid(field, absl::StrCat(
+      "Secret \"", name, "\" is not one a worker may use: ",
+      allowed.empty() ? std::string("the operator allows none")
+                      : absl::StrCat("the operator allows ", absl::StrJoin(allowed, ", ")),
+      " (its --worker_allowed_secrets, the chart's worker.allowedSecrets)"));
+}
+
 // A volume has its name and one source of the closed list; a projected one
-// no service-account token (the pod's identity is the operator's choice).
-absl::Status RestrictedVolume(const json& volume, size_t index) {
+// no service-account token (the pod's identity is the operator's choice);
+// every Secret it names is allowed.
+absl::Status RestrictedVolume(const json& volume, size_t index,
+                              const std::set<std::string>& allowed_secrets) {
   const std::string field = Indexed("volumes", index);
   if (!volume.is_object()) return Invalid(field, "not an object");
   for (auto it = volume.begin(); it != volume.end(); ++it) {
@@ -163,26 +179,50 @@ absl::Status RestrictedVolume(const json& volume, size_t index) {
                                          " (Pod Security's restricted profile)"));
     }
   }
-  // A worker holds its own job's token only (the operator mounts it).
-  auto job_token = [](const std::string& secret) {
-    return absl::EndsWith(secret, kWorkerTokenSecretSuffix);
-  };
-  if (job_token(StringField(Field(volume, "secret"), "secretName"))) {
-    return Invalid(field + ".secret.secretName",
-                   "a job's worker token is not allowed: the operator gives each job's workers "
-                   "their own");
+  if (volume.contains("secret")) {
+    RETURN_IF_ERROR(AllowedSecret(StringField(Field(volume, "secret"), "secretName"),
+                                  field + ".secret.secretName", allowed_secrets));
+  }
+  if (const json& csi = Field(volume, "csi"); csi.is_object() && csi.contains("nodePublishSecretRef")) {
+    RETURN_IF_ERROR(AllowedSecret(StringField(Field(csi, "nodePublishSecretRef"), "name"),
+                                  field + ".csi.nodePublishSecretRef.name", allowed_secrets));
   }
   const json& sources = Field(Field(volume, "projected"), "sources");
   if (sources.is_array()) {
     for (size_t i = 0; i < sources.size(); ++i) {
+      const std::string source = absl::StrCat(field, ".projected.", Indexed("sources", i));
       if (sources[i].is_object() && sources[i].contains("serviceAccountToken")) {
-        return Invalid(absl::StrCat(field, ".projected.", Indexed("sources", i)),
-                       "a serviceAccountToken is not allowed: workers hold no API token");
+        return Invalid(source, "a serviceAccountToken is not allowed: workers hold no API token");
       }
-      if (job_token(StringField(Field(sources[i], "secret"), "name"))) {
-        return Invalid(absl::StrCat(field, ".projected.", Indexed("sources", i), ".secret.name"),
-                       "a job's worker token is not allowed: the operator gives each job's "
-                       "workers their own");
+      if (sources[i].is_object() && sources[i].contains("secret")) {
+        RETURN_IF_ERROR(AllowedSecret(StringField(Field(sources[i], "secret"), "name"),
+                                      source + ".secret.name", allowed_secrets));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// env[].valueFrom.secretKeyRef and envFrom[].secretRef name allowed Secrets only.
+absl::Status AllowedEnvSecrets(const json& worker, const std::set<std::string>& allowed_secrets) {
+  const json& env = Field(worker, "env");
+  if (env.is_array()) {
+    for (size_t i = 0; i < env.size(); ++i) {
+      const json& from = Field(env[i], "valueFrom");
+      if (from.contains("secretKeyRef")) {
+        const json& ref = Field(from, "secretKeyRef");
+        RETURN_IF_ERROR(AllowedSecret(StringField(ref, "name"),
+                                      Indexed("env", i) + ".valueFrom.secretKeyRef.name",
+                                      allowed_secrets));
+      }
+    }
+  }
+  const json& env_from = Field(worker, "envFrom");
+  if (env_from.is_array()) {
+    for (size_t i = 0; i < env_from.size(); ++i) {
+      if (env_from[i].is_object() && env_from[i].contains("secretRef")) {
+        RETURN_IF_ERROR(AllowedSecret(StringField(Field(env_from[i], "secretRef"), "name"),
+                                      Indexed("envFrom", i) + ".secretRef.name", allowed_secrets));
       }
     }
   }
@@ -191,13 +231,15 @@ absl::Status RestrictedVolume(const json& volume, size_t index) {
 
 }  // namespace
 
-absl::Status ValidateWorkerTemplate(const json& worker) {
+absl::Status ValidateWorkerTemplate(const json& worker,
+                                    const std::set<std::string>& allowed_secrets) {
   RETURN_IF_ERROR(RestrictedSecurity(worker));
+  RETURN_IF_ERROR(AllowedEnvSecrets(worker, allowed_secrets));
   std::set<std::string> volume_names;
   const json& volumes = Field(worker, "volumes");
   if (volumes.is_array()) {
     for (size_t i = 0; i < volumes.size(); ++i) {
-      RETURN_IF_ERROR(RestrictedVolume(volumes[i], i));
+      RETURN_IF_ERROR(RestrictedVolume(volumes[i], i, allowed_secrets));
       const std::string name = StringField(volumes[i], "name");
       const std::string field = Indexed("volumes", i) + ".name";
       if (!IsDnsLabel(name)) {

@@ -5,6 +5,9 @@
 // for the fields a TrainingJob may set, and none of the volumes, labels,
 // annotations or env variables the operator sets itself. Pure functions.
 
+#include <set>
+#include <string>
+
 #include <nlohmann/json.hpp>
 
 #include "absl/status/status.h"
@@ -17,9 +20,13 @@ inline constexpr char kReservedVolumePrefix[] = "paci-";
 
 // Checks what the CRD schema cannot: volume names unique and not the
 // operator's, every mount naming a volume at an absolute path, no label,
-// annotation or env variable the operator sets itself. InvalidArgument naming
-// the field: "spec.worker.volumeMounts[1].name: no volume named "data" in
-// spec.worker.volumes".
-absl::Status ValidateWorkerTemplate(const nlohmann::json& worker);
+// annotation or env variable the operator sets itself, and every Secret it
+// names (a secret or projected volume, a CSI volume's nodePublishSecretRef,
+// env[].valueFrom.secretKeyRef, envFrom[].secretRef) one of
+// `allowed_secrets` (the operator's --worker_allowed_secrets; none by
+// default). InvalidArgument naming the field: "spec.worker.volumeMounts[1].name:
+// no volume named "data" in spec.worker.volumes".
+absl::Status ValidateWorkerTemplate(const nlohmann::json& worker,
+                                    const std::set<std::string>& allowed_secrets = {});
 
 }  // namespace paci::op

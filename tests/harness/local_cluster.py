@@ -6,7 +6,8 @@ Node run as containers of the images that scripts/build-images.sh built, each on
 its own loopback IP; or as plain processes with runtime="process"), a real
 paci_coordinator and paci_operator replicas that elect a leader. The TrainingJob
 CRD, the operator's ServiceAccount and its RBAC are the chart's, rendered by the
-real helm (`helm template`, release "paci" in "default") and applied with the
+real helm (`helm template`, release "paci" in "paci-system", TrainingJobs in
+"default") and applied with the
 real kubectl; the operators run with a token the API server issued to that
 ServiceAccount, so they can do exactly what the chart grants. The coordinator
 and the operators run as processes of the host (tests kill and restart them;
@@ -33,6 +34,9 @@ from .control_plane import ControlPlane, free_port as _free_port
 from .kueue import Kueue
 
 OPERATOR_ACCOUNT = "paci-operator"  # the chart's operator ServiceAccount for the release "paci"
+# The release's own namespace (its operator's account and Lease): TrainingJobs run in "default",
+# as the chart's tls.workerNamespaces says; never in the release's namespace.
+RELEASE_NAMESPACE = "paci-system"
 # The node agent is a program of its own, run by path under /usr/bin/python3 (it needs only
 # the standard library): `/usr/bin/python3 NODE_AGENT --server ...`.
 NODE_AGENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "node_agent.py")
@@ -150,13 +154,15 @@ class LocalCluster:
         self.kubectl("apply", "-f", os.path.join(chart, "crds"))
         if self.with_kueue:
             self.kueue = Kueue(self.plane, self.dir).start()
-        rendered = self.helm("template", "paci", chart, "--namespace", "default",
+        self.kubectl("create", "namespace", RELEASE_NAMESPACE)
+        rendered = self.helm("template", "paci", chart, "--namespace", RELEASE_NAMESPACE,
                              "--set", "kueue.enabled=%s" % str(self.with_kueue).lower(),
+                             "--set", "tls.workerNamespaces={default}",
                              "--show-only", "templates/serviceaccounts.yaml",
                              "--show-only", "templates/rbac.yaml").stdout
         self.kubectl("apply", "-f", "-", stdin=rendered)
         self.kubectl("wait", "--for=condition=Established", "crd/trainingjobs.paci.dev", "--timeout=60s")
-        self.operator_kubeconfig = self.plane.service_account_kubeconfig("default", OPERATOR_ACCOUNT)
+        self.operator_kubeconfig = self.plane.service_account_kubeconfig(RELEASE_NAMESPACE, OPERATOR_ACCOUNT)
         # The key the operators derive each job's worker token from (the chart's workerTokens).
         self.worker_token_key = os.path.join(self.dir, "worker-token-key")
         with open(os.open(self.worker_token_key, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
@@ -241,7 +247,8 @@ class LocalCluster:
             "--worker_coordinator_address=" + self.worker_coordinator,
             "--metrics_address=127.0.0.1:0",
             "--metrics_port_file=" + os.path.join(self.dir, replica + ".port"),
-            "--leader_election=true", "--leader_election_namespace=default",
+            "--leader_election=true", "--leader_election_namespace=" + RELEASE_NAMESPACE,
+            "--reserved_namespaces=" + RELEASE_NAMESPACE,
             "--pod_name=" + replica, "--lease_duration_seconds=3",
             "--renew_deadline_seconds=2", "--retry_period_seconds=0.5",
             "--poll_interval_seconds=1", "--worker_link_port=7000", "--worker_metrics_port=9100",

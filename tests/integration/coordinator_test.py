@@ -17,6 +17,7 @@ import grpc
 from google.protobuf import json_format
 from paci.v1 import coordinator_pb2 as cpb
 from paci.v1 import coordinator_pb2_grpc as cgrpc
+from paci.v1 import stage_pb2_grpc as spb_grpc
 
 from harness.coordinator import Cluster, phase, spec
 from harness.pki import make_pki
@@ -374,6 +375,21 @@ class CoordinatorTest(unittest.TestCase):
         self.assertEqual(phase(done), "SUCCEEDED", done.status.message)
         self.assertTrue(c.wait_for_log(r"links=mutual TLS \(peers named paci-worker.team-a\)"),
                         "".join(c.logs[-20:]))
+        # The receiving end checks the name too: a certificate of the same CA made for someone
+        # else (here the operator's) is refused before anything else, naming what it lacks.
+        read = lambda name: open(pki[name], "rb").read()  # noqa: E731
+        channel = grpc.secure_channel(
+            done.status.stages[1].link_address,
+            grpc.ssl_channel_credentials(root_certificates=read("ca.crt"), private_key=read("operator.key"),
+                                         certificate_chain=read("operator.crt")),
+            options=(("grpc.ssl_target_name_override", "paci-worker.team-a"),))
+        try:
+            with self.assertRaises(grpc.RpcError) as err:
+                spb_grpc.StageLinkStub(channel).Push(iter([]), timeout=20)
+            self.assertEqual(err.exception.code(), grpc.StatusCode.UNAUTHENTICATED, err.exception.details())
+            self.assertIn("the sender's certificate does not name paci-worker.team-a", err.exception.details())
+        finally:
+            channel.close()
 
     def ca_and_certificates(self, clients=(("client", "paci-operator"),)):
         """A CA and the certificates it signs: the coordinator's (localhost, 127.0.0.1) and one
@@ -408,9 +424,10 @@ class CoordinatorTest(unittest.TestCase):
                                                  certificate_chain=read("client.crt"))
         # Workers present the client certificate too (--coordinator_tls_cert/_key with
         # --coordinator_tls_ca); their stage links stay plaintext (no --tls_cert).
+        # Its common name (paci-operator) is none of paci's: an administrator's, as named.
         c = self.start(workers=2, credentials=with_cert,
                        extra=["--tls_cert=" + pki["server.crt"], "--tls_key=" + pki["server.key"],
-                              "--tls_ca=" + pki["ca"]],
+                              "--tls_ca=" + pki["ca"], "--admin_identities=paci-operator"],
                        worker_extra=["--coordinator_tls_ca=" + pki["ca"],
                                      "--coordinator_tls_cert=" + pki["client.crt"],
                                      "--coordinator_tls_key=" + pki["client.key"]])
@@ -507,6 +524,82 @@ class CoordinatorTest(unittest.TestCase):
         self.assertIn('the certificate "system:paci:worker:team-a" is a worker\'s', err.exception.details())
         with self.assertRaises(grpc.RpcError):
             c.get("stolen")  # nothing was stored
+        # Team a's worker runs team a's jobs only, whatever their selector: team b's (the
+        # operator labels each job with its namespace) waits for team b's workers.
+        def one_stage(name):
+            job = spec(name, P=1, steps=4)
+            job.pipeline.schedule = "1f1b-flush"
+            return job
+        c.stub.SubmitJob(cpb.SubmitJobRequest(spec=one_stage("theirs"), labels={"paci.dev/namespace": "team-b"}),
+                         timeout=20)
+        c.stub.SubmitJob(cpb.SubmitJobRequest(spec=one_stage("ours"), labels={"paci.dev/namespace": "team-a"}),
+                         timeout=20)
+        done = c.wait("ours", lambda j: phase(j) in ("SUCCEEDED", "FAILED"))
+        self.assertEqual(phase(done), "SUCCEEDED", done.status.message)
+        self.assertEqual([s.worker_id for s in done.status.stages], ["team-a.w1"])
+        theirs = c.get("theirs")
+        self.assertEqual(phase(theirs), "QUEUED")
+        self.assertIn("among the workers of its namespace, team-b",
+                      " ".join(cond.message for cond in theirs.status.conditions if cond.type == "Unschedulable"))
+
+    def test_only_the_common_names_it_is_told_are_administrators(self):
+        """Under mutual TLS a certificate of the CA whose common name is none of paci's is an
+        administrator's only when --admin_identities lists it; any other, and a name under
+        system:paci: that is none of paci's (a worker's without a namespace), is refused
+        every call and registration. paci's own names cannot be listed."""
+        pki = self.ca_and_certificates(clients=(("ada", "ada"), ("mallory", "mallory"),
+                                                ("nameless", "system:paci:worker:")))
+        read = lambda name: open(pki[name], "rb").read()  # noqa: E731
+
+        def credentials(who):
+            return grpc.ssl_channel_credentials(root_certificates=read("ca"), private_key=read(who + ".key"),
+                                                certificate_chain=read(who + ".crt"))
+        tls = ["--tls_cert=" + pki["server.crt"], "--tls_key=" + pki["server.key"], "--tls_ca=" + pki["ca"]]
+        db = os.path.join(self.tmp.name, "refused.db")
+        refused = subprocess.run([COORDINATOR, "--listen=127.0.0.1:0", "--db=" + db, "--metrics_address=127.0.0.1:0",
+                                  "--admin_identities=ada,system:paci:operator"] + tls,
+                                 capture_output=True, text=True, timeout=60)
+        self.assertNotEqual(refused.returncode, 0)
+        self.assertIn('--admin_identities: "system:paci:operator" is under system:paci:', refused.stderr)
+        self.assertFalse(os.path.exists(db), "refused before its store was created")
+
+        c = self.start(workers=0, credentials=credentials("ada"), extra=tls + ["--admin_identities=ada"],
+                       worker_extra=["--coordinator_tls_ca=" + pki["ca"], "--coordinator_tls_cert=" + pki["ada.crt"],
+                                     "--coordinator_tls_key=" + pki["ada.key"]])
+        c.submit(spec("admins", steps=10))
+        self.assertEqual([j.name for j in c.stub.ListJobs(cpb.ListJobsRequest(), timeout=20).jobs], ["admins"])
+        for who, said in (("mallory", 'the certificate "mallory" is not an administrator\'s'),
+                          ("nameless", 'the certificate "system:paci:worker:" names no identity of paci')):
+            channel = grpc.secure_channel(c.address, credentials(who))
+            try:
+                for call in (lambda: cgrpc.CoordinatorStub(channel).ListJobs(cpb.ListJobsRequest(), timeout=20),
+                             lambda: cgrpc.CoordinatorStub(channel).SubmitJob(
+                                 cpb.SubmitJobRequest(spec=spec("by-" + who)), timeout=20)):
+                    with self.assertRaises(grpc.RpcError) as err:
+                        call()
+                    self.assertEqual(err.exception.code(), grpc.StatusCode.PERMISSION_DENIED)
+                    self.assertIn(said, err.exception.details())
+                self.assertIn("--admin_identities" if who == "mallory" else "system:paci:worker:<namespace>",
+                              err.exception.details())
+            finally:
+                channel.close()
+            with self.assertRaises(grpc.RpcError):
+                c.get("by-" + who)  # nothing was stored
+            # Nor does it register a worker.
+            c.worker_extra = ["--coordinator_tls_ca=" + pki["ca"], "--coordinator_tls_cert=" + pki[who + ".crt"],
+                              "--coordinator_tls_key=" + pki[who + ".key"]]
+            proc = c.add_worker(who + ".w0")
+            self.assertTrue(c.wait_for_log(r"worker %s refused: PERMISSION_DENIED: .*%s" % (
+                re.escape(who + ".w0"), re.escape(said))), "".join(c.logs[-20:]))
+            proc.kill()
+            proc.wait()
+        # The administrator's workers run its job.
+        c.worker_extra = ["--coordinator_tls_ca=" + pki["ca"], "--coordinator_tls_cert=" + pki["ada.crt"],
+                          "--coordinator_tls_key=" + pki["ada.key"]]
+        c.add_worker("w0")
+        c.add_worker("w1")
+        done = c.wait("admins", lambda j: phase(j) in ("SUCCEEDED", "FAILED"))
+        self.assertEqual(phase(done), "SUCCEEDED", done.status.message)
 
     def test_a_tenants_certificate_opens_only_the_jobs_of_its_namespace(self):
         """A client certificate named system:paci:tenant:<namespace> (the chart's paci-client
@@ -543,6 +636,25 @@ class CoordinatorTest(unittest.TestCase):
                 grpc.StatusCode.PERMISSION_DENIED, 'labels[paci.dev/namespace]: "team-b" is not your namespace')
         refused(lambda: tenant.SubmitJob(cpb.SubmitJobRequest(spec=spec("b-job", steps=10)), timeout=20),
                 grpc.StatusCode.ALREADY_EXISTS, '"b-job" is taken by a job of another namespace')
+        # Its jobs run on its namespace's workers only: a selector naming another namespace's
+        # job is refused; so is a priority above --tenant_max_priority (0 by default), on
+        # submit and on a change of the run policy.
+        stray = spec("a-stray", steps=10)
+        stray.run_policy.worker_selector["paci.dev/job"] = "team-b.x"
+        refused(lambda: tenant.SubmitJob(cpb.SubmitJobRequest(spec=stray), timeout=20),
+                grpc.StatusCode.PERMISSION_DENIED,
+                "run_policy.worker_selector: paci.dev/job=team-b.x names namespace team-b; "
+                "a job of namespace team-a runs on its own namespace's workers only")
+        refused(lambda: tenant.SubmitJob(cpb.SubmitJobRequest(spec=spec("a-urgent", steps=10, priority=1000)),
+                                         timeout=20),
+                grpc.StatusCode.PERMISSION_DENIED, "run_policy.priority: 1000 is above 0")
+        urgent = type(mine.spec.run_policy)()
+        urgent.CopyFrom(mine.spec.run_policy)
+        urgent.priority = 1000
+        refused(lambda: tenant.UpdateRunPolicy(cpb.UpdateRunPolicyRequest(name="a-job", run_policy=urgent),
+                                               timeout=20),
+                grpc.StatusCode.PERMISSION_DENIED, "--tenant_max_priority")
+        self.assertEqual(tenant.GetJob(cpb.GetJobRequest(name="a-job"), timeout=20).spec.run_policy.priority, 0)
         # It lists its own, and may not select another namespace's.
         self.assertEqual([j.name for j in tenant.ListJobs(cpb.ListJobsRequest(), timeout=20).jobs], ["a-job"])
         refused(lambda: tenant.ListJobs(cpb.ListJobsRequest(label_selector={ns: "team-b"}), timeout=20),

@@ -57,7 +57,10 @@ COMPONENTS = {"coordinator", "operator", "worker"}
 CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "Namespace"}
 TLS_MUTUAL = ["--set", "tls.enabled=true", "--set", "tls.requireClientCerts=true"]
 PLAINTEXT = ["--set", "tls.enabled=false", "--set", "insecure=true"]
-GENERATED_SECRETS = ("ca", "coordinator-tls", "operator-client-tls", "worker-tls", "client-tls")
+# The release's own, in its namespace, and those of each namespace TrainingJobs run in.
+RELEASE_SECRETS = ("ca", "coordinator-tls", "operator-client-tls")
+NAMESPACE_SECRETS = ("worker-tls", "client-tls")
+GENERATED_SECRETS = RELEASE_SECRETS + NAMESPACE_SECRETS
 
 
 def run_renderer(args, release="paci", namespace="paci-system"):
@@ -253,8 +256,8 @@ class RenderTest(unittest.TestCase):
                 self.assertIn(labels["app.kubernetes.io/component"], COMPONENTS, identity(d))
         self.assertEqual(set(kinds["Deployment"]), {"prod-paci-coordinator", "prod-paci-operator"})
         self.assertEqual(set(kinds["Service"]), {"prod-paci-coordinator", "prod-paci-operator-metrics"})
-        self.assertEqual(set(kinds["ServiceAccount"]),
-                         {"prod-paci-coordinator", "prod-paci-operator", "prod-paci-worker"})
+        # No namespace for TrainingJobs named yet (tls.workerNamespaces): no worker account.
+        self.assertEqual(set(kinds["ServiceAccount"]), {"prod-paci-coordinator", "prod-paci-operator"})
         self.assertEqual(set(kinds["ClusterRole"]), {"prod-paci-operator", "prod-paci-operator-capacity"})
 
         # Selectors: name, instance and component, nothing that changes on upgrade.
@@ -348,6 +351,37 @@ class RenderTest(unittest.TestCase):
         self.assertEqual(kinds["PodMonitor"]["alpha-paci-workers"]["spec"]["namespaceSelector"],
                          {"matchNames": ["team-a"]})
 
+    def test_trainingjobs_run_only_where_the_release_keeps_no_keys(self):
+        docs = render("--set", "tls.workerNamespaces={team-a,team-b}", "--set", "worker.allowedSecrets={hf-token}",
+                      release="alpha", namespace="ml")
+        kinds = by_kind(docs)
+        operator_d = kinds["Deployment"]["alpha-paci-operator"]
+        operator = flags(container(operator_d)["args"])
+        # The operator refuses TrainingJobs in its own namespace, and any Secret but those allowed.
+        self.assertEqual(operator["reserved_namespaces"], "$(POD_NAMESPACE)")
+        env = {e["name"]: e for e in container(operator_d)["env"]}
+        self.assertEqual(env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"], "metadata.namespace")
+        self.assertEqual(operator["worker_allowed_secrets"], "hf-token")
+        self.assertNotIn("worker_allowed_secrets", flags(container(by_kind(render())["Deployment"]["paci-operator"])
+                                                         ["args"]))
+        # What the operator makes, it makes only in the namespaces TrainingJobs run in; cluster-wide it reads.
+        roles = sorted((d["metadata"]["namespace"], d["metadata"]["name"]) for d in docs if d["kind"] == "Role")
+        self.assertEqual(roles, [("ml", "alpha-paci-operator-leader-election"), ("team-a", "alpha-paci-operator"),
+                                 ("team-b", "alpha-paci-operator")])
+        for d in docs:
+            if d["kind"] == "RoleBinding" and d["metadata"]["name"] == "alpha-paci-operator":
+                self.assertEqual(d["subjects"], [{"kind": "ServiceAccount", "name": "alpha-paci-operator",
+                                                  "namespace": "ml"}])
+        for rule in kinds["ClusterRole"]["alpha-paci-operator"]["rules"]:
+            allowed = {"get", "list", "watch"} | ({"update", "patch"} if rule["apiGroups"] == ["paci.dev"] else set())
+            self.assertLessEqual(set(rule["verbs"]), allowed, rule)
+        accounts = sorted((d["metadata"]["namespace"], d["metadata"]["name"]) for d in docs
+                          if d["kind"] == "ServiceAccount" and d["metadata"]["name"] == "alpha-paci-worker")
+        self.assertEqual(accounts, [("team-a", "alpha-paci-worker"), ("team-b", "alpha-paci-worker")])
+        # The release's own namespace is never one TrainingJobs run in.
+        for args in (["--set", "tls.workerNamespaces={team-a,paci-system}"], ["--set", "operator.watchNamespace=paci-system"]):
+            self.assertIn('must not name the release\'s namespace "paci-system"', render_error(*args), args)
+
     def test_kueue_enabled_passes_the_flag_and_grants_workloads_and_no_more(self):
         plain = by_kind(render("--set", "operator.watchNamespace=team-a", release="alpha"))
         self.assertEqual(flags(container(plain["Deployment"]["alpha-paci-operator"])["args"])["kueue"], "false")
@@ -357,8 +391,8 @@ class RenderTest(unittest.TestCase):
         self.assertEqual(flags(container(kinds["Deployment"]["alpha-paci-operator"])["args"])["kueue"], "true")
         role = [r for r in kinds["Role"]["alpha-paci-operator"]["rules"] if "kueue.x-k8s.io" in r["apiGroups"]]
         self.assertEqual(role, [
-            {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"],
-             "verbs": ["get", "list", "watch", "create", "delete"]},
+            {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["create", "delete"]},
             {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads/status"], "verbs": ["get", "update"]}])
         self.assertEqual(kinds["ClusterRole"]["alpha-paci-operator-capacity"]["rules"], [
             {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["list", "watch"]},
@@ -430,7 +464,7 @@ class RenderTest(unittest.TestCase):
                "--set", "imagePullSecrets[0].name=regcred", "--set", "operator.watchNamespace=team-a")
 
     def test_image_pull_secrets_reach_every_pod_the_chart_makes_and_the_worker_account(self):
-        kinds = by_kind(render("--set", "imagePullSecrets[0].name=regcred",
+        kinds = by_kind(render("--set", "imagePullSecrets[0].name=regcred", "--set", "tls.workerNamespaces={team-a}",
                                "--set", "operator.image.pullPolicy=Always",
                                "--set", "worker.image.repository=registry.example/paci-worker",
                                "--set", "worker.image.tag=1.2",
@@ -531,8 +565,8 @@ class RenderTest(unittest.TestCase):
         for d in render("--set", "tls.workerNamespaces={team-a,team-b}", release="alpha", namespace="ml"):
             if d["kind"] == "Secret":
                 secrets[(d["metadata"]["namespace"], d["metadata"]["name"])] = d
-        self.assertEqual(set(secrets), {("ml", "alpha-paci-" + n) for n in GENERATED_SECRETS}
-                         | {(ns, "alpha-paci-" + s) for ns in ("team-a", "team-b") for s in ("worker-tls", "client-tls")}
+        self.assertEqual(set(secrets), {("ml", "alpha-paci-" + n) for n in RELEASE_SECRETS}
+                         | {(ns, "alpha-paci-" + s) for ns in ("team-a", "team-b") for s in NAMESPACE_SECRETS}
                          | {("ml", "alpha-paci-operator-worker-token-key")})
         del secrets[("ml", "alpha-paci-operator-worker-token-key")]
         with tempfile.TemporaryDirectory() as d:
@@ -543,13 +577,13 @@ class RenderTest(unittest.TestCase):
                 return path
             ca = write("ca", "tls.crt")
             for secret in GENERATED_SECRETS[1:]:
-                self.assertEqual(read_bytes(write(secret, "ca.crt")), read_bytes(ca), secret)
-                verified = subprocess.run(["openssl", "verify", "-CAfile", ca, write(secret, "tls.crt")],
+                namespace = "team-a" if secret in NAMESPACE_SECRETS else "ml"
+                self.assertEqual(read_bytes(write(secret, "ca.crt", namespace)), read_bytes(ca), secret)
+                verified = subprocess.run(["openssl", "verify", "-CAfile", ca, write(secret, "tls.crt", namespace)],
                                           capture_output=True, text=True)
                 self.assertEqual(verified.returncode, 0, verified.stdout + verified.stderr)
             # The clients' common names are their identities; a worker's binds it to its namespace.
             for secret, namespace, name in (("operator-client-tls", "ml", "system:paci:operator"),
-                                            ("worker-tls", "ml", "system:paci:worker:ml"),
                                             ("worker-tls", "team-a", "system:paci:worker:team-a"),
                                             ("worker-tls", "team-b", "system:paci:worker:team-b"),
                                             ("client-tls", "team-a", "system:paci:tenant:team-a")):
@@ -571,7 +605,8 @@ class RenderTest(unittest.TestCase):
 
             # The real coordinator serves with them: the operator's and a worker's certificate
             # get in, a client with none or with another release's is refused in the handshake.
-            other = {d["metadata"]["name"]: d for d in render(release="beta", namespace="ml") if d["kind"] == "Secret"}
+            other = {d["metadata"]["name"]: d for d in render("--set", "tls.workerNamespaces={team-a}", release="beta",
+                                                              namespace="ml") if d["kind"] == "Secret"}
             stranger = {}
             for key in ("tls.crt", "tls.key"):
                 stranger[key] = base64.b64decode(other["beta-paci-worker-tls"]["data"][key])
@@ -814,6 +849,14 @@ class ClusterTest(unittest.TestCase):
 
         first = certificates()
         self.assertEqual(set(first), set(GENERATED_SECRETS))  # the worker Secret in team-a
+        # The namespace TrainingJobs run in holds its workers' and its users' certificates and nothing
+        # of the release's: the CA's key, the operator's certificate and the worker-token key stay in ml.
+        in_team_a = json.loads(self.kubectl_ok("get", "secrets", "-n", "team-a", "-o", "json"))["items"]
+        self.assertEqual(sorted(d["metadata"]["name"] for d in in_team_a),
+                         ["gamma-paci-client-tls", "gamma-paci-worker-tls"])
+        ca_key = json.loads(self.kubectl_ok("get", "secret", "-n", "ml", "gamma-paci-ca", "-o", "json"))
+        for d in in_team_a:
+            self.assertNotEqual(d["data"]["tls.key"], ca_key["data"]["tls.key"], d["metadata"]["name"])
         year = 365 * 86400
         self.assertAlmostEqual(first["coordinator-tls"][1] - time.time(), year, delta=3600)
         self.assertAlmostEqual(first["ca"][1] - time.time(), 10 * year, delta=3600)
@@ -862,9 +905,12 @@ class ClusterTest(unittest.TestCase):
         self.assertIn("every namespace", notes)
         self.assertNotIn("<no value>", notes)
         # By default the chart made the certificates: the NOTES name them and where they are.
-        for secret in ("alpha-paci-ca in ml", "alpha-paci-coordinator-tls in ml", "alpha-paci-worker-tls in ml, team-b",
+        self.assertIn("No namespace is set up for TrainingJobs yet", notes)
+        with_team_b = self.notes("--set", "tls.workerNamespaces={team-b}")
+        for secret in ("alpha-paci-ca in ml", "alpha-paci-coordinator-tls in ml", "alpha-paci-worker-tls in team-b",
+                       "TrainingJobs run in team-b", "Never in \"ml\": it holds the release's CA",
                        "alpha-paci-operator-client-tls in ml", "DNS:alpha-paci-coordinator.ml.svc"):
-            self.assertIn(secret, self.notes("--set", "tls.workerNamespaces={team-b}"))
+            self.assertIn(secret, with_team_b)
         self.assertNotIn("INSECURE", notes)
         # With Secrets of your own, the names the NOTES ask for are the names mounted.
         notes = self.notes("--set", "tls.generate=false")
@@ -925,13 +971,33 @@ class ClusterTest(unittest.TestCase):
                       'resource "secrets" in API group "" in the namespace "team-a"', r.stderr)
         r = self.plane.kubectl("get", "trainingjobs", "-n", "team-a", kubeconfig=kubeconfig, check=False)
         self.assertEqual(r.returncode, 0, r.stderr)
-        # Watching every namespace: a ClusterRole, still without Secrets.
-        self.helm("install", "wide", CHART, "--namespace", "team-b")
-        wide = "system:serviceaccount:team-b:wide-paci-operator"
-        r = self.kubectl("auth", "can-i", "--as=" + wide, "create", "pods", "-n", "team-b")
-        self.assertEqual(r.stdout.strip(), "yes")
-        r = self.kubectl("auth", "can-i", "--as=" + wide, "get", "secrets", "-n", "team-b")
-        self.assertEqual(r.stdout.strip(), "no")
+        # Watching every namespace: a ClusterRole to read TrainingJobs and what they own, and the
+        # rights to make pods only in the namespaces TrainingJobs run in: never kube-system, never
+        # the release's own namespace, no Secret read anywhere.
+        self.helm("install", "wide", CHART, "--namespace", "team-b", "--set", "tls.workerNamespaces={team-a}")
+        account = "system:serviceaccount:team-b:wide-paci-operator"
+        for verb, resource, namespace, *more in (("create", "pods", "team-a"), ("delete", "pods", "team-a"),
+                                                 ("patch", "pods", "team-a"), ("create", "secrets", "team-a"),
+                                                 ("get", "pods", "team-a", "--subresource=log"),
+                                                 ("watch", "trainingjobs.paci.dev", "kube-system"),
+                                                 ("list", "pods", "kube-system")):  # the gang gate
+            self.assertTrue(can(verb, resource, "-n", namespace, *more),
+                            "%s %s in %s %s" % (verb, resource, namespace, " ".join(more)))
+        for verb, resource, namespace, *more in (("create", "pods", "kube-system"), ("delete", "pods", "kube-system"),
+                                                 ("patch", "pods", "kube-system"), ("create", "pods", "team-b"),
+                                                 ("create", "pods", "default"), ("create", "secrets", "kube-system"),
+                                                 ("create", "secrets", "team-b"), ("get", "secrets", "team-b"),
+                                                 ("get", "secrets", "team-a"), ("create", "services", "kube-system"),
+                                                 ("create", "networkpolicies.networking.k8s.io", "kube-system"),
+                                                 ("get", "pods", "kube-system", "--subresource=log"),
+                                                 ("get", "pods", "kube-system", "--subresource=exec")):
+            self.assertFalse(can(verb, resource, "-n", namespace, *more),
+                             "%s %s in %s %s" % (verb, resource, namespace, " ".join(more)))
+        # A release in a namespace TrainingJobs run in is refused: the CA's key would be there.
+        r = self.plane.helm("install", "bad", CHART, "--namespace", "team-b", "--set",
+                            "tls.workerNamespaces={team-b}", check=False)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("must not name the release's namespace \"team-b\"", r.stderr)
         for release, namespace in (("scoped", "ml"), ("wide", "team-b")):
             self.helm("uninstall", release, "--namespace", namespace)
 

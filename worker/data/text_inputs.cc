@@ -109,6 +109,11 @@ absl::StatusOr<bool> InputText::NextLine(std::string* line) {
   size_t newline;
   while ((newline = buffer_.find('\n', scanned_)) == std::string::npos) {
     scanned_ = buffer_.size();
+    if (buffer_.size() > kMaxLineBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path_, ":", line_number_ + 1, ": a line longer than ", kMaxLineBytes,
+                       " bytes: a JSONL document must be shorter"));
+    }
     ASSIGN_OR_RETURN(const size_t read, file_.Read(size_t{1} << 16, &buffer_));
     if (read == 0) break;
   }
@@ -174,6 +179,11 @@ absl::StatusOr<bool> ChunkReader::Next(Chunk* chunk) {
       // what is read next.
       const size_t last = std::string_view(buffer_).substr(from).rfind('\n');
       scanned_ = last == std::string::npos ? buffer_.size() : from + last;
+    }
+    if (!at_end_ && buffer_.size() > chunk_bytes_ + kMaxLineBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          files_[file_], ": no newline in the ", buffer_.size(), " bytes of text from offset ",
+          offset_, ": a line longer than ", kMaxLineBytes, " bytes is refused"));
     }
     if (at_end_) {
       std::error_code error;

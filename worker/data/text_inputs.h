@@ -52,6 +52,12 @@ class InputFile {
   gzFile file_;
 };
 
+// The longest line (a JSONL document) or run of text without a place to cut
+// that an input may hold: past it the input is refused naming the file and
+// where, so one endless line (a gzip bomb of one character) cannot take the
+// memory of the process reading it.
+inline constexpr size_t kMaxLineBytes = size_t{64} << 20;
+
 // Whether `path` is read as JSONL rather than text.
 bool IsJsonl(const std::string& path);
 

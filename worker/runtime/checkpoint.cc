@@ -12,8 +12,11 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string_view>
 #include <sstream>
+#include <system_error>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -21,6 +24,7 @@
 #include "absl/strings/str_split.h"
 #include "common/atomic_file.h"
 #include "common/status_macros.h"
+#include "worker/model/gpt_config.h"
 #include "worker/runtime/checkpoint_layout.h"
 #include "worker/runtime/pickle_memo.h"
 
@@ -215,45 +219,133 @@ absl::StatusOr<ShardMeta> ReadMeta(const std::string& path,
   return meta;
 }
 
+// The metadata of the shard at `path` (ReadArchive's checks; the parameters
+// are not kept).
+absl::StatusOr<ShardMeta> ReadShardMeta(const std::string& path) {
+  ShardMeta meta;
+  const auto read = [&](torch::serialize::InputArchive& archive) -> absl::Status {
+    ASSIGN_OR_RETURN(meta, ReadMeta(path, archive));
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(ReadArchive(path, read));
+  return meta;
+}
+
+// Makes `folder` and every missing folder above it, then syncs the parent of
+// each one it made, so that the whole chain of new names is on disk before a
+// shard is (the shard's own rename syncs only the step folder). A folder
+// another stage made at the same moment is synced too: no harm.
+absl::Status MakeFolders(const std::filesystem::path& folder) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> missing;  // the deepest first
+  for (fs::path p = folder; !p.empty(); p = p.parent_path()) {
+    std::error_code absent;
+    if (fs::exists(p, absent)) break;
+    missing.push_back(p);
+    if (p == p.parent_path()) break;  // the root
+  }
+  std::error_code ec;
+  fs::create_directories(folder, ec);
+  if (ec) {
+    return absl::UnavailableError(absl::StrCat("checkpoint.directory: cannot create ",
+                                               folder.string(), ": ", ec.message()));
+  }
+  for (auto made = missing.rbegin(); made != missing.rend(); ++made) {  // the topmost first
+    const fs::path parent = made->parent_path();
+    RETURN_IF_ERROR(SyncFolder(parent.empty() ? std::string(".") : parent.string()));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status VerifyShard(const std::string& path) { return ReadVerified(path).status(); }
+
+absl::Status CheckShardAgrees(const std::string& path, const ShardMeta& meta,
+                              const ShardMeta& first, int stage, int num_stages, int64_t step) {
+  if (meta.stage != stage || meta.num_stages != num_stages || meta.step != step) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint ", path, " says it is stage ", meta.stage, " of ", meta.num_stages,
+        " at step ", meta.step, "; its name says stage ", stage, " of ", num_stages, " at step ",
+        step));
+  }
+  if (meta.job_name != first.job_name) {
+    return absl::FailedPreconditionError(absl::StrCat("checkpoint ", path, " is of job \"",
+                                                      meta.job_name, "\", stage 0's of job \"",
+                                                      first.job_name, "\""));
+  }
+  if (first.config && meta.config) {
+    if (auto difference = ShapeDifference(*first.config, *meta.config)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint ", path, " holds another model than stage 0's shard (there: this shard; ",
+          "here: stage 0's): ", *difference));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckStep(const std::string& directory, int64_t step, int num_stages) {
+  ShardMeta first;
+  for (int stage = 0; stage < num_stages; ++stage) {
+    const std::string path = ShardPath(directory, step, stage, num_stages);
+    ASSIGN_OR_RETURN(const ShardMeta meta, ReadShardMeta(path));
+    if (stage == 0) first = meta;
+    RETURN_IF_ERROR(CheckShardAgrees(path, meta, first, stage, num_stages, step));
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::optional<int64_t>> LatestSoundStep(const std::string& directory,
                                                        int num_stages,
                                                        std::vector<std::string>* passed_over) {
   ASSIGN_OR_RETURN(const std::vector<int64_t> steps, CompleteSteps(directory, num_stages));
-  std::vector<std::string> torn;
+  std::vector<std::string> unusable;
+  bool corrupt = false;  // some step is broken, not only mixed
   for (auto step = steps.rbegin(); step != steps.rend(); ++step) {
-    absl::Status sound = absl::OkStatus();
-    for (int s = 0; s < num_stages && sound.ok(); ++s) {
-      sound = VerifyShard(ShardPath(directory, *step, s, num_stages));
-    }
-    if (sound.ok()) {
-      passed_over->insert(passed_over->end(), torn.begin(), torn.end());
+    const absl::Status whole = CheckStep(directory, *step, num_stages);
+    if (whole.ok()) {
+      passed_over->insert(passed_over->end(), unusable.begin(), unusable.end());
       return std::optional<int64_t>(*step);
     }
-    torn.push_back(absl::StrCat("step ", *step, ": ", sound.message()));
+    if (whole.code() != absl::StatusCode::kFailedPrecondition) corrupt = true;
+    unusable.push_back(absl::StrCat("step ", *step, ": ", whole.message()));
   }
-  if (torn.empty()) return std::optional<int64_t>();
-  return absl::DataLossError(absl::StrCat("checkpoint.directory: ", directory,
-                                          " holds no step whose shards are all whole: ",
-                                          absl::StrJoin(torn, "; ")));
+  if (unusable.empty()) return std::optional<int64_t>();
+  const std::string message = absl::StrCat("checkpoint.directory: ", directory,
+                                           " holds no step whose shards are all whole: ",
+                                           absl::StrJoin(unusable, "; "));
+  return corrupt ? absl::DataLossError(message) : absl::FailedPreconditionError(message);
+}
+
+absl::StatusOr<std::vector<int64_t>> PruneSteps(const std::string& directory, int num_stages,
+                                                int keep, std::set<int64_t>* whole) {
+  if (keep <= 0) return std::vector<int64_t>();
+  ASSIGN_OR_RETURN(const std::vector<int64_t> complete, CompleteSteps(directory, num_stages));
+  if (static_cast<int>(complete.size()) <= keep) return std::vector<int64_t>();
+  std::set<int64_t> found;
+  if (whole == nullptr) whole = &found;
+  // The newest `keep` whole steps stay, and what is newer than the oldest of
+  // them (a step being written, or one a resume would pass over).
+  int kept = 0;
+  for (auto step = complete.rbegin(); step != complete.rend(); ++step) {
+    if (whole->count(*step) == 0) {
+      if (!CheckStep(directory, *step, num_stages).ok()) continue;
+      whole->insert(*step);
+    }
+    if (++kept < keep) continue;
+    whole->erase(whole->begin(), whole->lower_bound(*step));  // going now
+    return RemoveStepsBefore(directory, num_stages, *step);
+  }
+  return std::vector<int64_t>();  // fewer than `keep` whole steps: every step stays
 }
 
 absl::Status SaveShard(const std::string& path, const ShardMeta& meta, GptStage& model,
                        AdamW& optimizer) {
   namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::path step_folder = fs::path(path).parent_path();
-  const bool made = fs::create_directories(step_folder, ec);
-  if (ec) {
-    return absl::UnavailableError(absl::StrCat("checkpoint.directory: cannot create ",
-                                               step_folder.string(), ": ", ec.message()));
-  }
-  // A new step folder's name is on disk before its shard is (the shard's own
-  // rename syncs the step folder).
-  if (made) RETURN_IF_ERROR(SyncFolder(step_folder.parent_path().string()));
+  // A new step folder's name, and the checkpoint directory's when it is new
+  // too, are on disk before its shard is (the shard's own rename syncs the
+  // step folder).
+  RETURN_IF_ERROR(MakeFolders(fs::path(path).parent_path()));
   std::string bytes;
   try {
     torch::serialize::OutputArchive archive;

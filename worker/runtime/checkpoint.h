@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -40,9 +41,11 @@ struct ShardMeta {
 absl::Status SaveShard(const std::string& path, const ShardMeta& meta, GptStage& model,
                        AdamW& optimizer);
 
-// Reads a shard and, only if all of it is sound and matches `expected` (job,
-// stage, num_stages, fingerprint) and the model's parameter names and shapes,
-// copies it into `model` and `optimizer`. Returns the shard's metadata.
+// Reads a shard and, only if all of it is sound and matches `expected`
+// (stage, num_stages, fingerprint) and the model's parameter names and shapes,
+// copies it into `model` and `optimizer`. Returns the shard's metadata. The
+// job and step it records are not checked here: CheckStep checks them across
+// all the shards of a step.
 // DataLoss for a corrupt or truncated file, FailedPrecondition naming the
 // mismatch; on error neither the model, the optimizer nor the file changes.
 absl::StatusOr<ShardMeta> LoadShard(const std::string& path, const ShardMeta& expected,
@@ -53,15 +56,55 @@ absl::StatusOr<ShardMeta> LoadShard(const std::string& path, const ShardMeta& ex
 // naming the file otherwise; NotFound when it cannot be read. Reads it all.
 absl::Status VerifyShard(const std::string& path);
 
-// Where a job's stages resume: the newest complete step of `directory` whose
-// `num_stages` shards all verify. Every stage reads the same files, so all
-// choose the same step. Each newer complete step passed over is added to
-// `passed_over` with why ("step 40: checkpoint ... is truncated ..."), so a
-// torn step is reported, not fatal. nullopt when there is no complete step;
-// DataLoss listing them when complete steps exist and none verifies.
+// Whether the shard at `path`, which says `meta` of itself, belongs in its
+// step folder as stage `stage` of `num_stages` at `step` (what its name and
+// folder say) beside that step's stage 0 shard, which says `first` (stage 0's
+// own shard is checked against itself): it records that stage, stage count
+// and step, stage 0's job and, where both record one, stage 0's model shape.
+// FailedPrecondition naming the shard and what differs otherwise: "checkpoint
+// <path> says it is stage 0 of 2 at step 20; its name says stage 0 of 2 at
+// step 30", "checkpoint <path> is of job "b", stage 0's of job "a"". The one
+// check of both resume (CheckStep) and a checkpoint read whole (ReadCheckpoint).
+absl::Status CheckShardAgrees(const std::string& path, const ShardMeta& meta,
+                              const ShardMeta& first, int stage, int num_stages, int64_t step);
+
+// Whether step `step` of `directory` is whole, so that a job may resume from
+// it and checkpoint.keep may count it: each of its `num_stages` shards
+// verifies (VerifyShard), reads as a paci shard and agrees with stage 0's
+// (CheckShardAgrees: one job, and the step its folder names). Reads every
+// shard of the step, whichever stage asks, so every stage decides alike.
+// Errors name the shard: NotFound when one is missing or unreadable, DataLoss
+// for a corrupt one, FailedPrecondition for one that does not belong.
+absl::Status CheckStep(const std::string& directory, int64_t step, int num_stages);
+
+// Where a job's stages resume: the newest complete step of `directory` that
+// CheckStep finds whole. Every stage reads the same files, so all choose the
+// same step. Each newer complete step passed over is added to `passed_over`
+// with why ("step 40: checkpoint ... is truncated ...", "step 30: checkpoint
+// .../stage-0-of-2.pt says it is stage 0 of 2 at step 20; its name says
+// stage 0 of 2 at step 30"), so a torn or mixed step is reported, not fatal.
+// nullopt when there is no complete step. When complete steps exist and none
+// is whole, an error listing each: DataLoss when one of them is corrupt or
+// unreadable, FailedPrecondition when every one holds a shard that does not
+// belong.
 absl::StatusOr<std::optional<int64_t>> LatestSoundStep(const std::string& directory,
                                                        int num_stages,
                                                        std::vector<std::string>* passed_over);
+
+// checkpoint.keep: removes the shards of `num_stages` stages (and their
+// temporary files) of every step older than the newest `keep` steps that
+// CheckStep finds whole (keep 0: nothing), and a step folder left empty
+// (RemoveStepsBefore). Any stage may run it after its save: only steps no
+// stage writes any more go; the newest `keep` whole steps, and every step
+// newer than them, stay. A complete step that is corrupt or mixed counts for
+// nothing, so it cannot push out the last step a resume can use; nothing goes
+// while fewer than `keep` steps are whole. Files of another stage count are
+// left alone.
+// `whole`, when given, holds steps already found whole (their shards are not
+// read again) and gets the ones found now. Returns the steps it pruned;
+// Unavailable naming a file it could not remove.
+absl::StatusOr<std::vector<int64_t>> PruneSteps(const std::string& directory, int num_stages,
+                                                int keep, std::set<int64_t>* whole = nullptr);
 
 // A shard read on its own, with no model to match: its metadata and every
 // parameter by its global name, on the CPU (the optimizer state is not read).

@@ -59,13 +59,9 @@ absl::StatusOr<std::optional<int64_t>> LatestCompleteStep(const std::string& dir
   return std::optional<int64_t>(steps.back());
 }
 
-absl::StatusOr<std::vector<int64_t>> PruneSteps(const std::string& directory, int num_stages,
-                                                int keep) {
+absl::StatusOr<std::vector<int64_t>> RemoveStepsBefore(const std::string& directory,
+                                                       int num_stages, int64_t oldest_kept) {
   std::vector<int64_t> pruned;
-  if (keep <= 0) return pruned;
-  ASSIGN_OR_RETURN(const std::vector<int64_t> complete, CompleteSteps(directory, num_stages));
-  if (static_cast<int>(complete.size()) <= keep) return pruned;
-  const int64_t oldest_kept = complete[complete.size() - keep];
   std::error_code ec;
   std::vector<int64_t> older;
   for (const auto& entry : fs::directory_iterator(directory, ec)) {

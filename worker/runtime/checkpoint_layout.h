@@ -11,7 +11,9 @@ namespace paci {
 
 // Where checkpoint shards live: <directory>/step-00000100/stage-0-of-2.pt.
 // A step's checkpoint is complete when every stage's shard is there; shards
-// are written to a temporary name and renamed, so a present shard is whole.
+// are written to a temporary name and renamed, so a present shard was whole
+// when written (CheckStep, checkpoint.h, says whether it still is and whether
+// the shards belong together).
 std::string StepDirectory(const std::string& directory, int64_t step);
 std::string ShardPath(const std::string& directory, int64_t step, int stage, int num_stages);
 
@@ -23,14 +25,13 @@ absl::StatusOr<std::vector<int64_t>> CompleteSteps(const std::string& directory,
 absl::StatusOr<std::optional<int64_t>> LatestCompleteStep(const std::string& directory,
                                                           int num_stages);
 
-// checkpoint.keep: removes the shards of `num_stages` stages (and their
-// temporary files) of every step older than the newest `keep` complete steps
-// (keep 0: nothing), and a step folder left empty. Any stage may run it
-// after its save: only steps no stage writes any more go, and `keep`
-// complete steps always stay. Files of another stage count are left alone.
-// Returns the steps it pruned; Unavailable naming a file it could not remove.
-absl::StatusOr<std::vector<int64_t>> PruneSteps(const std::string& directory, int num_stages,
-                                                int keep);
+// The file work of checkpoint.keep (PruneSteps, checkpoint.h, decides which
+// steps go): removes the shards of `num_stages` stages (and their temporary
+// files) of every step older than `oldest_kept`, and a step folder left
+// empty. Files of another stage count are left alone. Returns the steps it
+// removed shards of; Unavailable naming a file it could not remove.
+absl::StatusOr<std::vector<int64_t>> RemoveStepsBefore(const std::string& directory,
+                                                       int num_stages, int64_t oldest_kept);
 
 // Whether `directory` holds any step-* folder.
 bool HoldsCheckpoints(const std::string& directory);

@@ -8,32 +8,6 @@
 #include "worker/runtime/checkpoint_layout.h"
 
 namespace paci {
-namespace {
-
-// Whether the shard at `path` belongs with stage 0's (`first`) as stage
-// `stage` of the step `where` names.
-absl::Status CheckAgrees(const std::string& path, const ShardMeta& meta, const ShardMeta& first,
-                         int stage, const CheckpointStep& where) {
-  if (meta.stage != stage || meta.num_stages != where.num_stages || meta.step != where.step) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "checkpoint ", path, " says it is stage ", meta.stage, " of ", meta.num_stages,
-        " at step ", meta.step, "; its name says stage ", stage, " of ", where.num_stages,
-        " at step ", where.step));
-  }
-  if (meta.job_name != first.job_name) {
-    return absl::FailedPreconditionError(absl::StrCat("checkpoint ", path, " is of job \"",
-                                                      meta.job_name, "\", stage 0's of job \"",
-                                                      first.job_name, "\""));
-  }
-  if (auto difference = ShapeDifference(*first.config, *meta.config)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "checkpoint ", path, " holds another model than stage 0's shard (there: this shard; ",
-        "here: stage 0's): ", *difference));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 absl::StatusOr<ModelCheckpoint> ReadCheckpoint(const std::string& directory) {
   ASSIGN_OR_RETURN(const CheckpointStep where, FindLatestCheckpoint(directory));
@@ -46,7 +20,8 @@ absl::StatusOr<ModelCheckpoint> ReadCheckpoint(const std::string& directory) {
     const std::string path = ShardPath(directory, where.step, stage, where.num_stages);
     ASSIGN_OR_RETURN(ShardParameters shard, ReadShard(path));
     if (stage == 0) first = shard.meta;
-    RETURN_IF_ERROR(CheckAgrees(path, shard.meta, first, stage, where));
+    RETURN_IF_ERROR(
+        CheckShardAgrees(path, shard.meta, first, stage, where.num_stages, where.step));
     for (auto& [name, tensor] : shard.parameters) {
       if (!checkpoint.parameters.emplace(name, std::move(tensor)).second) {
         return absl::FailedPreconditionError(absl::StrCat(

@@ -1,5 +1,6 @@
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -292,6 +293,99 @@ TEST_F(CheckpointTest, NoSoundStepAtAllIsDataLossListingEachStep) {
   step = LatestSoundStep(dir_ + "/nowhere", 2, &passed_over);
   ASSERT_TRUE(step.ok()) << step.status();
   EXPECT_FALSE(step->has_value());
+}
+
+// Stage 0's shard of step 30 is a copy of its shard of step 20: each shard
+// verifies, but stage 0 would resume at step 20 and stage 1 at step 30. Step
+// 30 is passed over, naming the shard; every stage resumes from step 20.
+TEST_F(CheckpointTest, AShardCopiedFromAnOlderStepIsPassedOverNamingIt) {
+  SaveSteps(dir_, {20, 30});
+  const std::string stale = ShardPath(dir_, 30, 0, 2);
+  fs::copy_file(ShardPath(dir_, 20, 0, 2), stale, fs::copy_options::overwrite_existing);
+  EXPECT_TRUE(VerifyShard(stale).ok()) << "whole, but of another step";
+  const absl::Status whole = CheckStep(dir_, 30, 2);
+  EXPECT_EQ(whole.code(), absl::StatusCode::kFailedPrecondition) << whole;
+  EXPECT_NE(whole.message().find(stale + " says it is stage 0 of 2 at step 20; its name says "
+                                         "stage 0 of 2 at step 30"),
+            std::string::npos)
+      << whole;
+  EXPECT_TRUE(CheckStep(dir_, 20, 2).ok());
+
+  std::vector<std::string> passed_over;
+  absl::StatusOr<std::optional<int64_t>> step = LatestSoundStep(dir_, 2, &passed_over);
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_EQ(step->value_or(-1), 20);
+  ASSERT_EQ(passed_over.size(), 1u);
+  EXPECT_NE(passed_over[0].find("step 30: "), std::string::npos) << passed_over[0];
+  EXPECT_NE(passed_over[0].find(stale), std::string::npos) << passed_over[0];
+
+  // With no whole step left: FailedPrecondition naming the shard.
+  fs::remove_all(StepDirectory(dir_, 20));
+  passed_over.clear();
+  step = LatestSoundStep(dir_, 2, &passed_over);
+  EXPECT_EQ(step.status().code(), absl::StatusCode::kFailedPrecondition) << step.status();
+  EXPECT_NE(step.status().message().find(stale), std::string::npos) << step.status();
+  EXPECT_TRUE(passed_over.empty());
+}
+
+// Another job's stage-1 shard, of the same model and stage count, copied into
+// this job's newest step: passed over (as ReadCheckpoint refuses it), and it
+// does not count for checkpoint.keep either.
+TEST_F(CheckpointTest, AShardOfAnotherJobIsPassedOverNamingBothJobs) {
+  SaveSteps(dir_, {20, 30});
+  Stage other(1, 2, 1);
+  ShardMeta meta = other.Meta(30);
+  meta.job_name = "other-job";
+  const std::string theirs = ShardPath(dir_ + "-other", 30, 1, 2);
+  ASSERT_TRUE(SaveShard(theirs, meta, other.model, *other.optimizer).ok());
+  const std::string foreign = ShardPath(dir_, 30, 1, 2);
+  fs::copy_file(theirs, foreign, fs::copy_options::overwrite_existing);
+
+  const absl::Status whole = CheckStep(dir_, 30, 2);
+  EXPECT_EQ(whole.code(), absl::StatusCode::kFailedPrecondition) << whole;
+  EXPECT_NE(whole.message().find(foreign + " is of job \"other-job\", stage 0's of job \"job\""),
+            std::string::npos)
+      << whole;
+  std::vector<std::string> passed_over;
+  absl::StatusOr<std::optional<int64_t>> step = LatestSoundStep(dir_, 2, &passed_over);
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_EQ(step->value_or(-1), 20);
+  ASSERT_EQ(passed_over.size(), 1u);
+  EXPECT_NE(passed_over[0].find(foreign), std::string::npos) << passed_over[0];
+
+  absl::StatusOr<std::vector<int64_t>> pruned = PruneSteps(dir_, 2, /*keep=*/1);
+  ASSERT_TRUE(pruned.ok()) << pruned.status();
+  EXPECT_TRUE(pruned->empty());
+  EXPECT_TRUE(CheckStep(dir_, 20, 2).ok());
+}
+
+// checkpoint.keep 1 with a corrupt newest step: the step before it is the
+// only one a resume can use, so it stays until a newer step is whole.
+TEST_F(CheckpointTest, PruningCountsOnlyWholeStepsSoACorruptNewestStepKeepsTheLastGoodOne) {
+  SaveSteps(dir_, {10, 20});
+  const std::string corrupt = ShardPath(dir_, 20, 1, 2);
+  std::string bytes = ReadFile(corrupt);
+  for (size_t i = bytes.size() / 3; i < bytes.size() / 3 + 64; ++i) bytes[i] ^= 0x5a;
+  std::ofstream(corrupt, std::ios::binary | std::ios::trunc) << bytes;
+
+  absl::StatusOr<std::vector<int64_t>> pruned = PruneSteps(dir_, 2, /*keep=*/1);
+  ASSERT_TRUE(pruned.ok()) << pruned.status();
+  EXPECT_TRUE(pruned->empty());
+  EXPECT_TRUE(CheckStep(dir_, 10, 2).ok());
+  std::vector<std::string> passed_over;
+  absl::StatusOr<std::optional<int64_t>> step = LatestSoundStep(dir_, 2, &passed_over);
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_EQ(step->value_or(-1), 10);
+
+  // Step 30 is whole: it alone stays. The steps found whole are remembered,
+  // and forgotten once pruned.
+  SaveSteps(dir_, {30});
+  std::set<int64_t> whole = {10};
+  pruned = PruneSteps(dir_, 2, 1, &whole);
+  ASSERT_TRUE(pruned.ok()) << pruned.status();
+  EXPECT_EQ(*pruned, (std::vector<int64_t>{10, 20}));
+  EXPECT_EQ(whole, std::set<int64_t>{30});
+  EXPECT_EQ(*CompleteSteps(dir_, 2), std::vector<int64_t>{30});
 }
 
 TEST_F(CheckpointTest, PruningKeepsTheNewestCompleteStepsAndNothingOfAnotherStageCount) {

@@ -79,7 +79,16 @@ absl::StatusOr<StageCheckpointer::Start> StageCheckpointer::Restore(StageModel& 
     expected.model_fingerprint = model.module()->Fingerprint();
     const std::string path = ShardPath(ckpt.directory(), *latest, stage_, num_stages_);
     ASSIGN_OR_RETURN(ShardMeta meta, LoadShard(path, expected, model.module(), model.optimizer()));
+    if (meta.step != *latest) {  // CheckStep read it as step *latest: it changed since
+      return absl::FailedPreconditionError(
+          absl::StrCat("checkpoint ", path, " says it is at step ", meta.step,
+                       "; its folder says step ", *latest, " (it was replaced while resuming)"));
+    }
     LOG(INFO) << "stage " << stage_ << " resumed from " << path << " at step " << meta.step;
+    if (meta.job_name != spec_.name()) {  // a job the operator runs again after an eviction
+      LOG(INFO) << "job=" << spec_.name() << " stage " << stage_
+                << ": the checkpoint resumed was written by job " << meta.job_name;
+    }
     return Start{meta.step, meta.next_micro_batch};
   }
   if (!ckpt.resume() && HoldsCheckpoints(ckpt.directory())) {
@@ -100,6 +109,7 @@ absl::StatusOr<std::optional<int64_t>> StageCheckpointer::ResumeStep() const {
     LOG(WARNING) << "job=" << spec_.name() << " stage " << stage_ << ": checkpoint " << torn
                  << "; resuming from step " << **found << " instead";
   }
+  if (found.ok() && found->has_value()) whole_steps_.insert(**found);
   return found;
 }
 
@@ -118,7 +128,8 @@ absl::StatusOr<std::string> StageCheckpointer::Save(int64_t step, uint64_t sampl
   RETURN_IF_ERROR(SaveShard(path, meta, model.module(), model.optimizer()));
   // The step is saved; a failure to prune only leaves older steps behind.
   absl::StatusOr<std::vector<int64_t>> pruned =
-      PruneSteps(spec_.checkpoint().directory(), num_stages_, spec_.checkpoint().keep());
+      PruneSteps(spec_.checkpoint().directory(), num_stages_, spec_.checkpoint().keep(),
+                 &whole_steps_);
   if (!pruned.ok()) {
     LOG(WARNING) << "job=" << spec_.name() << " stage " << stage_ << ": " << pruned.status();
   } else if (!pruned->empty()) {

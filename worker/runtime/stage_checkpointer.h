@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -39,15 +40,19 @@ class StageCheckpointer {
     uint64_t samples = 0;
   };
   // checkpoint.resume with a complete step in the directory: loads this
-  // stage's shard of the newest step whose shards all verify into `model`
-  // (weights, AdamW); newer torn steps are logged and passed over. Without
+  // stage's shard of the newest whole step (CheckStep: every stage's shard
+  // verifies and records that step and one job) into `model` (weights,
+  // AdamW); newer torn or mixed steps are logged, naming the shard and why,
+  // and passed over. The whole step may be of a job of another name (the
+  // operator runs an evicted job again under a new name). Without
   // resume, a directory that holds checkpoints is refused
   // (FailedPrecondition, nothing overwritten). LoadShard's errors name the file.
   absl::StatusOr<Start> Restore(StageModel& model) const;
 
   // Writes this stage's shard of `step`, whose samples (every replica's) end
-  // at `samples`, then removes its shards of steps past checkpoint.keep;
-  // returns its path. Errors name the file.
+  // at `samples`, then removes its shards of steps past checkpoint.keep
+  // (PruneSteps: only whole steps count); returns its path. Errors name the
+  // file.
   absl::StatusOr<std::string> Save(int64_t step, uint64_t samples, StageModel& model) const;
 
  private:
@@ -56,6 +61,9 @@ class StageCheckpointer {
   // once: InitialWeights and Restore both ask, and it reads every shard.
   absl::StatusOr<std::optional<int64_t>> ResumeStep() const;
   mutable std::optional<absl::StatusOr<std::optional<int64_t>>> resume_step_;
+  // The steps found whole (resume, PruneSteps), so that each save does not
+  // read them again.
+  mutable std::set<int64_t> whole_steps_;
 
   const v1::JobSpec& spec_;
   const int stage_, num_stages_;

@@ -1,12 +1,29 @@
 #include "worker/transport/stage_link_service.h"
 
 #include <glog/logging.h>
+#include <grpc/grpc_security_constants.h>
 #include <openssl/crypto.h>
 
 #include "absl/strings/str_cat.h"
 #include "common/run_id.h"
 
 namespace paci {
+namespace {
+
+// Whether the verified certificate of the call's peer carries the DNS name
+// `name` (a subjectAltName; gRPC lists them in the auth context).
+bool CertificateNames(const grpc::ServerContext& context, const std::string& name) {
+  const std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
+  if (auth == nullptr || !auth->IsPeerAuthenticated()) return false;
+  for (const char* property : {GRPC_X509_SAN_PROPERTY_NAME, GRPC_PEER_DNS_PROPERTY_NAME}) {
+    for (const grpc::string_ref& value : auth->FindPropertyValues(property)) {
+      if (std::string(value.data(), value.size()) == name) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
 
 void StageLinkService::Attach(const LinkExpectations& expect, std::shared_ptr<Inbox> inbox) {
   absl::MutexLock lock(&mu_);
@@ -44,6 +61,14 @@ std::optional<StageLinkService::Attached> StageLinkService::AwaitAttached(const 
 grpc::Status StageLinkService::Push(grpc::ServerContext* context,
                                     grpc::ServerReader<v1::TensorFrame>* reader,
                                     v1::PushSummary* summary) {
+  if (!peer_name_.empty() && !CertificateNames(*context, peer_name_)) {
+    frames_rejected_.fetch_add(1);
+    LOG(WARNING) << "stage link: refused " << context->peer() << ", whose certificate does not name "
+                 << peer_name_;
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        absl::StrCat("stage link: the sender's certificate does not name ",
+                                     peer_name_, ", which every worker of this job carries"));
+  }
   const auto& metadata = context->client_metadata();
   const auto claimed_run = metadata.find(kLinkRunMetadata);
   const std::string run = claimed_run == metadata.end()

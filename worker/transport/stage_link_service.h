@@ -43,10 +43,19 @@ namespace paci {
 // stage is finished (the peer died or gave up) fails the Inbox with
 // UNAVAILABLE naming the stage.
 //
+// With a peer name (the worker's --link_tls_server_name, on mutual-TLS
+// links), a stream whose sender's verified certificate does not carry that
+// DNS name (paci-worker.<namespace>, which every worker certificate of the
+// namespace carries) is refused as UNAUTHENTICATED before anything else: a
+// certificate of the same CA made for someone else (the operator, a tenant,
+// another namespace's workers) is no stage's neighbour.
+//
 // Thread-safe.
 class StageLinkService final : public v1::StageLink::Service {
  public:
-  StageLinkService() = default;
+  // `peer_name`: the DNS name every sender's certificate must carry; empty:
+  // none is checked (plaintext links, or TLS checked by the CA alone).
+  explicit StageLinkService(std::string peer_name = "") : peer_name_(std::move(peer_name)) {}
 
   void Attach(const LinkExpectations& expect, std::shared_ptr<Inbox> inbox);
   // Streams of the detached stage end at their next frame.
@@ -71,6 +80,7 @@ class StageLinkService final : public v1::StageLink::Service {
   static constexpr int kMaxWaitingStreams = 4;
 
  private:
+  const std::string peer_name_;
   // The stages that have opened a stream to the attached stage.
   struct Senders {
     absl::Mutex mu;

@@ -75,10 +75,6 @@ The name of one of the release's objects: the full name and a suffix, cut to
 {{- include "paci.componentName" (list . "worker") }}
 {{- end }}
 
-{{/* The namespace TrainingJobs (and so worker pods) live in, when the operator watches one. */}}
-{{- define "paci.workerNamespace" -}}
-{{- default .Release.Namespace .Values.operator.watchNamespace }}
-{{- end }}
 
 {{/* TLS Secrets: the values, or names derived from the release. */}}
 {{- define "paci.tlsSecretName" -}}
@@ -204,9 +200,24 @@ for on the stage links (the operator's --worker_link_tls). */}}
 {{- printf "%s%s" (get (get $tls "ca") "crt") (get (get $tls (index . 1)) "crt") | sha256sum }}
 {{- end }}
 
-{{/* The namespaces that get the worker Secret, as a JSON list. */}}
+{{/*
+The namespaces TrainingJobs run in, as a JSON list: operator.watchNamespace
+and tls.workerNamespaces. Each gets the worker and client Secrets and the
+worker ServiceAccount; the operator may make pods there (rbac.yaml) and
+nowhere else. Never the release's own namespace: it holds the CA's key, the
+operator's client certificate and the worker-token key, which a TrainingJob
+author must not reach (the operator also refuses TrainingJobs there,
+--reserved_namespaces).
+*/}}
 {{- define "paci.workerNamespaces" -}}
-{{- prepend .Values.tls.workerNamespaces (include "paci.workerNamespace" .) | uniq | toJson }}
+{{- $namespaces := .Values.tls.workerNamespaces }}
+{{- with .Values.operator.watchNamespace }}
+{{- $namespaces = prepend $namespaces . }}
+{{- end }}
+{{- if has .Release.Namespace $namespaces }}
+{{- fail (printf "operator.watchNamespace and tls.workerNamespaces must not name the release's namespace %q: it holds the release's CA and the operator's Secrets, which no TrainingJob may reach; install the release in a namespace of its own (e.g. paci-system)" .Release.Namespace) }}
+{{- end }}
+{{- $namespaces | uniq | toJson }}
 {{- end }}
 
 {{- define "paci.caSecretName" -}}
