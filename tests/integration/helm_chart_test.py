@@ -507,6 +507,12 @@ class RenderTest(unittest.TestCase):
                              ("alpha-paci-coordinator-tls", key), flag)
         self.assertIn("tcpSocket", container(coordinator_d)["readinessProbe"])  # gRPC probes are plaintext
 
+        # No administrator unless named: a certificate of the CA with another name is refused.
+        self.assertNotIn("admin_identities", coordinator)
+        named = by_kind(render(*TLS_MUTUAL, "--set", "coordinator.adminIdentities={alice,ops-bot}"))
+        self.assertEqual(flags(container(named["Deployment"]["paci-coordinator"])["args"])["admin_identities"],
+                         "alice,ops-bot")
+
         # The operator trusts that CA and presents its own certificate.
         self.assertEqual(mounted_secret_file(operator_d, operator["coordinator_tls_ca"]),
                          ("alpha-paci-coordinator-tls", "ca.crt"))
