@@ -654,7 +654,10 @@ class RenderTest(unittest.TestCase):
 
     def test_network_policies_open_the_coordinator_to_the_operator_and_workers_only(self):
         kinds = by_kind(render("--set-json", 'networkPolicy.coordinatorClients=[{"namespaceSelector":'
-                               '{"matchLabels":{"team":"ml"}}}]', release="alpha", namespace="ml"))
+                               '{"matchLabels":{"team":"ml"}}}]',
+                               "--set-json", 'networkPolicy.metricsClients=[{"namespaceSelector":'
+                               '{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]',
+                               release="alpha", namespace="ml"))
         policy = kinds["NetworkPolicy"]["alpha-paci-coordinator"]["spec"]
         coordinator = kinds["Deployment"]["alpha-paci-coordinator"]
         operator = kinds["Deployment"]["alpha-paci-operator"]
@@ -663,7 +666,10 @@ class RenderTest(unittest.TestCase):
         self.assertEqual(policy["policyTypes"], ["Ingress"])
         grpc_rule, metrics_rule = policy["ingress"]
         self.assertEqual(grpc_rule["ports"], [{"port": "grpc"}])
-        self.assertEqual(metrics_rule, {"ports": [{"port": "metrics"}]})
+        # /metrics names every namespace's jobs: the release's namespace and the peers named only.
+        self.assertEqual(metrics_rule, {"ports": [{"port": "metrics"}], "from": [
+            {"podSelector": {}},
+            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]})
         peers = grpc_rule["from"]
         self.assertTrue(selects(peers[0]["podSelector"]["matchLabels"], pod_template(operator)["metadata"]["labels"]))
         self.assertNotIn("namespaceSelector", peers[0])  # the release's own operator only
