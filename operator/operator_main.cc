@@ -48,6 +48,9 @@ ABSL_FLAG(std::string, worker_allowed_secrets, "",
 ABSL_FLAG(std::string, reserved_namespaces, "",
           "comma-separated namespaces no TrainingJob may run in (the release's own, which holds "
           "its CA and the operator's Secrets); one there fails naming metadata.namespace");
+ABSL_FLAG(int, max_priority, 0,
+          "the highest spec.runPolicy.priority a TrainingJob may ask for (up to 1000); a higher "
+          "one fails it naming the field");
 ABSL_FLAG(std::string, worker_coordinator_address, "",
           "the coordinator as worker pods reach it; default: --coordinator");
 ABSL_FLAG(std::string, worker_image, "paci-worker:latest", "image of worker pods");
@@ -160,6 +163,12 @@ absl::StatusOr<ControllerOptions> ControllerOptionsFromFlags() {
           "it where it belongs, a TrainingJob may not name it"));
     }
     reconciler.worker_allowed_secrets.emplace(name);
+  }
+  reconciler.max_priority = absl::GetFlag(FLAGS_max_priority);
+  if (reconciler.max_priority < -1000 || reconciler.max_priority > 1000) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_priority: must be between -1000 and 1000 (spec.runPolicy.priority's range), got ",
+        reconciler.max_priority));
   }
   for (absl::string_view ns :
        absl::StrSplit(absl::GetFlag(FLAGS_reserved_namespaces), ',', absl::SkipEmpty())) {

@@ -368,5 +368,24 @@ TEST(ReconcileWithWorkerTemplateTest, AJobInAReservedNamespaceFailsBeforeAnythin
   EXPECT_TRUE(ReconcileTrainingJob(world, options).submit.has_value());
 }
 
+TEST(ReconcileWithWorkerTemplateTest, APriorityAboveTheOperatorsBoundFailsBeforeAnythingIsMade) {
+  ObservedWorld world;
+  world.job = Job(json::object());
+  world.job["spec"]["runPolicy"] = {{"priority", 1000}};
+  world.now = absl::FromUnixSeconds(1'800'000'000);
+  ReconcilerOptions options;
+  options.max_priority = 0;
+  const ReconcileActions actions = ReconcileTrainingJob(world, options);
+  ASSERT_TRUE(actions.status.has_value());
+  EXPECT_EQ((*actions.status)["phase"], "Failed");
+  EXPECT_THAT((*actions.status)["message"].get<std::string>(),
+              HasSubstr("spec.runPolicy.priority: 1000 is above 0, the highest a TrainingJob may "
+                        "ask for (the operator's --max_priority"));
+  EXPECT_TRUE(actions.create_pods.empty());
+  EXPECT_FALSE(actions.submit.has_value());
+  world.job["spec"]["runPolicy"]["priority"] = 0;
+  EXPECT_TRUE(ReconcileTrainingJob(world, options).submit.has_value());
+}
+
 }  // namespace
 }  // namespace paci::op

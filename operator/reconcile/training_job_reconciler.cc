@@ -65,6 +65,13 @@ absl::StatusOr<v1::JobSpec> RunnableJobSpec(const Reconciliation& r) {
       r.coordinator_name.empty() ? CoordinatorJobName(r.world.job) : r.coordinator_name;
   absl::StatusOr<v1::JobSpec> job_spec = JobSpecFromTrainingJob(r.world.job, submit_name);
   if (!job_spec.ok()) return job_spec;
+  if (const int priority = job_spec->run_policy().priority(); priority > r.options.max_priority) {
+    // The coordinator runs the operator's jobs at any priority: the bound is here.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec.runPolicy.priority: ", priority, " is above ", r.options.max_priority,
+        ", the highest a TrainingJob may ask for (the operator's --max_priority, the chart's "
+        "operator.maxPriority)"));
+  }
   if (!r.options.worker_token_key.empty()) {
     // Only workers holding the job's token (its pods, which mount it) are placed on it.
     (*job_spec->mutable_run_policy()->mutable_worker_selector())[kWorkerTokenLabel] =

@@ -91,6 +91,12 @@ struct ReconcilerOptions {
   // TrainingJob there fails (InvalidSpec naming metadata.namespace) before
   // anything is made for it.
   std::set<std::string> reserved_namespaces;
+  // The highest spec.runPolicy.priority a TrainingJob may ask for: a higher
+  // one fails it (InvalidSpec naming the field), since the coordinator takes
+  // any priority from the operator and runs the highest first. 1000, the
+  // field's own limit, bounds nothing; the operator's --max_priority is 0 by
+  // default.
+  int max_priority = 1000;
 };
 
 // A running job's new run policy, for the coordinator's UpdateRunPolicy.

@@ -362,6 +362,9 @@ class RenderTest(unittest.TestCase):
         env = {e["name"]: e for e in container(operator_d)["env"]}
         self.assertEqual(env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"], "metadata.namespace")
         self.assertEqual(operator["worker_allowed_secrets"], "hf-token")
+        # A TrainingJob asks for no priority above operator.maxPriority (0): the coordinator runs the
+        # operator's jobs at any.
+        self.assertEqual(operator["max_priority"], "0")
         self.assertNotIn("worker_allowed_secrets", flags(container(by_kind(render())["Deployment"]["paci-operator"])
                                                          ["args"]))
         # What the operator makes, it makes only in the namespaces TrainingJobs run in; cluster-wide it reads.

@@ -39,7 +39,7 @@ from paci.v1 import coordinator_pb2 as cpb
 from paci.v1 import coordinator_pb2_grpc as cgrpc
 
 from harness import monitoring
-from harness.local_cluster import LocalCluster, container_env, wait_until
+from harness.local_cluster import RELEASE_NAMESPACE, LocalCluster, container_env, wait_until
 from harness.paths import BUILD, SOURCE
 
 # The claim every worker pod of the longer jobs mounts for its checkpoints.
@@ -165,7 +165,7 @@ class OperatorEndToEnd(unittest.TestCase):
         """kubectl apply of the example: pods, training, Succeeded with its loss."""
         leader = wait_until("one leader", self.leader, timeout=30)
         lease = json.loads(self.kubectl("get", "leases.coordination.k8s.io", "paci-operator",
-                                        "-o", "json").stdout)
+                                        "-n", RELEASE_NAMESPACE, "-o", "json").stdout)
         self.assertEqual(lease["spec"]["holderIdentity"], leader)
 
         applied = self.kubectl("apply", "-f", os.path.join(SOURCE, "examples", "trainingjob.yaml"))
@@ -306,7 +306,7 @@ class OperatorEndToEnd(unittest.TestCase):
         wait_until("status still mirrored", lambda: self.get_job("kjv-long")["status"]["step"]
                    > step_before, timeout=60, interval=0.5)
         lease = json.loads(self.kubectl("get", "leases.coordination.k8s.io", "paci-operator",
-                                        "-o", "json").stdout)
+                                        "-n", RELEASE_NAMESPACE, "-o", "json").stdout)
         self.assertEqual(lease["spec"]["holderIdentity"], standby)
         self.assertGreaterEqual(lease["spec"]["leaseTransitions"], 1)
 
