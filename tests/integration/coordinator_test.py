@@ -492,7 +492,8 @@ class CoordinatorTest(unittest.TestCase):
         read = lambda name: open(pki[name], "rb").read()  # noqa: E731
         c = self.start(workers=0, credentials=grpc.ssl_channel_credentials(
             root_certificates=read("ca"), private_key=read("operator.key"), certificate_chain=read("operator.crt")),
-            extra=["--tls_cert=" + pki["server.crt"], "--tls_key=" + pki["server.key"], "--tls_ca=" + pki["ca"]],
+            extra=["--tls_cert=" + pki["server.crt"], "--tls_key=" + pki["server.key"], "--tls_ca=" + pki["ca"],
+                   "--max_workers_per_namespace=2"],
             worker_extra=["--coordinator_tls_ca=" + pki["ca"], "--coordinator_tls_cert=" + pki["worker.crt"],
                           "--coordinator_tls_key=" + pki["worker.key"]])
         # Team a's workers, under team a's names, are taken; one claiming team b's job or id is not.
@@ -541,6 +542,19 @@ class CoordinatorTest(unittest.TestCase):
         self.assertEqual(phase(theirs), "QUEUED")
         self.assertIn("among the workers of its namespace, team-b",
                       " ".join(cond.message for cond in theirs.status.conditions if cond.type == "Unschedulable"))
+        # One namespace's certificate holds at most --max_workers_per_namespace streams (2 here; the
+        # refused workers above gave theirs back): a third team-a worker is refused while two are on.
+        c.worker_extra = [a for a in c.worker_extra if not a.startswith("--labels=")] + [
+            "--labels=paci.dev/job=team-a.kjv"]
+        c.add_worker("team-a.w5")
+        self.assertTrue(c.wait_for_log(r"worker team-a.w5 connected"), "".join(c.logs[-20:]))
+        third = c.add_worker("team-a.w6")
+        self.assertTrue(c.wait_for_log(r"worker stream refused: RESOURCE_EXHAUSTED: namespace team-a has 2 worker "
+                                       r"streams open, its limit \(--max_workers_per_namespace\)"),
+                        "".join(c.logs[-20:]))
+        self.assertFalse(any("worker team-a.w6 connected" in line for line in c.logs))
+        third.kill()
+        third.wait()
 
     def test_only_the_common_names_it_is_told_are_administrators(self):
         """Under mutual TLS a certificate of the CA whose common name is none of paci's is an
@@ -648,6 +662,12 @@ class CoordinatorTest(unittest.TestCase):
         refused(lambda: tenant.SubmitJob(cpb.SubmitJobRequest(spec=spec("a-urgent", steps=10, priority=1000)),
                                          timeout=20),
                 grpc.StatusCode.PERMISSION_DENIED, "run_policy.priority: 1000 is above 0")
+        # A name of the form the operator gives TrainingJobs' jobs is the operator's to take: a
+        # tenant who read it on /metrics cannot claim a TrainingJob's next attempt.
+        refused(lambda: tenant.SubmitJob(cpb.SubmitJobRequest(spec=spec("kjv-0123abcd-g2", steps=10)), timeout=20),
+                grpc.StatusCode.PERMISSION_DENIED, 'name: "kjv-0123abcd-g2" has the form of the names the operator')
+        c.stub.SubmitJob(cpb.SubmitJobRequest(spec=spec("kjv-0123abcd-g2", steps=10), labels={ns: "team-b"}),
+                         timeout=20)
         urgent = type(mine.spec.run_policy)()
         urgent.CopyFrom(mine.spec.run_policy)
         urgent.priority = 1000
@@ -673,7 +693,7 @@ class CoordinatorTest(unittest.TestCase):
         self.assertEqual(phase(c.get("b-job")), "QUEUED")
         self.assertEqual(phase(c.get("admin-job")), "QUEUED")
         self.assertEqual(sorted(j.name for j in c.stub.ListJobs(cpb.ListJobsRequest(), timeout=20).jobs),
-                         ["a-job", "admin-job", "b-job"])
+                         ["a-job", "admin-job", "b-job", "kjv-0123abcd-g2"])
         # pacictl with the tenant's certificate: its namespace's jobs only.
         listed = subprocess.run(
             [PACICTL, "list", "--coordinator=" + c.address, "--coordinator_tls_ca=" + pki["ca"],
