@@ -127,18 +127,25 @@ absl::StatusOr<std::vector<int>> ParsePartitionBoundaries(std::string_view text_
   return bounds;
 }
 
-// The accumulation a drift limit asks for (pipeline.max_drift in job.proto). A
-// schedule that does not parse is left for the validator to name.
-void ApplyDriftLimitDefaults(v1::PipelineSpec* pipeline) {
+PipelineShape PipelineShapeOf(const v1::PipelineSpec& pipeline) {
+  PipelineShape shape;
+  shape.num_stages = pipeline.num_stages();
+  shape.accumulation = pipeline.accumulation();
+  if (pipeline.has_max_drift()) shape.max_drift = pipeline.max_drift();
+  return shape;
+}
+
+// The accumulation the schedule derives when it is left out: its row's
+// default_accumulation (paci: the one a drift limit, pipeline.max_drift in
+// job.proto, asks for; async-1f1b: 1). A schedule that does not parse is left
+// for the validator to name.
+void ApplyAccumulationDefault(v1::PipelineSpec* pipeline) {
+  if (pipeline->accumulation() != 0) return;
   absl::StatusOr<ScheduleKind> kind = ParseScheduleKind(pipeline->schedule());
   if (!kind.ok()) return;
-  if (*kind == ScheduleKind::kAsyncOneFOneB && pipeline->accumulation() == 0) {
-    pipeline->set_accumulation(1);
-  }
-  if (*kind == ScheduleKind::kPaci && pipeline->accumulation() == 0 && pipeline->has_max_drift()) {
-    pipeline->set_accumulation(
-        AccumulationForDriftLimit(pipeline->num_stages(), pipeline->max_drift()));
-  }
+  const int accumulation =
+      ScheduleTraitsOf(*kind).default_accumulation(PipelineShapeOf(*pipeline));
+  if (accumulation != 0) pipeline->set_accumulation(accumulation);
 }
 
 // Computed in 64 bits: the defaults run before validation, so d_model may be
@@ -168,7 +175,7 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec) {
   if (pipeline->partition().empty()) pipeline->set_partition("balanced");
   if (pipeline->drift_correction().empty()) pipeline->set_drift_correction("none");
   if (!pipeline->has_data_parallel()) pipeline->set_data_parallel(1);
-  ApplyDriftLimitDefaults(pipeline);
+  ApplyAccumulationDefault(pipeline);
 
   v1::OptimizerSpec* optimizer = spec->mutable_optimizer();
   if (!optimizer->has_beta1()) optimizer->set_beta1(0.9f);

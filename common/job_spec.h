@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/schedule_kind.h"
 #include "paci/v1/job.pb.h"
 
 namespace paci {
@@ -108,6 +109,11 @@ int64_t LargestLinkMessageBytes(const v1::JobSpec& spec);
 // How messages name a stage's worker: "stage 1", or "stage 1 replica 0" when
 // the pipeline has replicas.
 std::string StageName(const v1::PipelineSpec& pipeline, int stage, int replica);
+
+// The numbers of `pipeline` that its schedule's row of the schedule table
+// reads (ScheduleTraits in common/schedule_kind.h): P, a (0 when left out) and
+// max_drift when given.
+PipelineShape PipelineShapeOf(const v1::PipelineSpec& pipeline);
 
 // The job's drift limit D: pipeline.max_drift when given, else what its
 // schedule and accumulation give (ceil((P-1)/a) for paci, P-1 for async-1f1b,

@@ -166,29 +166,26 @@ absl::Status ValidateModel(const v1::ModelSpec& m) {
   return absl::OkStatus();
 }
 
-// pipeline.max_drift against the schedule and the accumulation.
-absl::Status ValidateDriftLimit(const v1::PipelineSpec& p, ScheduleKind kind) {
+// pipeline.max_drift against the schedule and the accumulation: the range
+// here, the rest the schedule's row (check_drift_limit) says, from its drift
+// bound at stage 0.
+absl::Status ValidateDriftLimit(const v1::PipelineSpec& p, const ScheduleTraits& schedule) {
   if (!p.has_max_drift()) return absl::OkStatus();
-  const int D = p.max_drift();
-  RETURN_IF_ERROR(RequireBetween("pipeline.max_drift", D, 0, 4096));
-  const int needed = AccumulationForDriftLimit(p.num_stages(), D);
-  if (kind == ScheduleKind::kPaci && needed == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "pipeline.max_drift: 0 with schedule paci needs a single stage (a drift of 0 is the "
-        "flush: use schedule 1f1b-flush), got ", p.num_stages(), " stages"));
-  }
-  const int64_t drift = DriftBound(kind, p.num_stages(), 0, p.accumulation());
-  if (drift <= D) return absl::OkStatus();
-  if (kind == ScheduleKind::kAsyncOneFOneB) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "pipeline.max_drift: async-1f1b lets a micro-batch cross P-1 = ", drift,
-        " optimizer steps at stage 0, more than max_drift ", D, "; use schedule paci"));
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "pipeline.max_drift: accumulation ", p.accumulation(), " lets a micro-batch cross ceil(",
-      p.num_stages() - 1, "/", p.accumulation(), ") = ", drift,
-      " optimizer steps at stage 0, more than max_drift ", D,
-      "; use accumulation of at least ", needed, ", or leave it out to have it derived"));
+  RETURN_IF_ERROR(RequireBetween("pipeline.max_drift", p.max_drift(), 0, 4096));
+  return schedule.check_drift_limit(PipelineShapeOf(p),
+                                    schedule.drift_bound(p.num_stages(), 0, p.accumulation()));
+}
+
+// pipeline.drift_correction: one of the table's, and one its schedule takes.
+absl::Status ValidateDriftCorrection(const v1::PipelineSpec& p, ScheduleKind kind) {
+  const std::string quoted = absl::StrCat("\"", p.drift_correction(), "\"");
+  const DriftCorrectionTraits* correction = FindDriftCorrection(p.drift_correction());
+  RETURN_IF_ERROR(Require(correction != nullptr, "pipeline.drift_correction",
+                          DriftCorrectionNames(), quoted));
+  return Require(DriftCorrectionAllowed(*correction, kind), "pipeline.drift_correction",
+                 absl::StrCat(DriftCorrections().front().name, " unless schedule is ",
+                              ScheduleNames(correction->schedules, " or ")),
+                 quoted);
 }
 
 absl::Status ValidatePipeline(const v1::PipelineSpec& p, int num_layers) {
@@ -203,25 +200,17 @@ absl::Status ValidatePipeline(const v1::PipelineSpec& p, int num_layers) {
     return absl::InvalidArgumentError(
         absl::StrCat("pipeline.schedule: ", kind.status().message()));
   }
+  const ScheduleTraits& schedule = ScheduleTraitsOf(*kind);
   if (p.accumulation() == 0 && !p.has_max_drift()) {
     return absl::InvalidArgumentError(
         "pipeline.accumulation: required (or pipeline.max_drift, from which it is derived)");
   }
   // A limit that no accumulation meets is named before the accumulation it left unset.
-  if (p.accumulation() == 0) RETURN_IF_ERROR(ValidateDriftLimit(p, *kind));
+  if (p.accumulation() == 0) RETURN_IF_ERROR(ValidateDriftLimit(p, schedule));
   RETURN_IF_ERROR(RequireBetween("pipeline.accumulation", p.accumulation(), 1, 4096));
-  RETURN_IF_ERROR(Require(*kind != ScheduleKind::kAsyncOneFOneB || p.accumulation() == 1,
-                          "pipeline.accumulation", "1 with schedule async-1f1b",
-                          p.accumulation()));
-  RETURN_IF_ERROR(ValidateDriftLimit(p, *kind));
-  const std::string& correction = p.drift_correction();
-  RETURN_IF_ERROR(Require(correction.empty() || correction == "none" ||
-                              correction == "staleness" || correction == "stage-lr",
-                          "pipeline.drift_correction", "none, staleness or stage-lr",
-                          absl::StrCat("\"", correction, "\"")));
-  RETURN_IF_ERROR(Require(correction.empty() || correction == "none" || *kind == ScheduleKind::kPaci,
-                          "pipeline.drift_correction", "none unless schedule is paci",
-                          absl::StrCat("\"", correction, "\"")));
+  RETURN_IF_ERROR(schedule.check_accumulation(PipelineShapeOf(p)));
+  RETURN_IF_ERROR(ValidateDriftLimit(p, schedule));
+  RETURN_IF_ERROR(ValidateDriftCorrection(p, *kind));
   RETURN_IF_ERROR(RequireBetween("pipeline.micro_batch_size", p.micro_batch_size(), 1, 65536));
   RETURN_IF_ERROR(RequireBetween("pipeline.data_parallel", p.data_parallel(), 1, 256));
   if (!p.partition().empty() && p.partition() != "balanced" && p.partition() != "even") {

@@ -36,7 +36,8 @@
 #include "worker/model/partition.h"
 #include "worker/pipeline/pipeline_simulator.h"
 
-ABSL_FLAG(std::string, schedule, "paci", "paci, 1f1b-flush, gpipe or async-1f1b");
+ABSL_FLAG(std::string, schedule, "paci",
+          "a pipeline.schedule name, one of the schedule table's (an unknown one lists them)");
 ABSL_FLAG(int, stages, 4, "pipeline stages (P)");
 ABSL_FLAG(int, accumulation, 3, "micro-batches per optimizer step (a, or m for the flushes)");
 ABSL_FLAG(int64_t, steps, 100, "optimizer steps");

@@ -5,31 +5,15 @@
 #include "absl/strings/str_cat.h"
 
 namespace paci {
-namespace {
 
-bool Flushes(ScheduleKind kind) {
-  return kind == ScheduleKind::kOneFOneBFlush || kind == ScheduleKind::kGpipe;
-}
-
-int EffectiveAccumulation(const StageSchedulerOptions& o) {
-  return o.schedule == ScheduleKind::kAsyncOneFOneB ? 1 : std::max(1, o.accumulation);
-}
-
-int InFlightLimit(const StageSchedulerOptions& o) {
-  // GPipe keeps a whole group of a in flight; the 1F1B family lets at most
-  // P - s micro-batches be between forward and backward at stage s.
-  if (o.schedule == ScheduleKind::kGpipe) return EffectiveAccumulation(o);
-  return o.num_stages - o.stage;
-}
-
-}  // namespace
-
+// What differs between schedules is their row of the schedule table
+// (common/schedule_kind.h); the rules below are the same for all.
 StageScheduler::StageScheduler(const StageSchedulerOptions& options)
     : options_(options),
-      accumulation_(EffectiveAccumulation(options)),
-      in_flight_limit_(InFlightLimit(options)),
-      drift_bound_(DriftBound(options.schedule, options.num_stages, options.stage,
-                              options.accumulation)),
+      traits_(ScheduleTraitsOf(options.schedule)),
+      accumulation_(traits_.effective_accumulation(options.accumulation)),
+      in_flight_limit_(traits_.in_flight_limit(options.num_stages, options.stage, accumulation_)),
+      drift_bound_(traits_.drift_bound(options.num_stages, options.stage, options.accumulation)),
       version_(options.start_step),
       forwards_(options.start_step * accumulation_),
       backwards_(options.start_step * accumulation_),
@@ -38,7 +22,7 @@ StageScheduler::StageScheduler(const StageSchedulerOptions& options)
 
 uint64_t StageScheduler::NextPausePoint(int64_t after_step) const {
   int64_t step = options_.total_steps;
-  if (Flushes(options_.schedule)) step = std::min(step, after_step + 1);
+  if (traits_.flushes) step = std::min(step, after_step + 1);
   for (int64_t interval : {options_.eval_interval, options_.checkpoint_interval}) {
     if (interval > 0) step = std::min(step, (after_step / interval + 1) * interval);
   }
@@ -57,7 +41,7 @@ StageAction StageScheduler::Next(bool has_gradient, bool has_activation) const {
     // The last stage's loss is its own gradient: 1F1B runs forward and
     // backward back to back; GPipe waits for the whole group first.
     const bool group_complete =
-        options_.schedule != ScheduleKind::kGpipe || forwards_ % accumulation_ == 0;
+        !traits_.last_stage_waits_for_group || forwards_ % accumulation_ == 0;
     has_gradient = in_flight() > 0 && group_complete;
   }
   if (has_gradient && in_flight() > 0) return StageAction::kBackward;

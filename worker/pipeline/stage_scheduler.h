@@ -50,12 +50,16 @@ struct BackwardResult {
 // with no tensors and no network, so that the workers, the tests and a
 // simulator all run the same rules.
 //
-// Rules: backward has priority; forwards are capped by the in-flight limit
-// (P - s for the 1F1B schedules, a for GPipe); backwards run in forward order
-// (FIFO); every a-th backward is followed by an optimizer step; stage 0 stops
-// injecting at drain points (every step for 1f1b-flush and gpipe) until all
-// its micro-batches are back. The drift of each backward is checked against
-// DriftBound() and exceeding it is an error, never silent.
+// Rules: backward has priority; forwards are capped by the in-flight limit;
+// backwards run in forward order (FIFO); every a-th backward is followed by an
+// optimizer step; stage 0 stops injecting at drain points (every step for a
+// flushing schedule) until all its micro-batches are back. What differs
+// between schedules is read from their row of the schedule table
+// (ScheduleTraits in common/schedule_kind.h): whether it flushes, the
+// effective a (1 for async-1f1b), the in-flight limit (P - s for the 1F1B
+// schedules, a for GPipe), whether the last stage waits for a whole group
+// (GPipe) and the drift bound. The drift of each backward is checked against
+// that bound and exceeding it is an error, never silent.
 //
 // Not thread-safe: owned by the stage's compute thread.
 class StageScheduler {
@@ -110,6 +114,7 @@ class StageScheduler {
   uint64_t NextPausePoint(int64_t after_step) const;
 
   const StageSchedulerOptions options_;
+  const ScheduleTraits& traits_;  // options_.schedule's row of the table
   const int accumulation_;
   const int in_flight_limit_;
   const int64_t drift_bound_;

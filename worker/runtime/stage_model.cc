@@ -23,13 +23,16 @@ StageModel::StageModel(const v1::JobSpec& spec, int stage, const StagePlacement&
   lr_.total_steps = spec.training().steps();
   lr_.warmup_fraction = spec.optimizer().warmup_fraction();
   lr_.min_lr_ratio = spec.optimizer().min_lr_ratio();
-  const std::string& correction = spec.pipeline().drift_correction();
-  staleness_correction_ = correction == "staleness";
-  if (correction == "stage-lr") {
-    const int64_t bound = DriftBound(ScheduleKind::kPaci, spec.pipeline().num_stages(), stage,
-                                     spec.pipeline().accumulation());
-    lr_factor_ = 1.0 / std::sqrt(1.0 + static_cast<double>(bound));
+  // pipeline.drift_correction's row of the table (a validated spec names one;
+  // anything else corrects nothing, as "none").
+  if (const DriftCorrectionTraits* correction =
+          FindDriftCorrection(spec.pipeline().drift_correction())) {
+    correction_ = correction;
   }
+  const ScheduleKind kind =
+      ParseScheduleKind(spec.pipeline().schedule()).value_or(ScheduleKind::kPaci);
+  lr_factor_ = correction_->lr_factor(DriftBound(kind, spec.pipeline().num_stages(), stage,
+                                                 spec.pipeline().accumulation()));
 }
 
 absl::StatusOr<std::unique_ptr<StageModel>> StageModel::Create(const v1::JobSpec& spec, int stage,
@@ -94,7 +97,7 @@ torch::Tensor StageModel::Loss(const torch::Tensor& logits, const torch::Tensor&
 }
 
 double StageModel::GradientWeight(int64_t drift) const {
-  return staleness_correction_ ? 1.0 / (1.0 + static_cast<double>(drift)) : 1.0;
+  return correction_->gradient_weight(drift);
 }
 
 void StageModel::ScaleGradients(double factor) {

@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include "absl/status/statusor.h"
+#include "common/schedule_kind.h"
 #include "paci/v1/job.pb.h"
 #include "worker/model/adamw.h"
 #include "worker/model/gpt.h"
@@ -55,8 +56,9 @@ class StageModel {
   // The language-model loss, in float32 whatever the weights.
   static torch::Tensor Loss(const torch::Tensor& logits, const torch::Tensor& targets);
 
-  // "staleness": the weight of a backward's gradient that crossed `drift`
-  // steps, 1/(1+drift); 1 otherwise.
+  // The weight of a backward's gradient that crossed `drift` steps, by the
+  // drift correction's row (common/schedule_kind.h): 1/(1+drift) for
+  // "staleness", 1 otherwise.
   double GradientWeight(int64_t drift) const;
   // Multiplies every defined gradient by `factor`.
   void ScaleGradients(double factor);
@@ -80,8 +82,11 @@ class StageModel {
   const int64_t micro_batch_size_, seq_len_;
   const double clip_norm_;
   LrScheduleOptions lr_;
-  bool staleness_correction_ = false;
-  double lr_factor_ = 1.0;  // "stage-lr": 1/sqrt(1 + this stage's drift bound)
+  // pipeline.drift_correction's row; never null.
+  const DriftCorrectionTraits* correction_ = &DriftCorrections().front();
+  // The correction's factor of this stage's learning rate ("stage-lr": 1/sqrt(1 + this stage's
+  // drift bound); 1 otherwise).
+  double lr_factor_ = 1.0;
   const StagePlacement placement_;
   GptStage module_{nullptr};
   std::unique_ptr<AdamW> optimizer_;
