@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "common/schedule_kind.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -441,6 +442,52 @@ TEST(DriftCorrectionTest, IsNoneByDefaultOneOfThreeAndOnlyForPaci) {
             "pipeline.drift_correction: must be none, staleness or stage-lr, got \"magic\"");
   ExpectInvalid(PipelineSpec(4, ", accumulation: 2, schedule: 1f1b-flush, drift_correction: staleness"),
                 "pipeline.drift_correction");
+}
+
+// Every row of the drift-correction table against every schedule: the schedules
+// its row names take it, the others refuse it naming pipeline.drift_correction
+// and the schedules that do.
+TEST(DriftCorrectionTest, EveryCorrectionIsTakenByItsSchedulesAndRefusedByTheOthers) {
+  for (const ScheduleTraits& schedule : Schedules()) {
+    const std::string pipeline = absl::StrCat(", accumulation: 1, schedule: ", schedule.name);
+    ASSERT_TRUE(ValidateJobSpec(PipelineSpec(4, pipeline)).ok())
+        << schedule.name << ": " << ValidateJobSpec(PipelineSpec(4, pipeline));
+    for (const DriftCorrectionTraits& correction : DriftCorrections()) {
+      SCOPED_TRACE(absl::StrCat(schedule.name, " with ", correction.name));
+      const absl::Status status = ValidateJobSpec(
+          PipelineSpec(4, absl::StrCat(pipeline, ", drift_correction: ", correction.name)));
+      if (DriftCorrectionAllowed(correction, schedule.kind)) {
+        EXPECT_TRUE(status.ok()) << status;
+        continue;
+      }
+      EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_EQ(status.message(),
+                absl::StrCat("pipeline.drift_correction: must be none unless schedule is ",
+                             ScheduleNames(correction.schedules, " or "), ", got \"",
+                             correction.name, "\""));
+    }
+  }
+  EXPECT_EQ(ValidateJobSpec(PipelineSpec(4, ", accumulation: 2, schedule: 1f1b-flush, "
+                                            "drift_correction: staleness"))
+                .message(),
+            "pipeline.drift_correction: must be none unless schedule is paci, got \"staleness\"");
+}
+
+// A left-out accumulation is what the schedule's row derives: paci's from the
+// drift limit, async-1f1b's 1, none for the flushes (then it is required).
+TEST(ApplyJobSpecDefaultsTest, ALeftOutAccumulationIsTheSchedulesRowsDefault) {
+  for (const ScheduleTraits& schedule : Schedules()) {
+    const v1::JobSpec spec =
+        PipelineSpec(8, absl::StrCat(", max_drift: 2, schedule: ", schedule.name));
+    PipelineShape shape;
+    shape.num_stages = 8;
+    shape.max_drift = 2;
+    EXPECT_EQ(spec.pipeline().accumulation(), schedule.default_accumulation(shape))
+        << schedule.name;
+  }
+  EXPECT_EQ(PipelineSpec(8, ", max_drift: 2").pipeline().accumulation(), 4);
+  EXPECT_EQ(PipelineSpec(8, ", max_drift: 2, schedule: async-1f1b").pipeline().accumulation(), 1);
+  EXPECT_EQ(PipelineSpec(8, ", max_drift: 2, schedule: gpipe").pipeline().accumulation(), 0);
 }
 
 TEST(ValidateJobSpecTest, AcceptsTheFullAndMinimalSpecs) {

@@ -2,6 +2,7 @@
 
 #include <deque>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -143,6 +144,62 @@ TEST(StageSchedulerTest, DriftNeverExceedsBoundUnderAdversarialArrivalOrders) {
           for (int s = 0; s < P; ++s) {
             EXPECT_LE(run.max_drift[s], DriftBound(kind, P, s, a)) << "stage " << s;
             EXPECT_EQ(run.final_version[s], steps) << "stage " << s;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Every row of the schedule table (common/schedule_kind.h) is what the scheduler
+// runs: its accumulation, in-flight limit and drift bound are the row's.
+TEST(StageSchedulerTest, EveryScheduleRowIsWhatTheSchedulerRuns) {
+  for (const ScheduleTraits& row : Schedules()) {
+    for (int P = 1; P <= 8; ++P) {
+      for (int a = 1; a <= 2 * P; ++a) {
+        for (int s = 0; s < P; ++s) {
+          StageSchedulerOptions o;
+          o.schedule = row.kind;
+          o.num_stages = P;
+          o.stage = s;
+          o.accumulation = a;
+          const StageScheduler scheduler(o);
+          SCOPED_TRACE(std::string(row.name) + " P=" + std::to_string(P) +
+                       " s=" + std::to_string(s) + " a=" + std::to_string(a));
+          EXPECT_EQ(scheduler.accumulation(), row.effective_accumulation(a));
+          EXPECT_EQ(scheduler.in_flight_limit(),
+                    row.in_flight_limit(P, s, row.effective_accumulation(a)));
+          EXPECT_EQ(scheduler.drift_bound(), row.drift_bound(P, s, a));
+          EXPECT_EQ(scheduler.drift_bound(), DriftBound(row.kind, P, s, a));
+        }
+      }
+    }
+  }
+}
+
+// Every row's drift bound is tight: never exceeded under adversarial arrival
+// orders, reached in steady state (for a flushing row, 0 both ways); and a
+// flushing row drains after every step.
+TEST(StageSchedulerTest, EveryScheduleRowReachesButNeverExceedsItsDriftBound) {
+  for (const ScheduleTraits& row : Schedules()) {
+    for (int P : {2, 4, 8}) {
+      for (int a : {1, 2, P - 1, P, 2 * P}) {
+        if (row.effective_accumulation(a) != a) continue;  // async-1f1b: a = 1 only
+        const int64_t steps = 6 * P;
+        SCOPED_TRACE(std::string(row.name) + " P=" + std::to_string(P) +
+                     " a=" + std::to_string(a));
+        const DriveResult steady = Drive(row.kind, P, a, steps, 1, /*adversarial=*/false);
+        ASSERT_EQ(steady.error, "");
+        for (int s = 0; s < P; ++s) {
+          EXPECT_EQ(steady.max_drift[s], DriftBound(row.kind, P, s, a)) << "stage " << s;
+          EXPECT_EQ(steady.final_version[s], steps) << "stage " << s;
+        }
+        if (row.flushes) EXPECT_EQ(static_cast<int64_t>(steady.drained_steps.size()), steps);
+        for (uint64_t seed : {3, 11}) {
+          const DriveResult run = Drive(row.kind, P, a, steps, seed, /*adversarial=*/true);
+          ASSERT_EQ(run.error, "");
+          for (int s = 0; s < P; ++s) {
+            EXPECT_LE(run.max_drift[s], DriftBound(row.kind, P, s, a)) << "stage " << s;
           }
         }
       }
