@@ -69,6 +69,8 @@ const FieldSetUp kSetUps[] = {
     {"model.numLayers", R"({"pipeline": {"numStages": 1}})", std::nullopt},
     // At its maximum of 64 the stages need 64 layers.
     {"pipeline.numStages", R"({"model": {"numLayers": 64}})", std::nullopt},
+    // A warm-up is at most the run: at its maximum, the longest run.
+    {"pipeline.warmupSteps", R"({"training": {"steps": 1000000000}})", std::nullopt},
     // A drift limit of 0 with schedule paci needs a single stage.
     {"pipeline.maxDrift", R"({"pipeline": {"numStages": 1}})", std::nullopt},
     // Validation shards other than 0 need a dataset, not a corpus.

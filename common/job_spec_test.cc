@@ -444,6 +444,31 @@ TEST(DriftCorrectionTest, IsNoneByDefaultOneOfThreeAndOnlyForPaci) {
                 "pipeline.drift_correction");
 }
 
+// pipeline.warmup_steps (steps: 10 here): 0 by default, within the run, and
+// only for a schedule with drift to release.
+TEST(WarmupTest, IsWithinTheRunAndOnlyForTheSchedulesThatDoNotFlush) {
+  EXPECT_EQ(PipelineSpec(4, ", accumulation: 2").pipeline().warmup_steps(), 0);
+  for (const char* schedule : {"paci", "async-1f1b"}) {
+    for (int warmup : {1, 10}) {
+      const v1::JobSpec spec = PipelineSpec(
+          4, absl::StrCat(", accumulation: 1, schedule: ", schedule, ", warmup_steps: ", warmup));
+      EXPECT_TRUE(ValidateJobSpec(spec).ok()) << schedule << ": " << ValidateJobSpec(spec);
+    }
+  }
+  EXPECT_EQ(ValidateJobSpec(PipelineSpec(4, ", accumulation: 2, warmup_steps: 11")).message(),
+            "pipeline.warmup_steps: must be at most training.steps (10): a warm-up longer than "
+            "the run is the flush, got 11");
+  EXPECT_EQ(ValidateJobSpec(PipelineSpec(4, ", accumulation: 2, warmup_steps: -1")).message(),
+            "pipeline.warmup_steps: must be at least 0, got -1");
+  for (const char* schedule : {"1f1b-flush", "gpipe"}) {
+    EXPECT_EQ(ValidateJobSpec(PipelineSpec(4, absl::StrCat(", accumulation: 2, schedule: ",
+                                                           schedule, ", warmup_steps: 3")))
+                  .message(),
+              absl::StrCat("pipeline.warmup_steps: must be 0 with schedule ", schedule,
+                           ", which drains the pipe at every step already, got 3"));
+  }
+}
+
 // Every row of the drift-correction table against every schedule: the schedules
 // its row names take it, the others refuse it naming pipeline.drift_correction
 // and the schedules that do.

@@ -219,6 +219,25 @@ absl::Status ValidatePipeline(const v1::PipelineSpec& p, int num_layers) {
   return absl::OkStatus();
 }
 
+// pipeline.warmup_steps: within the run, and only where there is drift to
+// release (a schedule that flushes drains at every step already). After
+// ValidatePipeline and ValidateTraining.
+absl::Status ValidateWarmup(const v1::JobSpec& spec) {
+  const int64_t warmup = spec.pipeline().warmup_steps();
+  if (warmup == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(Require(warmup >= 0, "pipeline.warmup_steps", "at least 0", warmup));
+  RETURN_IF_ERROR(Require(warmup <= spec.training().steps(), "pipeline.warmup_steps",
+                          absl::StrCat("at most training.steps (", spec.training().steps(),
+                                       "): a warm-up longer than the run is the flush"),
+                          warmup));
+  const absl::StatusOr<ScheduleKind> kind = ParseScheduleKind(spec.pipeline().schedule());
+  if (!kind.ok()) return kind.status();
+  return Require(!ScheduleTraitsOf(*kind).flushes, "pipeline.warmup_steps",
+                 absl::StrCat("0 with schedule ", ScheduleKindName(*kind),
+                              ", which drains the pipe at every step already"),
+                 warmup);
+}
+
 absl::Status ValidateOptimizer(const v1::OptimizerSpec& o) {
   RETURN_IF_ERROR(Require(o.lr() > 0 && o.lr() <= 10, "optimizer.lr", "in (0, 10]", o.lr()));
   RETURN_IF_ERROR(
@@ -338,6 +357,7 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   RETURN_IF_ERROR(ValidatePipeline(spec.pipeline(), spec.model().num_layers()));
   RETURN_IF_ERROR(ValidateOptimizer(spec.optimizer()));
   RETURN_IF_ERROR(ValidateTraining(spec.training()));
+  RETURN_IF_ERROR(ValidateWarmup(spec));
   RETURN_IF_ERROR(ValidateData(spec.data()));
   RETURN_IF_ERROR(ValidateCheckpoint(spec.checkpoint()));
   RETURN_IF_ERROR(

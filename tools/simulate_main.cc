@@ -41,6 +41,8 @@ ABSL_FLAG(std::string, schedule, "paci",
 ABSL_FLAG(int, stages, 4, "pipeline stages (P)");
 ABSL_FLAG(int, accumulation, 3, "micro-batches per optimizer step (a, or m for the flushes)");
 ABSL_FLAG(int64_t, steps, 100, "optimizer steps");
+ABSL_FLAG(int64_t, warmup_steps, 0,
+          "pipeline.warmup_steps: the first steps drain the pipe at every step (drift 0)");
 ABSL_FLAG(int64_t, eval_interval, 0, "steps between validation passes (0: only at the end)");
 ABSL_FLAG(int, eval_micro_batches, 0, "forwards per validation pass (0: no validation)");
 ABSL_FLAG(std::string, forward_ms, "1", "forward cost, sending included: one value or one per stage");
@@ -236,6 +238,7 @@ int Main() {
   o.num_stages = absl::GetFlag(FLAGS_stages);
   o.accumulation = absl::GetFlag(FLAGS_accumulation);
   o.steps = absl::GetFlag(FLAGS_steps);
+  o.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
   o.eval_interval = absl::GetFlag(FLAGS_eval_interval);
   o.eval_micro_batches = absl::GetFlag(FLAGS_eval_micro_batches);
   o.link_latency = absl::GetFlag(FLAGS_link_ms) / 1000.0;

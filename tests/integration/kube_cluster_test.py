@@ -311,6 +311,12 @@ class KubeClusterTest(unittest.TestCase):
                                                            maxDrift=1),
              "spec.pipeline.maxDrift: Invalid value: async-1f1b lets a micro-batch cross "
              "numStages-1 optimizer steps at stage 0, more than maxDrift; use schedule paci"),
+            ("warmup-past-the-run", lambda s: s["pipeline"].update(warmupSteps=s["training"]["steps"] + 1),
+             "spec.pipeline.warmupSteps: Invalid value: must be at most spec.training.steps: a warm-up "
+             "longer than the run is the flush"),
+            ("warmup-of-the-flush", lambda s: s["pipeline"].update(schedule="1f1b-flush", warmupSteps=5),
+             "spec.pipeline.warmupSteps: Invalid value: must be 0 with schedule 1f1b-flush or gpipe, which "
+             "drain the pipe at every step already"),
         ]
         for name, change, message in cases:
             with self.subTest(name):
@@ -322,6 +328,8 @@ class KubeClusterTest(unittest.TestCase):
             "drift-kept", lambda s: s["pipeline"].update(numStages=4, accumulation=3, maxDrift=1)))
         self.kubectl("apply", "--dry-run=server", "-f", "-", stdin=with_change(
             "drift-alone", lambda s: (unset_accumulation(s), s["pipeline"].update(maxDrift=2))))
+        self.kubectl("apply", "--dry-run=server", "-f", "-", stdin=with_change(
+            "warmup-within", lambda s: s["pipeline"].update(warmupSteps=s["training"]["steps"])))
 
     def test_model_and_pipeline_change_only_while_suspended_or_finished(self):
         self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(job("frozen")))

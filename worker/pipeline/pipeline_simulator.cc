@@ -85,6 +85,7 @@ class Simulation {
       so.stage = s;
       so.accumulation = o_.accumulation;
       so.total_steps = o_.steps;
+      so.warmup_steps = o_.warmup_steps;
       so.eval_interval = o_.eval_micro_batches > 0 ? o_.eval_interval : 0;
       so.evaluates = o_.eval_micro_batches > 0;
       stages_.emplace_back(so);

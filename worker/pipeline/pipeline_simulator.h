@@ -21,6 +21,7 @@ struct PipelineSimulatorOptions {
   int num_stages = 1;    // P, 1..kMaxStages
   int accumulation = 1;  // a (m for the flushing schedules); async-1f1b uses 1
   int64_t steps = 1;     // optimizer steps
+  int64_t warmup_steps = 0;  // pipeline.warmup_steps: the first steps drain (drift 0)
   // Validation passes at drained points, as in a run: every eval_interval
   // steps (0: only at the end) and at the end, each of eval_micro_batches
   // forwards through every stage (0: no validation).

@@ -22,7 +22,9 @@ StageScheduler::StageScheduler(const StageSchedulerOptions& options)
 
 uint64_t StageScheduler::NextPausePoint(int64_t after_step) const {
   int64_t step = options_.total_steps;
-  if (traits_.flushes) step = std::min(step, after_step + 1);
+  if (traits_.flushes || after_step < options_.warmup_steps) {
+    step = std::min(step, after_step + 1);
+  }
   for (int64_t interval : {options_.eval_interval, options_.checkpoint_interval}) {
     if (interval > 0) step = std::min(step, (after_step / interval + 1) * interval);
   }

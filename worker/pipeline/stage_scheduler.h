@@ -20,6 +20,9 @@ struct StageSchedulerOptions {
   // always at total_steps. The flushing schedules drain at every step anyway.
   int64_t eval_interval = 0;
   int64_t checkpoint_interval = 0;
+  // pipeline.warmup_steps: stage 0 also drains at every step below this, so
+  // the first steps cross none (drift 0, as a flushing schedule's).
+  int64_t warmup_steps = 0;
   // What is due at those points (drain_work()): an evaluation, a checkpoint.
   bool evaluates = false;
   bool checkpoints = false;

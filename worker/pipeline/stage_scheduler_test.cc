@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace paci {
@@ -17,6 +18,7 @@ namespace {
 // rounds, which fills the pipe the way a steady 1F1B run does.
 struct DriveResult {
   std::vector<int64_t> max_drift;
+  std::vector<int64_t> max_warmup_drift;  // of the backwards before step warmup_steps
   std::vector<int64_t> final_version;
   std::vector<int64_t> drained_steps;
   std::vector<int> max_in_flight;
@@ -24,7 +26,7 @@ struct DriveResult {
 };
 
 DriveResult Drive(ScheduleKind kind, int P, int a, int64_t steps, uint64_t seed, bool adversarial,
-          int64_t eval_interval = 0) {
+          int64_t eval_interval = 0, int64_t warmup_steps = 0) {
   std::vector<StageScheduler> stages;
   for (int s = 0; s < P; ++s) {
     StageSchedulerOptions o;
@@ -34,6 +36,7 @@ DriveResult Drive(ScheduleKind kind, int P, int a, int64_t steps, uint64_t seed,
     o.accumulation = a;
     o.total_steps = steps;
     o.eval_interval = eval_interval;
+    o.warmup_steps = warmup_steps;
     stages.emplace_back(o);
   }
   // Per stage: activations delivered (from s-1) and gradients delivered (from
@@ -41,6 +44,7 @@ DriveResult Drive(ScheduleKind kind, int P, int a, int64_t steps, uint64_t seed,
   std::vector<std::deque<uint64_t>> acts(P), grads(P), acts_transit(P), grads_transit(P);
   DriveResult run;
   run.max_drift.assign(P, 0);
+  run.max_warmup_drift.assign(P, 0);
   run.max_in_flight.assign(P, 0);
   std::mt19937_64 rng(seed);
   bool done = false;
@@ -67,12 +71,16 @@ DriveResult Drive(ScheduleKind kind, int P, int a, int64_t steps, uint64_t seed,
           id = grads[s].front();
           grads[s].pop_front();
         }
+        const int64_t version = st.version();
         auto result = st.OnBackward(id);
         if (!result.ok()) {
           run.error = result.status().ToString();
           return true;
         }
         run.max_drift[s] = std::max(run.max_drift[s], result->drift);
+        if (version < warmup_steps) {
+          run.max_warmup_drift[s] = std::max(run.max_warmup_drift[s], result->drift);
+        }
         if (s > 0) grads_transit[s - 1].push_back(id);
         return true;
       }
@@ -257,6 +265,30 @@ TEST(StageSchedulerTest, AsynchronousScheduleDrainsOnlyAtEvalPointsAndTheEnd) {
   DriveResult run = Drive(ScheduleKind::kPaci, 3, 2, 10, 9, /*adversarial=*/true, /*eval_interval=*/4);
   ASSERT_EQ(run.error, "");
   EXPECT_EQ(run.drained_steps, (std::vector<int64_t>{4, 8, 10}));
+}
+
+// pipeline.warmup_steps: the first steps drain the pipe at every step, so
+// nothing crosses a step (as in the flush, with the same a); then the drift is
+// released and reaches the schedule's bound.
+TEST(StageSchedulerTest, AWarmUpDrainsEveryStepThenReleasesTheDrift) {
+  for (ScheduleKind kind : {ScheduleKind::kPaci, ScheduleKind::kAsyncOneFOneB}) {
+    const int a = kind == ScheduleKind::kPaci ? 2 : 1;
+    for (int P : {2, 4}) {
+      for (bool adversarial : {false, true}) {
+        SCOPED_TRACE(absl::StrCat(ScheduleKindName(kind), " P=", P, " adversarial=", adversarial));
+        const int64_t steps = 5 + 6 * P;
+        DriveResult run = Drive(kind, P, a, steps, 3, adversarial, /*eval_interval=*/0,
+                                /*warmup_steps=*/5);
+        ASSERT_EQ(run.error, "");
+        EXPECT_EQ(run.drained_steps, (std::vector<int64_t>{1, 2, 3, 4, 5, steps}));
+        for (int s = 0; s < P; ++s) {
+          EXPECT_EQ(run.max_warmup_drift[s], 0) << "s=" << s;
+          EXPECT_LE(run.max_drift[s], DriftBound(kind, P, s, a)) << "s=" << s;
+          if (!adversarial) EXPECT_EQ(run.max_drift[s], DriftBound(kind, P, s, a)) << "s=" << s;
+        }
+      }
+    }
+  }
 }
 
 TEST(StageSchedulerTest, OutOfOrderGradientIsRejected) {

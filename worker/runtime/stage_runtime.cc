@@ -62,6 +62,7 @@ absl::Status StageRuntime::Init() {
   o.total_steps = spec_.training().steps();
   o.start_step = start_step_;
   o.eval_interval = spec_.training().eval_interval();
+  o.warmup_steps = spec_.pipeline().warmup_steps();
   const auto& ckpt = spec_.checkpoint();
   o.checkpoint_interval = ckpt.directory().empty() ? 0 : ckpt.interval();
   // The replicas hold the same weights: one evaluates and checkpoints.

@@ -1,0 +1,162 @@
+#!/usr/bin/python3
+"""A synchronous warm-up for PACI (pipeline.warmup_steps), measured end to end at P = 2 over
+several seeds: does flushing the first steps close PACI's loss gap to the flush, and what
+does it cost in time?
+
+For every seed (model.init_seed and data.seed both), on one corpus, with the same model,
+global batch (a x micro-batch), learning-rate schedule and number of optimizer steps, it trains
+as real processes (one stage per core, one thread each):
+  1f1b-flush  m = a                  (the synchronous baseline)
+  paci        a                      (plain: drift up to ceil((P-1)/a) from the first step)
+  paci        a, warmup_steps = W    for each W of --warmups (the first W steps flushed)
+and reports, per configuration: the final validation loss of each seed, their mean and spread,
+the gap to the flush of the same seed (paired: mean, least, most), tokens/s, wall seconds of
+training, and the wall seconds to the flush's final loss of the same seed (with the speed-up
+against the flush's own time to it: above 1, sooner).
+
+Writes --out/warmup_p<P>.{md,json}:
+  /usr/bin/python3 bench/warmup.py [--steps 600] [--seeds 1,2,3] [--warmups 60,150]
+Needs a built tree (scripts/build.sh) and data/kjv.txt (scripts/kjv-corpus.sh).
+"""
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+
+from bench_results import write_result
+import schedule_comparison as sc
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# The comparison's model and data, with the warm-up and the initialisation seed added.
+SPEC = sc.SPEC.replace("micro_batch_size: {mbs}}}", "micro_batch_size: {mbs}, "
+                       "warmup_steps: {warmup_steps}}}").replace(
+    "num_heads: 4,", "num_heads: 4, init_seed: {seed},")
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--build", default=os.path.join(ROOT, "build"))
+    parser.add_argument("--corpus", default=os.path.join(ROOT, "data", "kjv.txt"))
+    parser.add_argument("--stages", type=int, default=2, help="P")
+    parser.add_argument("--accumulation", type=int, default=4, help="a of every run (m of the flush)")
+    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--seeds", default="1,2,3")
+    parser.add_argument("--warmups", default="60,150", help="warmup_steps of the paci runs besides 0")
+    parser.add_argument("--global_batch", type=int, default=24, help="sequences per optimizer step")
+    parser.add_argument("--d_model", type=int, default=128)
+    parser.add_argument("--seq_len", type=int, default=64)
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--warmup_fraction", type=float, default=0.05, help="the learning rate's")
+    parser.add_argument("--eval_interval", type=int, default=25)
+    parser.add_argument("--eval_sequences", type=int, default=96)
+    parser.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
+    args = parser.parse_args()
+    args.pacictl = os.path.join(args.build, "tools", "pacictl")
+    return args
+
+
+def train(args, workdir, schedule, warmup, seed):
+    """One run through pacictl train: its summary."""
+    a, P = args.accumulation, args.stages
+    mbs = args.global_batch // a
+    tag = "%s-w%d-seed%d" % (schedule, warmup, seed)
+    spec = os.path.join(workdir, tag + ".yaml")
+    with open(spec, "w") as f:
+        f.write(SPEC.format(tag=tag, d_model=args.d_model, seq_len=args.seq_len, P=P,
+                            schedule=schedule, a=a, mbs=mbs, warmup_steps=warmup, lr=args.lr,
+                            warmup=args.warmup_fraction, steps=args.steps,
+                            eval_interval=args.eval_interval, eval_mb=max(1, args.eval_sequences // mbs),
+                            corpus=os.path.abspath(args.corpus), seed=seed))
+    summary_path = spec + ".summary.json"
+    sc.log("running %s ..." % tag)
+    proc = sc.subprocess.run([args.pacictl, "train", spec, "--summary=" + summary_path],
+                             stdout=sc.subprocess.PIPE, stderr=sc.subprocess.STDOUT, text=True)
+    if proc.returncode != 0:
+        sys.exit("run %s failed:\n%s" % (tag, proc.stdout[-4000:]))
+    with open(summary_path) as f:
+        summary = sc.json.load(f)
+    sc.log("  validation loss %.4f, %.0f tokens/s" % (summary["final_validation_loss"],
+                                                    summary["tokens_per_second"]))
+    return dict(schedule=schedule, warmup=warmup, seed=seed, summary=summary)
+
+
+def seconds_to(points, target):
+    """Seconds since training began at the first evaluation at or below target, or None."""
+    return next((p.get("seconds", 0.0) for p in points if p["loss"] <= target + 1e-12), None)
+
+
+def analyse(args, runs):
+    """One row per configuration, every figure paired with the flush of the same seed."""
+    flush = {r["seed"]: r for r in runs if r["schedule"] == "1f1b-flush"}
+    rows = []
+    for schedule, warmup in [("1f1b-flush", 0), ("paci", 0)] + [
+            ("paci", int(w)) for w in args.warmups.split(",") if w]:
+        group = [r for r in runs if (r["schedule"], r["warmup"]) == (schedule, warmup)]
+        losses = [r["summary"]["final_validation_loss"] for r in group]
+        gaps = [100 * (r["summary"]["final_validation_loss"] /
+                       flush[r["seed"]]["summary"]["final_validation_loss"] - 1) for r in group]
+        speedups = []
+        for r in group:
+            base = flush[r["seed"]]["summary"]
+            target = base["final_validation_loss"]
+            mine = seconds_to(r["summary"]["validation_loss"], target)
+            theirs = seconds_to(base["validation_loss"], target)
+            speedups.append(theirs / mine if mine and theirs else None)
+        reached = [s for s in speedups if s is not None]
+        rows.append(dict(
+            schedule=schedule, warmup_steps=warmup, seeds=[r["seed"] for r in group],
+            final_losses=losses, mean_loss=statistics.mean(losses),
+            spread=max(losses) - min(losses), gap_pct=gaps, mean_gap_pct=statistics.mean(gaps),
+            tokens_per_second=statistics.median(r["summary"]["tokens_per_second"] for r in group),
+            speedups_to_flush_loss=speedups,
+            mean_speedup=statistics.mean(reached) if len(reached) == len(speedups) else None,
+            drift_max=max(s["drift_max"] for r in group for s in r["summary"]["stages"])))
+    return rows
+
+
+def table(args, rows):
+    def number(value, fmt):
+        return "not reached" if value is None else fmt % value
+    lines = ["| run | final validation loss per seed | mean | spread | vs the flush of each seed | "
+             "mean | tokens/s (median) | to the flush's final loss, vs the flush | mean |",
+             "|---|---|---:|---:|---|---:|---:|---|---:|"]
+    for r in rows:
+        name = "1f1b-flush m=%d" % args.accumulation if r["schedule"] == "1f1b-flush" else (
+            "paci a=%d" % args.accumulation + (", warmup_steps %d" % r["warmup_steps"]
+                                               if r["warmup_steps"] else ""))
+        lines.append("| %s | %s | %.4f | %.4f | %s | %+.2f%% | %.0f | %s | %s |" % (
+            name, ", ".join("%.4f" % x for x in r["final_losses"]), r["mean_loss"], r["spread"],
+            ", ".join("%+.2f%%" % g for g in r["gap_pct"]), r["mean_gap_pct"], r["tokens_per_second"],
+            ", ".join(number(s, "%.2fx") for s in r["speedups_to_flush_loss"]),
+            number(r["mean_speedup"], "%.2fx")))
+    lines.append("")
+    lines.append("P = %d, seeds %s (each sets model.init_seed and data.seed), %d optimizer steps of %d "
+                 "sequences of %d tokens (a = %d micro-batches), d_model %d, 4 layers, lr %g with %g of "
+                 "the steps warming it up; validation every %d steps. Losses and times measured, one "
+                 "stage per core." % (args.stages, args.seeds, args.steps, args.global_batch,
+                                      args.seq_len, args.accumulation, args.d_model, args.lr,
+                                      args.warmup_fraction, args.eval_interval))
+    return "\n".join(lines)
+
+
+def main():
+    args = parse_args()
+    if not os.path.exists(args.corpus):
+        sys.exit("%s is missing: scripts/kjv-corpus.sh makes it" % args.corpus)
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="paci-warmup-") as workdir:
+        for seed in [int(s) for s in args.seeds.split(",")]:
+            runs.append(train(args, workdir, "1f1b-flush", 0, seed))
+            for warmup in [0] + [int(w) for w in args.warmups.split(",") if w]:
+                runs.append(train(args, workdir, "paci", warmup, seed))
+    rows = analyse(args, runs)
+    text = table(args, rows)
+    write_result(args.out, "warmup_p%d" % args.stages,
+                 dict(rows=rows, args={k: v for k, v in vars(args).items() if k != "pacictl"}), text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
