@@ -10,12 +10,12 @@ as real processes (one stage per core, one thread each):
   paci        a                      (plain: drift up to ceil((P-1)/a) from the first step)
   paci        a, warmup_steps = W    for each W of --warmups (the first W steps flushed)
 and reports, per configuration: the final validation loss of each seed, their mean and spread,
-the gap to the flush of the same seed (paired: mean, least, most), tokens/s, wall seconds of
-training, and the wall seconds to the flush's final loss of the same seed (with the speed-up
-against the flush's own time to it: above 1, sooner).
+the gap to the flush of the same seed (paired), tokens/s, and the speed-up in wall seconds to
+two targets of the flush of the same seed, its validation loss at 75% of its steps and at the
+end (the flush's own time to it over this run's: above 1, sooner).
 
 Writes --out/warmup_p<P>.{md,json}:
-  /usr/bin/python3 bench/warmup.py [--steps 600] [--seeds 1,2,3] [--warmups 60,150]
+  /usr/bin/python3 bench/warmup.py [--steps 600] [--seeds 1,2,3] [--warmups 60,150,300]
 Needs a built tree (scripts/build.sh) and data/kjv.txt (scripts/kjv-corpus.sh).
 """
 import argparse
@@ -43,7 +43,7 @@ def parse_args():
     parser.add_argument("--accumulation", type=int, default=4, help="a of every run (m of the flush)")
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--seeds", default="1,2,3")
-    parser.add_argument("--warmups", default="60,150", help="warmup_steps of the paci runs besides 0")
+    parser.add_argument("--warmups", default="60,150,300", help="warmup_steps of the paci runs besides 0")
     parser.add_argument("--global_batch", type=int, default=24, help="sequences per optimizer step")
     parser.add_argument("--d_model", type=int, default=128)
     parser.add_argument("--seq_len", type=int, default=64)
@@ -97,21 +97,26 @@ def analyse(args, runs):
         losses = [r["summary"]["final_validation_loss"] for r in group]
         gaps = [100 * (r["summary"]["final_validation_loss"] /
                        flush[r["seed"]]["summary"]["final_validation_loss"] - 1) for r in group]
-        speedups = []
+        speedups = {75: [], 100: []}
         for r in group:
-            base = flush[r["seed"]]["summary"]
-            target = base["final_validation_loss"]
-            mine = seconds_to(r["summary"]["validation_loss"], target)
-            theirs = seconds_to(base["validation_loss"], target)
-            speedups.append(theirs / mine if mine and theirs else None)
-        reached = [s for s in speedups if s is not None]
+            base = flush[r["seed"]]["summary"]["validation_loss"]
+            targets = {75: next(p["loss"] for p in base if p["step"] >= 0.75 * args.steps),
+                       100: base[-1]["loss"]}
+            for pct, target in targets.items():
+                mine = seconds_to(r["summary"]["validation_loss"], target)
+                theirs = seconds_to(base, target)
+                speedups[pct].append(theirs / mine if mine and theirs else None)
+
+        def mean_of(values):
+            return statistics.mean(values) if all(v is not None for v in values) else None
         rows.append(dict(
             schedule=schedule, warmup_steps=warmup, seeds=[r["seed"] for r in group],
             final_losses=losses, mean_loss=statistics.mean(losses),
             spread=max(losses) - min(losses), gap_pct=gaps, mean_gap_pct=statistics.mean(gaps),
             tokens_per_second=statistics.median(r["summary"]["tokens_per_second"] for r in group),
-            speedups_to_flush_loss=speedups,
-            mean_speedup=statistics.mean(reached) if len(reached) == len(speedups) else None,
+            speedups_75=speedups[75], mean_speedup_75=mean_of(speedups[75]),
+            speedups_100=speedups[100], mean_speedup_100=mean_of(speedups[100]),
+            validation_loss={r["seed"]: r["summary"]["validation_loss"] for r in group},
             drift_max=max(s["drift_max"] for r in group for s in r["summary"]["stages"])))
     return rows
 
@@ -120,17 +125,19 @@ def table(args, rows):
     def number(value, fmt):
         return "not reached" if value is None else fmt % value
     lines = ["| run | final validation loss per seed | mean | spread | vs the flush of each seed | "
-             "mean | tokens/s (median) | to the flush's final loss, vs the flush | mean |",
-             "|---|---|---:|---:|---|---:|---:|---|---:|"]
+             "mean | tokens/s (median) | to the flush's loss at 75%, vs the flush | mean | "
+             "to the flush's final loss | mean |",
+             "|---|---|---:|---:|---|---:|---:|---|---:|---|---:|"]
     for r in rows:
         name = "1f1b-flush m=%d" % args.accumulation if r["schedule"] == "1f1b-flush" else (
             "paci a=%d" % args.accumulation + (", warmup_steps %d" % r["warmup_steps"]
                                                if r["warmup_steps"] else ""))
-        lines.append("| %s | %s | %.4f | %.4f | %s | %+.2f%% | %.0f | %s | %s |" % (
+        lines.append("| %s | %s | %.4f | %.4f | %s | %+.2f%% | %.0f | %s | %s | %s | %s |" % (
             name, ", ".join("%.4f" % x for x in r["final_losses"]), r["mean_loss"], r["spread"],
             ", ".join("%+.2f%%" % g for g in r["gap_pct"]), r["mean_gap_pct"], r["tokens_per_second"],
-            ", ".join(number(s, "%.2fx") for s in r["speedups_to_flush_loss"]),
-            number(r["mean_speedup"], "%.2fx")))
+            ", ".join(number(s, "%.2fx") for s in r["speedups_75"]), number(r["mean_speedup_75"], "%.2fx"),
+            ", ".join(number(s, "%.2fx") for s in r["speedups_100"]),
+            number(r["mean_speedup_100"], "%.2fx")))
     lines.append("")
     lines.append("P = %d, seeds %s (each sets model.init_seed and data.seed), %d optimizer steps of %d "
                  "sequences of %d tokens (a = %d micro-batches), d_model %d, 4 layers, lr %g with %g of "
