@@ -161,7 +161,9 @@ def main():
     rows = analyse(args, runs)
     text = table(args, rows)
     write_result(args.out, "warmup_p%d" % args.stages,
-                 dict(rows=rows, args={k: v for k, v in vars(args).items() if k != "pacictl"}), text)
+                 dict(rows=rows, corpus=os.path.basename(args.corpus),
+                      args={k: v for k, v in vars(args).items()
+                            if k not in ("pacictl", "build", "corpus", "out")}), text)
     print(text)
 
 
