@@ -8,12 +8,13 @@
 #include "absl/strings/strip.h"
 #include "common/atomic_file.h"
 #include "common/crash_handler.h"
+#include "common/flag_usage.h"
 #include "common/status_macros.h"
 
 namespace paci {
 
 std::vector<char*> InitMain(int argc, char** argv, const char* program, const char* usage) {
-  absl::SetProgramUsageMessage(usage);
+  SetUsage(usage);
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   google::InitGoogleLogging(argv[0]);
   InstallCrashHandler(program);

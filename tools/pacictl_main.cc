@@ -35,6 +35,7 @@
 #include "absl/time/clock.h"
 #include "absl/strings/str_cat.h"
 #include "common/coordinator_client.h"
+#include "common/flag_usage.h"
 #include "common/text_formats.h"
 #include "common/job_phase.h"
 #include "common/job_spec.h"
@@ -454,7 +455,7 @@ class Client {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(kUsage);
+  paci::SetUsage(kUsage);
   const std::string first = argc >= 2 ? argv[1] : "";
   if (first == "sample" || first == "export") return RunModelCommand(argc, argv);
   const std::vector<char*> args = absl::ParseCommandLine(argc, argv);

@@ -31,6 +31,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/flag_usage.h"
 #include "common/schedule_kind.h"
 #include "common/status_macros.h"
 #include "worker/model/partition.h"
@@ -273,7 +274,7 @@ int Main() {
 }  // namespace paci
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  paci::SetUsage(
       "simulates a pipeline schedule with the workers' StageScheduler: paci_simulate "
       "--schedule=paci --stages=P --accumulation=a --steps=N --forward_ms=F --backward_ms=B");
   absl::ParseCommandLine(argc, argv);

@@ -186,6 +186,18 @@ class CoordinatorTest(unittest.TestCase):
         c.start_coordinator(port=c.port)
         self.assert_trained_once(c, "ended", 200)
 
+    def test_every_binary_answers_help_with_what_it_is_and_its_own_flags(self):
+        for binary, flag in ((COORDINATOR, "--admin_identities"), (WORKER, "--link_tls_server_name"),
+                             (PACICTL, "--coordinator"),
+                             (os.path.join(BUILD, "operator", "paci_operator"), "--worker_allowed_secrets"),
+                             (os.path.join(BUILD, "tools", "paci_simulate"), "--warmup_steps")):
+            out = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=30)
+            text = out.stdout + out.stderr
+            name = os.path.basename(binary)
+            self.assertTrue(text.startswith(name + ": "), text[:200])
+            self.assertIn(flag + " (", text, name)
+            self.assertNotIn("No flags matched", text, name)
+
     def test_hostile_and_malformed_requests_get_the_right_code_and_change_nothing(self):
         c = self.start(workers=0, token="s3cret")
         md = c.metadata()
