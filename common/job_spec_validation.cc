@@ -15,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/dns_label.h"
 #include "common/schedule_kind.h"
 #include "common/status_macros.h"
 
@@ -41,12 +42,6 @@ bool IsValidDevice(const std::string& device) {
   int index = -1;
   return absl::StartsWith(device, "cuda:") && absl::SimpleAtoi(device.substr(5), &index) &&
          index >= 0 && index < 1024;
-}
-
-bool IsValidName(std::string_view name) {
-  const auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
-  if (name.empty() || !alnum(name.front()) || !alnum(name.back())) return false;
-  return std::all_of(name.begin(), name.end(), [&](char c) { return alnum(c) || c == '-'; });
 }
 
 // "<field>: must be at most <limit> bytes, got <size> bytes" unless it is.
@@ -86,11 +81,9 @@ absl::Status ValidateStringSizes(const google::protobuf::Message& message,
         continue;
       }
       for (int i = 0; i < reflection.FieldSize(message, field); ++i) {
-        const std::string& value =
-            reflection.GetRepeatedStringReference(message, field, i, &scratch);
-        if (value.size() > kMaxSpecStringBytes) {
-          return RequireStringSize(absl::StrCat(path, "[", i, "]"), value);
-        }
+        RETURN_IF_ERROR(RequireStringSize(
+            absl::StrCat(path, "[", i, "]"),
+            reflection.GetRepeatedStringReference(message, field, i, &scratch)));
       }
     }
   }
@@ -339,7 +332,7 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
   if (name.empty()) return absl::InvalidArgumentError("name: must not be empty");
   RETURN_IF_ERROR(
       Require(name.size() <= 63, "name", "at most 63 characters", absl::StrCat(name.size())));
-  RETURN_IF_ERROR(Require(IsValidName(name), "name",
+  RETURN_IF_ERROR(Require(IsDnsLabel(name), "name",
                           "lowercase letters, digits and '-', starting and ending with a "
                           "letter or digit",
                           absl::StrCat("\"", name, "\"")));

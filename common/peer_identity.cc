@@ -9,26 +9,18 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/dns_label.h"
 #include "common/operator_job_name.h"
 
 namespace paci {
 namespace {
-
-// A Kubernetes namespace's name: a DNS label.
-bool IsNamespaceName(absl::string_view name) {
-  if (name.empty() || name.size() > 63) return false;
-  for (char c : name) {
-    if (!absl::ascii_islower(c) && !absl::ascii_isdigit(c) && c != '-') return false;
-  }
-  return name.front() != '-' && name.back() != '-';
-}
 
 // The namespace after `prefix` in `common_name`; empty when it does not start
 // so or what follows is no namespace's name.
 std::string NamespaceAfter(absl::string_view common_name, absl::string_view prefix) {
   if (!absl::StartsWith(common_name, prefix)) return "";
   absl::string_view rest = common_name.substr(prefix.size());
-  return IsNamespaceName(rest) ? std::string(rest) : "";
+  return IsDnsLabel(std::string_view(rest.data(), rest.size())) ? std::string(rest) : "";
 }
 
 std::string PaciNames() {
@@ -140,11 +132,6 @@ absl::Status LabelSubmission(const PeerIdentity& peer,
         peer.common_name, "\" submits jobs of namespace ", peer.name_space, " only"));
   }
   return absl::OkStatus();
-}
-
-std::string NamespaceOfLabels(const std::map<std::string, std::string>& labels) {
-  auto it = labels.find(kNamespaceLabel);
-  return it == labels.end() ? "" : it->second;
 }
 
 absl::Status CheckWorkerSelector(const PeerIdentity& peer,

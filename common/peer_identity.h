@@ -107,8 +107,12 @@ bool MaySeeJob(const PeerIdentity& peer, const std::map<std::string, std::string
 absl::Status LabelSubmission(const PeerIdentity& peer, std::map<std::string, std::string>* labels);
 
 // The namespace a job of these labels belongs to: its kNamespaceLabel, ""
-// for none.
-std::string NamespaceOfLabels(const std::map<std::string, std::string>& labels);
+// for none. `Labels`: a std::map or a job's proto labels.
+template <typename Labels>
+std::string NamespaceOfLabels(const Labels& labels) {
+  const auto it = labels.find(kNamespaceLabel);
+  return it == labels.end() ? std::string() : std::string(it->second);
+}
 
 // Checks a submitted job's run_policy.worker_selector against the namespace
 // the job belongs to (`job_namespace`, its kNamespaceLabel as stored): a

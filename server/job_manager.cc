@@ -367,7 +367,7 @@ void JobManager::ScheduleLocked() {
   for (const std::string& name : decision.unschedulable) {
     JobState& state = *FindLocked(name);
     // A job runs on the workers of its own namespace only (AsPending).
-    const std::string name_space = JobNamespace(state.job);
+    const std::string name_space = NamespaceOfLabels(state.job.labels());
     SetConditionLocked(
         state, "Unschedulable", true, "NoMatchingWorkers",
         absl::StrCat("fewer than ", WorkersOf(state.spec().pipeline()),

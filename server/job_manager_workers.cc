@@ -33,7 +33,8 @@ absl::Status JobManager::Connect(const v1::WorkerRegistration& registration, Sen
               << (name_space.empty() ? std::string()
                                      : absl::StrCat(", runs the jobs of namespace ", name_space));
     if (!registration.running().job_name().empty()) AdoptLocked(**worker);
-    queue_.WorkerAdded(WorkerRegistry::SchedulingLabels(**worker), workers_.Slots());
+    queue_.WorkerAdded(WorkerRegistry::SchedulingLabels(registration, name_space),
+                       workers_.Slots());
     ScheduleLocked();
     UpdateGaugesLocked();
   });
@@ -52,7 +53,7 @@ absl::Status JobManager::CheckRunningClaimLocked(const v1::WorkerRegistration& r
                               FromProto(state->status().create_time())) {
     return absl::OkStatus();
   }
-  return CheckMayRun(state->job, registration, name_space);
+  return CheckMayRun(state->job, WorkerRegistry::SchedulingLabels(registration, name_space));
 }
 
 void JobManager::AdoptLocked(WorkerRegistry::Worker& worker) {
@@ -64,7 +65,10 @@ void JobManager::AdoptLocked(WorkerRegistry::Worker& worker) {
   // registered with now. Else the claim holds no job (a job of that name
   // submitted later, or one this worker was never placed on, does not wait
   // for it): the worker is told to stop that stage, and is free.
-  if (state == nullptr || !CheckMayRun(state->job, worker.registration, worker.name_space).ok()) {
+  if (state == nullptr ||
+      !CheckMayRun(state->job, WorkerRegistry::SchedulingLabels(worker.registration,
+                                                                worker.name_space))
+           .ok()) {
     pending_.messages.emplace_back(
         worker.sender, WorkerRegistry::StopMessage(running.job_name(), running.attempt(),
                                                    "the coordinator no longer runs this placement"));

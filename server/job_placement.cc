@@ -42,11 +42,6 @@ std::string SlotName(const v1::JobSpec& spec, int slot) {
   return StageName(spec.pipeline(), slot % P, slot / P);
 }
 
-std::string JobNamespace(const v1::Job& job) {
-  const auto it = job.labels().find(kNamespaceLabel);
-  return it == job.labels().end() ? std::string() : it->second;
-}
-
 PendingJob AsPending(const v1::Job& job, int64_t sequence) {
   PendingJob pending;
   pending.name = job.name();
@@ -55,30 +50,30 @@ PendingJob AsPending(const v1::Job& job, int64_t sequence) {
   pending.num_workers = WorkersOf(job.spec().pipeline());
   for (const auto& [k, v] : job.spec().run_policy().worker_selector()) pending.selector[k] = v;
   // The job's namespace, not what its selector may say of one.
-  pending.selector[kNamespaceLabel] = JobNamespace(job);
+  pending.selector[kNamespaceLabel] = NamespaceOfLabels(job.labels());
   return pending;
 }
 
-absl::Status CheckMayRun(const v1::Job& job, const v1::WorkerRegistration& worker,
-                         const std::string& worker_namespace) {
+absl::Status CheckMayRun(const v1::Job& job,
+                         const std::map<std::string, std::string>& worker_labels) {
+  const std::string not_its = absl::StrCat("register.running.job_name: job \"", job.name(),
+                                           "\" is not one this worker runs: ");
   const std::string never = "; it was never placed on it";
-  if (JobNamespace(job) != worker_namespace) {
+  // The namespace first: it says why a stranger's claim is refused.
+  if (const std::string worker_namespace = NamespaceOfLabels(worker_labels);
+      worker_namespace != NamespaceOfLabels(job.labels())) {
     return absl::PermissionDeniedError(absl::StrCat(
-        "register.running.job_name: job \"", job.name(),
-        "\" is not one this worker runs: its certificate places it on the jobs of ",
+        not_its, "its certificate places it on the jobs of ",
         worker_namespace.empty() ? std::string("no namespace")
                                  : absl::StrCat("namespace ", worker_namespace),
         " only", never));
   }
-  for (const auto& [key, value] : job.spec().run_policy().worker_selector()) {
-    if (key == kNamespaceLabel) continue;  // the namespace, matched above
-    const auto label = worker.labels().find(key);
-    if (label == worker.labels().end() || label->second != value) {
-      return absl::PermissionDeniedError(absl::StrCat(
-          "register.running.job_name: job \"", job.name(),
-          "\" is not one this worker runs: it does not carry the label ", key,
-          " as the job's run_policy.worker_selector asks", never));
-    }
+  // Then the rest of what placement asks (AsPending): the job's selector.
+  const PendingJob pending = AsPending(job, 0);
+  if (const std::string* key = UnmatchedLabel(worker_labels, pending.selector)) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        not_its, "it does not carry the label ", *key,
+        " as the job's run_policy.worker_selector asks", never));
   }
   return absl::OkStatus();
 }

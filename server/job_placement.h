@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -23,9 +24,6 @@ int SlotOf(const v1::JobSpec& spec, int stage, int replica);
 // "stage 1" or "stage 1 of replica 2", for messages.
 std::string SlotName(const v1::JobSpec& spec, int slot);
 
-// The namespace a job belongs to: its kNamespaceLabel ("" for none).
-std::string JobNamespace(const v1::Job& job);
-
 // The job as the scheduler's queue holds it. Its selector asks, besides its
 // run_policy.worker_selector, for its namespace as the worker's
 // kNamespaceLabel (WorkerRegistry::SchedulingLabels): a job runs on the
@@ -33,12 +31,13 @@ std::string JobNamespace(const v1::Job& job);
 // none on the workers of none.
 PendingJob AsPending(const v1::Job& job, int64_t sequence);
 
-// OK when a worker of namespace `worker_namespace` that registered with
-// `worker` (its labels) is one the job could have been placed on: of the
-// job's namespace, matching its selector. Else PermissionDenied naming
-// register.running.job_name, for a worker that claims to run a stage of it.
-absl::Status CheckMayRun(const v1::Job& job, const v1::WorkerRegistration& worker,
-                         const std::string& worker_namespace);
+// OK when a worker of these scheduling labels (WorkerRegistry::
+// SchedulingLabels) is one the job could have been placed on: it matches the
+// selector AsPending gives the job, its namespace first. Else
+// PermissionDenied naming register.running.job_name, for a worker that claims
+// to run a stage of it.
+absl::Status CheckMayRun(const v1::Job& job,
+                         const std::map<std::string, std::string>& worker_labels);
 
 // A new attempt on `worker_ids` (slot order) at `now`: the attempt number,
 // the per-slot progress and trace, the status' stages with each worker's

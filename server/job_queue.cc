@@ -7,11 +7,7 @@ namespace {
 
 bool Matches(const std::map<std::string, std::string>& labels,
              const std::map<std::string, std::string>& selector) {
-  for (const auto& [key, value] : selector) {
-    auto it = labels.find(key);
-    if (it == labels.end() || it->second != value) return false;
-  }
-  return true;
+  return UnmatchedLabel(labels, selector) == nullptr;
 }
 
 }  // namespace

@@ -9,14 +9,19 @@ namespace paci {
 namespace {
 
 bool Matches(const WorkerSlot& worker, const std::map<std::string, std::string>& selector) {
-  for (const auto& [key, value] : selector) {
-    auto it = worker.labels.find(key);
-    if (it == worker.labels.end() || it->second != value) return false;
-  }
-  return true;
+  return UnmatchedLabel(worker.labels, selector) == nullptr;
 }
 
 }  // namespace
+
+const std::string* UnmatchedLabel(const std::map<std::string, std::string>& labels,
+                                  const std::map<std::string, std::string>& selector) {
+  for (const auto& [key, value] : selector) {
+    auto it = labels.find(key);
+    if (it == labels.end() || it->second != value) return &key;
+  }
+  return nullptr;
+}
 
 SchedulingDecision ScheduleJobs(std::vector<PendingJob> queue, const std::vector<WorkerSlot>& workers) {
   std::sort(queue.begin(), queue.end(), [](const PendingJob& a, const PendingJob& b) {

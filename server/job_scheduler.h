@@ -14,6 +14,13 @@ struct WorkerSlot {
   bool idle = true;  // registered, alive and running no stage
 };
 
+// The first key of `selector` that `labels` lacks or holds with another value;
+// nullptr when every label the selector asks for is there (the worker
+// matches). What the scheduler, the queue and a worker's claim at
+// registration all match by.
+const std::string* UnmatchedLabel(const std::map<std::string, std::string>& labels,
+                                  const std::map<std::string, std::string>& selector);
+
 // A job waiting for workers.
 struct PendingJob {
   std::string name;

@@ -6,23 +6,14 @@
 #include "common/peer_identity.h"
 
 namespace paci {
-namespace {
-
-// The namespace a job belongs to: its kNamespaceLabel, "" for none.
-const std::string& NamespaceOf(const v1::Job& job) {
-  static const std::string kNone;
-  auto it = job.labels().find(kNamespaceLabel);
-  return it == job.labels().end() ? kNone : it->second;
-}
-
-}  // namespace
 
 JobState& JobTable::Insert(JobState state, absl::Time now) {
   state.sequence = next_sequence_++;
   const std::string name = state.name();
   JobState& inserted = jobs_[name] = std::move(state);
   by_sequence_[inserted.sequence] = &inserted;
-  if (const std::string& name_space = NamespaceOf(inserted.job); !name_space.empty()) {
+  if (const std::string name_space = NamespaceOfLabels(inserted.job.labels());
+      !name_space.empty()) {
     ++by_namespace_[name_space];
   }
   const v1::JobPhase phase = inserted.status().phase();
@@ -84,7 +75,7 @@ JobTable::Removed JobTable::Remove(int64_t sequence, const std::string& reason) 
   by_phase_[removed.phase].erase(sequence);
   finished_.erase({state.finished_at, sequence});
   expiring_.erase({state.expires_at, sequence});
-  if (const std::string& name_space = NamespaceOf(state.job); !name_space.empty()) {
+  if (const std::string name_space = NamespaceOfLabels(state.job.labels()); !name_space.empty()) {
     auto counted = by_namespace_.find(name_space);
     if (counted != by_namespace_.end() && --counted->second == 0) by_namespace_.erase(counted);
   }

@@ -123,17 +123,18 @@ std::vector<WorkerSlot> WorkerRegistry::Slots() const {
     const Worker& worker = workers_.at(id);
     WorkerSlot slot;
     slot.worker_id = id;
-    slot.labels = SchedulingLabels(worker);
+    slot.labels = SchedulingLabels(worker.registration, worker.name_space);
     slot.idle = worker.job.empty();
     slots.push_back(std::move(slot));
   }
   return slots;
 }
 
-std::map<std::string, std::string> WorkerRegistry::SchedulingLabels(const Worker& worker) {
-  std::map<std::string, std::string> labels(worker.registration.labels().begin(),
-                                            worker.registration.labels().end());
-  labels[kNamespaceLabel] = worker.name_space;
+std::map<std::string, std::string> WorkerRegistry::SchedulingLabels(
+    const v1::WorkerRegistration& registration, const std::string& name_space) {
+  std::map<std::string, std::string> labels(registration.labels().begin(),
+                                            registration.labels().end());
+  labels[kNamespaceLabel] = name_space;
   return labels;
 }
 

@@ -67,7 +67,8 @@ class WorkerRegistry {
   // The labels the scheduler matches a worker by: those it registered with,
   // and kNamespaceLabel, its namespace (whatever it registered), which each
   // job's selector asks for as its own (AsPending).
-  static std::map<std::string, std::string> SchedulingLabels(const Worker& worker);
+  static std::map<std::string, std::string> SchedulingLabels(
+      const v1::WorkerRegistration& registration, const std::string& name_space);
   const Worker& at(const std::string& id) const { return workers_.at(id); }
 
   struct Counts {

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "operator/reconcile/reconcile_test_util.h"
 #include "operator/reconcile/training_job_reconciler.h"
 
 namespace paci::op {
@@ -315,76 +316,65 @@ TEST(ValidateWorkerTemplateTest, NamesOnlyTheSecretsTheOperatorAllows) {
                         "worker may use: the operator allows hf (its --worker_allowed_secrets"));
 }
 
-TEST(ReconcileWithWorkerTemplateTest, ABadTemplateFailsTheJobNamingTheField) {
-  ObservedWorld world;
-  world.job = Job(json::parse(R"({"volumeMounts": [{"name": "nowhere", "mountPath": "/x"}]})"));
-  world.now = absl::FromUnixSeconds(1'800'000'000);
-  const ReconcileActions actions = ReconcileTrainingJob(world, ReconcilerOptions{});
+// Reconciles `job` once and expects it Failed, its message holding `message`,
+// with nothing made for it: no pod, no token Secret, no submit.
+void ExpectFailedBeforeAnythingIsMade(const json& job, const ReconcilerOptions& options,
+                                      const std::string& message) {
+  const ReconcileActions actions = ReconcileTrainingJob(test::World(job), options);
   ASSERT_TRUE(actions.status.has_value());
   EXPECT_EQ((*actions.status)["phase"], "Failed");
-  EXPECT_THAT((*actions.status)["message"].get<std::string>(),
-              HasSubstr("spec.worker.volumeMounts[0].name: no volume named \"nowhere\""));
+  EXPECT_THAT((*actions.status)["message"].get<std::string>(), HasSubstr(message));
   EXPECT_TRUE(actions.create_pods.empty());
+  EXPECT_FALSE(actions.create_token_secret.has_value());
   EXPECT_FALSE(actions.submit.has_value());
+}
+
+// Options with a worker-token key, so that a job that ran would get a token Secret.
+ReconcilerOptions WithTokens() {
+  ReconcilerOptions options;
+  options.worker_token_key = std::string(32, 'k');
+  return options;
+}
+
+TEST(ReconcileWithWorkerTemplateTest, ABadTemplateFailsTheJobNamingTheField) {
+  ExpectFailedBeforeAnythingIsMade(
+      Job(json::parse(R"({"volumeMounts": [{"name": "nowhere", "mountPath": "/x"}]})")),
+      ReconcilerOptions{}, "spec.worker.volumeMounts[0].name: no volume named \"nowhere\"");
 }
 
 TEST(ReconcileWithWorkerTemplateTest, ATemplateNamingTheReleasesCaFailsBeforeAnythingIsMade) {
-  ObservedWorld world;
-  world.job = Job(json::parse(R"({"volumes": [{"name": "ca", "secret": {"secretName": "paci-ca"}}],
-                                  "volumeMounts": [{"name": "ca", "mountPath": "/ca"}]})"));
-  world.now = absl::FromUnixSeconds(1'800'000'000);
-  ReconcilerOptions options;
+  ReconcilerOptions options = WithTokens();
   options.worker_allowed_secrets = {"hf"};
-  options.worker_token_key = std::string(32, 'k');
-  const ReconcileActions actions = ReconcileTrainingJob(world, options);
-  ASSERT_TRUE(actions.status.has_value());
-  EXPECT_EQ((*actions.status)["phase"], "Failed");
-  EXPECT_THAT((*actions.status)["message"].get<std::string>(),
-              HasSubstr("spec.worker.volumes[0].secret.secretName: Secret \"paci-ca\" is not one "
-                        "a worker may use: the operator allows hf"));
-  EXPECT_TRUE(actions.create_pods.empty());
-  EXPECT_FALSE(actions.create_token_secret.has_value());
-  EXPECT_FALSE(actions.submit.has_value());
+  ExpectFailedBeforeAnythingIsMade(
+      Job(json::parse(R"({"volumes": [{"name": "ca", "secret": {"secretName": "paci-ca"}}],
+                          "volumeMounts": [{"name": "ca", "mountPath": "/ca"}]})")),
+      options,
+      "spec.worker.volumes[0].secret.secretName: Secret \"paci-ca\" is not one a worker may "
+      "use: the operator allows hf");
 }
 
 TEST(ReconcileWithWorkerTemplateTest, AJobInAReservedNamespaceFailsBeforeAnythingIsMade) {
-  ObservedWorld world;
-  world.job = Job(json::object());
-  world.job["metadata"]["namespace"] = "paci-system";
-  world.now = absl::FromUnixSeconds(1'800'000'000);
-  ReconcilerOptions options;
+  ReconcilerOptions options = WithTokens();
   options.reserved_namespaces = {"paci-system"};
-  options.worker_token_key = std::string(32, 'k');
-  const ReconcileActions actions = ReconcileTrainingJob(world, options);
-  ASSERT_TRUE(actions.status.has_value());
-  EXPECT_EQ((*actions.status)["phase"], "Failed");
-  EXPECT_THAT((*actions.status)["message"].get<std::string>(),
-              HasSubstr("metadata.namespace: \"paci-system\" is reserved for paci itself"));
-  EXPECT_TRUE(actions.create_pods.empty());
-  EXPECT_FALSE(actions.create_token_secret.has_value());
-  EXPECT_FALSE(actions.submit.has_value());
+  json job = Job(json::object());
+  job["metadata"]["namespace"] = "paci-system";
+  ExpectFailedBeforeAnythingIsMade(job, options,
+                                   "metadata.namespace: \"paci-system\" is reserved for paci itself");
   // The same job in a namespace of its own runs.
-  world.job["metadata"]["namespace"] = "team-a";
-  EXPECT_TRUE(ReconcileTrainingJob(world, options).submit.has_value());
+  job["metadata"]["namespace"] = "team-a";
+  EXPECT_TRUE(ReconcileTrainingJob(test::World(job), options).submit.has_value());
 }
 
 TEST(ReconcileWithWorkerTemplateTest, APriorityAboveTheOperatorsBoundFailsBeforeAnythingIsMade) {
-  ObservedWorld world;
-  world.job = Job(json::object());
-  world.job["spec"]["runPolicy"] = {{"priority", 1000}};
-  world.now = absl::FromUnixSeconds(1'800'000'000);
-  ReconcilerOptions options;
+  ReconcilerOptions options = WithTokens();
   options.max_priority = 0;
-  const ReconcileActions actions = ReconcileTrainingJob(world, options);
-  ASSERT_TRUE(actions.status.has_value());
-  EXPECT_EQ((*actions.status)["phase"], "Failed");
-  EXPECT_THAT((*actions.status)["message"].get<std::string>(),
-              HasSubstr("spec.runPolicy.priority: 1000 is above 0, the highest a TrainingJob may "
-                        "ask for (the operator's --max_priority"));
-  EXPECT_TRUE(actions.create_pods.empty());
-  EXPECT_FALSE(actions.submit.has_value());
-  world.job["spec"]["runPolicy"]["priority"] = 0;
-  EXPECT_TRUE(ReconcileTrainingJob(world, options).submit.has_value());
+  json job = Job(json::object());
+  job["spec"]["runPolicy"] = {{"priority", 1000}};
+  ExpectFailedBeforeAnythingIsMade(job, options,
+                                   "spec.runPolicy.priority: 1000 is above 0, the highest a "
+                                   "TrainingJob may ask for (the operator's --max_priority");
+  job["spec"]["runPolicy"]["priority"] = 0;
+  EXPECT_TRUE(ReconcileTrainingJob(test::World(job), options).submit.has_value());
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/dns_label.h"
 #include "common/status_macros.h"
 #include "operator/reconcile/object_meta.h"
 
@@ -31,15 +32,6 @@ std::string Indexed(const char* list, size_t index) {
 std::set<std::string> OwnLabels() {
   return {kJobNameLabel, kRoleLabel, kWorkerIndexLabel, "paci.dev/trainingjob",
           "app.kubernetes.io/name"};
-}
-
-// A DNS-1123 label, what Kubernetes requires of a volume's name.
-bool IsDnsLabel(const std::string& name) {
-  if (name.empty() || name.size() > 63) return false;
-  for (char c : name) {
-    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) return false;
-  }
-  return name.front() != '-' && name.back() != '-';
 }
 
 // Pod Security's restricted profile (as Kubernetes v1.34 defines it) for the
