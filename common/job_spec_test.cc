@@ -431,17 +431,23 @@ TEST(DriftLimitTest, AContradictionOrAnImpossibleLimitIsRefusedNamingMaxDrift) {
             "pipeline.accumulation: required (or pipeline.max_drift, from which it is derived)");
 }
 
-TEST(DriftCorrectionTest, IsNoneByDefaultOneOfThreeAndOnlyForPaci) {
+TEST(DriftCorrectionTest, IsNoneByDefaultOneOfTheTablesAndOnlyForTheDriftingSchedules) {
   EXPECT_EQ(PipelineSpec(4, ", accumulation: 2").pipeline().drift_correction(), "none");
-  for (const char* correction : {"none", "staleness", "stage-lr"}) {
+  for (const char* correction : {"none", "staleness", "stage-lr", "predict", "delay-comp"}) {
     const v1::JobSpec spec =
         PipelineSpec(4, absl::StrCat(", accumulation: 2, drift_correction: ", correction));
     EXPECT_TRUE(ValidateJobSpec(spec).ok()) << correction << ": " << ValidateJobSpec(spec);
   }
   EXPECT_EQ(ValidateJobSpec(PipelineSpec(4, ", accumulation: 2, drift_correction: magic")).message(),
-            "pipeline.drift_correction: must be none, staleness or stage-lr, got \"magic\"");
+            "pipeline.drift_correction: must be none, staleness, stage-lr, predict or delay-comp, "
+            "got \"magic\"");
   ExpectInvalid(PipelineSpec(4, ", accumulation: 2, schedule: 1f1b-flush, drift_correction: staleness"),
                 "pipeline.drift_correction");
+  EXPECT_EQ(ValidateJobSpec(PipelineSpec(4, ", accumulation: 2, schedule: gpipe, "
+                                            "drift_correction: predict"))
+                .message(),
+            "pipeline.drift_correction: must be none unless schedule is paci or async-1f1b, got "
+            "\"predict\"");
 }
 
 // pipeline.warmup_steps (steps: 10 here): 0 by default, within the run, and

@@ -126,13 +126,27 @@ double LearningRateByDriftBound(int64_t drift_bound) {
   return 1.0 / std::sqrt(1.0 + static_cast<double>(drift_bound));
 }
 
+int64_t NoPrediction(int64_t steps_ahead) { return 0; }
+// SpecTrain's and XPipe's weight prediction: the forward runs on the weights
+// the backward will meet, predicted from the optimizer's own direction.
+int64_t PredictTheSteps(int64_t steps_ahead) { return steps_ahead; }
+
 // ---- The drift-correction table: "none" (the default) first.
 //
-// name, schedules that take it, gradient weight, learning-rate factor.
+// The asynchronous schedules: the ones whose micro-batches cross steps.
+constexpr ScheduleSet kDrifting =
+    ScheduleBit(ScheduleKind::kPaci) | ScheduleBit(ScheduleKind::kAsyncOneFOneB);
+
+// name, schedules that take it, gradient weight, learning-rate factor,
+// prediction steps, delay compensation (DC-ASGD-a's lambda_0 of 2).
 constexpr DriftCorrectionTraits kDriftCorrections[] = {
-    {"none", kEverySchedule, Unweighted, SameLearningRate},
-    {"staleness", ScheduleBit(ScheduleKind::kPaci), WeightByStaleness, SameLearningRate},
-    {"stage-lr", ScheduleBit(ScheduleKind::kPaci), Unweighted, LearningRateByDriftBound},
+    {"none", kEverySchedule, Unweighted, SameLearningRate, NoPrediction, 0.0},
+    {"staleness", ScheduleBit(ScheduleKind::kPaci), WeightByStaleness, SameLearningRate,
+     NoPrediction, 0.0},
+    {"stage-lr", ScheduleBit(ScheduleKind::kPaci), Unweighted, LearningRateByDriftBound,
+     NoPrediction, 0.0},
+    {"predict", kDrifting, Unweighted, SameLearningRate, PredictTheSteps, 0.0},
+    {"delay-comp", kDrifting, Unweighted, SameLearningRate, NoPrediction, 2.0},
 };
 
 }  // namespace

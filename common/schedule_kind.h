@@ -97,6 +97,14 @@ struct DriftCorrectionTraits {
   // The factor of a stage's learning rate, from the stage's drift bound (1:
   // unchanged).
   double (*lr_factor)(int64_t drift_bound);
+  // Weight prediction: how many optimizer steps ahead along AdamW's update
+  // direction a forward's weights are extrapolated, from the steps its
+  // backward will have crossed (0: the forward runs on the weights as they
+  // are).
+  int64_t (*prediction_steps)(int64_t steps_ahead);
+  // Delay compensation: DC-ASGD's lambda, the weight of the Taylor term that
+  // moves a step's gradient to the weights it is applied to (0: none).
+  double delay_compensation;
 };
 
 // The rows, in the order their names are listed in messages: paci first (the

@@ -174,11 +174,26 @@ TEST(DriftCorrectionTableTest, EveryRowIsFoundByItsNameAndNoneIsTheDefaultForEve
     // No drift, nothing to correct.
     EXPECT_EQ(row.gradient_weight(0), 1.0);
     EXPECT_EQ(row.lr_factor(0), 1.0);
+    // A prediction looks at most as far ahead as the backward is, never back.
+    ASSERT_TRUE(row.prediction_steps != nullptr);
+    for (int64_t d = 0; d <= 64; ++d) {
+      EXPECT_GE(row.prediction_steps(d), 0);
+      EXPECT_LE(row.prediction_steps(d), d);
+    }
+    EXPECT_GE(row.delay_compensation, 0);
+    // A correction is for the drift: the flushing schedules, which have none, take only "none".
+    if (&row != &none) {
+      for (const ScheduleTraits& schedule : Schedules()) {
+        if (schedule.flushes) EXPECT_FALSE(DriftCorrectionAllowed(row, schedule.kind));
+      }
+    }
   }
+  EXPECT_EQ(FindDriftCorrection("predict")->prediction_steps(3), 3);
+  EXPECT_EQ(FindDriftCorrection("delay-comp")->delay_compensation, 2.0);
   for (const ScheduleTraits& schedule : Schedules()) {
     EXPECT_TRUE(DriftCorrectionAllowed(none, schedule.kind)) << schedule.name;
   }
-  EXPECT_EQ(DriftCorrectionNames(), "none, staleness or stage-lr");
+  EXPECT_EQ(DriftCorrectionNames(), "none, staleness, stage-lr, predict or delay-comp");
 }
 
 TEST(DriftCorrectionTableTest, StalenessWeightsByDriftAndStageLrScalesByTheBound) {

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <map>
+#include <utility>
 
 #include <torch/version.h>
 
@@ -133,6 +134,59 @@ void AdamW::FusedStep(double lr, const std::vector<torch::Tensor>& w,
                       options_.eps, /*amsgrad=*/false, /*maximize=*/false);
   }
 }
+
+void AdamW::Move(double lr_steps, bool forward) {
+  if (steps_ == 0 || lr_steps == 0) return;
+  torch::NoGradGuard no_grad;
+  const double bias1 = 1.0 - std::pow(options_.beta1, steps_);
+  const double root_bias2 = std::sqrt(1.0 - std::pow(options_.beta2, steps_));
+  for (size_t i = 0; i < params_.size(); ++i) {
+    torch::Tensor p = params_[i].second.data();
+    if (master_[i].defined() && !forward) {
+      p.copy_(master_[i]);  // exactly where it was
+      continue;
+    }
+    // -lr_steps * (m / bias1) / (sqrt(v) / sqrt(bias2) + eps)
+    torch::Tensor denom = exp_avg_sq_[i].sqrt().div_(root_bias2).add_(options_.eps);
+    const double scale = (forward ? -lr_steps : lr_steps) / bias1;
+    if (master_[i].defined()) {
+      p.copy_(master_[i].addcdiv(exp_avg_[i], denom, scale));
+    } else {
+      p.addcdiv_(exp_avg_[i], denom, scale);
+    }
+  }
+}
+
+void AdamW::CompensateDelay(double last_lr, double drift, double lambda) {
+  if (steps_ == 0 || drift == 0 || lambda == 0) return;
+  torch::NoGradGuard no_grad;
+  const double bias1 = 1.0 - std::pow(options_.beta1, steps_);
+  const double root_bias2 = std::sqrt(1.0 - std::pow(options_.beta2, steps_));
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const torch::Tensor& p = params_[i].second;
+    if (!p.grad().defined()) continue;
+    const torch::Tensor w = master_[i].defined() ? master_[i] : p.data();
+    const torch::Tensor g = p.grad().data().to(torch::kFloat);
+    // sqrt(v_hat), and the last move: w_now - w_then = -last_lr * (r + wd * w_then),
+    // r = m_hat / (sqrt(v_hat) + eps), with w_now = (1 - last_lr * wd) w_then - last_lr r.
+    const torch::Tensor root_v = exp_avg_sq_[i].sqrt().div_(root_bias2);
+    const torch::Tensor r = exp_avg_[i].div(bias1).div_(root_v + options_.eps);
+    torch::Tensor move;
+    const double decay = p.dim() >= 2 ? last_lr * options_.weight_decay : 0.0;
+    if (decay != 0) {
+      const torch::Tensor then = (w + last_lr * r) / (1.0 - decay);
+      move = w - then;
+    } else {
+      move = r.mul(-last_lr);
+    }
+    // g + lambda * g^2 * drift * move / sqrt(v_hat): zero where v_hat is (never seen a gradient).
+    const torch::Tensor term = g.square().mul_(move).mul_(lambda * drift).div_(root_v + options_.eps);
+    p.grad().data().add_(term.to(p.grad().scalar_type()));
+  }
+}
+
+void AdamW::Extrapolate(double lr_steps) { Move(lr_steps, /*forward=*/true); }
+void AdamW::Retract(double lr_steps) { Move(lr_steps, /*forward=*/false); }
 
 void AdamW::ZeroGrad() {
   // Dropped, as torch's zero_grad(set_to_none) does: the next backward then

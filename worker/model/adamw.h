@@ -51,6 +51,33 @@ class AdamW {
   // Drops the gradients (undefined until the next backward).
   void ZeroGrad();
 
+  // Weight prediction (pipeline.drift_correction "predict"): moves the
+  // parameters `lr_steps` (the learning rate times the steps to look ahead)
+  // along AdamW's current update direction, w - lr_steps * m_hat / (sqrt(v_hat)
+  // + eps), the moments bias-corrected at steps(), through p.data() as Step()
+  // does. Retract(lr_steps) moves them back: exactly for parameters with
+  // master weights (they take the master value again), up to one float32
+  // rounding otherwise. The same moments give the same move both ways, so
+  // nothing is stored: one temporary the size of the largest parameter. The
+  // decoupled weight decay's share (lr * weight_decay * w, a thousandth of the
+  // Adam term at the examples' rates) is left out: it would change with the
+  // move and break the symmetry. No move before the first step (no moments).
+  void Extrapolate(double lr_steps);
+  void Retract(double lr_steps);
+
+  // Delay compensation (pipeline.drift_correction "delay-comp"), DC-ASGD's
+  // adaptive form (Zheng et al., 2017) on AdamW, before Step(): a gradient
+  // g computed on weights `drift` steps old is moved to where the weights are
+  // now by the first-order Taylor term with the diagonal outer-product
+  // Hessian, g + lambda * g * g * (w_now - w_then) / sqrt(MS), where MS is
+  // AdamW's own bias-corrected second moment v_hat (the mean square DC-ASGD
+  // keeps) and w_now - w_then is `drift` times the last step's move, rebuilt
+  // from the moments that made it: the last step ran at `last_lr` and moved
+  // w by -last_lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * w_then) on
+  // matrices. No copy of the weights, no buffer: the moments now are the ones
+  // that made the last step. A no-op before the first step or for drift 0.
+  void CompensateDelay(double last_lr, double drift, double lambda);
+
   int64_t steps() const { return steps_; }
   // Whether the last Step() ran the fused kernel (at::_fused_adamw_).
   bool last_step_fused() const { return last_step_fused_; }
@@ -80,6 +107,8 @@ class AdamW {
                  const std::vector<torch::Tensor>& g, const std::vector<torch::Tensor>& exp_avg,
                  const std::vector<torch::Tensor>& exp_avg_sq, const std::vector<bool>& decay);
   torch::Tensor step_count_;  // float32 on the parameters' device: steps_, for the kernel
+  // Extrapolate (forward) or Retract.
+  void Move(double lr_steps, bool forward);
 };
 
 }  // namespace paci

@@ -229,6 +229,81 @@ TEST(AdamWTest, ParametersWithoutAGradientAreLeftAlone) {
   }
 }
 
+// pipeline.drift_correction "predict", by hand: one scalar, gradient 0.5, one
+// step of lr 0.1 (beta1 0.9, beta2 0.95): m = 0.05, v = 0.0125, bias
+// corrections 0.1 and 0.05, so m_hat = 0.5, sqrt(v_hat) = 0.5 and the step
+// moves w from 1 to 0.9. Looking two steps ahead at lr 0.1 (lr_steps 0.2)
+// moves it 0.2 * 0.5 / 0.5 further, to 0.7; Retract brings it back.
+TEST(AdamWTest, ExtrapolateMovesAlongTheUpdateByHandAndRetractMovesBack) {
+  torch::Tensor w = torch::ones({1}).requires_grad_(true);
+  AdamWOptions options;
+  options.weight_decay = 0;
+  AdamW adamw({{"w", w}}, options);
+  adamw.Extrapolate(0.2);  // no moments yet: nothing to extrapolate
+  EXPECT_FLOAT_EQ(w.item<float>(), 1.0f);
+  w.mutable_grad() = torch::full({1}, 0.5);
+  adamw.Step(0.1);
+  adamw.ZeroGrad();
+  EXPECT_NEAR(w.item<double>(), 0.9, 1e-6);
+  adamw.Extrapolate(0.2);
+  EXPECT_NEAR(w.item<double>(), 0.7, 1e-6);
+  adamw.Retract(0.2);
+  EXPECT_NEAR(w.item<double>(), 0.9, 1e-6);
+  // The moments are untouched: the next step is the one without the detour.
+  w.mutable_grad() = torch::full({1}, 0.5);
+  adamw.Step(0.1);
+  // m = 0.095, v = 0.024375; bias corrections 0.19, 0.0975: m_hat 0.5, sqrt(v_hat) 0.5.
+  EXPECT_NEAR(w.item<double>(), 0.8, 1e-6);
+}
+
+// pipeline.drift_correction "delay-comp", by hand (DC-ASGD-a with AdamW's
+// v_hat as its mean square). After one step of lr 0.1 on gradient 0.5 (as
+// above: m_hat 0.5, sqrt(v_hat) 0.5, the step moved w by -0.1), a gradient
+// 0.4 that crossed that one step becomes 0.4 + 2 * 0.4^2 * (-0.1) / 0.5 =
+// 0.336. On a matrix with weight decay 0.1 the step moved w from 1 to
+// 0.99 - 0.1 = 0.89, a move of -0.11: 0.4 + 2 * 0.16 * (-0.11) / 0.5 = 0.3296.
+// Drift 0 leaves the gradient alone.
+TEST(AdamWTest, CompensateDelayAddsTheTaylorTermByHand) {
+  for (const bool matrix : {false, true}) {
+    SCOPED_TRACE(matrix ? "matrix with weight decay" : "vector");
+    torch::Tensor w = torch::ones(matrix ? std::vector<int64_t>{1, 1} : std::vector<int64_t>{1})
+                          .requires_grad_(true);
+    AdamWOptions options;
+    options.weight_decay = 0.1;  // matrices only
+    AdamW adamw({{"w", w}}, options);
+    w.mutable_grad() = torch::full_like(w, 0.5);
+    adamw.CompensateDelay(0.1, 1, 2.0);  // before any step: nothing to compensate for
+    EXPECT_FLOAT_EQ(w.grad().item<float>(), 0.5f);
+    adamw.Step(0.1);
+    adamw.ZeroGrad();
+    EXPECT_NEAR(w.item<double>(), matrix ? 0.89 : 0.9, 1e-6);
+    w.mutable_grad() = torch::full_like(w, 0.4);
+    adamw.CompensateDelay(0.1, 0, 2.0);
+    EXPECT_FLOAT_EQ(w.grad().item<float>(), 0.4f);
+    adamw.CompensateDelay(0.1, 1, 2.0);
+    EXPECT_NEAR(w.grad().item<double>(), matrix ? 0.3296 : 0.336, 1e-6);
+  }
+}
+
+// With master weights (bf16 parameters) Retract restores the parameter exactly,
+// and the extrapolated one is the rounding of master + the move.
+TEST(AdamWTest, RetractRestoresBf16WeightsExactly) {
+  torch::manual_seed(5);
+  torch::nn::Linear layer(16, 8);
+  layer->to(torch::kBFloat16);
+  AdamW adamw({{"weight", layer->weight}, {"bias", layer->bias}}, AdamWOptions{});
+  for (int step = 0; step < 3; ++step) {
+    layer(torch::randn({4, 16}).to(torch::kBFloat16)).to(torch::kFloat).pow(2).sum().backward();
+    adamw.Step(1e-2);
+    adamw.ZeroGrad();
+  }
+  const torch::Tensor before = layer->weight.detach().clone();
+  adamw.Extrapolate(5e-2);
+  EXPECT_FALSE(torch::equal(layer->weight, before));
+  adamw.Retract(5e-2);
+  EXPECT_TRUE(torch::equal(layer->weight, before));
+}
+
 TEST(AdamWTest, CudaMatchesCpuForFloat32AndBf16Weights) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA here (a CPU LibTorch or no GPU)";
   for (torch::ScalarType dtype : {torch::kFloat, torch::kBFloat16}) {

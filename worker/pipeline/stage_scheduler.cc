@@ -105,6 +105,11 @@ absl::StatusOr<BackwardResult> StageScheduler::OnBackward(uint64_t micro_batch_i
   return result;
 }
 
+int64_t StageScheduler::StepsBeforeBackward(uint64_t micro_batch_id) const {
+  const int64_t at_backward = static_cast<int64_t>(micro_batch_id / accumulation_);
+  return std::max<int64_t>(0, at_backward - version_);
+}
+
 DrainWork StageScheduler::drain_work() const {
   const int64_t step = drained_step();
   DrainWork work;

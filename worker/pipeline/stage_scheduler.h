@@ -89,6 +89,14 @@ class StageScheduler {
   // Stage 0: the work due at drained_step() is done; go on injecting.
   void OnDrainHandled();
 
+  // The optimizer steps this stage will take between now and the backward of
+  // `micro_batch_id` (before its own step): the drift that micro-batch's
+  // backward will report if it is forwarded now. Exact, not a bound:
+  // backwards run in id order and every a-th one steps, so the version at the
+  // backward of micro-batch m is floor(m / a). pipeline.drift_correction
+  // "predict" forwards it on weights extrapolated that many steps ahead.
+  int64_t StepsBeforeBackward(uint64_t micro_batch_id) const;
+
   bool is_first() const { return options_.stage == 0; }
   bool is_last() const { return options_.stage == options_.num_stages - 1; }
   int accumulation() const { return accumulation_; }

@@ -1,6 +1,7 @@
 #include "worker/runtime/stage_model.h"
 
 #include <cmath>
+#include <utility>
 
 #include <glog/logging.h>
 
@@ -127,9 +128,33 @@ double StageModel::GradientNorm() const {
   return torch::stack(norms).norm().item<double>();
 }
 
-StageModel::StepOutcome StageModel::Step(int64_t step) {
+StageModel::Prediction::Prediction(AdamW* optimizer, double lr_steps)
+    : optimizer_(lr_steps == 0 ? nullptr : optimizer), lr_steps_(lr_steps) {
+  if (optimizer_ != nullptr) optimizer_->Extrapolate(lr_steps_);
+}
+
+StageModel::Prediction::Prediction(Prediction&& other) noexcept
+    : optimizer_(std::exchange(other.optimizer_, nullptr)), lr_steps_(other.lr_steps_) {}
+
+StageModel::Prediction::~Prediction() {
+  if (optimizer_ != nullptr) optimizer_->Retract(lr_steps_);
+}
+
+StageModel::Prediction StageModel::PredictWeights(int64_t steps_ahead, int64_t steps_taken) {
+  const int64_t steps = correction_->prediction_steps(steps_ahead);
+  if (steps <= 0) return Prediction(nullptr, 0);
+  // The next step's rate (Step(steps_taken + 1) uses LearningRateAt(steps_taken)).
+  const double lr = LearningRateAt(lr_, steps_taken) * lr_factor_;
+  return Prediction(optimizer_.get(), lr * static_cast<double>(steps));
+}
+
+StageModel::StepOutcome StageModel::Step(int64_t step, double mean_drift) {
   // The guard and optimizer.clip_norm look at this stage's gradients only: no
   // stage waits for another's norm (docs/design.md, "Training safety").
+  if (step > 1 && mean_drift > 0 && correction_->delay_compensation != 0) {
+    optimizer_->CompensateDelay(LearningRateAt(lr_, step - 2) * lr_factor_, mean_drift,
+                                correction_->delay_compensation);
+  }
   StepOutcome outcome;
   outcome.gradient_norm = GradientNorm();
   outcome.skipped = !std::isfinite(outcome.gradient_norm);

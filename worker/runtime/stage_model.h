@@ -65,13 +65,38 @@ class StageModel {
   // Every defined gradient, in parameter order (what replicas average).
   std::vector<torch::Tensor> Gradients() const;
 
+  // pipeline.drift_correction "predict" (its row's prediction_steps): while
+  // the returned guard lives, the weights are extrapolated along AdamW's
+  // update direction by the steps a forward's backward will have crossed
+  // (`steps_ahead`, StageScheduler::StepsBeforeBackward), at the learning rate
+  // of the next step after `steps_taken`; the forward then runs on about the
+  // weights its backward meets. The guard's end moves them back
+  // (AdamW::Extrapolate and Retract: no copy of the weights). A no-op for
+  // the other corrections and for steps_ahead 0.
+  class Prediction {
+   public:
+    Prediction(AdamW* optimizer, double lr_steps);
+    Prediction(Prediction&& other) noexcept;
+    Prediction(const Prediction&) = delete;
+    Prediction& operator=(const Prediction&) = delete;
+    Prediction& operator=(Prediction&&) = delete;
+    ~Prediction();
+
+   private:
+    AdamW* optimizer_;  // null: nothing moved
+    double lr_steps_;
+  };
+  [[nodiscard]] Prediction PredictWeights(int64_t steps_ahead, int64_t steps_taken);
+
   struct StepOutcome {
     double gradient_norm = 0;  // before clipping; NaN or Inf when a gradient is
     bool skipped = false;      // the gradients were not finite: weights unchanged
   };
-  // Optimizer step number `step` (1-based): the guard, clip_norm, AdamW at
-  // the schedule's rate (times "stage-lr"'s factor), then the gradients dropped.
-  StepOutcome Step(int64_t step);
+  // Optimizer step number `step` (1-based): "delay-comp"'s compensation of
+  // the gradients for `mean_drift` (the mean drift of the step's
+  // micro-batches), the guard, clip_norm, AdamW at the schedule's rate (times
+  // "stage-lr"'s factor), then the gradients dropped.
+  StepOutcome Step(int64_t step, double mean_drift = 0);
   // HashTensors of the weights, chained on `previous`.
   uint32_t HashWeights(uint32_t previous) const;
 

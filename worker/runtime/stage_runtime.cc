@@ -158,9 +158,14 @@ absl::Status StageRuntime::Forward() {
     ASSIGN_OR_RETURN(input, channel_.Incoming(frame, *model_));
     input.requires_grad_(true);
   }
+  // pipeline.drift_correction "predict": the forward runs on the weights
+  // extrapolated by the steps its backward will cross (none at the last stage).
+  const int64_t steps_ahead = scheduler_->StepsBeforeBackward(id);
   RETURN_IF_ERROR(scheduler_->OnForward(id));
   torch::Tensor output;
   {
+    const StageModel::Prediction prediction =
+        model_->PredictWeights(steps_ahead, scheduler_->version());
     AutocastScope autocast(model_->placement());
     output = model_->module()(input);
     if (last_) {
@@ -192,6 +197,7 @@ absl::Status StageRuntime::Backward() {
   // pipeline.drift_correction "staleness": this micro-batch's share of the stage's gradient
   // is weighted 1/(1+drift). The sum so far is divided by the weight before the backward
   // and all of it multiplied after: G + w g, with no copy of G.
+  step_drift_sum_ += result.drift;
   const double weight = model_->GradientWeight(result.drift);
   if (weight != 1.0) model_->ScaleGradients(1.0 / weight);
   if (last_) {
@@ -245,7 +251,10 @@ absl::StatusOr<std::optional<double>> StageRuntime::StepOptimizer() {
     stats_.ObserveAllReduce(absl::ToDoubleSeconds(options_.clock->Now() - start));
     Mark(v1::Span::ALL_REDUCE, std::nullopt, step);
   }
-  const StageModel::StepOutcome outcome = model_->Step(step);
+  const double mean_drift =
+      static_cast<double>(step_drift_sum_) / static_cast<double>(scheduler_->accumulation());
+  step_drift_sum_ = 0;
+  const StageModel::StepOutcome outcome = model_->Step(step, mean_drift);
   if (outcome.skipped) {
     stats_.AddNonfiniteSkip();
     LOG(WARNING) << "job=" << spec_.name() << " stage " << stage_ << " step " << step

@@ -148,6 +148,8 @@ class StageRuntime {
   // Last stage: the sum of the current step's micro-batch losses, on the
   // device (float64), read once per optimizer step: each read waits for the GPU.
   torch::Tensor step_loss_sum_;
+  // The drifts of this step's backwards so far ("delay-comp" compensates their mean).
+  int64_t step_drift_sum_ = 0;
   int64_t nonfinite_losses_ = 0;  // last stage: steps in a row with a NaN or Inf loss
   double eval_loss_sum_ = 0;
   int eval_seen_ = 0;

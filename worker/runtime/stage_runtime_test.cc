@@ -358,8 +358,8 @@ std::pair<std::vector<std::string>, int64_t> FirstStageActivations(const std::st
 }
 
 // pipeline.drift_correction changes the updates, not the schedule: the same run twice is
-// the same; staleness (1/(1+drift) per micro-batch) and stage-lr (lr / sqrt(1 + bound))
-// each give other weights after the first step, and the drift stays within the bound.
+// the same; every other row of the table gives other weights (or, for predict, other
+// forward weights) after the first step, and the drift stays within the bound.
 TEST(StageRuntimeTest, DriftCorrectionsChangeTheUpdatesNotTheSchedule) {
   const auto [plain, plain_drift] = FirstStageActivations("none");
   const auto [again, again_drift] = FirstStageActivations("none");
@@ -376,6 +376,17 @@ TEST(StageRuntimeTest, DriftCorrectionsChangeTheUpdatesNotTheSchedule) {
   EXPECT_NE(staleness.back(), plain.back());
   EXPECT_NE(stage_lr.back(), plain.back());
   EXPECT_NE(staleness.back(), stage_lr.back());
+  // predict (forwards on weights extrapolated by the steps their backward will cross) and
+  // delay-comp (DC-ASGD's Taylor term on each step's gradients) each change them too.
+  const auto [predict, predict_drift] = FirstStageActivations("predict");
+  const auto [delay_comp, delay_comp_drift] = FirstStageActivations("delay-comp");
+  EXPECT_EQ(predict_drift, 1);
+  EXPECT_EQ(delay_comp_drift, 1);
+  EXPECT_EQ(predict[0], plain[0]);
+  EXPECT_EQ(delay_comp[1], plain[1]);
+  EXPECT_NE(predict.back(), plain.back());
+  EXPECT_NE(delay_comp.back(), plain.back());
+  EXPECT_NE(predict.back(), delay_comp.back());
 }
 
 // optimizer.clip_norm scales this stage's gradients down to the norm before AdamW: at a
