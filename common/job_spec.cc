@@ -141,6 +141,15 @@ PipelineShape PipelineShapeOf(const v1::PipelineSpec& pipeline) {
 // for the validator to name.
 void ApplyAccumulationDefault(v1::PipelineSpec* pipeline) {
   if (pipeline->accumulation() != 0) return;
+  // From the global batch, when it splits evenly (else the validator names it).
+  const int64_t per_accumulation =
+      int64_t{pipeline->micro_batch_size()} * pipeline->data_parallel();
+  if (pipeline->has_global_batch() && per_accumulation > 0 &&
+      pipeline->global_batch() % per_accumulation == 0 &&
+      pipeline->global_batch() / per_accumulation > 0) {
+    pipeline->set_accumulation(static_cast<int32_t>(pipeline->global_batch() / per_accumulation));
+    return;
+  }
   absl::StatusOr<ScheduleKind> kind = ParseScheduleKind(pipeline->schedule());
   if (!kind.ok()) return;
   const int accumulation =
@@ -251,6 +260,12 @@ int64_t LargestLinkMessageBytes(const v1::JobSpec& spec) {
 std::string StageName(const v1::PipelineSpec& pipeline, int stage, int replica) {
   if (pipeline.data_parallel() <= 1) return absl::StrCat("stage ", stage);
   return absl::StrCat("stage ", stage, " replica ", replica);
+}
+
+int64_t GlobalBatch(const v1::PipelineSpec& pipeline) {
+  if (pipeline.has_global_batch()) return pipeline.global_batch();
+  return int64_t{pipeline.accumulation()} * pipeline.micro_batch_size() *
+         std::max(1, pipeline.data_parallel());
 }
 
 int64_t DriftLimit(const v1::PipelineSpec& pipeline) {

@@ -120,4 +120,9 @@ PipelineShape PipelineShapeOf(const v1::PipelineSpec& pipeline);
 // 0 for the flushes). The status, the summary and the alert show this.
 int64_t DriftLimit(const v1::PipelineSpec& pipeline);
 
+// The job's global batch, sequences per optimizer step over every replica:
+// pipeline.global_batch when given, else R x accumulation x micro_batch_size
+// (what a valid spec's global_batch equals).
+int64_t GlobalBatch(const v1::PipelineSpec& pipeline);
+
 }  // namespace paci

@@ -62,6 +62,8 @@ struct FieldSetUp {
   // With no CRD maximum: the largest value the coordinator takes, when a
   // cross-field rule keeps it below what the field's type holds.
   std::optional<int64_t> largest;
+  // The patch at and past the maximum, when it differs from `patch`.
+  const char* patch_at_maximum = nullptr;
 };
 
 const FieldSetUp kSetUps[] = {
@@ -82,6 +84,11 @@ const FieldSetUp kSetUps[] = {
     // (at most 32768 heads there: rotary positions need an even head size).
     {"model.numKvHeads",
      R"({"model": {"architecture": "llama", "dModel": 65536, "numHeads": 32768}})", 32768},
+    // The global batch gives the accumulation (at most 4096) with micro-batches of one
+    // sequence at its minimum, of 65536 on 4 replicas at its maximum of 2^30.
+    {"pipeline.globalBatch", R"({"pipeline": {"accumulation": null, "microBatchSize": 1, "globalBatch": 2}})", std::nullopt,
+     R"({"pipeline": {"accumulation": null, "microBatchSize": 65536, "dataParallel": 4,
+                      "globalBatch": 262144}})"},
 };
 
 const FieldSetUp* FieldSetUpOf(const std::string& path) {
@@ -188,10 +195,15 @@ absl::Status Check(const json& spec) {
   return ValidateJobSpec(*parsed);
 }
 
-// The base spec, set up for `path`, with `value` at `path`.
-json SpecWith(const std::string& path, const json& value) {
+// The base spec, set up for `path` (at or past its maximum: `at_maximum`), with `value`
+// at `path`.
+json SpecWith(const std::string& path, const json& value, bool at_maximum) {
   json spec = json::parse(kBaseSpec);
-  if (const FieldSetUp* set_up = FieldSetUpOf(path)) spec.merge_patch(json::parse(set_up->patch));
+  if (const FieldSetUp* set_up = FieldSetUpOf(path)) {
+    spec.merge_patch(json::parse(at_maximum && set_up->patch_at_maximum != nullptr
+                                     ? set_up->patch_at_maximum
+                                     : set_up->patch));
+  }
   spec[json::json_pointer("/" + absl::StrJoin(absl::StrSplit(path, '.'), "/"))] = value;
   return spec;
 }
@@ -333,6 +345,11 @@ TEST(JobSpecCrdTest, BaseSpecIsValidWithEverySetUp) {
     spec.merge_patch(json::parse(set_up.patch));
     const absl::Status status = Check(spec);
     EXPECT_TRUE(status.ok()) << set_up.path << ": " << status;
+    if (set_up.patch_at_maximum != nullptr) {
+      json at_maximum = json::parse(kBaseSpec);
+      at_maximum.merge_patch(json::parse(set_up.patch_at_maximum));
+      EXPECT_TRUE(Check(at_maximum).ok()) << set_up.path << ": " << Check(at_maximum);
+    }
     EXPECT_NE(FindProtoField(set_up.path).field, nullptr) << set_up.path << ": a stale set-up";
   }
 }
@@ -342,7 +359,7 @@ TEST(JobSpecCrdTest, ValueAtEveryCrdBoundIsAccepted) {
     for (const Side& side : SidesOf(number)) {
       if (!side.bound) continue;
       const json value = Taken(number, side);
-      const absl::Status status = Check(SpecWith(number.path, value));
+      const absl::Status status = Check(SpecWith(number.path, value, side.direction > 0));
       EXPECT_TRUE(status.ok()) << Describe(number, side, value) << ": " << status;
     }
   }
@@ -354,7 +371,7 @@ TEST(JobSpecCrdTest, ValueJustPastEveryCrdBoundIsRefusedNamingTheField) {
     for (const Side& side : SidesOf(number)) {
       if (!side.bound) continue;
       const json value = Refused(number, side);
-      const absl::Status status = Check(SpecWith(number.path, value));
+      const absl::Status status = Check(SpecWith(number.path, value, side.direction > 0));
       EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument)
           << Describe(number, side, value) << ": " << status;
       // The validator's "model.seq_len: must be ..." or, for what the parser
@@ -376,7 +393,7 @@ TEST(JobSpecCrdTest, ValueTheCrdLeavesUnboundedIsAccepted) {
       const json value = side.direction > 0 && set_up != nullptr && set_up->largest
                              ? json(*set_up->largest)
                              : Extreme(*proto.field, side.direction);
-      const absl::Status status = Check(SpecWith(number.path, value));
+      const absl::Status status = Check(SpecWith(number.path, value, side.direction > 0));
       EXPECT_TRUE(status.ok()) << Describe(number, side, value)
                                << ": the coordinator has a bound the CRD lacks: " << status;
     }

@@ -384,15 +384,47 @@ v1::JobSpec PipelineSpec(int P, const std::string& pipeline_extra) {
   return *spec;
 }
 
-TEST(DriftLimitTest, AGivenLimitDerivesTheSmallestAccumulationWithinIt) {
-  for (auto [P, D, a] : {std::tuple{8, 1, 7}, {8, 2, 4}, {8, 3, 3}, {8, 7, 1}, {8, 100, 1},
-                         {4, 1, 3}, {2, 1, 1}, {1, 0, 1}, {16, 2, 8}}) {
-    const v1::JobSpec spec = PipelineSpec(P, absl::StrCat(", max_drift: ", D));
-    SCOPED_TRACE(absl::StrCat("P=", P, " D=", D));
+// pipeline.global_batch (micro_batch_size 2 here): the accumulation follows from it
+// and the replicas, or it from the accumulation; a drift limit never chooses either.
+TEST(GlobalBatchTest, TheAccumulationFollowsFromTheGlobalBatchAndTheReplicas) {
+  for (auto [R, G, a] : {std::tuple{1, 8, 4}, {2, 8, 2}, {4, 8, 1}, {1, 2, 1}, {3, 60, 10}}) {
+    SCOPED_TRACE(absl::StrCat("R=", R, " G=", G));
+    const v1::JobSpec spec =
+        PipelineSpec(4, absl::StrCat(", global_batch: ", G, ", data_parallel: ", R));
     EXPECT_EQ(spec.pipeline().accumulation(), a);
-    EXPECT_EQ(spec.pipeline().max_drift(), D);
+    EXPECT_EQ(spec.pipeline().global_batch(), G);
     EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
   }
+  // Given the accumulation, the global batch is what it gives; the spec keeps what the user gave.
+  const v1::JobSpec from_accumulation = PipelineSpec(4, ", accumulation: 3, data_parallel: 2");
+  EXPECT_FALSE(from_accumulation.pipeline().has_global_batch());
+  EXPECT_EQ(GlobalBatch(from_accumulation.pipeline()), 12);
+  EXPECT_EQ(GlobalBatch(PipelineSpec(4, ", global_batch: 8, data_parallel: 2").pipeline()), 8);
+  // The same global batch whatever the drift limit: D only checks the split.
+  const v1::JobSpec limited = PipelineSpec(4, ", global_batch: 8, max_drift: 1");
+  EXPECT_EQ(limited.pipeline().accumulation(), 4);
+  EXPECT_TRUE(ValidateJobSpec(limited).ok()) << ValidateJobSpec(limited);
+}
+
+TEST(GlobalBatchTest, AMaxDriftAloneOrASplitThatDoesNotAddUpIsRefusedNamingTheField) {
+  EXPECT_EQ(ValidateJobSpec(PipelineSpec(4, ", max_drift: 1")).message(),
+            "pipeline.accumulation: required (or pipeline.global_batch, from which it is "
+            "derived); max_drift does not choose the batch, the sequences per optimizer step "
+            "are yours");
+  EXPECT_EQ(ValidateJobSpec(PipelineSpec(4, ", global_batch: 7")).message(),
+            "pipeline.global_batch: must be a multiple of micro_batch_size x data_parallel (2 x "
+            "1 = 2), got 7");
+  EXPECT_EQ(ValidateJobSpec(PipelineSpec(4, ", global_batch: 8, accumulation: 2")).message(),
+            "pipeline.global_batch: must be accumulation x micro_batch_size x data_parallel (2 x "
+            "1 = 2): 2 x 2 = 4; give one of global_batch and accumulation, or both in agreement, "
+            "got 8");
+  ExpectInvalid(PipelineSpec(4, ", global_batch: 0"), "pipeline.global_batch");
+  ExpectInvalid(PipelineSpec(4, ", global_batch: -4"), "pipeline.global_batch");
+  // A global batch too small for the limit: the accumulation it gives is named.
+  EXPECT_EQ(ValidateJobSpec(PipelineSpec(4, ", global_batch: 2, max_drift: 1")).message(),
+            "pipeline.max_drift: accumulation 1 lets a micro-batch cross ceil(3/1) = 3 optimizer "
+            "steps at stage 0, more than max_drift 1; use accumulation of at least 3 (for the "
+            "same global batch, a micro_batch_size that many times smaller)");
 }
 
 TEST(DriftLimitTest, LeftOutItIsWhatTheAccumulationGives) {
@@ -416,9 +448,9 @@ TEST(DriftLimitTest, LeftOutItIsWhatTheAccumulationGives) {
 TEST(DriftLimitTest, AContradictionOrAnImpossibleLimitIsRefusedNamingMaxDrift) {
   EXPECT_EQ(ValidateJobSpec(PipelineSpec(8, ", accumulation: 2, max_drift: 2")).message(),
             "pipeline.max_drift: accumulation 2 lets a micro-batch cross ceil(7/2) = 4 optimizer "
-            "steps at stage 0, more than max_drift 2; use accumulation of at least 4, or leave it "
-            "out to have it derived");
-  EXPECT_EQ(ValidateJobSpec(PipelineSpec(4, ", max_drift: 0")).message(),
+            "steps at stage 0, more than max_drift 2; use accumulation of at least 4 (for the "
+            "same global batch, a micro_batch_size that many times smaller)");
+  EXPECT_EQ(ValidateJobSpec(PipelineSpec(4, ", accumulation: 4, max_drift: 0")).message(),
             "pipeline.max_drift: 0 with schedule paci needs a single stage (a drift of 0 is the "
             "flush: use schedule 1f1b-flush), got 4 stages");
   ExpectInvalid(PipelineSpec(4, ", schedule: async-1f1b, max_drift: 2"), "pipeline.max_drift");
@@ -428,7 +460,7 @@ TEST(DriftLimitTest, AContradictionOrAnImpossibleLimitIsRefusedNamingMaxDrift) {
   EXPECT_TRUE(ValidateJobSpec(PipelineSpec(4, ", schedule: 1f1b-flush, accumulation: 4, max_drift: 0")).ok());
   // Neither given.
   EXPECT_EQ(ValidateJobSpec(PipelineSpec(4, "")).message(),
-            "pipeline.accumulation: required (or pipeline.max_drift, from which it is derived)");
+            "pipeline.accumulation: required (or pipeline.global_batch, from which it is derived)");
 }
 
 TEST(DriftCorrectionTest, IsNoneByDefaultOneOfTheTablesAndOnlyForTheDriftingSchedules) {
@@ -516,7 +548,8 @@ TEST(ApplyJobSpecDefaultsTest, ALeftOutAccumulationIsTheSchedulesRowsDefault) {
     EXPECT_EQ(spec.pipeline().accumulation(), schedule.default_accumulation(shape))
         << schedule.name;
   }
-  EXPECT_EQ(PipelineSpec(8, ", max_drift: 2").pipeline().accumulation(), 4);
+  // A drift limit never chooses the batch: paci derives no accumulation from it.
+  EXPECT_EQ(PipelineSpec(8, ", max_drift: 2").pipeline().accumulation(), 0);
   EXPECT_EQ(PipelineSpec(8, ", max_drift: 2, schedule: async-1f1b").pipeline().accumulation(), 1);
   EXPECT_EQ(PipelineSpec(8, ", max_drift: 2, schedule: gpipe").pipeline().accumulation(), 0);
 }

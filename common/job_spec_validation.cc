@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -181,6 +182,32 @@ absl::Status ValidateDriftCorrection(const v1::PipelineSpec& p, ScheduleKind kin
                  quoted);
 }
 
+// pipeline.global_batch and pipeline.accumulation: one of them given, and
+// R x a x micro_batch_size = global batch. A drift limit never chooses them.
+absl::Status ValidateGlobalBatch(const v1::PipelineSpec& p) {
+  const int64_t per_accumulation = int64_t{p.micro_batch_size()} * p.data_parallel();
+  if (p.accumulation() == 0 && !p.has_global_batch()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pipeline.accumulation: required (or pipeline.global_batch, from which it is derived)",
+        p.has_max_drift() ? "; max_drift does not choose the batch, the sequences per optimizer "
+                            "step are yours"
+                          : ""));
+  }
+  if (!p.has_global_batch()) return absl::OkStatus();
+  RETURN_IF_ERROR(RequireBetween("pipeline.global_batch", p.global_batch(), 1, 1 << 30));
+  const std::string split =
+      absl::StrCat("micro_batch_size x data_parallel (", p.micro_batch_size(), " x ",
+                   p.data_parallel(), " = ", per_accumulation, ")");
+  RETURN_IF_ERROR(Require(p.global_batch() % per_accumulation == 0, "pipeline.global_batch",
+                          absl::StrCat("a multiple of ", split), p.global_batch()));
+  return Require(int64_t{p.accumulation()} * per_accumulation == p.global_batch(),
+                 "pipeline.global_batch",
+                 absl::StrCat("accumulation x ", split, ": ", p.accumulation(), " x ",
+                              per_accumulation, " = ", int64_t{p.accumulation()} * per_accumulation,
+                              "; give one of global_batch and accumulation, or both in agreement"),
+                 p.global_batch());
+}
+
 absl::Status ValidatePipeline(const v1::PipelineSpec& p, int num_layers) {
   RETURN_IF_ERROR(RequireBetween("pipeline.num_stages", p.num_stages(), 1, 64));
   if (p.num_stages() > num_layers) {
@@ -194,18 +221,13 @@ absl::Status ValidatePipeline(const v1::PipelineSpec& p, int num_layers) {
         absl::StrCat("pipeline.schedule: ", kind.status().message()));
   }
   const ScheduleTraits& schedule = ScheduleTraitsOf(*kind);
-  if (p.accumulation() == 0 && !p.has_max_drift()) {
-    return absl::InvalidArgumentError(
-        "pipeline.accumulation: required (or pipeline.max_drift, from which it is derived)");
-  }
-  // A limit that no accumulation meets is named before the accumulation it left unset.
-  if (p.accumulation() == 0) RETURN_IF_ERROR(ValidateDriftLimit(p, schedule));
+  RETURN_IF_ERROR(RequireBetween("pipeline.micro_batch_size", p.micro_batch_size(), 1, 65536));
+  RETURN_IF_ERROR(RequireBetween("pipeline.data_parallel", p.data_parallel(), 1, 256));
+  RETURN_IF_ERROR(ValidateGlobalBatch(p));
   RETURN_IF_ERROR(RequireBetween("pipeline.accumulation", p.accumulation(), 1, 4096));
   RETURN_IF_ERROR(schedule.check_accumulation(PipelineShapeOf(p)));
   RETURN_IF_ERROR(ValidateDriftLimit(p, schedule));
   RETURN_IF_ERROR(ValidateDriftCorrection(p, *kind));
-  RETURN_IF_ERROR(RequireBetween("pipeline.micro_batch_size", p.micro_batch_size(), 1, 65536));
-  RETURN_IF_ERROR(RequireBetween("pipeline.data_parallel", p.data_parallel(), 1, 256));
   if (!p.partition().empty() && p.partition() != "balanced" && p.partition() != "even") {
     return ParsePartitionBoundaries(p.partition(), num_layers, p.num_stages()).status();
   }

@@ -40,11 +40,6 @@ int GroupInFlight(int num_stages, int stage, int effective_accumulation) {
   return effective_accumulation;
 }
 
-// paci: the smallest accumulation within pipeline.max_drift, when given.
-int AccumulationFromDriftLimit(const PipelineShape& p) {
-  if (!p.max_drift.has_value()) return 0;
-  return AccumulationForDriftLimit(p.num_stages, *p.max_drift);
-}
 int NoDefaultAccumulation(const PipelineShape& p) { return 0; }
 int DefaultAccumulationOne(const PipelineShape& p) { return 1; }
 
@@ -63,7 +58,8 @@ absl::Status AccumulationWithinDriftLimit(const PipelineShape& p, int64_t drift)
       "pipeline.max_drift: accumulation ", p.accumulation, " lets a micro-batch cross ceil(",
       p.num_stages - 1, "/", p.accumulation, ") = ", drift,
       " optimizer steps at stage 0, more than max_drift ", D, "; use accumulation of at least ",
-      AccumulationForDriftLimit(p.num_stages, D), ", or leave it out to have it derived"));
+      AccumulationForDriftLimit(p.num_stages, D),
+      " (for the same global batch, a micro_batch_size that many times smaller)"));
 }
 
 // paci: as above, and a limit of 0 needs one stage (0 is the flush).
@@ -94,7 +90,7 @@ absl::Status AsyncDriftLimit(const PipelineShape& p, int64_t drift) {
 constexpr ScheduleTraits kSchedules[] = {
     {ScheduleKind::kPaci, "paci", /*flushes=*/false, AccumulationAsGiven, OneFOneBInFlight,
      /*last_stage_waits_for_group=*/false, CeilOvertakersOverAccumulation,
-     AccumulationFromDriftLimit, AnyAccumulation, PaciDriftLimit},
+     NoDefaultAccumulation, AnyAccumulation, PaciDriftLimit},
     {ScheduleKind::kOneFOneBFlush, "1f1b-flush", /*flushes=*/true, AccumulationAsGiven,
      OneFOneBInFlight, /*last_stage_waits_for_group=*/false, NeverDrifts, NoDefaultAccumulation,
      AnyAccumulation, AccumulationWithinDriftLimit},

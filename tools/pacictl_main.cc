@@ -31,6 +31,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/strings/str_cat.h"
@@ -44,6 +45,7 @@
 #include "paci/v1/coordinator.grpc.pb.h"
 #include "tools/job_view.h"
 #include "tools/local_launcher.h"
+#include "tools/parity.h"
 #include "tools/kube_job.h"
 #include "tools/kube_logs.h"
 #include "tools/prepare_data.h"
@@ -70,7 +72,9 @@ ABSL_FLAG(int, limit, 0, "list: at most this many jobs (0: every job, page after
 ABSL_FLAG(int, page_size, 0, "list: jobs per request (0: the coordinator's default, 100; max 1000)");
 ABSL_FLAG(std::string, page_token, "", "list: start at this page (printed by a --limit list)");
 ABSL_FLAG(std::string, labels, "", "submit: the job's labels, K=V[,K=V...]");
-ABSL_FLAG(std::string, out, "", "prepare-data: the dataset folder to write");
+ABSL_FLAG(std::string, out, "",
+          "prepare-data: the dataset folder to write; parity: the folder for the runs, the "
+          "table and the plot (default parity-<job name>)");
 ABSL_FLAG(std::string, tokenizer, "", "prepare-data: char (default), bpe or unigram");
 ABSL_FLAG(std::string, tokenizer_model, "",
           "prepare-data: tokenize with this SentencePiece .model file instead");
@@ -99,6 +103,10 @@ ABSL_FLAG(bool, dataset, false, "logs: the dataset initializer's pod instead");
 ABSL_FLAG(int, tail, 0, "logs: only the last N lines (0: all)");
 ABSL_FLAG(bool, follow, false, "logs: go on printing what the pod writes until it ends");
 ABSL_FLAG(std::string, model_binary, "", "sample, export: paci_model; default: beside pacictl");
+ABSL_FLAG(std::string, seeds, "1,2,3",
+          "parity: the seeds (model.init_seed and data.seed) of the pairs of runs");
+ABSL_FLAG(int64_t, steps, 0, "parity: optimizer steps of every run (0: the spec's training.steps)");
+
 
 namespace {
 
@@ -125,6 +133,12 @@ constexpr char kUsage[] =
     "        coordinator and one paci_worker per stage on 127.0.0.1, live progress,\n"
     "        a summary table at the end. --summary=PATH also writes it as JSON;\n"
     "        --trace=PATH writes each stage's timeline as Chrome trace JSON.\n"
+    "parity  the loss-parity check: trains SPEC.yaml and its flush twin (1f1b-flush,\n"
+    "        the same model, data, global batch and optimizer) for each seed, one run\n"
+    "        at a time, and reports the final validation loss gap to the flush paired\n"
+    "        by seed with its spread, tokens/s, and the speed-up in wall time to the\n"
+    "        flush's losses: a table, parity.json and parity.png (with gnuplot) in\n"
+    "        --out. --steps=N shortens every run to N steps.\n"
     "submit  sends SPEC.yaml to the coordinator (idempotent on the job's name).\n"
     "get     one job's phase, reason, conditions and stages.\n"
     "list    the jobs in submission order, fetched page by page; filters by phase,\n"
@@ -326,6 +340,37 @@ int Train(const std::string& spec_path) {
   return paci::LocalLauncher(options).Run();
 }
 
+int Parity(const std::string& spec_path) {
+  paci::ParityOptions options;
+  options.spec_path = spec_path;
+  options.seeds.clear();
+  for (absl::string_view item :
+       absl::StrSplit(absl::GetFlag(FLAGS_seeds), ',', absl::SkipWhitespace())) {
+    int seed = 0;
+    if (!absl::SimpleAtoi(item, &seed)) {
+      std::cerr << "pacictl: --seeds: must be integers separated by commas, got \""
+                << absl::GetFlag(FLAGS_seeds) << "\"\n";
+      return paci::kExitUsage;
+    }
+    options.seeds.push_back(seed);
+  }
+  options.steps = absl::GetFlag(FLAGS_steps);
+  options.out_dir = absl::GetFlag(FLAGS_out);
+  options.worker_binary = Sibling(absl::GetFlag(FLAGS_worker_binary), "paci_worker", "worker");
+  options.coordinator_binary =
+      Sibling(absl::GetFlag(FLAGS_coordinator_binary), "paci_coordinator", "server");
+  if (options.worker_binary.empty() || options.coordinator_binary.empty()) {
+    std::cerr << "pacictl: cannot find paci_worker and paci_coordinator beside pacictl; pass "
+                 "--worker_binary and --coordinator_binary\n";
+    return paci::kExitUsage;
+  }
+  options.out = &std::cerr;
+  options.redraw_in_place = isatty(STDERR_FILENO) == 1;
+  paci::ShutdownSignal shutdown;  // SIGINT and SIGTERM stop the run in progress, exit 130
+  options.shutdown = &shutdown;
+  return paci::RunParity(options);
+}
+
 // The client commands.
 class Client {
  public:
@@ -473,6 +518,7 @@ int main(int argc, char** argv) {
   }
   const std::string argument = needs_argument ? args[2] : "";
   if (command == "train") return Train(argument);
+  if (command == "parity") return Parity(argument);
   if (command == "logs") return Logs(argument);
   if (std::optional<std::string> name = paci::TrainingJobName(argument);
       name && (command == "get" || command == "watch")) {

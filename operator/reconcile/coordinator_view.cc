@@ -80,10 +80,11 @@ void MirrorCoordinator(const v1::Job& job, json& status) {
   }
   status["stages"] = stages;
   status["maxDrift"] = max_drift;
-  // The limit the drift keeps within, and the accumulation that keeps it (derived
-  // when the spec gave only pipeline.maxDrift).
+  // The limit the drift keeps within, the accumulation that keeps it and the global
+  // batch it makes (one derived from the other when the spec gave one).
   status["driftLimit"] = DriftLimit(job.spec().pipeline());
   status["accumulation"] = job.spec().pipeline().accumulation();
+  status["globalBatch"] = GlobalBatch(job.spec().pipeline());
   if (s.has_start_time()) status["startTime"] = Rfc3339(FromTimestamp(s.start_time()));
   if (s.has_completion_time()) {
     status["completionTime"] = Rfc3339(FromTimestamp(s.completion_time()));

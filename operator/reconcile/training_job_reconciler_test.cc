@@ -150,11 +150,13 @@ TEST(TrainingJobReconcilerTest, ReplicasMakeOnePodPerStageOfEachReplica) {
       << (*refused.status).dump();
 }
 
-// spec.pipeline.maxDrift alone: the submitted spec carries the accumulation derived from
-// it; the status shows the limit and that accumulation. A contradiction fails the job.
-TEST(TrainingJobReconcilerTest, ADriftLimitDerivesTheAccumulationAndIsShownInTheStatus) {
+// spec.pipeline.globalBatch with a drift limit: the submitted spec carries the accumulation
+// derived from the global batch; the status shows the limit, that accumulation and the global
+// batch. A global batch too small for the limit fails the job naming max_drift.
+TEST(TrainingJobReconcilerTest, AGlobalBatchDerivesTheAccumulationAndIsShownInTheStatus) {
   json job = Job(4);
   job["spec"]["pipeline"].erase("accumulation");
+  job["spec"]["pipeline"]["globalBatch"] = 3 * job["spec"]["pipeline"]["microBatchSize"].get<int>();
   job["spec"]["pipeline"]["maxDrift"] = 1;
   ReconcileActions actions = ReconcileTrainingJob(World(job), ReconcilerOptions{});
   ASSERT_TRUE(actions.submit.has_value());
@@ -167,8 +169,9 @@ TEST(TrainingJobReconcilerTest, ADriftLimitDerivesTheAccumulationAndIsShownInThe
   ASSERT_TRUE(running.status.has_value());
   EXPECT_EQ((*running.status)["driftLimit"], 1);
   EXPECT_EQ((*running.status)["accumulation"], 3);
+  EXPECT_EQ((*running.status)["globalBatch"], job["spec"]["pipeline"]["globalBatch"]);
 
-  job["spec"]["pipeline"]["accumulation"] = 1;
+  job["spec"]["pipeline"]["globalBatch"] = job["spec"]["pipeline"]["microBatchSize"];
   ReconcileActions refused = ReconcileTrainingJob(World(job), ReconcilerOptions{});
   EXPECT_FALSE(refused.submit.has_value());
   ASSERT_TRUE(refused.status.has_value());

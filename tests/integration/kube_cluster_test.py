@@ -297,12 +297,26 @@ class KubeClusterTest(unittest.TestCase):
             ("no-source", lambda s: s["data"].pop("corpusPath"),
              "spec.data.corpusPath: Invalid value: exactly one of spec.data.corpusPath"),
             ("no-accumulation", unset_accumulation,
-             "spec.pipeline.accumulation: Required value: required (or spec.pipeline.maxDrift, from which "
-             "it is derived)"),
+             "spec.pipeline.accumulation: Required value: required (or spec.pipeline.globalBatch, from "
+             "which it is derived); maxDrift does not choose the batch"),
+            ("drift-alone", lambda s: (unset_accumulation(s), s["pipeline"].update(maxDrift=2)),
+             "spec.pipeline.accumulation: Required value: required (or spec.pipeline.globalBatch"),
             ("drift-too-small", lambda s: s["pipeline"].update(numStages=4, accumulation=1, maxDrift=1),
              "spec.pipeline.maxDrift: Invalid value: the accumulation lets a micro-batch cross "
              "ceil((numStages-1)/accumulation) optimizer steps at stage 0, more than maxDrift; use an "
-             "accumulation of at least ceil((numStages-1)/maxDrift), or leave it out to have it derived"),
+             "accumulation of at least ceil((numStages-1)/maxDrift) (for the same global batch, a "
+             "smaller microBatchSize)"),
+            ("global-batch-too-small", lambda s: (unset_accumulation(s), s["pipeline"].update(
+                numStages=4, maxDrift=1, globalBatch=s["pipeline"]["microBatchSize"])),
+             "spec.pipeline.maxDrift: Invalid value: the accumulation globalBatch / (microBatchSize x "
+             "dataParallel) lets a micro-batch cross more than maxDrift optimizer steps at stage 0"),
+            ("global-batch-uneven", lambda s: s["pipeline"].update(
+                globalBatch=s["pipeline"]["microBatchSize"] * s["pipeline"]["accumulation"] + 1),
+             "spec.pipeline.globalBatch: Invalid value: must be a multiple of microBatchSize x dataParallel"),
+            ("global-batch-disagrees", lambda s: s["pipeline"].update(
+                globalBatch=s["pipeline"]["microBatchSize"] * (s["pipeline"]["accumulation"] + 1)),
+             "spec.pipeline.globalBatch: Invalid value: must be accumulation x microBatchSize x "
+             "dataParallel"),
             ("drift-zero", lambda s: s["pipeline"].update(maxDrift=0),
              "spec.pipeline.maxDrift: Invalid value: 0 with schedule paci needs a single stage"),
             ("async-accumulation", lambda s: s["pipeline"].update(schedule="async-1f1b", accumulation=2),
@@ -327,7 +341,8 @@ class KubeClusterTest(unittest.TestCase):
         self.kubectl("apply", "--dry-run=server", "-f", "-", stdin=with_change(
             "drift-kept", lambda s: s["pipeline"].update(numStages=4, accumulation=3, maxDrift=1)))
         self.kubectl("apply", "--dry-run=server", "-f", "-", stdin=with_change(
-            "drift-alone", lambda s: (unset_accumulation(s), s["pipeline"].update(maxDrift=2))))
+            "global-batch-alone", lambda s: (unset_accumulation(s), s["pipeline"].update(
+                numStages=4, maxDrift=1, globalBatch=3 * s["pipeline"]["microBatchSize"]))))
         self.kubectl("apply", "--dry-run=server", "-f", "-", stdin=with_change(
             "warmup-within", lambda s: s["pipeline"].update(warmupSteps=s["training"]["steps"])))
 

@@ -14,7 +14,7 @@ import time
 import unittest
 
 from harness.paths import BUILD, PACICTL
-from harness.pipeline import Run, metric_values, spec_text, wait_for_training
+from harness.pipeline import Run, metric_values, pacictl, spec_text, wait_for_training
 
 
 def assert_gone(test, pids, timeout=30):
@@ -280,6 +280,56 @@ class PipelineTest(unittest.TestCase):
         run = Run(self.dir, small_vocab)
         self.assertEqual(run.returncode, 1, run.output)
         self.assertRegex(run.output, r"training failed: stage \d on worker \S+: model.vocab_size: the tokenizer of \S+ has \d+ tokens, more than model.vocab_size 20")
+
+    def test_parity_trains_the_job_and_its_flush_twin_and_reports_the_gap_and_a_plot(self):
+        spec = os.path.join(self.dir, "parity.yaml")
+        with open(spec, "w") as f:
+            f.write(spec_text(name="par", steps=30).replace(
+                "partition:", "drift_correction: predict, warmup_steps: 2, partition:"))
+        out = os.path.join(self.dir, "parity-out")
+        code, stdout, stderr = pacictl("parity", spec, "--seeds=3,5", "--steps=8", "--out=" + out)
+        self.assertEqual(code, 0, stderr)
+        with open(os.path.join(out, "parity.json")) as f:
+            report = json.load(f)
+        self.assertEqual([s["seed"] for s in report["seeds"]], [3, 5])
+        self.assertEqual(report["steps"], 8)
+        for seed in report["seeds"]:
+            with open(os.path.join(out, "par-job-s%d.summary.json" % seed["seed"])) as f:
+                job = json.load(f)
+            with open(os.path.join(out, "par-flush-s%d.summary.json" % seed["seed"])) as f:
+                flush = json.load(f)
+            # The twin: the flush, the same batch and steps; the job as the spec says.
+            self.assertEqual((job["schedule"], flush["schedule"]), ("paci", "1f1b-flush"))
+            for key in ("accumulation", "micro_batch_size", "steps", "steps_completed"):
+                self.assertEqual(job[key], flush[key], key)
+            self.assertEqual(flush["drift_limit"], 0)
+            # The figures are the runs' own: the gap from their final validation losses.
+            self.assertAlmostEqual(seed["validation_loss"], job["final_validation_loss"], places=6)
+            self.assertAlmostEqual(seed["flush_validation_loss"], flush["final_validation_loss"],
+                                   places=6)
+            self.assertAlmostEqual(seed["gap_pct"], 100 * (job["final_validation_loss"] /
+                                                           flush["final_validation_loss"] - 1), places=6)
+            with open(os.path.join(out, "par-job-s%d.json" % seed["seed"])) as f:
+                run_spec = json.load(f)
+            self.assertEqual(int(run_spec["model"]["init_seed"]), seed["seed"])
+            self.assertEqual(int(run_spec["data"]["seed"]), seed["seed"])
+            self.assertEqual(run_spec["pipeline"]["drift_correction"], "predict")
+        gaps = [s["gap_pct"] for s in report["seeds"]]
+        self.assertAlmostEqual(report["mean_gap_pct"], sum(gaps) / len(gaps), places=6)
+        self.assertIn("| mean |", stderr)
+        # The plot: a PNG of both curves (gnuplot is among the test dependencies).
+        with open(os.path.join(out, "parity.png"), "rb") as f:
+            self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+        # The flush has no twin; a bad seed list is a usage error.
+        flush_spec = os.path.join(self.dir, "flush.yaml")
+        with open(flush_spec, "w") as f:
+            f.write(spec_text(name="fl", schedule="1f1b-flush"))
+        code, _, stderr = pacictl("parity", flush_spec, "--out=" + out)
+        self.assertEqual(code, 2)
+        self.assertIn("pipeline.schedule: 1f1b-flush is the flush already", stderr)
+        code, _, stderr = pacictl("parity", spec, "--seeds=1,x", "--out=" + out)
+        self.assertEqual(code, 2)
+        self.assertIn("--seeds", stderr)
 
     def test_a_killed_worker_stops_the_job_and_leaves_no_orphan(self):
         run = Run(self.dir, spec_text(P=4, a=3, steps=100000), kill_stage=2)

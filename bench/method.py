@@ -1,21 +1,21 @@
 #!/usr/bin/python3
-"""A synchronous warm-up for PACI (pipeline.warmup_steps), measured end to end at P = 2 over
-several seeds: does flushing the first steps close PACI's loss gap to the flush, and what
-does it cost in time?
+"""PACI's ways of closing its loss gap to the flush (pipeline.drift_correction and
+pipeline.warmup_steps), measured end to end over several seeds: which close it, and what do
+they cost in time?
 
 For every seed (model.init_seed and data.seed both), on one corpus, with the same model,
 global batch (a x micro-batch), learning-rate schedule and number of optimizer steps, it trains
 as real processes (one stage per core, one thread each):
   1f1b-flush  m = a                  (the synchronous baseline)
-  paci        a                      (plain: drift up to ceil((P-1)/a) from the first step)
-  paci        a, warmup_steps = W    for each W of --warmups (the first W steps flushed)
+  each run of --runs, SCHEDULE:CORRECTION:WARMUP (default: paci plain, with the warm-ups
+  60, 150 and 300, with each correction)
 and reports, per configuration: the final validation loss of each seed, their mean and spread,
 the gap to the flush of the same seed (paired), tokens/s, and the speed-up in wall seconds to
 two targets of the flush of the same seed, its validation loss at 75% of its steps and at the
 end (the flush's own time to it over this run's: above 1, sooner).
 
-Writes --out/warmup_p<P>.{md,json}:
-  /usr/bin/python3 bench/warmup.py [--steps 600] [--seeds 1,2,3] [--warmups 60,150,300]
+Writes --out/<--name>.{md,json} (default method_p<P>):
+  /usr/bin/python3 bench/method.py [--steps 600] [--seeds 1,2,3] [--runs paci:none:0,paci:predict:0]
 Needs a built tree (scripts/build.sh) and data/kjv.txt (scripts/kjv-corpus.sh).
 """
 import argparse
@@ -31,7 +31,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # The comparison's model and data, with the warm-up and the initialisation seed added.
 SPEC = sc.SPEC.replace("micro_batch_size: {mbs}}}", "micro_batch_size: {mbs}, "
-                       "warmup_steps: {warmup_steps}}}").replace(
+                       "warmup_steps: {warmup_steps}, drift_correction: {correction}}}").replace(
     "num_heads: 4,", "num_heads: 4, init_seed: {seed},")
 
 
@@ -43,7 +43,10 @@ def parse_args():
     parser.add_argument("--accumulation", type=int, default=4, help="a of every run (m of the flush)")
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--seeds", default="1,2,3")
-    parser.add_argument("--warmups", default="60,150,300", help="warmup_steps of the paci runs besides 0")
+    parser.add_argument("--runs", default="paci:none:0,paci:none:60,paci:none:150,paci:none:300,"
+                        "paci:staleness:0,paci:stage-lr:0,paci:predict:0,paci:delay-comp:0",
+                        help="SCHEDULE:CORRECTION:WARMUP_STEPS of each run besides the flush")
+    parser.add_argument("--name", default="", help="the results' file name (default method_p<P>)")
     parser.add_argument("--global_batch", type=int, default=24, help="sequences per optimizer step")
     parser.add_argument("--d_model", type=int, default=128)
     parser.add_argument("--seq_len", type=int, default=64)
@@ -57,15 +60,25 @@ def parse_args():
     return args
 
 
-def train(args, workdir, schedule, warmup, seed):
+def configurations(args):
+    """(schedule, correction, warmup) of every run, the flush first."""
+    runs = [("1f1b-flush", "none", 0)]
+    for run in args.runs.split(","):
+        schedule, correction, warmup = run.split(":")
+        runs.append((schedule, correction, int(warmup)))
+    return runs
+
+
+def train(args, workdir, schedule, correction, warmup, seed):
     """One run through pacictl train: its summary."""
     a, P = args.accumulation, args.stages
     mbs = args.global_batch // a
-    tag = "%s-w%d-seed%d" % (schedule, warmup, seed)
+    tag = "%s-%s-w%d-seed%d" % (schedule, correction, warmup, seed)
     spec = os.path.join(workdir, tag + ".yaml")
     with open(spec, "w") as f:
         f.write(SPEC.format(tag=tag, d_model=args.d_model, seq_len=args.seq_len, P=P,
-                            schedule=schedule, a=a, mbs=mbs, warmup_steps=warmup, lr=args.lr,
+                            schedule=schedule, a=a, mbs=mbs, warmup_steps=warmup, correction=correction,
+                            lr=args.lr,
                             warmup=args.warmup_fraction, steps=args.steps,
                             eval_interval=args.eval_interval, eval_mb=max(1, args.eval_sequences // mbs),
                             corpus=os.path.abspath(args.corpus), seed=seed))
@@ -79,7 +92,8 @@ def train(args, workdir, schedule, warmup, seed):
         summary = sc.json.load(f)
     sc.log("  validation loss %.4f, %.0f tokens/s" % (summary["final_validation_loss"],
                                                     summary["tokens_per_second"]))
-    return dict(schedule=schedule, warmup=warmup, seed=seed, summary=summary)
+    return dict(schedule=schedule, correction=correction, warmup=warmup, seed=seed,
+                summary=summary)
 
 
 def seconds_to(points, target):
@@ -91,9 +105,9 @@ def analyse(args, runs):
     """One row per configuration, every figure paired with the flush of the same seed."""
     flush = {r["seed"]: r for r in runs if r["schedule"] == "1f1b-flush"}
     rows = []
-    for schedule, warmup in [("1f1b-flush", 0), ("paci", 0)] + [
-            ("paci", int(w)) for w in args.warmups.split(",") if w]:
-        group = [r for r in runs if (r["schedule"], r["warmup"]) == (schedule, warmup)]
+    for schedule, correction, warmup in configurations(args):
+        group = [r for r in runs
+                 if (r["schedule"], r["correction"], r["warmup"]) == (schedule, correction, warmup)]
         losses = [r["summary"]["final_validation_loss"] for r in group]
         gaps = [100 * (r["summary"]["final_validation_loss"] /
                        flush[r["seed"]]["summary"]["final_validation_loss"] - 1) for r in group]
@@ -110,7 +124,8 @@ def analyse(args, runs):
         def mean_of(values):
             return statistics.mean(values) if all(v is not None for v in values) else None
         rows.append(dict(
-            schedule=schedule, warmup_steps=warmup, seeds=[r["seed"] for r in group],
+            schedule=schedule, correction=correction, warmup_steps=warmup,
+            seeds=[r["seed"] for r in group],
             final_losses=losses, mean_loss=statistics.mean(losses),
             spread=max(losses) - min(losses), gap_pct=gaps, mean_gap_pct=statistics.mean(gaps),
             tokens_per_second=statistics.median(r["summary"]["tokens_per_second"] for r in group),
@@ -130,8 +145,9 @@ def table(args, rows):
              "|---|---|---:|---:|---|---:|---:|---|---:|---|---:|"]
     for r in rows:
         name = "1f1b-flush m=%d" % args.accumulation if r["schedule"] == "1f1b-flush" else (
-            "paci a=%d" % args.accumulation + (", warmup_steps %d" % r["warmup_steps"]
-                                               if r["warmup_steps"] else ""))
+            "%s a=%d" % (r["schedule"], args.accumulation) +
+            (", %s" % r["correction"] if r["correction"] != "none" else "") +
+            (", warmup_steps %d" % r["warmup_steps"] if r["warmup_steps"] else ""))
         lines.append("| %s | %s | %.4f | %.4f | %s | %+.2f%% | %.0f | %s | %s | %s | %s |" % (
             name, ", ".join("%.4f" % x for x in r["final_losses"]), r["mean_loss"], r["spread"],
             ", ".join("%+.2f%%" % g for g in r["gap_pct"]), r["mean_gap_pct"], r["tokens_per_second"],
@@ -153,14 +169,13 @@ def main():
     if not os.path.exists(args.corpus):
         sys.exit("%s is missing: scripts/kjv-corpus.sh makes it" % args.corpus)
     runs = []
-    with tempfile.TemporaryDirectory(prefix="paci-warmup-") as workdir:
+    with tempfile.TemporaryDirectory(prefix="paci-method-") as workdir:
         for seed in [int(s) for s in args.seeds.split(",")]:
-            runs.append(train(args, workdir, "1f1b-flush", 0, seed))
-            for warmup in [0] + [int(w) for w in args.warmups.split(",") if w]:
-                runs.append(train(args, workdir, "paci", warmup, seed))
+            for schedule, correction, warmup in configurations(args):
+                runs.append(train(args, workdir, schedule, correction, warmup, seed))
     rows = analyse(args, runs)
     text = table(args, rows)
-    write_result(args.out, "warmup_p%d" % args.stages,
+    write_result(args.out, args.name or "method_p%d" % args.stages,
                  dict(rows=rows, corpus=os.path.basename(args.corpus),
                       args={k: v for k, v in vars(args).items()
                             if k not in ("pacictl", "build", "corpus", "out")}), text)

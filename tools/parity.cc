@@ -1,0 +1,419 @@
+#include "tools/parity.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <sstream>
+#include <utility>
+
+#include <google/protobuf/util/json_util.h>
+#include <nlohmann/json.hpp>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/job_spec.h"
+#include "common/process.h"
+#include "common/schedule_kind.h"
+#include "tools/local_launcher.h"
+
+namespace paci {
+namespace {
+
+using nlohmann::json;
+
+double Mean(const std::vector<double>& values) {
+  return values.empty() ? 0.0
+                        : std::accumulate(values.begin(), values.end(), 0.0) /
+                              static_cast<double>(values.size());
+}
+
+double Spread(const std::vector<double>& values) {
+  if (values.empty()) return 0.0;
+  const auto [low, high] = std::minmax_element(values.begin(), values.end());
+  return *high - *low;
+}
+
+// Seconds since training began at the first validation at or below `target`.
+std::optional<double> SecondsTo(const v1::RunSummary& run, double target) {
+  for (const v1::LossPoint& point : run.validation_loss()) {
+    if (point.loss() <= target + 1e-12) return point.seconds();
+  }
+  return std::nullopt;
+}
+
+// The flush's seconds to `target` over the job's.
+std::optional<double> Speedup(const v1::RunSummary& job, const v1::RunSummary& flush,
+                              double target) {
+  const std::optional<double> mine = SecondsTo(job, target);
+  const std::optional<double> theirs = SecondsTo(flush, target);
+  if (!mine || !theirs || *mine <= 0) return std::nullopt;
+  return *theirs / *mine;
+}
+
+std::optional<double> MeanIfAll(const std::vector<std::optional<double>>& values) {
+  std::vector<double> all;
+  for (const std::optional<double>& value : values) {
+    if (!value) return std::nullopt;
+    all.push_back(*value);
+  }
+  return Mean(all);
+}
+
+std::string Times(const std::optional<double>& speedup) {
+  return speedup ? absl::StrFormat("%.2fx", *speedup) : "not reached";
+}
+
+json OptionalNumber(const std::optional<double>& value) {
+  return value ? json(*value) : json(nullptr);
+}
+
+// A run's name for the plot's legend.
+std::string RunLabel(const v1::RunSummary& run, int seed) {
+  return absl::StrCat(run.schedule(), " seed ", seed);
+}
+
+absl::Status WriteFile(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream file(path, std::ios::binary | std::ios::trunc);
+  file << text;
+  file.close();
+  if (!file) return absl::InternalError(absl::StrCat("cannot write ", path.string()));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::RunSummary> ReadSummary(const std::filesystem::path& path) {
+  std::ifstream file(path, std::ios::binary);
+  std::stringstream text;
+  text << file.rdbuf();
+  if (!file) return absl::NotFoundError(absl::StrCat("cannot read ", path.string()));
+  v1::RunSummary summary;
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = true;
+  const auto parsed = google::protobuf::util::JsonStringToMessage(text.str(), &summary, options);
+  if (!parsed.ok()) {
+    return absl::DataLossError(absl::StrCat(path.string(), ": ", parsed.ToString()));
+  }
+  return summary;
+}
+
+// The spec as JSON (a YAML document too), the proto's field names.
+absl::Status WriteSpec(const std::filesystem::path& path, const v1::JobSpec& spec) {
+  std::string text;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  options.add_whitespace = true;
+  const auto printed = google::protobuf::util::MessageToJsonString(spec, &text, options);
+  if (!printed.ok()) return absl::InternalError(printed.ToString());
+  return WriteFile(path, text);
+}
+
+bool OnPath(const std::string& program) {
+  const char* path = std::getenv("PATH");
+  if (path == nullptr) return false;
+  std::stringstream dirs(path);
+  for (std::string dir; std::getline(dirs, dir, ':');) {
+    if (!dir.empty() && access((std::filesystem::path(dir) / program).c_str(), X_OK) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// gnuplot SCRIPT, its output this process's; whether it exited 0.
+bool RunGnuplot(const std::string& script) {
+  ChildProcesses children;
+  ProcessCommand command;
+  command.binary = "gnuplot";
+  command.args = {script};
+  command.search_path = true;
+  command.stdin_from_null = true;
+  const absl::StatusOr<int> index = children.Start(command);
+  return index.ok() && children.Wait(*index).succeeded();
+}
+
+}  // namespace
+
+v1::JobSpec ParityRunSpec(const v1::JobSpec& spec, int seed, int64_t steps,
+                          const std::string& role) {
+  v1::JobSpec run = spec;
+  run.set_name(absl::StrCat(spec.name(), "-", role, "-s", seed));
+  run.mutable_model()->set_init_seed(seed);
+  run.mutable_data()->set_seed(seed);
+  if (steps > 0) {
+    run.mutable_training()->set_steps(steps);
+    run.mutable_training()->set_eval_interval(
+        static_cast<int32_t>(std::max<int64_t>(1, steps / 20)));
+    if (run.pipeline().warmup_steps() > steps) run.mutable_pipeline()->set_warmup_steps(steps);
+  }
+  run.clear_checkpoint();
+  return run;
+}
+
+v1::JobSpec FlushTwin(const v1::JobSpec& spec) {
+  v1::JobSpec twin = spec;
+  v1::PipelineSpec* pipeline = twin.mutable_pipeline();
+  pipeline->set_schedule("1f1b-flush");
+  pipeline->clear_max_drift();
+  pipeline->set_drift_correction("none");
+  pipeline->set_warmup_steps(0);
+  return twin;
+}
+
+absl::StatusOr<ParityReport> CompareParity(const std::vector<ParityPair>& pairs) {
+  if (pairs.empty()) return absl::InvalidArgumentError("no runs to compare");
+  ParityReport report;
+  std::vector<double> gaps, job_losses, flush_losses, job_tps, flush_tps;
+  std::vector<std::optional<double>> speedups_75, speedups_final;
+  for (const ParityPair& pair : pairs) {
+    for (const v1::RunSummary* run : {&pair.job, &pair.flush}) {
+      if (run->validation_loss().empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "run ", run->job_name(), " (seed ", pair.seed, ") has no validation loss"));
+      }
+    }
+    ParitySeed seed;
+    seed.seed = pair.seed;
+    seed.job_loss = pair.job.validation_loss().rbegin()->loss();
+    seed.flush_loss = pair.flush.validation_loss().rbegin()->loss();
+    seed.gap_pct = 100.0 * (seed.job_loss / seed.flush_loss - 1.0);
+    seed.job_tokens_per_second = pair.job.tokens_per_second();
+    seed.flush_tokens_per_second = pair.flush.tokens_per_second();
+    // The flush's loss at 75% of its steps: the first evaluation at or past it.
+    const int64_t at_75 = (3 * pair.flush.steps() + 3) / 4;
+    double target_75 = seed.flush_loss;
+    for (const v1::LossPoint& point : pair.flush.validation_loss()) {
+      if (point.step() >= at_75) {
+        target_75 = point.loss();
+        break;
+      }
+    }
+    seed.speedup_75 = Speedup(pair.job, pair.flush, target_75);
+    seed.speedup_final = Speedup(pair.job, pair.flush, seed.flush_loss);
+    gaps.push_back(seed.gap_pct);
+    job_losses.push_back(seed.job_loss);
+    flush_losses.push_back(seed.flush_loss);
+    job_tps.push_back(seed.job_tokens_per_second);
+    flush_tps.push_back(seed.flush_tokens_per_second);
+    speedups_75.push_back(seed.speedup_75);
+    speedups_final.push_back(seed.speedup_final);
+    report.seeds.push_back(seed);
+  }
+  const v1::RunSummary& first = pairs.front().job;
+  report.job_name = first.job_name();
+  report.schedule = first.schedule();
+  report.num_stages = first.num_stages();
+  report.steps = first.steps();
+  report.global_batch =
+      int64_t{first.accumulation()} * first.micro_batch_size() * std::max(1, first.data_parallel());
+  report.mean_gap_pct = Mean(gaps);
+  report.gap_spread_pct = Spread(gaps);
+  report.mean_job_loss = Mean(job_losses);
+  report.mean_flush_loss = Mean(flush_losses);
+  report.flush_loss_spread = Spread(flush_losses);
+  const double flush_mean_tps = Mean(flush_tps);
+  report.throughput_ratio = flush_mean_tps > 0 ? Mean(job_tps) / flush_mean_tps : 0.0;
+  report.mean_speedup_75 = MeanIfAll(speedups_75);
+  report.mean_speedup_final = MeanIfAll(speedups_final);
+  return report;
+}
+
+std::string ParityTable(const ParityReport& report) {
+  std::string text =
+      "| seed | validation loss | the flush's | gap | tokens/s | the flush's | to the flush's "
+      "loss at 75% | to its final loss |\n"
+      "|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  for (const ParitySeed& seed : report.seeds) {
+    absl::StrAppendFormat(&text, "| %d | %.4f | %.4f | %+.2f%% | %.0f | %.0f | %s | %s |\n",
+                          seed.seed, seed.job_loss, seed.flush_loss, seed.gap_pct,
+                          seed.job_tokens_per_second, seed.flush_tokens_per_second,
+                          Times(seed.speedup_75), Times(seed.speedup_final));
+  }
+  absl::StrAppendFormat(
+      &text, "| mean | %.4f | %.4f | %+.2f%% (spread %.2f) | %.2fx the flush's | | %s | %s |\n\n",
+      report.mean_job_loss, report.mean_flush_loss, report.mean_gap_pct, report.gap_spread_pct,
+      report.throughput_ratio, Times(report.mean_speedup_75), Times(report.mean_speedup_final));
+  absl::StrAppendFormat(
+      &text,
+      "%s (%s, %d stages, global batch %d, %d steps) against its flush twin (1f1b-flush, the "
+      "same model, data, batch and optimizer), paired by seed. Gap: final validation loss over "
+      "the flush's (the flush's own seed spread: %.4f). Speed-up: the flush's wall seconds to "
+      "its loss over this run's (above 1: sooner).\n",
+      report.job_name, report.schedule, report.num_stages, report.global_batch, report.steps,
+      report.flush_loss_spread);
+  return text;
+}
+
+std::string ParityJson(const ParityReport& report) {
+  json seeds = json::array();
+  for (const ParitySeed& seed : report.seeds) {
+    seeds.push_back({{"seed", seed.seed},
+                     {"validation_loss", seed.job_loss},
+                     {"flush_validation_loss", seed.flush_loss},
+                     {"gap_pct", seed.gap_pct},
+                     {"tokens_per_second", seed.job_tokens_per_second},
+                     {"flush_tokens_per_second", seed.flush_tokens_per_second},
+                     {"speedup_75", OptionalNumber(seed.speedup_75)},
+                     {"speedup_final", OptionalNumber(seed.speedup_final)}});
+  }
+  return json{{"job", report.job_name},
+              {"schedule", report.schedule},
+              {"num_stages", report.num_stages},
+              {"steps", report.steps},
+              {"global_batch", report.global_batch},
+              {"seeds", seeds},
+              {"mean_gap_pct", report.mean_gap_pct},
+              {"gap_spread_pct", report.gap_spread_pct},
+              {"mean_validation_loss", report.mean_job_loss},
+              {"mean_flush_validation_loss", report.mean_flush_loss},
+              {"flush_loss_spread", report.flush_loss_spread},
+              {"throughput_ratio", report.throughput_ratio},
+              {"mean_speedup_75", OptionalNumber(report.mean_speedup_75)},
+              {"mean_speedup_final", OptionalNumber(report.mean_speedup_final)}}
+             .dump(2) +
+         "\n";
+}
+
+std::string ParityPlotData(const std::vector<ParityPair>& pairs) {
+  std::string text;
+  for (const ParityPair& pair : pairs) {
+    for (const v1::RunSummary* run : {&pair.job, &pair.flush}) {
+      absl::StrAppend(&text, "# ", RunLabel(*run, pair.seed), "\n");
+      for (const v1::LossPoint& point : run->validation_loss()) {
+        absl::StrAppendFormat(&text, "%.3f %.6f\n", point.seconds(), point.loss());
+      }
+      text += "\n\n";  // the next gnuplot index
+    }
+  }
+  return text;
+}
+
+std::string ParityPlotScript(const ParityReport& report, const std::vector<ParityPair>& pairs,
+                             const std::string& data_path, const std::string& png_path) {
+  std::vector<std::string> plots;
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    // The job's curves solid and blue, the flush's dashed and grey, one index per run.
+    plots.push_back(absl::StrFormat(
+        "'%s' index %d with linespoints lw 2 pt 7 ps 0.5 lc rgb '#1f77b4' title '%s'", data_path,
+        2 * i, RunLabel(pairs[i].job, pairs[i].seed)));
+    plots.push_back(absl::StrFormat(
+        "'%s' index %d with linespoints lw 2 dt 2 pt 6 ps 0.5 lc rgb '#7f7f7f' title '%s'",
+        data_path, 2 * i + 1, RunLabel(pairs[i].flush, pairs[i].seed)));
+  }
+  return absl::StrCat(
+      "set terminal pngcairo size 1000,560 font ',11'\n", "set output '", png_path, "'\n",
+      "set title '", report.job_name, ": validation loss against wall time (gap to the flush ",
+      absl::StrFormat("%+.2f%%", report.mean_gap_pct), ", ",
+      absl::StrFormat("%.2fx", report.throughput_ratio), " its tokens/s)'\n",
+      "set xlabel 'seconds since training began'\nset ylabel 'validation loss'\n",
+      "set key top right\nset grid\n", "plot ", absl::StrJoin(plots, ", \\\n     "), "\n");
+}
+
+int RunParity(const ParityOptions& options) {
+  std::ostream& out = *options.out;
+  absl::StatusOr<v1::JobSpec> spec = LoadAndValidateJobSpec(options.spec_path);
+  if (!spec.ok()) {
+    out << "pacictl: parity: " << spec.status().message() << "\n";
+    return kExitUsage;
+  }
+  if (ScheduleTraitsOf(ParseScheduleKind(spec->pipeline().schedule()).value()).flushes) {
+    out << "pacictl: parity: pipeline.schedule: " << spec->pipeline().schedule()
+        << " is the flush already; parity compares an asynchronous schedule (paci, async-1f1b) "
+           "with its flush twin\n";
+    return kExitUsage;
+  }
+  if (options.seeds.empty()) {
+    out << "pacictl: parity: --seeds: give at least one seed\n";
+    return kExitUsage;
+  }
+  if (options.steps < 0) {
+    out << "pacictl: parity: --steps: must be at least 1 (or 0 for the spec's), got "
+        << options.steps << "\n";
+    return kExitUsage;
+  }
+  const std::filesystem::path dir =
+      options.out_dir.empty() ? std::filesystem::path("parity-" + spec->name())
+                              : std::filesystem::path(options.out_dir);
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) {
+    out << "pacictl: parity: cannot make " << dir.string() << ": " << error.message() << "\n";
+    return kExitTrainingFailed;
+  }
+  std::vector<ParityPair> pairs;
+  const int runs = 2 * static_cast<int>(options.seeds.size());
+  int run_number = 0;
+  for (int seed : options.seeds) {
+    ParityPair pair;
+    pair.seed = seed;
+    for (const bool flush : {false, true}) {
+      const std::string role = flush ? "flush" : "job";
+      v1::JobSpec run = ParityRunSpec(*spec, seed, options.steps, role);
+      if (flush) run = FlushTwin(run);
+      const std::filesystem::path spec_path = dir / (run.name() + ".json");
+      const std::filesystem::path summary_path = dir / (run.name() + ".summary.json");
+      if (const absl::Status written = WriteSpec(spec_path, run); !written.ok()) {
+        out << "pacictl: parity: " << written.message() << "\n";
+        return kExitTrainingFailed;
+      }
+      out << "parity: run " << ++run_number << " of " << runs << ": " << run.name() << " ("
+          << run.pipeline().schedule() << ", seed " << seed << ")\n";
+      LocalLauncherOptions launch;
+      launch.spec_path = spec_path.string();
+      launch.summary_path = summary_path.string();
+      launch.coordinator_binary = options.coordinator_binary;
+      launch.worker_binary = options.worker_binary;
+      launch.out = options.out;
+      launch.redraw_in_place = options.redraw_in_place;
+      launch.shutdown = options.shutdown;
+      const int code = LocalLauncher(launch).Run();
+      if (code != kExitSucceeded) {
+        out << "pacictl: parity: run " << run.name() << " failed (exit " << code
+            << "); its spec is " << spec_path.string() << "\n";
+        return code;
+      }
+      absl::StatusOr<v1::RunSummary> summary = ReadSummary(summary_path);
+      if (!summary.ok()) {
+        out << "pacictl: parity: " << summary.status().message() << "\n";
+        return kExitTrainingFailed;
+      }
+      (flush ? pair.flush : pair.job) = *std::move(summary);
+    }
+    pairs.push_back(std::move(pair));
+  }
+  absl::StatusOr<ParityReport> report = CompareParity(pairs);
+  if (!report.ok()) {
+    out << "pacictl: parity: " << report.status().message() << "\n";
+    return kExitTrainingFailed;
+  }
+  report->correction = spec->pipeline().drift_correction();
+  report->warmup_steps = spec->pipeline().warmup_steps();
+  const std::string table = ParityTable(*report);
+  const std::filesystem::path data = dir / "parity.dat", script = dir / "parity.gp",
+                              png = dir / "parity.png";
+  for (const auto& [path, text] :
+       {std::pair{dir / "parity.md", table}, std::pair{dir / "parity.json", ParityJson(*report)},
+        std::pair{data, ParityPlotData(pairs)},
+        std::pair{script, ParityPlotScript(*report, pairs, data.string(), png.string())}}) {
+    if (const absl::Status written = WriteFile(path, text); !written.ok()) {
+      out << "pacictl: parity: " << written.message() << "\n";
+      return kExitTrainingFailed;
+    }
+  }
+  out << "\n" << table << "\n";
+  if (!OnPath("gnuplot")) {
+    out << "parity: no gnuplot on the PATH: the plot's script is " << script.string() << "\n";
+  } else if (!RunGnuplot(script.string())) {
+    out << "parity: gnuplot failed on " << script.string() << "; no plot\n";
+  } else {
+    out << "parity: the plot is " << png.string() << "\n";
+  }
+  out << "parity: table, figures and runs in " << dir.string() << "\n";
+  return kExitSucceeded;
+}
+
+}  // namespace paci
