@@ -20,7 +20,9 @@ Needs a built tree (scripts/build.sh) and data/kjv.txt (scripts/kjv-corpus.sh).
 """
 import argparse
 import os
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 
@@ -30,9 +32,9 @@ import schedule_comparison as sc
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # The comparison's model and data, with the warm-up and the initialisation seed added.
-SPEC = sc.SPEC.replace("micro_batch_size: {mbs}}}", "micro_batch_size: {mbs}, "
-                       "warmup_steps: {warmup_steps}, drift_correction: {correction}}}").replace(
-    "num_heads: 4,", "num_heads: 4, init_seed: {seed},")
+SPEC = sc.SPEC.replace("micro_batch_size: {mbs}}}", "micro_batch_size: {mbs}{method}}}").replace(
+    "num_heads: 4,", "num_heads: 4, init_seed: {seed},").replace(
+    "vocab_size: 96", "vocab_size: {vocab}")
 
 
 def parse_args():
@@ -49,6 +51,7 @@ def parse_args():
     parser.add_argument("--name", default="", help="the results' file name (default method_p<P>)")
     parser.add_argument("--global_batch", type=int, default=24, help="sequences per optimizer step")
     parser.add_argument("--d_model", type=int, default=128)
+    parser.add_argument("--vocab_size", type=int, default=128, help="at least the corpus' characters")
     parser.add_argument("--seq_len", type=int, default=64)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--warmup_fraction", type=float, default=0.05, help="the learning rate's")
@@ -61,24 +64,35 @@ def parse_args():
 
 
 def configurations(args):
-    """(schedule, correction, warmup) of every run, the flush first."""
+    """(schedule, correction, warmup) of every run, the flush first. "auto" leaves the field
+    out of the spec: the schedule's automatic default."""
     runs = [("1f1b-flush", "none", 0)]
     for run in args.runs.split(","):
         schedule, correction, warmup = run.split(":")
-        runs.append((schedule, correction, int(warmup)))
+        runs.append((schedule, correction, warmup if warmup == "auto" else int(warmup)))
     return runs
+
+
+def method_fields(correction, warmup):
+    """The pipeline fields of a run's correction and warm-up, "auto" ones left out."""
+    fields = ""
+    if correction != "auto":
+        fields += ", drift_correction: %s" % correction
+    if warmup != "auto":
+        fields += ", warmup_steps: %d" % warmup
+    return fields
 
 
 def train(args, workdir, schedule, correction, warmup, seed):
     """One run through pacictl train: its summary."""
     a, P = args.accumulation, args.stages
     mbs = args.global_batch // a
-    tag = "%s-%s-w%d-seed%d" % (schedule, correction, warmup, seed)
+    tag = "%s-%s-w%s-seed%d" % (schedule, correction, warmup, seed)
     spec = os.path.join(workdir, tag + ".yaml")
     with open(spec, "w") as f:
         f.write(SPEC.format(tag=tag, d_model=args.d_model, seq_len=args.seq_len, P=P,
-                            schedule=schedule, a=a, mbs=mbs, warmup_steps=warmup, correction=correction,
-                            lr=args.lr,
+                            schedule=schedule, a=a, mbs=mbs, method=method_fields(correction, warmup),
+                            lr=args.lr, vocab=args.vocab_size,
                             warmup=args.warmup_fraction, steps=args.steps,
                             eval_interval=args.eval_interval, eval_mb=max(1, args.eval_sequences // mbs),
                             corpus=os.path.abspath(args.corpus), seed=seed))
@@ -132,8 +146,47 @@ def analyse(args, runs):
             speedups_75=speedups[75], mean_speedup_75=mean_of(speedups[75]),
             speedups_100=speedups[100], mean_speedup_100=mean_of(speedups[100]),
             validation_loss={r["seed"]: r["summary"]["validation_loss"] for r in group},
+            peak_rss_mib=max(s["peak_rss_bytes"] for r in group for s in r["summary"]["stages"]) / 2**20,
             drift_max=max(s["drift_max"] for r in group for s in r["summary"]["stages"])))
     return rows
+
+
+def run_name(args, r):
+    """A configuration's name in the table and the plot."""
+    if r["schedule"] in ("1f1b-flush", "gpipe"):
+        return "%s m=%d" % (r["schedule"], args.accumulation)
+    if r["correction"] == "auto":
+        return "%s a=%d, automatic default" % (r["schedule"], args.accumulation)
+    return ("%s a=%d" % (r["schedule"], args.accumulation) +
+            (", %s" % r["correction"] if r["correction"] != "none" else "") +
+            (", warmup_steps %d" % r["warmup_steps"] if r["warmup_steps"] else ""))
+
+
+def plot(args, rows, png):
+    """Validation loss against wall time, seed by seed averaged: one curve per configuration
+    (the mean over the seeds of the loss at each evaluation, at the mean of their times)."""
+    if not shutil.which("gnuplot"):
+        print("no gnuplot: skipping the plot", file=sys.stderr)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        data = os.path.join(tmp, "curves.dat")
+        with open(data, "w") as f:
+            for r in rows:
+                curves = list(r["validation_loss"].values())
+                f.write("# %s\n" % run_name(args, r))
+                for points in zip(*curves):
+                    f.write("%.3f %.5f\n" % (statistics.mean(p.get("seconds", 0.0) for p in points),
+                                             statistics.mean(p["loss"] for p in points)))
+                f.write("\n\n")
+        plots = ", \\\n     ".join("'%s' index %d with linespoints pt 7 ps 0.4 lw 2 title '%s'" % (
+            data, i, run_name(args, r)) for i, r in enumerate(rows))
+        script = ("set terminal pngcairo size 1100,600 font ',11'\nset output '%s'\n"
+                  "set title 'P = %d, %d steps, mean of seeds %s: validation loss against wall time'\n"
+                  "set xlabel 'seconds since training began'\nset ylabel 'validation loss'\n"
+                  "set key top right\nset grid\nset yrange [:%.3f]\nplot %s\n" % (
+                      png, args.stages, args.steps, args.seeds,
+                      1.25 * max(r["mean_loss"] for r in rows), plots))
+        subprocess.run(["gnuplot"], input=script, text=True, check=True)
 
 
 def table(args, rows):
@@ -141,19 +194,16 @@ def table(args, rows):
         return "not reached" if value is None else fmt % value
     lines = ["| run | final validation loss per seed | mean | spread | vs the flush of each seed | "
              "mean | tokens/s (median) | to the flush's loss at 75%, vs the flush | mean | "
-             "to the flush's final loss | mean |",
-             "|---|---|---:|---:|---|---:|---:|---|---:|---|---:|"]
+             "to the flush's final loss | mean | peak RSS of a stage (MiB) |",
+             "|---|---|---:|---:|---|---:|---:|---|---:|---|---:|---:|"]
     for r in rows:
-        name = "1f1b-flush m=%d" % args.accumulation if r["schedule"] == "1f1b-flush" else (
-            "%s a=%d" % (r["schedule"], args.accumulation) +
-            (", %s" % r["correction"] if r["correction"] != "none" else "") +
-            (", warmup_steps %d" % r["warmup_steps"] if r["warmup_steps"] else ""))
-        lines.append("| %s | %s | %.4f | %.4f | %s | %+.2f%% | %.0f | %s | %s | %s | %s |" % (
+        name = run_name(args, r)
+        lines.append("| %s | %s | %.4f | %.4f | %s | %+.2f%% | %.0f | %s | %s | %s | %s | %.0f |" % (
             name, ", ".join("%.4f" % x for x in r["final_losses"]), r["mean_loss"], r["spread"],
             ", ".join("%+.2f%%" % g for g in r["gap_pct"]), r["mean_gap_pct"], r["tokens_per_second"],
             ", ".join(number(s, "%.2fx") for s in r["speedups_75"]), number(r["mean_speedup_75"], "%.2fx"),
             ", ".join(number(s, "%.2fx") for s in r["speedups_100"]),
-            number(r["mean_speedup_100"], "%.2fx")))
+            number(r["mean_speedup_100"], "%.2fx"), r["peak_rss_mib"]))
     lines.append("")
     lines.append("P = %d, seeds %s (each sets model.init_seed and data.seed), %d optimizer steps of %d "
                  "sequences of %d tokens (a = %d micro-batches), d_model %d, 4 layers, lr %g with %g of "
@@ -179,6 +229,7 @@ def main():
                  dict(rows=rows, corpus=os.path.basename(args.corpus),
                       args={k: v for k, v in vars(args).items()
                             if k not in ("pacictl", "build", "corpus", "out")}), text)
+    plot(args, rows, os.path.join(args.out, (args.name or "method_p%d" % args.stages) + ".png"))
     print(text)
 
 

@@ -157,6 +157,22 @@ void ApplyAccumulationDefault(v1::PipelineSpec* pipeline) {
   if (accumulation != 0) pipeline->set_accumulation(accumulation);
 }
 
+// The automatic default of the drift correction and the warm-up: the
+// schedule's row says it (a schedule that does not parse corrects nothing).
+void ApplyMethodDefaults(const v1::TrainingSpec& training, v1::PipelineSpec* pipeline) {
+  const absl::StatusOr<ScheduleKind> kind = ParseScheduleKind(pipeline->schedule());
+  if (pipeline->drift_correction().empty()) {
+    pipeline->set_drift_correction(
+        kind.ok() ? ScheduleTraitsOf(*kind).default_correction(pipeline->num_stages()) : "none");
+  }
+  if (!pipeline->has_warmup_steps()) {
+    pipeline->set_warmup_steps(
+        kind.ok() ? ScheduleTraitsOf(*kind).default_warmup_steps(pipeline->num_stages(),
+                                                                 training.steps())
+                  : 0);
+  }
+}
+
 // Computed in 64 bits: the defaults run before validation, so d_model may be
 // anything a user wrote; a width out of range yields a size the validator
 // refuses under model.d_model, never an overflow.
@@ -182,7 +198,7 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec) {
   v1::PipelineSpec* pipeline = spec->mutable_pipeline();
   if (pipeline->schedule().empty()) pipeline->set_schedule("paci");
   if (pipeline->partition().empty()) pipeline->set_partition("balanced");
-  if (pipeline->drift_correction().empty()) pipeline->set_drift_correction("none");
+  ApplyMethodDefaults(*spec->mutable_training(), pipeline);
   if (!pipeline->has_data_parallel()) pipeline->set_data_parallel(1);
   ApplyAccumulationDefault(pipeline);
 
@@ -232,7 +248,13 @@ std::string StageDevice(const v1::JobSpec& spec, int stage, int replica) {
 }
 
 absl::StatusOr<v1::JobSpec> LoadAndValidateJobSpec(const std::string& path) {
+  return LoadAndValidateJobSpec(path, nullptr);
+}
+
+absl::StatusOr<v1::JobSpec> LoadAndValidateJobSpec(
+    const std::string& path, const std::function<void(v1::JobSpec*)>& edit) {
   ASSIGN_OR_RETURN(v1::JobSpec spec, LoadJobSpecFile(path));
+  if (edit) edit(&spec);
   ApplyJobSpecDefaults(&spec);
   RETURN_IF_ERROR(ValidateJobSpec(spec));
 

@@ -6,6 +6,7 @@
 // reading, defaults and the rest in job_spec.cc.
 
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -95,6 +96,11 @@ std::string StageDevice(const v1::JobSpec& spec, int stage, int replica = 0);
 // checkpoint paths are made absolute against the current directory, so the
 // spec can be handed to workers that run elsewhere.
 absl::StatusOr<v1::JobSpec> LoadAndValidateJobSpec(const std::string& path);
+// The same with `edit` applied to the spec as written, before the defaults:
+// what they derive (the warm-up from training.steps, the accumulation from the
+// global batch) follows the edited values.
+absl::StatusOr<v1::JobSpec> LoadAndValidateJobSpec(
+    const std::string& path, const std::function<void(v1::JobSpec*)>& edit);
 
 // The workers a job runs on: P x R (pipeline.num_stages x data_parallel).
 // Worker w runs stage w % P of replica w / P.

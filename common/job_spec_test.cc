@@ -47,6 +47,7 @@ pipeline:
   micro_batch_size: 8
   partition: "6"
   drift_correction: none
+  warmup_steps: 0
   data_parallel: 2
 optimizer:
   lr: 3e-3
@@ -463,8 +464,41 @@ TEST(DriftLimitTest, AContradictionOrAnImpossibleLimitIsRefusedNamingMaxDrift) {
             "pipeline.accumulation: required (or pipeline.global_batch, from which it is derived)");
 }
 
-TEST(DriftCorrectionTest, IsNoneByDefaultOneOfTheTablesAndOnlyForTheDriftingSchedules) {
-  EXPECT_EQ(PipelineSpec(4, ", accumulation: 2").pipeline().drift_correction(), "none");
+// The automatic default (steps: 10 here): a pipeline that drifts gets weight prediction after
+// a synchronous warm-up of a tenth of the run; one stage, or a flush, gets neither; what the
+// spec gives is kept.
+TEST(AutomaticDefaultTest, PredictsAfterAWarmUpOfATenthWhereThePipelineDrifts) {
+  for (const char* schedule : {"paci", "async-1f1b"}) {
+    SCOPED_TRACE(schedule);
+    const v1::JobSpec spec =
+        PipelineSpec(4, absl::StrCat(", accumulation: 1, schedule: ", schedule));
+    EXPECT_EQ(spec.pipeline().drift_correction(), "predict");
+    EXPECT_EQ(spec.pipeline().warmup_steps(), 1);
+    EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  }
+  for (const char* schedule : {"1f1b-flush", "gpipe"}) {
+    SCOPED_TRACE(schedule);
+    const v1::JobSpec spec =
+        PipelineSpec(4, absl::StrCat(", accumulation: 2, schedule: ", schedule));
+    EXPECT_EQ(spec.pipeline().drift_correction(), "none");
+    EXPECT_EQ(spec.pipeline().warmup_steps(), 0);
+    EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  }
+  const v1::JobSpec one_stage = PipelineSpec(1, ", accumulation: 2");
+  EXPECT_EQ(one_stage.pipeline().drift_correction(), "none");
+  EXPECT_EQ(one_stage.pipeline().warmup_steps(), 0);
+  const v1::JobSpec given =
+      PipelineSpec(4, ", accumulation: 2, drift_correction: none, warmup_steps: 0");
+  EXPECT_EQ(given.pipeline().drift_correction(), "none");
+  EXPECT_EQ(given.pipeline().warmup_steps(), 0);
+  EXPECT_TRUE(given.pipeline().has_warmup_steps());
+  // A tenth, rounded up, of longer runs.
+  for (auto [steps, warmup] : {std::pair{600, 60}, {2000, 200}, {1, 1}, {95, 10}}) {
+    EXPECT_EQ(ScheduleTraitsOf(ScheduleKind::kPaci).default_warmup_steps(2, steps), warmup);
+  }
+}
+
+TEST(DriftCorrectionTest, IsOneOfTheTablesAndOnlyForTheDriftingSchedules) {
   for (const char* correction : {"none", "staleness", "stage-lr", "predict", "delay-comp"}) {
     const v1::JobSpec spec =
         PipelineSpec(4, absl::StrCat(", accumulation: 2, drift_correction: ", correction));
@@ -482,10 +516,10 @@ TEST(DriftCorrectionTest, IsNoneByDefaultOneOfTheTablesAndOnlyForTheDriftingSche
             "\"predict\"");
 }
 
-// pipeline.warmup_steps (steps: 10 here): 0 by default, within the run, and
+// pipeline.warmup_steps (steps: 10 here): 0 when given so, within the run, and
 // only for a schedule with drift to release.
 TEST(WarmupTest, IsWithinTheRunAndOnlyForTheSchedulesThatDoNotFlush) {
-  EXPECT_EQ(PipelineSpec(4, ", accumulation: 2").pipeline().warmup_steps(), 0);
+  EXPECT_EQ(PipelineSpec(4, ", accumulation: 2, warmup_steps: 0").pipeline().warmup_steps(), 0);
   for (const char* schedule : {"paci", "async-1f1b"}) {
     for (int warmup : {1, 10}) {
       const v1::JobSpec spec = PipelineSpec(

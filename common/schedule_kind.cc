@@ -81,25 +81,40 @@ absl::Status AsyncDriftLimit(const PipelineShape& p, int64_t drift) {
       " optimizer steps at stage 0, more than max_drift ", D, "; use schedule paci"));
 }
 
+// The automatic default of the drifting schedules, measured at P = 2 over three
+// seeds (docs/benchmarks.md, "Closing the gap"): weight prediction, after a
+// synchronous warm-up of the first tenth of the run, where the weights move
+// fastest and a prediction from the young moments misleads. One stage never
+// drifts: nothing to correct.
+const char* PredictWhereItDrifts(int num_stages) { return num_stages > 1 ? "predict" : "none"; }
+int64_t TenthOfTheRun(int num_stages, int64_t steps) {
+  return num_stages > 1 && steps > 0 ? (steps + 9) / 10 : 0;
+}
+// The flushes never drift: no correction, no warm-up.
+const char* NoCorrection(int num_stages) { return "none"; }
+int64_t NoWarmup(int num_stages, int64_t steps) { return 0; }
+
 // ---- The schedule table: one row per schedule, in ScheduleKind's order
 // (checked below); the order in which messages list the names.
 //
 // kind, name, flushes, effective accumulation, in-flight limit, last stage
 // waits for the group, drift bound, default accumulation, accumulation rule,
-// drift-limit rule.
+// drift-limit rule, default correction, default warm-up.
 constexpr ScheduleTraits kSchedules[] = {
     {ScheduleKind::kPaci, "paci", /*flushes=*/false, AccumulationAsGiven, OneFOneBInFlight,
      /*last_stage_waits_for_group=*/false, CeilOvertakersOverAccumulation,
-     NoDefaultAccumulation, AnyAccumulation, PaciDriftLimit},
+     NoDefaultAccumulation, AnyAccumulation, PaciDriftLimit, PredictWhereItDrifts,
+     TenthOfTheRun},
     {ScheduleKind::kOneFOneBFlush, "1f1b-flush", /*flushes=*/true, AccumulationAsGiven,
      OneFOneBInFlight, /*last_stage_waits_for_group=*/false, NeverDrifts, NoDefaultAccumulation,
-     AnyAccumulation, AccumulationWithinDriftLimit},
+     AnyAccumulation, AccumulationWithinDriftLimit, NoCorrection, NoWarmup},
     {ScheduleKind::kGpipe, "gpipe", /*flushes=*/true, AccumulationAsGiven, GroupInFlight,
      /*last_stage_waits_for_group=*/true, NeverDrifts, NoDefaultAccumulation, AnyAccumulation,
-     AccumulationWithinDriftLimit},
+     AccumulationWithinDriftLimit, NoCorrection, NoWarmup},
     {ScheduleKind::kAsyncOneFOneB, "async-1f1b", /*flushes=*/false, AccumulationOne,
      OneFOneBInFlight, /*last_stage_waits_for_group=*/false, CeilOvertakers,
-     DefaultAccumulationOne, AccumulationMustBeOne, AsyncDriftLimit},
+     DefaultAccumulationOne, AccumulationMustBeOne, AsyncDriftLimit, PredictWhereItDrifts,
+     TenthOfTheRun},
 };
 
 constexpr bool RowsInEnumOrder() {

@@ -72,6 +72,12 @@ struct ScheduleTraits {
   // largest): D below it, or a D that no accumulation meets. InvalidArgument
   // naming the field.
   absl::Status (*check_drift_limit)(const PipelineShape& pipeline, int64_t drift);
+  // The automatic default (ApplyJobSpecDefaults), what a spec that leaves
+  // them out gets, from what docs/benchmarks.md measured: the drift
+  // correction (a row's name of the correction table) and the synchronous
+  // warm-up's steps of a run of `steps`, at P = num_stages.
+  const char* (*default_correction)(int num_stages);
+  int64_t (*default_warmup_steps)(int num_stages, int64_t steps);
 };
 
 // A set of schedules, one bit per ScheduleKind.

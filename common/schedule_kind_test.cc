@@ -189,6 +189,22 @@ TEST(DriftCorrectionTableTest, EveryRowIsFoundByItsNameAndNoneIsTheDefaultForEve
     }
   }
   EXPECT_EQ(FindDriftCorrection("predict")->prediction_steps(3), 3);
+  // Every schedule's automatic default names a correction it takes, and a warm-up within
+  // the run that only a drifting pipeline has.
+  for (const ScheduleTraits& schedule : Schedules()) {
+    SCOPED_TRACE(schedule.name);
+    for (int P : {1, 2, 8}) {
+      const DriftCorrectionTraits* automatic = FindDriftCorrection(schedule.default_correction(P));
+      ASSERT_NE(automatic, nullptr);
+      EXPECT_TRUE(DriftCorrectionAllowed(*automatic, schedule.kind));
+      for (int64_t steps : {1, 10, 600}) {
+        const int64_t warmup = schedule.default_warmup_steps(P, steps);
+        EXPECT_GE(warmup, 0);
+        EXPECT_LE(warmup, steps);
+        if (schedule.flushes || P == 1) EXPECT_EQ(warmup, 0);
+      }
+    }
+  }
   EXPECT_EQ(FindDriftCorrection("delay-comp")->delay_compensation, 2.0);
   for (const ScheduleTraits& schedule : Schedules()) {
     EXPECT_TRUE(DriftCorrectionAllowed(none, schedule.kind)) << schedule.name;

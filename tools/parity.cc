@@ -138,30 +138,25 @@ bool RunGnuplot(const std::string& script) {
 
 }  // namespace
 
-v1::JobSpec ParityRunSpec(const v1::JobSpec& spec, int seed, int64_t steps,
-                          const std::string& role) {
-  v1::JobSpec run = spec;
-  run.set_name(absl::StrCat(spec.name(), "-", role, "-s", seed));
-  run.mutable_model()->set_init_seed(seed);
-  run.mutable_data()->set_seed(seed);
+void MakeParityRun(int seed, int64_t steps, const std::string& role, v1::JobSpec* spec) {
+  spec->set_name(absl::StrCat(spec->name(), "-", role, "-s", seed));
+  spec->mutable_model()->set_init_seed(seed);
+  spec->mutable_data()->set_seed(seed);
   if (steps > 0) {
-    run.mutable_training()->set_steps(steps);
-    run.mutable_training()->set_eval_interval(
+    spec->mutable_training()->set_steps(steps);
+    spec->mutable_training()->set_eval_interval(
         static_cast<int32_t>(std::max<int64_t>(1, steps / 20)));
-    if (run.pipeline().warmup_steps() > steps) run.mutable_pipeline()->set_warmup_steps(steps);
+    if (spec->pipeline().warmup_steps() > steps) spec->mutable_pipeline()->set_warmup_steps(steps);
   }
-  run.clear_checkpoint();
-  return run;
+  spec->clear_checkpoint();
 }
 
-v1::JobSpec FlushTwin(const v1::JobSpec& spec) {
-  v1::JobSpec twin = spec;
-  v1::PipelineSpec* pipeline = twin.mutable_pipeline();
+void MakeFlushTwin(v1::JobSpec* spec) {
+  v1::PipelineSpec* pipeline = spec->mutable_pipeline();
   pipeline->set_schedule("1f1b-flush");
   pipeline->clear_max_drift();
   pipeline->set_drift_correction("none");
   pipeline->set_warmup_steps(0);
-  return twin;
 }
 
 absl::StatusOr<ParityReport> CompareParity(const std::vector<ParityPair>& pairs) {
@@ -351,9 +346,17 @@ int RunParity(const ParityOptions& options) {
     ParityPair pair;
     pair.seed = seed;
     for (const bool flush : {false, true}) {
-      const std::string role = flush ? "flush" : "job";
-      v1::JobSpec run = ParityRunSpec(*spec, seed, options.steps, role);
-      if (flush) run = FlushTwin(run);
+      absl::StatusOr<v1::JobSpec> derived =
+          LoadAndValidateJobSpec(options.spec_path, [&](v1::JobSpec* written) {
+            MakeParityRun(seed, options.steps, flush ? "flush" : "job", written);
+            if (flush) MakeFlushTwin(written);
+          });
+      if (!derived.ok()) {
+        out << "pacictl: parity: " << (flush ? "the flush twin: " : "the shortened run: ")
+            << derived.status().message() << "\n";
+        return kExitUsage;
+      }
+      const v1::JobSpec& run = *derived;
       const std::filesystem::path spec_path = dir / (run.name() + ".json");
       const std::filesystem::path summary_path = dir / (run.name() + ".summary.json");
       if (const absl::Status written = WriteSpec(spec_path, run); !written.ok()) {

@@ -23,17 +23,18 @@ namespace paci {
 
 class ShutdownSignal;
 
-// The spec of one parity run: `spec` (validated, defaults applied) with
-// model.init_seed and data.seed set to `seed`, `steps` optimizer steps when
-// above 0 (and then a validation pass every steps / 20, at least 1), no
+// The spec of one parity run, from the spec as written (before the
+// defaults, so that what they derive follows): model.init_seed and data.seed
+// set to `seed`, `steps` optimizer steps when above 0 (and then a validation
+// pass every steps / 20, at least 1, and a warm-up of at most the run), no
 // checkpoint (a parity run neither resumes from nor writes over the job's),
 // and the name "<name>-<role>-s<seed>".
-v1::JobSpec ParityRunSpec(const v1::JobSpec& spec, int seed, int64_t steps,
-                          const std::string& role);
+void MakeParityRun(int seed, int64_t steps, const std::string& role, v1::JobSpec* spec);
 
-// The flush twin: 1f1b-flush with the same accumulation (so the same global
-// batch), no drift limit, correction or warm-up.
-v1::JobSpec FlushTwin(const v1::JobSpec& spec);
+// The flush twin, of a spec as written: 1f1b-flush with the same global batch
+// (the same accumulation, or the global batch it is derived from), no drift
+// limit, correction or warm-up.
+void MakeFlushTwin(v1::JobSpec* spec);
 
 // One seed's pair of runs.
 struct ParityPair {

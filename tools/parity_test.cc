@@ -3,6 +3,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -13,53 +15,71 @@ namespace {
 
 using ::testing::HasSubstr;
 
-v1::JobSpec Spec() {
-  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(
+// A spec as written: no accumulation (the global batch gives it), no warm-up or
+// correction of the user's in the second form.
+v1::JobSpec Written(bool method_given = true) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(absl::StrCat(
       "name: tiny\n"
       "model: {vocab_size: 80, num_layers: 4, d_model: 32, num_heads: 4, seq_len: 16}\n"
-      "pipeline: {num_stages: 4, global_batch: 24, micro_batch_size: 3, max_drift: 1,\n"
-      "           drift_correction: predict, warmup_steps: 50}\n"
+      "pipeline: {num_stages: 4, global_batch: 24, micro_batch_size: 3, max_drift: 1",
+      method_given ? ", drift_correction: delay-comp, warmup_steps: 50" : "", "}\n",
       "optimizer: {lr: 1e-3}\n"
       "training: {steps: 600, eval_interval: 100}\n"
       "data: {corpus_path: text.txt}\n"
-      "checkpoint: {directory: runs/tiny, interval: 100, resume: true}\n");
+      "checkpoint: {directory: runs/tiny, interval: 100, resume: true}\n"));
   EXPECT_TRUE(spec.ok()) << spec.status();
-  ApplyJobSpecDefaults(&*spec);
-  EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
   return *spec;
 }
 
-TEST(ParityRunSpecTest, SetsTheSeedsShortensTheRunAndNeverTouchesTheJobsCheckpoints) {
-  const v1::JobSpec run = ParityRunSpec(Spec(), 7, 40, "job");
+v1::JobSpec Defaulted(v1::JobSpec spec) {
+  ApplyJobSpecDefaults(&spec);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  return spec;
+}
+
+TEST(MakeParityRunTest, SetsTheSeedsShortensTheRunAndNeverTouchesTheJobsCheckpoints) {
+  v1::JobSpec run = Written();
+  MakeParityRun(7, 40, "job", &run);
+  run = Defaulted(run);
   EXPECT_EQ(run.name(), "tiny-job-s7");
   EXPECT_EQ(run.model().init_seed(), 7);
   EXPECT_EQ(run.data().seed(), 7);
   EXPECT_EQ(run.training().steps(), 40);
   EXPECT_EQ(run.training().eval_interval(), 2);  // steps / 20
   EXPECT_EQ(run.pipeline().warmup_steps(), 40);   // at most the run
+  EXPECT_EQ(run.pipeline().drift_correction(), "delay-comp");
   EXPECT_FALSE(run.has_checkpoint());
-  EXPECT_TRUE(ValidateJobSpec(run).ok()) << ValidateJobSpec(run);
   // Steps 0: the spec's own schedule.
-  const v1::JobSpec whole = ParityRunSpec(Spec(), 1, 0, "job");
+  v1::JobSpec whole = Written();
+  MakeParityRun(1, 0, "job", &whole);
+  whole = Defaulted(whole);
   EXPECT_EQ(whole.training().steps(), 600);
   EXPECT_EQ(whole.training().eval_interval(), 100);
   EXPECT_EQ(whole.pipeline().warmup_steps(), 50);
+  // Left to the automatic default, the warm-up follows the shortened run: a tenth of it.
+  v1::JobSpec automatic = Written(/*method_given=*/false);
+  MakeParityRun(1, 40, "job", &automatic);
+  automatic = Defaulted(automatic);
+  EXPECT_EQ(automatic.pipeline().warmup_steps(), 4);
+  EXPECT_EQ(automatic.pipeline().drift_correction(), "predict");
 }
 
-TEST(FlushTwinTest, IsTheFlushWithTheSameBatchAndNothingAsynchronous) {
-  const v1::JobSpec job = Spec();
-  const v1::JobSpec twin = FlushTwin(job);
+TEST(MakeFlushTwinTest, IsTheFlushWithTheSameBatchAndNothingAsynchronous) {
+  const v1::JobSpec job = Defaulted(Written());
+  v1::JobSpec twin = Written();
+  MakeFlushTwin(&twin);
+  twin = Defaulted(twin);
   EXPECT_EQ(twin.pipeline().schedule(), "1f1b-flush");
   EXPECT_FALSE(twin.pipeline().has_max_drift());
   EXPECT_EQ(twin.pipeline().drift_correction(), "none");
   EXPECT_EQ(twin.pipeline().warmup_steps(), 0);
   EXPECT_EQ(twin.pipeline().accumulation(), 8);
-  EXPECT_EQ(twin.pipeline().global_batch(), job.pipeline().global_batch());
+  EXPECT_EQ(twin.pipeline().accumulation(), job.pipeline().accumulation());
+  EXPECT_EQ(GlobalBatch(twin.pipeline()), GlobalBatch(job.pipeline()));
   EXPECT_EQ(twin.pipeline().micro_batch_size(), job.pipeline().micro_batch_size());
   EXPECT_EQ(twin.optimizer().SerializeAsString(), job.optimizer().SerializeAsString());
   EXPECT_EQ(twin.model().SerializeAsString(), job.model().SerializeAsString());
   EXPECT_EQ(twin.data().SerializeAsString(), job.data().SerializeAsString());
-  EXPECT_TRUE(ValidateJobSpec(twin).ok()) << ValidateJobSpec(twin);
 }
 
 // A run whose validation losses were `losses` at seconds `seconds`, steps 25 apart.

@@ -47,7 +47,7 @@ v1::JobSpec Spec(int num_stages, const std::string& drift_correction = "none",
 name: runtime-test
 model: {vocab_size: 80, num_layers: 2, d_model: 16, num_heads: 2, seq_len: 16}
 pipeline: {num_stages: )", num_stages, R"(, schedule: paci, accumulation: 2, micro_batch_size: 2,
-           drift_correction: )", drift_correction, R"(}
+           warmup_steps: 0, drift_correction: )", drift_correction, R"(}
 optimizer: {lr: 3e-3}
 training: {steps: 4, eval_interval: 2, eval_micro_batches: 2}
 runtime: {threads_per_stage: 1}
