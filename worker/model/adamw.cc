@@ -138,22 +138,27 @@ void AdamW::FusedStep(double lr, const std::vector<torch::Tensor>& w,
 void AdamW::Move(double lr_steps, bool forward) {
   if (steps_ == 0 || lr_steps == 0) return;
   torch::NoGradGuard no_grad;
+  if (!forward) {
+    // Exactly where they were: from the master weights, or the copy taken before the move.
+    for (size_t i = 0; i < params_.size(); ++i) {
+      params_[i].second.data().copy_(master_[i].defined() ? master_[i] : before_move_[i]);
+    }
+    return;
+  }
   const double bias1 = 1.0 - std::pow(options_.beta1, steps_);
   const double root_bias2 = std::sqrt(1.0 - std::pow(options_.beta2, steps_));
+  if (before_move_.empty()) before_move_.resize(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) {
     torch::Tensor p = params_[i].second.data();
-    if (master_[i].defined() && !forward) {
-      p.copy_(master_[i]);  // exactly where it was
+    // -lr_steps * (m / bias1) / (sqrt(v) / sqrt(bias2) + eps)
+    const torch::Tensor denom = exp_avg_sq_[i].sqrt().div_(root_bias2).add_(options_.eps);
+    if (master_[i].defined()) {
+      p.copy_(master_[i].addcdiv(exp_avg_[i], denom, -lr_steps / bias1));
       continue;
     }
-    // -lr_steps * (m / bias1) / (sqrt(v) / sqrt(bias2) + eps)
-    torch::Tensor denom = exp_avg_sq_[i].sqrt().div_(root_bias2).add_(options_.eps);
-    const double scale = (forward ? -lr_steps : lr_steps) / bias1;
-    if (master_[i].defined()) {
-      p.copy_(master_[i].addcdiv(exp_avg_[i], denom, scale));
-    } else {
-      p.addcdiv_(exp_avg_[i], denom, scale);
-    }
+    if (!before_move_[i].defined()) before_move_[i] = torch::empty_like(p);
+    before_move_[i].copy_(p);
+    p.addcdiv_(exp_avg_[i], denom, -lr_steps / bias1);
   }
 }
 

@@ -55,13 +55,15 @@ class AdamW {
   // parameters `lr_steps` (the learning rate times the steps to look ahead)
   // along AdamW's current update direction, w - lr_steps * m_hat / (sqrt(v_hat)
   // + eps), the moments bias-corrected at steps(), through p.data() as Step()
-  // does. Retract(lr_steps) moves them back: exactly for parameters with
-  // master weights (they take the master value again), up to one float32
-  // rounding otherwise. The same moments give the same move both ways, so
-  // nothing is stored: one temporary the size of the largest parameter. The
-  // decoupled weight decay's share (lr * weight_decay * w, a thousandth of the
-  // Adam term at the examples' rates) is left out: it would change with the
-  // move and break the symmetry. No move before the first step (no moments).
+  // does. Retract(lr_steps) puts them back exactly, bit for bit (replicas that
+  // predicted different forwards still hold the same weights): parameters with
+  // master weights take the master value again; float32 ones the copy taken
+  // before the move, one float32 copy of the stage's float32 parameters kept
+  // from the first move on (4 bytes a parameter beside the 16 of weights,
+  // gradients and moments; docs/benchmarks.md measures it against the flush).
+  // The decoupled weight decay's share (lr * weight_decay * w, a thousandth of
+  // the Adam term at the examples' rates) is left out. No move before the
+  // first step (no moments).
   void Extrapolate(double lr_steps);
   void Retract(double lr_steps);
 
@@ -109,6 +111,9 @@ class AdamW {
   torch::Tensor step_count_;  // float32 on the parameters' device: steps_, for the kernel
   // Extrapolate (forward) or Retract.
   void Move(double lr_steps, bool forward);
+  // The float32 parameters as they were before Extrapolate (undefined for
+  // those with master weights, and until the first move).
+  std::vector<torch::Tensor> before_move_;
 };
 
 }  // namespace paci
