@@ -62,7 +62,7 @@ TRAIN_SPEC = """
 name: arch-{tag}
 model: {{architecture: {arch}, vocab_size: {vocab}, num_layers: {layers}, d_model: {d_model},
          num_heads: {heads}{kv}, seq_len: 128}}
-pipeline: {{num_stages: 2, schedule: paci, accumulation: 4, micro_batch_size: 4}}
+pipeline: {{num_stages: 2, schedule: paci, accumulation: 4, micro_batch_size: 4, drift_correction: none, warmup_steps: 0}}
 optimizer: {{lr: 1e-3, warmup_fraction: 0.05}}
 training: {{steps: {steps}, eval_interval: {steps}, eval_micro_batches: 4}}
 data: {{corpus_path: {corpus}, seed: 1}}
@@ -75,7 +75,7 @@ BIG_SPEC = """
 name: arch-{tag}
 model: {{architecture: llama, vocab_size: {vocab}, num_layers: {layers}, d_model: {d_model},
          num_heads: {heads}, num_kv_heads: {kv}, seq_len: 64}}
-pipeline: {{num_stages: {P}, schedule: paci, accumulation: 1, micro_batch_size: 1}}
+pipeline: {{num_stages: {P}, schedule: paci, accumulation: 1, micro_batch_size: 1, drift_correction: none, warmup_steps: 0}}
 optimizer: {{lr: 1e-4}}
 training: {{steps: 1, eval_interval: 1, eval_micro_batches: 1}}
 data: {{corpus_path: {corpus}, seed: 1}}

@@ -32,7 +32,7 @@ SPEC = """
 name: dp-{tag}
 model: {{vocab_size: 80, num_layers: 4, d_model: {d_model}, num_heads: 4, seq_len: 64}}
 pipeline: {{num_stages: {P}, schedule: paci, accumulation: {a}, micro_batch_size: 8,
-            data_parallel: {R}}}
+            data_parallel: {R}, drift_correction: none, warmup_steps: 0}}
 optimizer: {{lr: 1e-3}}
 training: {{steps: {steps}, eval_interval: {steps}, eval_micro_batches: 4}}
 data: {{corpus_path: {corpus}}}

@@ -35,7 +35,7 @@ MB = 1 << 20
 SPEC = """
 name: volume-{tag}
 model: {{vocab_size: {vocab}, num_layers: 2, d_model: 64, num_heads: 4, seq_len: 64}}
-pipeline: {{num_stages: 2, schedule: paci, accumulation: 2, micro_batch_size: 8}}
+pipeline: {{num_stages: 2, schedule: paci, accumulation: 2, micro_batch_size: 8, drift_correction: none, warmup_steps: 0}}
 optimizer: {{lr: 1e-3}}
 training: {{steps: {steps}, eval_interval: {steps}, eval_micro_batches: 2}}
 data: {{{source}, validation_fraction: 0.01}}

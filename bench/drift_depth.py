@@ -39,7 +39,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPEC = """
 name: depth-{tag}
 model: {{vocab_size: {vocab}, num_layers: {layers}, d_model: {d_model}, num_heads: 4, seq_len: {seq_len}}}
-pipeline: {{num_stages: {P}, schedule: {schedule}, accumulation: {a}, micro_batch_size: {mbs}, drift_correction: {correction}}}
+pipeline: {{num_stages: {P}, schedule: {schedule}, accumulation: {a}, micro_batch_size: {mbs}, drift_correction: {correction}, warmup_steps: 0}}
 optimizer: {{lr: {lr}, warmup_fraction: 0.05}}
 training: {{steps: {steps}, eval_interval: {eval_interval}, eval_micro_batches: {eval_mb}}}
 data: {{corpus_path: {corpus}, seed: {seed}}}

@@ -266,7 +266,7 @@ def paci_run(args, env, stages, precision, accumulation, workdir):
             "name: %s" % name,
             "model: {vocab_size: %d, num_layers: %d, d_model: %d, num_heads: %d, seq_len: %d}" % (
                 args.vocab, args.layers, args.d_model, args.heads, args.seq_len),
-            "pipeline: {num_stages: %d, schedule: paci, accumulation: %d, micro_batch_size: %d}" % (
+            "pipeline: {num_stages: %d, schedule: paci, accumulation: %d, micro_batch_size: %d, drift_correction: none, warmup_steps: 0}" % (
                 stages, accumulation, args.micro_batch),
             "optimizer: {lr: %g}" % args.lr,
             "training: {steps: %d, eval_interval: %d}" % (steps, steps),

@@ -41,7 +41,7 @@ SPEC = """
 name: libtorch-{tag}
 model: {{vocab_size: {vocab}, num_layers: 4, d_model: 256, num_heads: 4, seq_len: 128}}
 pipeline: {{num_stages: {P}, schedule: paci, accumulation: 4, micro_batch_size: 4,
-            partition: balanced}}
+            partition: balanced, drift_correction: none, warmup_steps: 0}}
 optimizer: {{lr: 1e-3, warmup_fraction: 0.05}}
 training: {{steps: {steps}, eval_interval: {steps}, eval_micro_batches: 1}}
 data: {{corpus_path: {corpus}, seed: 1}}

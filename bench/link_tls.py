@@ -28,7 +28,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPEC = """
 name: link-{tag}
 model: {{vocab_size: 80, num_layers: 4, d_model: {d_model}, num_heads: 4, seq_len: {seq_len}}}
-pipeline: {{num_stages: 2, schedule: paci, accumulation: 4, micro_batch_size: {mbs}}}
+pipeline: {{num_stages: 2, schedule: paci, accumulation: 4, micro_batch_size: {mbs}, drift_correction: none, warmup_steps: 0}}
 optimizer: {{lr: 1e-3}}
 training: {{steps: {steps}, eval_interval: {steps}, eval_micro_batches: 2}}
 data: {{corpus_path: {corpus}}}

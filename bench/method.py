@@ -31,8 +31,10 @@ import schedule_comparison as sc
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# The comparison's model and data, with the warm-up and the initialisation seed added.
-SPEC = sc.SPEC.replace("micro_batch_size: {mbs}}}", "micro_batch_size: {mbs}{method}}}").replace(
+# The comparison's model and data (plain PACI there), with this run's correction and warm-up and
+# the initialisation seed.
+PLAIN = ", drift_correction: none, warmup_steps: 0"
+SPEC = sc.SPEC.replace("micro_batch_size: {mbs}%s}}" % PLAIN, "micro_batch_size: {mbs}{method}}}").replace(
     "num_heads: 4,", "num_heads: 4, init_seed: {seed},").replace(
     "vocab_size: 96", "vocab_size: {vocab}")
 
@@ -44,6 +46,9 @@ def parse_args():
     parser.add_argument("--stages", type=int, default=2, help="P")
     parser.add_argument("--accumulation", type=int, default=4, help="a of every run (m of the flush)")
     parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--run_steps", type=int, default=0,
+                        help="optimizer steps of the runs besides the flush (default --steps): time to "
+                        "accuracy lets them train past the flush's steps to its final loss")
     parser.add_argument("--seeds", default="1,2,3")
     parser.add_argument("--runs", default="paci:none:0,paci:none:60,paci:none:150,paci:none:300,"
                         "paci:staleness:0,paci:stage-lr:0,paci:predict:0,paci:delay-comp:0",
@@ -87,13 +92,14 @@ def train(args, workdir, schedule, correction, warmup, seed):
     """One run through pacictl train: its summary."""
     a, P = args.accumulation, args.stages
     mbs = args.global_batch // a
+    steps = args.steps if schedule == "1f1b-flush" or not args.run_steps else args.run_steps
     tag = "%s-%s-w%s-seed%d" % (schedule, correction, warmup, seed)
     spec = os.path.join(workdir, tag + ".yaml")
     with open(spec, "w") as f:
         f.write(SPEC.format(tag=tag, d_model=args.d_model, seq_len=args.seq_len, P=P,
                             schedule=schedule, a=a, mbs=mbs, method=method_fields(correction, warmup),
                             lr=args.lr, vocab=args.vocab_size,
-                            warmup=args.warmup_fraction, steps=args.steps,
+                            warmup=args.warmup_fraction, steps=steps,
                             eval_interval=args.eval_interval, eval_mb=max(1, args.eval_sequences // mbs),
                             corpus=os.path.abspath(args.corpus), seed=seed))
     summary_path = spec + ".summary.json"
@@ -180,7 +186,7 @@ def plot(args, rows, png):
                 f.write("\n\n")
         plots = ", \\\n     ".join("'%s' index %d with linespoints pt 7 ps 0.4 lw 2 title '%s'" % (
             data, i, run_name(args, r)) for i, r in enumerate(rows))
-        script = ("set terminal pngcairo size 1100,600 font ',11'\nset output '%s'\n"
+        script = ("set terminal pngcairo size 1100,600 font ',11' noenhanced\nset output '%s'\n"
                   "set title 'P = %d, %d steps, mean of seeds %s: validation loss against wall time'\n"
                   "set xlabel 'seconds since training began'\nset ylabel 'validation loss'\n"
                   "set key top right\nset grid\nset yrange [:%.3f]\nplot %s\n" % (
@@ -211,6 +217,11 @@ def table(args, rows):
                  "stage per core." % (args.stages, args.seeds, args.steps, args.global_batch,
                                       args.seq_len, args.accumulation, args.d_model, args.lr,
                                       args.warmup_fraction, args.eval_interval))
+    if args.run_steps and args.run_steps != args.steps:
+        lines.append("")
+        lines.append("The flush trains %d steps, every other run %d (each with its own learning-rate "
+                     "schedule): time to accuracy, the flush's losses the targets; their final losses "
+                     "are at their own last step." % (args.steps, args.run_steps))
     return "\n".join(lines)
 
 

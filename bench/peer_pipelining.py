@@ -78,7 +78,7 @@ name: peer-{tag}
 model: {{vocab_size: {vocab}, num_layers: {layers}, d_model: {d_model}, num_heads: {heads},
         seq_len: {seq_len}, init_seed: {init_seed}}}
 pipeline: {{num_stages: 2, schedule: {schedule}, accumulation: {a}, micro_batch_size: {mbs},
-            partition: even}}
+            partition: even, drift_correction: none, warmup_steps: 0}}
 optimizer: {{lr: {lr}, warmup_fraction: 0.05}}
 training: {{steps: {steps}, eval_interval: {steps}, eval_micro_batches: {eval_mb}}}
 data: {{corpus_path: {corpus}, seed: {seed}}}

@@ -52,7 +52,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SPEC = """
 name: bench-{tag}
 model: {{vocab_size: 96, num_layers: 4, d_model: {d_model}, num_heads: 4, seq_len: {seq_len}}}
-pipeline: {{num_stages: {P}, schedule: {schedule}, accumulation: {a}, micro_batch_size: {mbs}}}
+pipeline: {{num_stages: {P}, schedule: {schedule}, accumulation: {a}, micro_batch_size: {mbs}, drift_correction: none, warmup_steps: 0}}
 optimizer: {{lr: {lr}, warmup_fraction: {warmup}}}
 training: {{steps: {steps}, eval_interval: {eval_interval}, eval_micro_batches: {eval_mb}}}
 data: {{corpus_path: {corpus}, seed: {seed}}}

@@ -419,13 +419,16 @@ TEST(GlobalBatchTest, AMaxDriftAloneOrASplitThatDoesNotAddUpIsRefusedNamingTheFi
             "pipeline.global_batch: must be accumulation x micro_batch_size x data_parallel (2 x "
             "1 = 2): 2 x 2 = 4; give one of global_batch and accumulation, or both in agreement, "
             "got 8");
+  EXPECT_EQ(ValidateJobSpec(PipelineSpec(4, ", global_batch: 8194")).message(),
+            "pipeline.global_batch: must be at most 4096 (the largest accumulation) x "
+            "micro_batch_size x data_parallel (2 x 1 = 2), got 8194");
   ExpectInvalid(PipelineSpec(4, ", global_batch: 0"), "pipeline.global_batch");
   ExpectInvalid(PipelineSpec(4, ", global_batch: -4"), "pipeline.global_batch");
   // A global batch too small for the limit: the accumulation it gives is named.
   EXPECT_EQ(ValidateJobSpec(PipelineSpec(4, ", global_batch: 2, max_drift: 1")).message(),
             "pipeline.max_drift: accumulation 1 lets a micro-batch cross ceil(3/1) = 3 optimizer "
             "steps at stage 0, more than max_drift 1; use accumulation of at least 3 (for the "
-            "same global batch, a micro_batch_size that many times smaller)");
+            "same global batch, a smaller micro_batch_size)");
 }
 
 TEST(DriftLimitTest, LeftOutItIsWhatTheAccumulationGives) {
@@ -450,7 +453,7 @@ TEST(DriftLimitTest, AContradictionOrAnImpossibleLimitIsRefusedNamingMaxDrift) {
   EXPECT_EQ(ValidateJobSpec(PipelineSpec(8, ", accumulation: 2, max_drift: 2")).message(),
             "pipeline.max_drift: accumulation 2 lets a micro-batch cross ceil(7/2) = 4 optimizer "
             "steps at stage 0, more than max_drift 2; use accumulation of at least 4 (for the "
-            "same global batch, a micro_batch_size that many times smaller)");
+            "same global batch, a smaller micro_batch_size)");
   EXPECT_EQ(ValidateJobSpec(PipelineSpec(4, ", accumulation: 4, max_drift: 0")).message(),
             "pipeline.max_drift: 0 with schedule paci needs a single stage (a drift of 0 is the "
             "flush: use schedule 1f1b-flush), got 4 stages");

@@ -200,6 +200,9 @@ absl::Status ValidateGlobalBatch(const v1::PipelineSpec& p) {
                    p.data_parallel(), " = ", per_accumulation, ")");
   RETURN_IF_ERROR(Require(p.global_batch() % per_accumulation == 0, "pipeline.global_batch",
                           absl::StrCat("a multiple of ", split), p.global_batch()));
+  RETURN_IF_ERROR(Require(p.global_batch() / per_accumulation <= 4096, "pipeline.global_batch",
+                          absl::StrCat("at most 4096 (the largest accumulation) x ", split),
+                          p.global_batch()));
   return Require(int64_t{p.accumulation()} * per_accumulation == p.global_batch(),
                  "pipeline.global_batch",
                  absl::StrCat("accumulation x ", split, ": ", p.accumulation(), " x ",

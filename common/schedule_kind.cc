@@ -59,7 +59,7 @@ absl::Status AccumulationWithinDriftLimit(const PipelineShape& p, int64_t drift)
       p.num_stages - 1, "/", p.accumulation, ") = ", drift,
       " optimizer steps at stage 0, more than max_drift ", D, "; use accumulation of at least ",
       AccumulationForDriftLimit(p.num_stages, D),
-      " (for the same global batch, a micro_batch_size that many times smaller)"));
+      " (for the same global batch, a smaller micro_batch_size)"));
 }
 
 // paci: as above, and a limit of 0 needs one stage (0 is the flush).
@@ -88,7 +88,8 @@ absl::Status AsyncDriftLimit(const PipelineShape& p, int64_t drift) {
 // drifts: nothing to correct.
 const char* PredictWhereItDrifts(int num_stages) { return num_stages > 1 ? "predict" : "none"; }
 int64_t TenthOfTheRun(int num_stages, int64_t steps) {
-  return num_stages > 1 && steps > 0 ? (steps + 9) / 10 : 0;
+  // Rounded up without overflow: the defaults run before validation, on any steps.
+  return num_stages > 1 && steps > 0 ? steps / 10 + (steps % 10 != 0 ? 1 : 0) : 0;
 }
 // The flushes never drift: no correction, no warm-up.
 const char* NoCorrection(int num_stages) { return "none"; }

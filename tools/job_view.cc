@@ -59,6 +59,9 @@ v1::RunSummary SummaryOfJob(const v1::Job& job, double wall_seconds) {
   summary.set_data_parallel(spec.pipeline().data_parallel());
   summary.set_accumulation(spec.pipeline().accumulation());
   summary.set_drift_limit(DriftLimit(spec.pipeline()));
+  summary.set_drift_correction(spec.pipeline().drift_correction());
+  summary.set_warmup_steps(spec.pipeline().warmup_steps());
+  summary.set_global_batch(GlobalBatch(spec.pipeline()));
   summary.set_micro_batch_size(spec.pipeline().micro_batch_size());
   summary.set_seq_len(spec.model().seq_len());
   summary.set_steps(spec.training().steps());

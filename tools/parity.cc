@@ -153,6 +153,16 @@ void MakeParityRun(int seed, int64_t steps, const std::string& role, v1::JobSpec
 
 void MakeFlushTwin(v1::JobSpec* spec) {
   v1::PipelineSpec* pipeline = spec->mutable_pipeline();
+  // The accumulation the job's own schedule derives when the spec leaves it and the global
+  // batch out (async-1f1b's 1): the flush derives none.
+  if (pipeline->accumulation() == 0 && !pipeline->has_global_batch()) {
+    if (const absl::StatusOr<ScheduleKind> kind = ParseScheduleKind(pipeline->schedule());
+        kind.ok()) {
+      PipelineShape shape;
+      shape.num_stages = pipeline->num_stages();
+      pipeline->set_accumulation(ScheduleTraitsOf(*kind).default_accumulation(shape));
+    }
+  }
   pipeline->set_schedule("1f1b-flush");
   pipeline->clear_max_drift();
   pipeline->set_drift_correction("none");
@@ -201,6 +211,8 @@ absl::StatusOr<ParityReport> CompareParity(const std::vector<ParityPair>& pairs)
   const v1::RunSummary& first = pairs.front().job;
   report.job_name = first.job_name();
   report.schedule = first.schedule();
+  report.correction = first.drift_correction();
+  report.warmup_steps = first.warmup_steps();
   report.num_stages = first.num_stages();
   report.steps = first.steps();
   report.global_batch =
@@ -234,11 +246,13 @@ std::string ParityTable(const ParityReport& report) {
       report.throughput_ratio, Times(report.mean_speedup_75), Times(report.mean_speedup_final));
   absl::StrAppendFormat(
       &text,
-      "%s (%s, %d stages, global batch %d, %d steps) against its flush twin (1f1b-flush, the "
-      "same model, data, batch and optimizer), paired by seed. Gap: final validation loss over "
-      "the flush's (the flush's own seed spread: %.4f). Speed-up: the flush's wall seconds to "
-      "its loss over this run's (above 1: sooner).\n",
+      "%s (%s, %d stages, global batch %d, %d steps, drift correction %s, warm-up %d steps) "
+      "against its flush twin (1f1b-flush, the same model, data, batch and optimizer), paired "
+      "by seed. Gap: final validation loss over the flush's (the flush's own seed spread: "
+      "%.4f). Speed-up: the flush's wall seconds to its loss over this run's (above 1: "
+      "sooner).\n",
       report.job_name, report.schedule, report.num_stages, report.global_batch, report.steps,
+      report.correction.empty() ? "none" : report.correction, report.warmup_steps,
       report.flush_loss_spread);
   return text;
 }
@@ -257,6 +271,8 @@ std::string ParityJson(const ParityReport& report) {
   }
   return json{{"job", report.job_name},
               {"schedule", report.schedule},
+              {"drift_correction", report.correction},
+              {"warmup_steps", report.warmup_steps},
               {"num_stages", report.num_stages},
               {"steps", report.steps},
               {"global_batch", report.global_batch},
@@ -300,7 +316,7 @@ std::string ParityPlotScript(const ParityReport& report, const std::vector<Parit
         data_path, 2 * i + 1, RunLabel(pairs[i].flush, pairs[i].seed)));
   }
   return absl::StrCat(
-      "set terminal pngcairo size 1000,560 font ',11'\n", "set output '", png_path, "'\n",
+      "set terminal pngcairo size 1000,560 font ',11' noenhanced\n", "set output '", png_path, "'\n",
       "set title '", report.job_name, ": validation loss against wall time (gap to the flush ",
       absl::StrFormat("%+.2f%%", report.mean_gap_pct), ", ",
       absl::StrFormat("%.2fx", report.throughput_ratio), " its tokens/s)'\n",
@@ -393,8 +409,6 @@ int RunParity(const ParityOptions& options) {
     out << "pacictl: parity: " << report.status().message() << "\n";
     return kExitTrainingFailed;
   }
-  report->correction = spec->pipeline().drift_correction();
-  report->warmup_steps = spec->pipeline().warmup_steps();
   const std::string table = ParityTable(*report);
   const std::filesystem::path data = dir / "parity.dat", script = dir / "parity.gp",
                               png = dir / "parity.png";
@@ -408,6 +422,10 @@ int RunParity(const ParityOptions& options) {
     }
   }
   out << "\n" << table << "\n";
+  if (report->warmup_steps >= report->steps) {
+    out << "parity: the job's warm-up (" << report->warmup_steps << " steps) covers the whole "
+        << report->steps << "-step run: it ran as the flush does; compare over more steps\n";
+  }
   if (!OnPath("gnuplot")) {
     out << "parity: no gnuplot on the PATH: the plot's script is " << script.string() << "\n";
   } else if (!RunGnuplot(script.string())) {

@@ -64,6 +64,19 @@ TEST(MakeParityRunTest, SetsTheSeedsShortensTheRunAndNeverTouchesTheJobsCheckpoi
   EXPECT_EQ(automatic.pipeline().drift_correction(), "predict");
 }
 
+// async-1f1b derives its accumulation of 1; its twin keeps it (the flush derives none).
+TEST(MakeFlushTwinTest, KeepsTheAccumulationAnAsynchronousScheduleDerived) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(
+      "name: a\nmodel: {vocab_size: 80, num_layers: 4, d_model: 32, num_heads: 4, seq_len: 16}\n"
+      "pipeline: {num_stages: 2, schedule: async-1f1b, micro_batch_size: 3}\n"
+      "optimizer: {lr: 1e-3}\ntraining: {steps: 20}\ndata: {corpus_path: text.txt}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  MakeFlushTwin(&*spec);
+  const v1::JobSpec twin = Defaulted(*spec);
+  EXPECT_EQ(twin.pipeline().schedule(), "1f1b-flush");
+  EXPECT_EQ(twin.pipeline().accumulation(), 1);
+}
+
 TEST(MakeFlushTwinTest, IsTheFlushWithTheSameBatchAndNothingAsynchronous) {
   const v1::JobSpec job = Defaulted(Written());
   v1::JobSpec twin = Written();
@@ -94,6 +107,8 @@ v1::RunSummary Summary(const std::string& schedule, const std::vector<double>& l
   run.set_data_parallel(1);
   run.set_steps(25 * static_cast<int64_t>(losses.size()));
   run.set_tokens_per_second(tokens_per_second);
+  run.set_drift_correction(schedule == "paci" ? "predict" : "none");
+  run.set_warmup_steps(schedule == "paci" ? 10 : 0);
   for (size_t i = 0; i < losses.size(); ++i) {
     v1::LossPoint* point = run.add_validation_loss();
     point->set_step(25 * static_cast<int64_t>(i + 1));
@@ -133,6 +148,8 @@ TEST(CompareParityTest, PairsBySeedAndComputesTheGapAndTheSpeedupsByHand) {
   EXPECT_NEAR(*report->mean_speedup_75, (1.5 + 1.125) / 2, 1e-9);
   EXPECT_FALSE(report->mean_speedup_final.has_value()) << "seed 1 never reached it";
   EXPECT_EQ(report->global_batch, 24);
+  EXPECT_EQ(report->correction, "predict");  // the job's, as it ran
+  EXPECT_EQ(report->warmup_steps, 10);
 
   const std::string table = ParityTable(*report);
   EXPECT_THAT(table, HasSubstr("| 1 | 2.0200 | 2.0000 | +1.00% | 1200 | 1000 | 1.50x | not reached |"));
@@ -140,6 +157,7 @@ TEST(CompareParityTest, PairsBySeedAndComputesTheGapAndTheSpeedupsByHand) {
   EXPECT_THAT(table, HasSubstr("| mean | 2.0000 | 2.0000 | "));
   EXPECT_THAT(table, HasSubstr("(spread 2.00) | 1.20x the flush's | | 1.31x | not reached |"));
   EXPECT_THAT(ParityJson(*report), HasSubstr("\"mean_speedup_final\": null"));
+  EXPECT_THAT(table, HasSubstr("drift correction predict, warm-up 10 steps"));
 
   const std::string data = ParityPlotData(pairs);
   EXPECT_THAT(data, HasSubstr("# paci seed 1\n2.000 2.500000\n"));

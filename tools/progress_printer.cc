@@ -56,6 +56,13 @@ std::string FormatSummaryTable(const v1::RunSummary& s) {
   if (s.data_parallel() > 1) absl::StrAppendFormat(&out, "%-18s %d\n", "replicas (R)", s.data_parallel());
   absl::StrAppendFormat(&out, "%-18s %d\n", "accumulation (a)", s.accumulation());
   absl::StrAppendFormat(&out, "%-18s %d\n", "drift limit (D)", s.drift_limit());
+  if (s.global_batch() > 0) absl::StrAppendFormat(&out, "%-18s %d\n", "global batch", s.global_batch());
+  if (!s.drift_correction().empty() && s.drift_correction() != "none") {
+    absl::StrAppendFormat(&out, "%-18s %s\n", "drift correction", s.drift_correction());
+  }
+  if (s.warmup_steps() > 0) {
+    absl::StrAppendFormat(&out, "%-18s %d steps with drift 0\n", "warm-up", s.warmup_steps());
+  }
   absl::StrAppendFormat(&out, "%-18s %d/%d\n", "steps", s.steps_completed(), s.steps());
   absl::StrAppendFormat(&out, "%-18s %s\n", "final train loss",
                         s.train_loss().empty() ? "-" : absl::StrFormat("%.4f", s.final_train_loss()));

@@ -10,6 +10,7 @@ namespace paci {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 ProgressView RunningView() {
   ProgressView view;
@@ -91,6 +92,15 @@ TEST(FormatSummaryTableTest, ShowsTheRunAndOneRowPerStage) {
   EXPECT_THAT(table, HasSubstr("stages (P)         2\n"));
   EXPECT_THAT(table, HasSubstr("accumulation (a)   2\n"));
   EXPECT_THAT(table, HasSubstr("drift limit (D)    1\n"));
+  EXPECT_THAT(table, Not(HasSubstr("drift correction")));  // none: nothing to say
+  EXPECT_THAT(table, Not(HasSubstr("warm-up")));
+  summary.set_global_batch(24);
+  summary.set_drift_correction("predict");
+  summary.set_warmup_steps(30);
+  const std::string corrected = FormatSummaryTable(summary);
+  EXPECT_THAT(corrected, HasSubstr("global batch       24\n"));
+  EXPECT_THAT(corrected, HasSubstr("drift correction   predict\n"));
+  EXPECT_THAT(corrected, HasSubstr("warm-up            30 steps with drift 0\n"));
   EXPECT_THAT(table, HasSubstr("steps              300/300\n"));
   EXPECT_THAT(table, HasSubstr("final train loss   2.1000\n"));
   EXPECT_THAT(table, HasSubstr("final val loss     -\n"));

@@ -85,6 +85,10 @@ void MirrorCoordinator(const v1::Job& job, json& status) {
   status["driftLimit"] = DriftLimit(job.spec().pipeline());
   status["accumulation"] = job.spec().pipeline().accumulation();
   status["globalBatch"] = GlobalBatch(job.spec().pipeline());
+  // What closes the gap to the flush: the correction and the synchronous warm-up (given, or
+  // the schedule's automatic default).
+  status["driftCorrection"] = job.spec().pipeline().drift_correction();
+  status["warmupSteps"] = job.spec().pipeline().warmup_steps();
   if (s.has_start_time()) status["startTime"] = Rfc3339(FromTimestamp(s.start_time()));
   if (s.has_completion_time()) {
     status["completionTime"] = Rfc3339(FromTimestamp(s.completion_time()));

@@ -170,6 +170,10 @@ TEST(TrainingJobReconcilerTest, AGlobalBatchDerivesTheAccumulationAndIsShownInTh
   EXPECT_EQ((*running.status)["driftLimit"], 1);
   EXPECT_EQ((*running.status)["accumulation"], 3);
   EXPECT_EQ((*running.status)["globalBatch"], job["spec"]["pipeline"]["globalBatch"]);
+  // The automatic default, said in the status: prediction after a tenth of the run drained.
+  EXPECT_EQ((*running.status)["driftCorrection"], "predict");
+  EXPECT_EQ((*running.status)["warmupSteps"],
+            (actions.submit->training().steps() + 9) / 10);
 
   job["spec"]["pipeline"]["globalBatch"] = job["spec"]["pipeline"]["microBatchSize"];
   ReconcileActions refused = ReconcileTrainingJob(World(job), ReconcilerOptions{});

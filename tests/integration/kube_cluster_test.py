@@ -313,6 +313,14 @@ class KubeClusterTest(unittest.TestCase):
             ("global-batch-uneven", lambda s: s["pipeline"].update(
                 globalBatch=s["pipeline"]["microBatchSize"] * s["pipeline"]["accumulation"] + 1),
              "spec.pipeline.globalBatch: Invalid value: must be a multiple of microBatchSize x dataParallel"),
+            ("global-batch-too-large", lambda s: (unset_accumulation(s), s["pipeline"].update(
+                globalBatch=4097 * s["pipeline"]["microBatchSize"])),
+             "spec.pipeline.globalBatch: Invalid value: must be at most 4096 (the largest accumulation) x "
+             "microBatchSize x dataParallel"),
+            ("global-batch-async", lambda s: (unset_accumulation(s), s["pipeline"].update(
+                schedule="async-1f1b", globalBatch=2 * s["pipeline"]["microBatchSize"])),
+             "spec.pipeline.globalBatch: Invalid value: must be microBatchSize x dataParallel with schedule "
+             "async-1f1b"),
             ("global-batch-disagrees", lambda s: s["pipeline"].update(
                 globalBatch=s["pipeline"]["microBatchSize"] * (s["pipeline"]["accumulation"] + 1)),
              "spec.pipeline.globalBatch: Invalid value: must be accumulation x microBatchSize x "

@@ -148,13 +148,16 @@ StageModel::Prediction StageModel::PredictWeights(int64_t steps_ahead, int64_t s
   return Prediction(optimizer_.get(), lr * static_cast<double>(steps));
 }
 
-StageModel::StepOutcome StageModel::Step(int64_t step, double mean_drift) {
+void StageModel::CompensateDelay(int64_t step, double mean_drift) {
+  if (step <= 1 || mean_drift <= 0 || correction_->delay_compensation == 0) return;
+  // The last step, step - 1, ran at LearningRateAt(step - 2).
+  optimizer_->CompensateDelay(LearningRateAt(lr_, step - 2) * lr_factor_, mean_drift,
+                              correction_->delay_compensation);
+}
+
+StageModel::StepOutcome StageModel::Step(int64_t step) {
   // The guard and optimizer.clip_norm look at this stage's gradients only: no
   // stage waits for another's norm (docs/design.md, "Training safety").
-  if (step > 1 && mean_drift > 0 && correction_->delay_compensation != 0) {
-    optimizer_->CompensateDelay(LearningRateAt(lr_, step - 2) * lr_factor_, mean_drift,
-                                correction_->delay_compensation);
-  }
   StepOutcome outcome;
   outcome.gradient_norm = GradientNorm();
   outcome.skipped = !std::isfinite(outcome.gradient_norm);

@@ -70,8 +70,8 @@ class StageModel {
   // update direction by the steps a forward's backward will have crossed
   // (`steps_ahead`, StageScheduler::StepsBeforeBackward), at the learning rate
   // of the next step after `steps_taken`; the forward then runs on about the
-  // weights its backward meets. The guard's end moves them back
-  // (AdamW::Extrapolate and Retract: no copy of the weights). A no-op for
+  // weights its backward meets. The guard's end moves them back bit for bit
+  // (AdamW::Extrapolate and Retract). A no-op for
   // the other corrections and for steps_ahead 0.
   class Prediction {
    public:
@@ -92,11 +92,15 @@ class StageModel {
     double gradient_norm = 0;  // before clipping; NaN or Inf when a gradient is
     bool skipped = false;      // the gradients were not finite: weights unchanged
   };
-  // Optimizer step number `step` (1-based): "delay-comp"'s compensation of
-  // the gradients for `mean_drift` (the mean drift of the step's
-  // micro-batches), the guard, clip_norm, AdamW at the schedule's rate (times
-  // "stage-lr"'s factor), then the gradients dropped.
-  StepOutcome Step(int64_t step, double mean_drift = 0);
+  // "delay-comp": compensates this stage's gradients for `mean_drift` (the
+  // mean drift of the micro-batches of step `step`, 1-based) before step
+  // `step`. Each replica compensates its own gradients, before they are
+  // averaged (the drifts are each replica's own), so every replica then steps
+  // with the same ones. A no-op for the other corrections.
+  void CompensateDelay(int64_t step, double mean_drift);
+  // Optimizer step number `step` (1-based): the guard, clip_norm, AdamW at
+  // the schedule's rate (times "stage-lr"'s factor), then the gradients dropped.
+  StepOutcome Step(int64_t step);
   // HashTensors of the weights, chained on `previous`.
   uint32_t HashWeights(uint32_t previous) const;
 

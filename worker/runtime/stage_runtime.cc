@@ -241,6 +241,10 @@ uint64_t StageRuntime::SamplesAt(int64_t step) const {
 
 absl::StatusOr<std::optional<double>> StageRuntime::StepOptimizer() {
   const int64_t step = scheduler_->version();  // already advanced
+  // "delay-comp": this replica's gradients, for its own drifts, before the replicas average.
+  model_->CompensateDelay(step, static_cast<double>(step_drift_sum_) /
+                                    static_cast<double>(scheduler_->accumulation()));
+  step_drift_sum_ = 0;
   // Replicas first: the guard, the clipping and AdamW then see the same
   // gradients on every replica and leave the same weights.
   if (options_.gradient_sync != nullptr) {
@@ -251,10 +255,7 @@ absl::StatusOr<std::optional<double>> StageRuntime::StepOptimizer() {
     stats_.ObserveAllReduce(absl::ToDoubleSeconds(options_.clock->Now() - start));
     Mark(v1::Span::ALL_REDUCE, std::nullopt, step);
   }
-  const double mean_drift =
-      static_cast<double>(step_drift_sum_) / static_cast<double>(scheduler_->accumulation());
-  step_drift_sum_ = 0;
-  const StageModel::StepOutcome outcome = model_->Step(step, mean_drift);
+  const StageModel::StepOutcome outcome = model_->Step(step);
   if (outcome.skipped) {
     stats_.AddNonfiniteSkip();
     LOG(WARNING) << "job=" << spec_.name() << " stage " << stage_ << " step " << step

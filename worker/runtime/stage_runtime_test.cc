@@ -382,11 +382,20 @@ TEST(StageRuntimeTest, DriftCorrectionsChangeTheUpdatesNotTheSchedule) {
   const auto [delay_comp, delay_comp_drift] = FirstStageActivations("delay-comp");
   EXPECT_EQ(predict_drift, 1);
   EXPECT_EQ(delay_comp_drift, 1);
-  EXPECT_EQ(predict[0], plain[0]);
   EXPECT_EQ(delay_comp[1], plain[1]);
-  EXPECT_NE(predict.back(), plain.back());
   EXPECT_NE(delay_comp.back(), plain.back());
-  EXPECT_NE(predict.back(), delay_comp.back());
+  // predict moves only the forwards that will cross a step once there are moments to move
+  // along: micro-batch 2 crosses step 1 (no moments yet: as plain), micro-batch 6 crosses step
+  // 3 (its activation differs). The move is undone bit for bit, and micro-batch 6's gradient
+  // is first used by step 4, so micro-batch 7, forwarded after step 3, is plain's.
+  ASSERT_EQ(predict.size(), plain.size());
+  for (size_t m = 0; m < plain.size(); ++m) {
+    if (m == 6) {
+      EXPECT_NE(predict[m], plain[m]) << "micro-batch " << m;
+    } else {
+      EXPECT_EQ(predict[m], plain[m]) << "micro-batch " << m;
+    }
+  }
 }
 
 // optimizer.clip_norm scales this stage's gradients down to the norm before AdamW: at a
