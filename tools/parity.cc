@@ -409,6 +409,7 @@ int RunParity(const ParityOptions& options) {
     out << "pacictl: parity: " << report.status().message() << "\n";
     return kExitTrainingFailed;
   }
+  report->job_name = spec->name();  // the job's, not its first run's
   const std::string table = ParityTable(*report);
   const std::filesystem::path data = dir / "parity.dat", script = dir / "parity.gp",
                               png = dir / "parity.png";
