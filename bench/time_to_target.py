@@ -12,10 +12,7 @@ import argparse
 import json
 import statistics
 
-
-def seconds_to(points, target):
-    """Seconds since training began at the first evaluation at or below target, or None."""
-    return next((p.get("seconds", 0.0) for p in points if p["loss"] <= target + 1e-12), None)
+from method import seconds_to
 
 
 def name(row):

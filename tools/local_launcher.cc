@@ -287,6 +287,7 @@ absl::Status LocalRun::Conclude(const absl::Status& followed) {
 
   v1::RunSummary summary = SummaryOfJob(job_, absl::ToDoubleSeconds(absl::Now() - start_));
   absl::Status result = Outcome(followed, summary);
+  if (options_.summary != nullptr) *options_.summary = summary;
   if (!options_.summary_path.empty()) {
     Settle(WriteSummary(summary, options_.summary_path), result);
   }

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "paci/v1/summary.pb.h"
 
 namespace paci {
 
@@ -39,6 +40,7 @@ struct LocalLauncherOptions {
   std::string worker_binary;  // paci_worker
   std::vector<std::string> worker_flags;  // appended to every worker's command line
   std::string summary_path;   // where to write the RunSummary JSON; "": nowhere
+  v1::RunSummary* summary = nullptr;  // where to put the RunSummary as well; null: nowhere
   // Where to write the timeline of the run as Chrome trace JSON; "": the
   // workers record no timeline.
   std::string trace_path;

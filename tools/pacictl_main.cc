@@ -2,6 +2,7 @@
 // client of a coordinator.
 //
 //   pacictl train SPEC.yaml [--summary=PATH] [--trace=PATH]
+//   pacictl parity SPEC.yaml [--seeds=1,2,3] [--steps=N] [--out=DIR]
 //   pacictl submit SPEC.yaml [--labels=K=V,...] | get NAME | watch NAME | cancel NAME
 //   pacictl sample --checkpoint=DIR --prompt=TEXT ... | export --checkpoint=DIR --out=FILE
 //           (they run paci_model, which links Torch)
@@ -112,6 +113,7 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: pacictl train SPEC.yaml [--summary=PATH] [--trace=PATH] [--trace_max_spans=N]\n"
+    "       pacictl parity SPEC.yaml [--seeds=1,2,3] [--steps=N] [--out=DIR]\n"
     "       pacictl submit SPEC.yaml [--labels=K=V,...]\n"
     "       pacictl list [--phase=PHASE] [--selector=K=V,...] [--name_prefix=S]\n"
     "                    [--limit=N] [--page_size=N] [--page_token=T]\n"
@@ -313,6 +315,24 @@ int Logs(const std::string& job) {
   return paci::kExitSucceeded;
 }
 
+// What every local run of train and parity takes from the flags and the
+// terminal: the binaries (false, having said why, when they cannot be
+// found), progress on stderr, `shutdown` to stop it.
+bool LauncherFromFlags(const paci::ShutdownSignal* shutdown, paci::LocalLauncherOptions* options) {
+  options->worker_binary = Sibling(absl::GetFlag(FLAGS_worker_binary), "paci_worker", "worker");
+  options->coordinator_binary =
+      Sibling(absl::GetFlag(FLAGS_coordinator_binary), "paci_coordinator", "server");
+  if (options->worker_binary.empty() || options->coordinator_binary.empty()) {
+    std::cerr << "pacictl: cannot find paci_worker and paci_coordinator beside pacictl; pass "
+                 "--worker_binary and --coordinator_binary\n";
+    return false;
+  }
+  options->out = &std::cerr;
+  options->redraw_in_place = isatty(STDERR_FILENO) == 1;
+  options->shutdown = shutdown;
+  return true;
+}
+
 int Train(const std::string& spec_path) {
   paci::LocalLauncherOptions options;
   options.spec_path = spec_path;
@@ -324,19 +344,9 @@ int Train(const std::string& spec_path) {
     return paci::kExitUsage;
   }
   options.worker_flags = absl::StrSplit(absl::GetFlag(FLAGS_worker_flags), ' ', absl::SkipEmpty());
-  options.worker_binary = Sibling(absl::GetFlag(FLAGS_worker_binary), "paci_worker", "worker");
-  options.coordinator_binary =
-      Sibling(absl::GetFlag(FLAGS_coordinator_binary), "paci_coordinator", "server");
-  if (options.worker_binary.empty() || options.coordinator_binary.empty()) {
-    std::cerr << "pacictl: cannot find paci_worker and paci_coordinator beside pacictl; pass "
-                 "--worker_binary and --coordinator_binary\n";
-    return paci::kExitUsage;
-  }
   options.linger = absl::Seconds(absl::GetFlag(FLAGS_linger_seconds));
-  options.out = &std::cerr;
-  options.redraw_in_place = isatty(STDERR_FILENO) == 1;
   paci::ShutdownSignal shutdown;  // SIGINT and SIGTERM stop the run, exit 130
-  options.shutdown = &shutdown;
+  if (!LauncherFromFlags(&shutdown, &options)) return paci::kExitUsage;
   return paci::LocalLauncher(options).Run();
 }
 
@@ -356,18 +366,8 @@ int Parity(const std::string& spec_path) {
   }
   options.steps = absl::GetFlag(FLAGS_steps);
   options.out_dir = absl::GetFlag(FLAGS_out);
-  options.worker_binary = Sibling(absl::GetFlag(FLAGS_worker_binary), "paci_worker", "worker");
-  options.coordinator_binary =
-      Sibling(absl::GetFlag(FLAGS_coordinator_binary), "paci_coordinator", "server");
-  if (options.worker_binary.empty() || options.coordinator_binary.empty()) {
-    std::cerr << "pacictl: cannot find paci_worker and paci_coordinator beside pacictl; pass "
-                 "--worker_binary and --coordinator_binary\n";
-    return paci::kExitUsage;
-  }
-  options.out = &std::cerr;
-  options.redraw_in_place = isatty(STDERR_FILENO) == 1;
   paci::ShutdownSignal shutdown;  // SIGINT and SIGTERM stop the run in progress, exit 130
-  options.shutdown = &shutdown;
+  if (!LauncherFromFlags(&shutdown, &options.launch)) return paci::kExitUsage;
   return paci::RunParity(options);
 }
 

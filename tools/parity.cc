@@ -1,13 +1,8 @@
 #include "tools/parity.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <numeric>
-#include <sstream>
 #include <utility>
 
 #include <google/protobuf/util/json_util.h>
@@ -17,9 +12,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/atomic_file.h"
 #include "common/job_spec.h"
 #include "common/process.h"
 #include "common/schedule_kind.h"
+#include "common/status_macros.h"
 #include "tools/local_launcher.h"
 
 namespace paci {
@@ -78,29 +75,6 @@ std::string RunLabel(const v1::RunSummary& run, int seed) {
   return absl::StrCat(run.schedule(), " seed ", seed);
 }
 
-absl::Status WriteFile(const std::filesystem::path& path, const std::string& text) {
-  std::ofstream file(path, std::ios::binary | std::ios::trunc);
-  file << text;
-  file.close();
-  if (!file) return absl::InternalError(absl::StrCat("cannot write ", path.string()));
-  return absl::OkStatus();
-}
-
-absl::StatusOr<v1::RunSummary> ReadSummary(const std::filesystem::path& path) {
-  std::ifstream file(path, std::ios::binary);
-  std::stringstream text;
-  text << file.rdbuf();
-  if (!file) return absl::NotFoundError(absl::StrCat("cannot read ", path.string()));
-  v1::RunSummary summary;
-  google::protobuf::util::JsonParseOptions options;
-  options.ignore_unknown_fields = true;
-  const auto parsed = google::protobuf::util::JsonStringToMessage(text.str(), &summary, options);
-  if (!parsed.ok()) {
-    return absl::DataLossError(absl::StrCat(path.string(), ": ", parsed.ToString()));
-  }
-  return summary;
-}
-
 // The spec as JSON (a YAML document too), the proto's field names.
 absl::Status WriteSpec(const std::filesystem::path& path, const v1::JobSpec& spec) {
   std::string text;
@@ -109,31 +83,22 @@ absl::Status WriteSpec(const std::filesystem::path& path, const v1::JobSpec& spe
   options.add_whitespace = true;
   const auto printed = google::protobuf::util::MessageToJsonString(spec, &text, options);
   if (!printed.ok()) return absl::InternalError(printed.ToString());
-  return WriteFile(path, text);
+  return WriteFileAtomically(path.string(), text);
 }
 
-bool OnPath(const std::string& program) {
-  const char* path = std::getenv("PATH");
-  if (path == nullptr) return false;
-  std::stringstream dirs(path);
-  for (std::string dir; std::getline(dirs, dir, ':');) {
-    if (!dir.empty() && access((std::filesystem::path(dir) / program).c_str(), X_OK) == 0) {
-      return true;
-    }
-  }
-  return false;
-}
-
-// gnuplot SCRIPT, its output this process's; whether it exited 0.
-bool RunGnuplot(const std::string& script) {
+// gnuplot SCRIPT, its output this process's: NotFound when no gnuplot is on
+// the PATH, Internal when it failed.
+absl::Status RunGnuplot(const std::string& script) {
   ChildProcesses children;
   ProcessCommand command;
   command.binary = "gnuplot";
   command.args = {script};
   command.search_path = true;
   command.stdin_from_null = true;
-  const absl::StatusOr<int> index = children.Start(command);
-  return index.ok() && children.Wait(*index).succeeded();
+  ASSIGN_OR_RETURN(const int index, children.Start(command));
+  const ProcessExit exit = children.Wait(index);
+  if (!exit.succeeded()) return absl::InternalError(absl::StrCat("gnuplot ", exit.ToString()));
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -158,9 +123,8 @@ void MakeFlushTwin(v1::JobSpec* spec) {
   if (pipeline->accumulation() == 0 && !pipeline->has_global_batch()) {
     if (const absl::StatusOr<ScheduleKind> kind = ParseScheduleKind(pipeline->schedule());
         kind.ok()) {
-      PipelineShape shape;
-      shape.num_stages = pipeline->num_stages();
-      pipeline->set_accumulation(ScheduleTraitsOf(*kind).default_accumulation(shape));
+      pipeline->set_accumulation(
+          ScheduleTraitsOf(*kind).default_accumulation(PipelineShapeOf(*pipeline)));
     }
   }
   pipeline->set_schedule("1f1b-flush");
@@ -215,8 +179,7 @@ absl::StatusOr<ParityReport> CompareParity(const std::vector<ParityPair>& pairs)
   report.warmup_steps = first.warmup_steps();
   report.num_stages = first.num_stages();
   report.steps = first.steps();
-  report.global_batch =
-      int64_t{first.accumulation()} * first.micro_batch_size() * std::max(1, first.data_parallel());
+  report.global_batch = first.global_batch();
   report.mean_gap_pct = Mean(gaps);
   report.gap_spread_pct = Spread(gaps);
   report.mean_job_loss = Mean(job_losses);
@@ -325,7 +288,7 @@ std::string ParityPlotScript(const ParityReport& report, const std::vector<Parit
 }
 
 int RunParity(const ParityOptions& options) {
-  std::ostream& out = *options.out;
+  std::ostream& out = *options.launch.out;
   absl::StatusOr<v1::JobSpec> spec = LoadAndValidateJobSpec(options.spec_path);
   if (!spec.ok()) {
     out << "pacictl: parity: " << spec.status().message() << "\n";
@@ -381,26 +344,16 @@ int RunParity(const ParityOptions& options) {
       }
       out << "parity: run " << ++run_number << " of " << runs << ": " << run.name() << " ("
           << run.pipeline().schedule() << ", seed " << seed << ")\n";
-      LocalLauncherOptions launch;
+      LocalLauncherOptions launch = options.launch;
       launch.spec_path = spec_path.string();
       launch.summary_path = summary_path.string();
-      launch.coordinator_binary = options.coordinator_binary;
-      launch.worker_binary = options.worker_binary;
-      launch.out = options.out;
-      launch.redraw_in_place = options.redraw_in_place;
-      launch.shutdown = options.shutdown;
+      launch.summary = flush ? &pair.flush : &pair.job;
       const int code = LocalLauncher(launch).Run();
       if (code != kExitSucceeded) {
         out << "pacictl: parity: run " << run.name() << " failed (exit " << code
             << "); its spec is " << spec_path.string() << "\n";
         return code;
       }
-      absl::StatusOr<v1::RunSummary> summary = ReadSummary(summary_path);
-      if (!summary.ok()) {
-        out << "pacictl: parity: " << summary.status().message() << "\n";
-        return kExitTrainingFailed;
-      }
-      (flush ? pair.flush : pair.job) = *std::move(summary);
     }
     pairs.push_back(std::move(pair));
   }
@@ -417,7 +370,7 @@ int RunParity(const ParityOptions& options) {
        {std::pair{dir / "parity.md", table}, std::pair{dir / "parity.json", ParityJson(*report)},
         std::pair{data, ParityPlotData(pairs)},
         std::pair{script, ParityPlotScript(*report, pairs, data.string(), png.string())}}) {
-    if (const absl::Status written = WriteFile(path, text); !written.ok()) {
+    if (const absl::Status written = WriteFileAtomically(path.string(), text); !written.ok()) {
       out << "pacictl: parity: " << written.message() << "\n";
       return kExitTrainingFailed;
     }
@@ -427,10 +380,10 @@ int RunParity(const ParityOptions& options) {
     out << "parity: the job's warm-up (" << report->warmup_steps << " steps) covers the whole "
         << report->steps << "-step run: it ran as the flush does; compare over more steps\n";
   }
-  if (!OnPath("gnuplot")) {
+  if (const absl::Status plotted = RunGnuplot(script.string()); absl::IsNotFound(plotted)) {
     out << "parity: no gnuplot on the PATH: the plot's script is " << script.string() << "\n";
-  } else if (!RunGnuplot(script.string())) {
-    out << "parity: gnuplot failed on " << script.string() << "; no plot\n";
+  } else if (!plotted.ok()) {
+    out << "parity: " << plotted.message() << " on " << script.string() << "; no plot\n";
   } else {
     out << "parity: the plot is " << png.string() << "\n";
   }

@@ -11,17 +11,15 @@
 
 #include <cstdint>
 #include <optional>
-#include <ostream>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "paci/v1/job.pb.h"
 #include "paci/v1/summary.pb.h"
+#include "tools/local_launcher.h"
 
 namespace paci {
-
-class ShutdownSignal;
 
 // The spec of one parity run, from the spec as written (before the
 // defaults, so that what they derive follows): model.init_seed and data.seed
@@ -86,11 +84,9 @@ struct ParityOptions {
   std::vector<int> seeds = {1, 2, 3};
   int64_t steps = 0;  // 0: the spec's training.steps
   std::string out_dir;  // "": parity-<job name>
-  std::string coordinator_binary, worker_binary;
-  std::ostream* out = nullptr;  // progress; the table is printed on it too
-  bool redraw_in_place = false;
-  // Stops the run in progress, and the check, when requested; may be null.
-  const ShutdownSignal* shutdown = nullptr;
+  // Every run's launcher: the binaries, where progress goes (the table too),
+  // the shutdown signal; RunParity sets each run's spec and summary.
+  LocalLauncherOptions launch;
 };
 
 // Runs every pair through LocalLauncher, one run at a time, and writes

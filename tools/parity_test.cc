@@ -105,6 +105,7 @@ v1::RunSummary Summary(const std::string& schedule, const std::vector<double>& l
   run.set_accumulation(4);
   run.set_micro_batch_size(6);
   run.set_data_parallel(1);
+  run.set_global_batch(24);
   run.set_steps(25 * static_cast<int64_t>(losses.size()));
   run.set_tokens_per_second(tokens_per_second);
   run.set_drift_correction(schedule == "paci" ? "predict" : "none");

@@ -68,7 +68,7 @@ void AdamW::Step(double lr) {
     last_step_fused_ = true;
     return;
   }
-  const double bias1 = 1.0 - std::pow(options_.beta1, steps_);
+  const double bias1 = FirstMomentBias();
   const double bias2 = 1.0 - std::pow(options_.beta2, steps_);
   std::vector<torch::Tensor> decayed;
   for (size_t i = 0; i < w.size(); ++i) {
@@ -135,6 +135,12 @@ void AdamW::FusedStep(double lr, const std::vector<torch::Tensor>& w,
   }
 }
 
+double AdamW::FirstMomentBias() const { return 1.0 - std::pow(options_.beta1, steps_); }
+
+torch::Tensor AdamW::RootVHat(size_t i) const {
+  return exp_avg_sq_[i].sqrt().div_(std::sqrt(1.0 - std::pow(options_.beta2, steps_)));
+}
+
 void AdamW::Move(double lr_steps, bool forward) {
   if (steps_ == 0 || lr_steps == 0) return;
   torch::NoGradGuard no_grad;
@@ -145,13 +151,12 @@ void AdamW::Move(double lr_steps, bool forward) {
     }
     return;
   }
-  const double bias1 = 1.0 - std::pow(options_.beta1, steps_);
-  const double root_bias2 = std::sqrt(1.0 - std::pow(options_.beta2, steps_));
+  const double bias1 = FirstMomentBias();
   if (before_move_.empty()) before_move_.resize(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) {
     torch::Tensor p = params_[i].second.data();
     // -lr_steps * (m / bias1) / (sqrt(v) / sqrt(bias2) + eps)
-    const torch::Tensor denom = exp_avg_sq_[i].sqrt().div_(root_bias2).add_(options_.eps);
+    const torch::Tensor denom = RootVHat(i).add_(options_.eps);
     if (master_[i].defined()) {
       p.copy_(master_[i].addcdiv(exp_avg_[i], denom, -lr_steps / bias1));
       continue;
@@ -165,8 +170,7 @@ void AdamW::Move(double lr_steps, bool forward) {
 void AdamW::CompensateDelay(double last_lr, double drift, double lambda) {
   if (steps_ == 0 || drift == 0 || lambda == 0) return;
   torch::NoGradGuard no_grad;
-  const double bias1 = 1.0 - std::pow(options_.beta1, steps_);
-  const double root_bias2 = std::sqrt(1.0 - std::pow(options_.beta2, steps_));
+  const double bias1 = FirstMomentBias();
   for (size_t i = 0; i < params_.size(); ++i) {
     const torch::Tensor& p = params_[i].second;
     if (!p.grad().defined()) continue;
@@ -174,7 +178,7 @@ void AdamW::CompensateDelay(double last_lr, double drift, double lambda) {
     const torch::Tensor g = p.grad().data().to(torch::kFloat);
     // sqrt(v_hat), and the last move: w_now - w_then = -last_lr * (r + wd * w_then),
     // r = m_hat / (sqrt(v_hat) + eps), with w_now = (1 - last_lr * wd) w_then - last_lr r.
-    const torch::Tensor root_v = exp_avg_sq_[i].sqrt().div_(root_bias2);
+    const torch::Tensor root_v = RootVHat(i);
     const torch::Tensor r = exp_avg_[i].div(bias1).div_(root_v + options_.eps);
     torch::Tensor move;
     const double decay = p.dim() >= 2 ? last_lr * options_.weight_decay : 0.0;

@@ -111,6 +111,10 @@ class AdamW {
   torch::Tensor step_count_;  // float32 on the parameters' device: steps_, for the kernel
   // Extrapolate (forward) or Retract.
   void Move(double lr_steps, bool forward);
+  // The bias corrections at steps_: 1 - beta1^t, and sqrt(v_hat) of
+  // parameter i (a new tensor), what Extrapolate and CompensateDelay divide by.
+  double FirstMomentBias() const;
+  torch::Tensor RootVHat(size_t i) const;
   // The float32 parameters as they were before Extrapolate (undefined for
   // those with master weights, and until the first move).
   std::vector<torch::Tensor> before_move_;
