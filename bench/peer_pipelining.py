@@ -78,7 +78,7 @@ name: peer-{tag}
 model: {{vocab_size: {vocab}, num_layers: {layers}, d_model: {d_model}, num_heads: {heads},
         seq_len: {seq_len}, init_seed: {init_seed}}}
 pipeline: {{num_stages: 2, schedule: {schedule}, accumulation: {a}, micro_batch_size: {mbs},
-            partition: even, drift_correction: none, warmup_steps: 0}}
+            partition: even{method}}}
 optimizer: {{lr: {lr}, warmup_fraction: 0.05}}
 training: {{steps: {steps}, eval_interval: {steps}, eval_micro_batches: {eval_mb}}}
 data: {{corpus_path: {corpus}, seed: {seed}}}
@@ -262,6 +262,16 @@ def worker_main(args):
     def loss_fn(logits, target):
         return F.cross_entropy(logits.reshape(-1, cfg["vocab"]), target.reshape(-1))
 
+    if placement == "v":
+        # torch 2.11's first step warms every stage's links up with a send to the next stage
+        # and a receive from the previous one, also where both stages are this rank (the
+        # middle of a V); Gloo has no pair to itself and fails ("Pair is not connected").
+        # Those self-sends only warm a link that needs none, so they are left out.
+        from torch.distributed.pipelining import stage as stage_module
+        base = stage_module._PipelineStageBase
+        warm_up = base._get_init_p2p_neighbors_ops
+        base._get_init_p2p_neighbors_ops = lambda self: [
+            op for op in warm_up(self) if op.peer != dist.get_rank()]
     schedule_cls = getattr(pipelining, cls_name)
     a = cfg["a"]
     if chunks_per_stage == 1:
@@ -369,13 +379,16 @@ def run_eager(cfg):
                 wall_seconds=wall)
 
 
-def run_paci(args, cfg, schedule, workdir):
-    tag = schedule
+def run_paci(args, cfg, schedule, workdir, automatic=False):
+    """pacictl train: plain (drift_correction none, no warm-up), or with the schedule's
+    automatic default (both fields left out)."""
+    tag = schedule + ("-auto" if automatic else "")
     spec = os.path.join(workdir, "paci-%s.yaml" % tag)
     with open(spec, "w") as f:
         f.write(PACI_SPEC.format(tag=tag, vocab=cfg["vocab"], layers=cfg["layers"],
                                  d_model=cfg["d_model"], heads=cfg["heads"], seq_len=cfg["seq_len"],
                                  schedule=schedule, a=cfg["a"], mbs=cfg["micro_batch"],
+                                 method="" if automatic else ", drift_correction: none, warmup_steps: 0",
                                  lr=cfg["lr"], steps=cfg["steps"],
                                  eval_mb=cfg["eval_sequences"] // cfg["micro_batch"],
                                  corpus=cfg["corpus"], seed=cfg["seed"],
@@ -418,6 +431,8 @@ def main():
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
     parser.add_argument("--corpus", default=os.path.join(ROOT, "data", "kjv.txt"))
     parser.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
+    parser.add_argument("--name", default="", help="the results' file name (default "
+                        "peer_pipelining, or peer_pipelining_seeds with several seeds)")
     args = parser.parse_args()
     if args.worker:
         return worker_main(args)
@@ -429,7 +444,8 @@ def main():
                     lr=args.lr, eval_sequences=args.eval_sequences,
                     corpus=os.path.abspath(args.corpus))
     only = set(filter(None, args.only.split(",")))
-    runs = [("paci", "paci PACI"), ("paci-1f1b-flush", "paci 1f1b-flush"),
+    runs = [("paci", "paci PACI"), ("paci-auto", "paci PACI, automatic default"),
+            ("paci-1f1b-flush", "paci 1f1b-flush"),
             ("eager", "torch eager, unsplit (P = 1)")] + [(k, l) for k, l, *_ in PEERS]
     runs = [(k, l) for k, l in runs if not only or k in only]
     results = []
@@ -442,8 +458,8 @@ def main():
             for key, label in runs:
                 log("%-40s seed %d ..." % (label, seed))
                 try:
-                    if key == "paci":
-                        r = run_paci(args, cfg, "paci", seed_dir)
+                    if key in ("paci", "paci-auto"):
+                        r = run_paci(args, cfg, "paci", seed_dir, automatic=key == "paci-auto")
                     elif key == "paci-1f1b-flush":
                         r = run_paci(args, cfg, "1f1b-flush", seed_dir)
                     elif key == "eager":
@@ -463,7 +479,8 @@ def main():
     text = report(args, seeds, runs, results, synchronous, torch.__version__,
                   time.monotonic() - began)
     print(text)
-    write_result(args.out, "peer_pipelining" if len(seeds) == 1 else "peer_pipelining_seeds",
+    write_result(args.out, args.name or ("peer_pipelining" if len(seeds) == 1 else
+                                         "peer_pipelining_seeds"),
                  dict(config=dict(base_cfg, seeds=seeds,
                                   corpus=os.path.relpath(base_cfg["corpus"], ROOT)),
                       runs=results), text.rstrip("\n"))

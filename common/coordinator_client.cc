@@ -28,8 +28,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
       MakeChannelCredentials(options.tls);
   if (!credentials.ok()) return credentials.status();
   std::shared_ptr<grpc::Channel> channel =
-      options.reconnect_quickly ? CreateCoordinatorChannel(options.address, *credentials)
-                                : grpc::CreateChannel(options.address, *credentials);
+      CreateCoordinatorChannel(options.address, *credentials, options.reconnect_quickly);
   return std::unique_ptr<CoordinatorClient>(new CoordinatorClient(options, std::move(channel)));
 }
 

@@ -1,21 +1,18 @@
 #include "common/grpc_security.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/net_address.h"
+#include "common/read_file.h"
 
 namespace paci {
 namespace {
 
+// A TLS or token file, its errors InvalidArgument naming `what` (a bad flag).
 absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat(what, ": cannot read ", path));
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
+  absl::StatusOr<std::string> text = ReadFileToString(path);
+  if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": ", text.status().message()));
+  return text;
 }
 
 }  // namespace
@@ -100,8 +97,11 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
 }
 
 std::shared_ptr<grpc::Channel> CreateCoordinatorChannel(
-    const std::string& address, const std::shared_ptr<grpc::ChannelCredentials>& credentials) {
+    const std::string& address, const std::shared_ptr<grpc::ChannelCredentials>& credentials,
+    bool reconnect_quickly) {
   grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxCoordinatorAnswerBytes);
+  if (!reconnect_quickly) return grpc::CreateCustomChannel(address, credentials, args);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
@@ -111,6 +111,19 @@ std::shared_ptr<grpc::Channel> CreateCoordinatorChannel(
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, absl::ToInt64Milliseconds(kKeepaliveTimeout));
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   return grpc::CreateCustomChannel(address, credentials, args);
+}
+
+std::shared_ptr<grpc::Channel> CreateStageLinkChannel(
+    const std::string& address, const std::shared_ptr<grpc::ChannelCredentials>& credentials,
+    const std::string& tls_server_name) {
+  grpc::ChannelArguments args;
+  if (!tls_server_name.empty()) args.SetSslTargetNameOverride(tls_server_name);
+  args.SetMaxSendMessageSize(1 << 30);
+  args.SetMaxReceiveMessageSize(1 << 30);
+  // One connection per link; keep it from being shared with other channels.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return grpc::CreateCustomChannel(
+      address, credentials ? credentials : grpc::InsecureChannelCredentials(), args);
 }
 
 void AllowKeepalivePings(grpc::ServerBuilder& builder) {

@@ -47,14 +47,29 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials
 inline constexpr absl::Duration kKeepaliveTime = absl::Seconds(10);
 inline constexpr absl::Duration kKeepaliveTimeout = absl::Seconds(5);
 
-// A channel to the coordinator for the processes that must find it again
-// soon after it restarts (workers, the operator): gRPC's reconnect backoff
-// starts at 100 ms and is capped at 1 s, not its default 1 s growing to 120 s,
-// so a coordinator back within seconds is reached within about a second; and
-// keepalive pings (kKeepaliveTime), so one that stopped answering is left
-// within about 15 s.
+// A channel to the coordinator, the one way every client opens one. Its
+// answers may be up to kMaxCoordinatorAnswerBytes: a job's timeline
+// (GetJobTrace), runtime.trace_max_spans spans per stage, is past gRPC's
+// default 4 MiB at 8 stages of 20,000. With `reconnect_quickly`, for the
+// processes that must find it again soon after it restarts (workers, the
+// operator): gRPC's reconnect backoff starts at 100 ms and is capped at 1 s,
+// not its default 1 s growing to 120 s, so a coordinator back within seconds
+// is reached within about a second; and keepalive pings (kKeepaliveTime), so
+// one that stopped answering is left within about 15 s. Without (pacictl's
+// commands): gRPC's own backoff and no pings.
+inline constexpr int kMaxCoordinatorAnswerBytes = 1 << 30;
 std::shared_ptr<grpc::Channel> CreateCoordinatorChannel(
-    const std::string& address, const std::shared_ptr<grpc::ChannelCredentials>& credentials);
+    const std::string& address, const std::shared_ptr<grpc::ChannelCredentials>& credentials,
+    bool reconnect_quickly = true);
+
+// A channel to a stage link's peer (worker/transport/peer_sender.h), the one
+// other kind of channel: messages up to 1 GiB (an activation or gradient
+// frame), a connection of its own (not shared with other channels to the same
+// address), the peer's certificate checked against `tls_server_name` when
+// given, plaintext when `credentials` is null.
+std::shared_ptr<grpc::Channel> CreateStageLinkChannel(
+    const std::string& address, const std::shared_ptr<grpc::ChannelCredentials>& credentials,
+    const std::string& tls_server_name);
 
 // A server's side of the keepalives: it takes its clients' pings (every
 // kKeepaliveTime / 2 at most, with or without calls) and pings them itself.

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "common/read_file.h"
 #include "common/schedule_kind.h"
 #include "common/status_macros.h"
 #include "common/yaml_json.h"
@@ -81,19 +82,12 @@ absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(std::string_view text) {
 }
 
 absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path) {
-  const auto cannot_read = [&path] {
-    return absl::NotFoundError(
-        absl::StrCat("cannot read spec file ", path, ": ", std::strerror(errno)));
-  };
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"),
-                                                       &std::fclose);
-  if (file == nullptr) return cannot_read();
-  std::string text;
-  char buffer[1 << 14];
-  size_t n;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), file.get())) > 0) text.append(buffer, n);
-  if (std::ferror(file.get())) return cannot_read();
-  return ParseJobSpecYaml(text);
+  absl::StatusOr<std::string> text = ReadFileToString(path);
+  if (!text.ok()) {
+    return absl::Status(text.status().code(),
+                        absl::StrCat("spec file: ", text.status().message()));
+  }
+  return ParseJobSpecYaml(*text);
 }
 
 absl::StatusOr<std::vector<int>> ParsePartitionBoundaries(std::string_view text_in,
@@ -166,10 +160,14 @@ void ApplyMethodDefaults(const v1::TrainingSpec& training, v1::PipelineSpec* pip
         kind.ok() ? ScheduleTraitsOf(*kind).default_correction(pipeline->num_stages()) : "none");
   }
   if (!pipeline->has_warmup_steps()) {
-    pipeline->set_warmup_steps(
-        kind.ok() ? ScheduleTraitsOf(*kind).default_warmup_steps(pipeline->num_stages(),
-                                                                 training.steps())
-                  : 0);
+    if (!kind.ok()) {
+      pipeline->set_warmup_steps(0);
+    } else {
+      const ScheduleTraits& row = ScheduleTraitsOf(*kind);
+      pipeline->set_warmup_steps(row.default_warmup_steps(
+          pipeline->num_stages(), row.effective_accumulation(pipeline->accumulation()),
+          training.steps()));
+    }
   }
 }
 
@@ -198,9 +196,9 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec) {
   v1::PipelineSpec* pipeline = spec->mutable_pipeline();
   if (pipeline->schedule().empty()) pipeline->set_schedule("paci");
   if (pipeline->partition().empty()) pipeline->set_partition("balanced");
-  ApplyMethodDefaults(*spec->mutable_training(), pipeline);
   if (!pipeline->has_data_parallel()) pipeline->set_data_parallel(1);
   ApplyAccumulationDefault(pipeline);
+  ApplyMethodDefaults(*spec->mutable_training(), pipeline);  // from the accumulation
 
   v1::OptimizerSpec* optimizer = spec->mutable_optimizer();
   if (!optimizer->has_beta1()) optimizer->set_beta1(0.9f);

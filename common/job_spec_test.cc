@@ -276,7 +276,7 @@ TEST(LoadJobSpecFileTest, MissingFileIsNotFoundNamingThePath) {
   const absl::StatusOr<v1::JobSpec> spec = LoadJobSpecFile(path);
   EXPECT_EQ(spec.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(spec.status().message()),
-              HasSubstr(absl::StrCat("cannot read spec file ", path, ": ")));
+              HasSubstr(absl::StrCat("spec file: cannot read ", path, ": ")));
 }
 
 TEST(LoadJobSpecFileTest, ReadsAndParsesTheFile) {
@@ -468,15 +468,15 @@ TEST(DriftLimitTest, AContradictionOrAnImpossibleLimitIsRefusedNamingMaxDrift) {
 }
 
 // The automatic default (steps: 10 here): a pipeline that drifts gets weight prediction after
-// a synchronous warm-up of a tenth of the run; one stage, or a flush, gets neither; what the
-// spec gives is kept.
-TEST(AutomaticDefaultTest, PredictsAfterAWarmUpOfATenthWhereThePipelineDrifts) {
+// a synchronous warm-up that grows with the share of forwards crossing a step; one stage, or a
+// flush, gets neither; what the spec gives is kept.
+TEST(AutomaticDefaultTest, PredictsAfterAWarmUpThatGrowsWithTheDriftWhereThePipelineDrifts) {
   for (const char* schedule : {"paci", "async-1f1b"}) {
     SCOPED_TRACE(schedule);
     const v1::JobSpec spec =
         PipelineSpec(4, absl::StrCat(", accumulation: 1, schedule: ", schedule));
     EXPECT_EQ(spec.pipeline().drift_correction(), "predict");
-    EXPECT_EQ(spec.pipeline().warmup_steps(), 1);
+    EXPECT_EQ(spec.pipeline().warmup_steps(), 5);  // a = 1 at P = 4: 3/4 cross, capped at half
     EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
   }
   for (const char* schedule : {"1f1b-flush", "gpipe"}) {
@@ -495,10 +495,34 @@ TEST(AutomaticDefaultTest, PredictsAfterAWarmUpOfATenthWhereThePipelineDrifts) {
   EXPECT_EQ(given.pipeline().drift_correction(), "none");
   EXPECT_EQ(given.pipeline().warmup_steps(), 0);
   EXPECT_TRUE(given.pipeline().has_warmup_steps());
-  // A tenth, rounded up, of longer runs.
-  for (auto [steps, warmup] : {std::pair{600, 60}, {2000, 200}, {1, 1}, {95, 10}}) {
-    EXPECT_EQ(ScheduleTraitsOf(ScheduleKind::kPaci).default_warmup_steps(2, steps), warmup);
+  // 0.8 of the share S of forwards whose backward crosses a step, rounded up, at most half
+  // the run: S = sum_s min(a, P-1-s) / (a P).
+  struct Case {
+    ScheduleKind schedule;
+    int P, a;
+    int64_t steps, warmup;
+  };
+  for (const Case& c : {
+           Case{ScheduleKind::kPaci, 2, 4, 600, 60},     // S = 1/8: a tenth
+           Case{ScheduleKind::kPaci, 2, 4, 2000, 200},
+           Case{ScheduleKind::kPaci, 2, 4, 95, 10},      // 9.5 rounded up
+           Case{ScheduleKind::kPaci, 2, 4, 1, 1},
+           Case{ScheduleKind::kPaci, 2, 2, 1000, 200},   // S = 1/4
+           Case{ScheduleKind::kPaci, 4, 3, 600, 240},    // S = (1+2+3)/12 = 1/2
+           Case{ScheduleKind::kPaci, 4, 4, 600, 180},    // S = (1+2+3)/16
+           Case{ScheduleKind::kPaci, 8, 7, 600, 240},    // S = 28/56
+           Case{ScheduleKind::kPaci, 8, 2, 600, 300},    // S = 13/16: capped at half
+           Case{ScheduleKind::kAsyncOneFOneB, 2, 1, 600, 240},  // S = 1/2
+           Case{ScheduleKind::kPaci, 2, 4, std::numeric_limits<int64_t>::max(),
+                std::numeric_limits<int64_t>::max() / 10 + 1},  // no overflow
+       }) {
+    SCOPED_TRACE(absl::StrCat("P ", c.P, " a ", c.a, " steps ", c.steps));
+    EXPECT_EQ(ScheduleTraitsOf(c.schedule).default_warmup_steps(c.P, c.a, c.steps), c.warmup);
   }
+  // ApplyJobSpecDefaults reads the accumulation the global batch gives (10 steps here):
+  // a = 6 / 2 = 3 at P = 4 warms up 4 steps, where a = 1 would warm up 5.
+  EXPECT_EQ(PipelineSpec(4, ", global_batch: 6").pipeline().warmup_steps(), 4);
+  EXPECT_EQ(PipelineSpec(4, ", global_batch: 2").pipeline().warmup_steps(), 5);
 }
 
 TEST(DriftCorrectionTest, IsOneOfTheTablesAndOnlyForTheDriftingSchedules) {

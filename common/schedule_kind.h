@@ -75,9 +75,10 @@ struct ScheduleTraits {
   // The automatic default (ApplyJobSpecDefaults), what a spec that leaves
   // them out gets, from what docs/benchmarks.md measured: the drift
   // correction (a row's name of the correction table) and the synchronous
-  // warm-up's steps of a run of `steps`, at P = num_stages.
+  // warm-up's steps of a run of `steps`, at P = num_stages with the
+  // effective accumulation `accumulation`.
   const char* (*default_correction)(int num_stages);
-  int64_t (*default_warmup_steps)(int num_stages, int64_t steps);
+  int64_t (*default_warmup_steps)(int num_stages, int accumulation, int64_t steps);
 };
 
 // A set of schedules, one bit per ScheduleKind.

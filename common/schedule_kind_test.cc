@@ -1,6 +1,7 @@
 #include "common/schedule_kind.h"
 
 #include <cmath>
+#include <limits>
 #include <set>
 #include <string>
 
@@ -197,11 +198,14 @@ TEST(DriftCorrectionTableTest, EveryRowIsFoundByItsNameAndNoneIsTheDefaultForEve
       const DriftCorrectionTraits* automatic = FindDriftCorrection(schedule.default_correction(P));
       ASSERT_NE(automatic, nullptr);
       EXPECT_TRUE(DriftCorrectionAllowed(*automatic, schedule.kind));
-      for (int64_t steps : {1, 10, 600}) {
-        const int64_t warmup = schedule.default_warmup_steps(P, steps);
-        EXPECT_GE(warmup, 0);
-        EXPECT_LE(warmup, steps);
-        if (schedule.flushes || P == 1) EXPECT_EQ(warmup, 0);
+      for (int a : {1, 4, 4096}) {
+        for (int64_t steps : {int64_t{1}, int64_t{10}, int64_t{600},
+                              std::numeric_limits<int64_t>::max()}) {
+          const int64_t warmup = schedule.default_warmup_steps(P, a, steps);
+          EXPECT_GE(warmup, 0);
+          EXPECT_LE(warmup, steps / 2 + 1);  // at most half of the run, rounded up
+          if (schedule.flushes || P == 1) EXPECT_EQ(warmup, 0);
+        }
       }
     }
   }

@@ -65,7 +65,8 @@ void AppendJsonScalar(const YAML::Node& node, std::string* out) {
   }
 }
 
-absl::Status AppendJson(const YAML::Node& node, absl::string_view what, std::string* out) {
+absl::Status AppendJson(const YAML::Node& node, absl::string_view what, bool keep_nulls,
+                        std::string* out) {
   switch (node.Type()) {
     case YAML::NodeType::Undefined:
     case YAML::NodeType::Null:
@@ -78,7 +79,7 @@ absl::Status AppendJson(const YAML::Node& node, absl::string_view what, std::str
       out->push_back('[');
       for (size_t i = 0; i < node.size(); ++i) {
         if (i > 0) out->push_back(',');
-        RETURN_IF_ERROR(AppendJson(node[i], what, out));
+        RETURN_IF_ERROR(AppendJson(node[i], what, keep_nulls, out));
       }
       out->push_back(']');
       return absl::OkStatus();
@@ -98,12 +99,12 @@ absl::Status AppendJson(const YAML::Node& node, absl::string_view what, std::str
               "%s: line %d: duplicate key \"%s\"", what, entry.first.Mark().line + 1,
               entry.first.Scalar()));
         }
-        if (entry.second.IsNull()) continue;
+        if (entry.second.IsNull() && !keep_nulls) continue;
         if (!first) out->push_back(',');
         first = false;
         AppendJsonString(entry.first.Scalar(), out);
         out->push_back(':');
-        RETURN_IF_ERROR(AppendJson(entry.second, what, out));
+        RETURN_IF_ERROR(AppendJson(entry.second, what, keep_nulls, out));
       }
       out->push_back('}');
       return absl::OkStatus();
@@ -128,7 +129,13 @@ absl::StatusOr<std::string> YamlMappingToJson(std::string_view text, absl::strin
     return absl::InvalidArgumentError(absl::StrCat(what, ": expected a mapping at the top level"));
   }
   std::string json;
-  RETURN_IF_ERROR(AppendJson(root, what, &json));
+  RETURN_IF_ERROR(AppendJson(root, what, /*keep_nulls=*/false, &json));
+  return json;
+}
+
+absl::StatusOr<std::string> YamlNodeToJson(const YAML::Node& node, absl::string_view what) {
+  std::string json;
+  RETURN_IF_ERROR(AppendJson(node, what, /*keep_nulls=*/true, &json));
   return json;
 }
 

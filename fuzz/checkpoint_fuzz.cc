@@ -25,6 +25,7 @@
 
 #include <torch/torch.h>
 
+#include "worker/model/test_models.h"
 #include "worker/runtime/checkpoint.h"
 
 namespace {
@@ -44,13 +45,8 @@ struct Fixture {
     meta.model_fingerprint = model->Fingerprint();
   }
   static paci::GptConfig Config() {
-    paci::GptConfig c;
-    c.vocab_size = 11;
-    c.num_layers = 1;
-    c.d_model = 8;
-    c.num_heads = 2;
-    c.seq_len = 4;
-    return c;
+    return paci::TinyGpt({/*vocab_size=*/11, /*num_layers=*/1, /*d_model=*/8, /*num_heads=*/2,
+                          /*seq_len=*/4});
   }
   bool Unchanged() {
     if (optimizer->steps() != 0) return false;

@@ -30,7 +30,7 @@
 #include "operator/controller/coordinator_jobs.h"
 #include "operator/controller/leader_elector.h"
 #include "operator/controller/training_job_controller.h"
-#include "operator/kube/kube_client.h"
+#include "kube/kube_client.h"
 #include "operator/operator_metrics.h"
 
 ABSL_FLAG(std::string, kubeconfig, "", "kubeconfig file; empty: the in-cluster service account");
@@ -90,7 +90,7 @@ ABSL_FLAG(int, watch_timeout_seconds, 300, "the server ends each watch after thi
 namespace {
 
 using paci::op::ControllerOptions;
-using paci::op::KubeClientOptions;
+using paci::kube::KubeClientOptions;
 using paci::op::LeaderElector;
 
 std::string Identity() {
@@ -103,11 +103,11 @@ std::string Identity() {
 // The API server from --kubeconfig, or the pod's service account.
 absl::StatusOr<KubeClientOptions> KubeOptionsFromFlags() {
   if (!absl::GetFlag(FLAGS_kubeconfig).empty()) {
-    return paci::op::LoadKubeconfig(absl::GetFlag(FLAGS_kubeconfig));
+    return paci::kube::LoadKubeconfig(absl::GetFlag(FLAGS_kubeconfig));
   }
   const char* host = std::getenv("KUBERNETES_SERVICE_HOST");
   const char* port = std::getenv("KUBERNETES_SERVICE_PORT");
-  return paci::op::InClusterConfig(host ? host : "", port ? port : "");
+  return paci::kube::InClusterConfig(host ? host : "", port ? port : "");
 }
 
 // The controller's and the reconciler's options from the flags;
@@ -226,7 +226,7 @@ absl::Status Main(const paci::ShutdownSignal& shutdown) {
   OperatorMetrics metrics;
 
   ASSIGN_OR_RETURN(const KubeClientOptions kube_options, KubeOptionsFromFlags());
-  KubeClient kube(kube_options, &metrics);
+  paci::kube::KubeClient kube(kube_options, &metrics);
 
   ASSIGN_OR_RETURN(const CoordinatorClientOptions client_options,
                    CoordinatorClientOptionsFromFlags(absl::GetFlag(FLAGS_coordinator),
@@ -263,7 +263,7 @@ absl::Status Main(const paci::ShutdownSignal& shutdown) {
             << (options.watch_namespace.empty() ? "(all)" : options.watch_namespace)
             << ", metrics port " << metrics_port;
 
-  std::unique_ptr<KubeClient> lease_client;
+  std::unique_ptr<paci::kube::KubeClient> lease_client;
   std::unique_ptr<LeaderElector> elector;
   std::atomic<bool> led{false};
   if (absl::GetFlag(FLAGS_leader_election)) {
@@ -272,7 +272,7 @@ absl::Status Main(const paci::ShutdownSignal& shutdown) {
     // Its own client, whose requests end within the renew deadline.
     KubeClientOptions lease_client_options = kube_options;
     lease_client_options.request_timeout = std::min(kube_options.request_timeout, lease.renew_deadline);
-    lease_client = std::make_unique<KubeClient>(lease_client_options, &metrics);
+    lease_client = std::make_unique<paci::kube::KubeClient>(lease_client_options, &metrics);
     elector = std::make_unique<LeaderElector>(
         *lease_client, lease,
         [&] {

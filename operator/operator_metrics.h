@@ -22,11 +22,11 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "operator/kube/kube_client.h"
+#include "kube/kube_client.h"
 
 namespace paci::op {
 
-class OperatorMetrics : public KubeRequestObserver {
+class OperatorMetrics : public kube::KubeRequestObserver {
  public:
   OperatorMetrics();
 

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <map>
-#include <random>
 
 #include <glog/logging.h>
 #include <google/protobuf/util/message_differencer.h>
@@ -12,6 +11,7 @@
 #include "common/job_phase.h"
 #include "common/job_spec.h"
 #include "common/peer_identity.h"
+#include "common/random.h"
 #include "common/status_macros.h"
 #include "server/job_placement.h"
 
@@ -19,11 +19,6 @@ namespace paci {
 namespace {
 
 bool IsActive(v1::JobPhase phase) { return phase == v1::RUNNING || phase == v1::RESTARTING; }
-
-uint64_t NewInstance() {
-  std::random_device random;
-  return (static_cast<uint64_t>(random()) << 32) ^ random();
-}
 
 }  // namespace
 
@@ -34,7 +29,7 @@ JobManager::JobManager(JobStore& store, CoordinatorMetrics& metrics,
       options_(options),
       clock_(clock),
       jobs_(options.retention),
-      instance_(NewInstance()) {}
+      instance_(RandomUint64()) {}
 
 JobManager::Effects JobManager::TakePendingLocked() {
   Effects effects = std::exchange(pending_, {});

@@ -1,33 +1,11 @@
 #include "server/job_placement.h"
 
-#include <sys/random.h>
-
-#include <cerrno>
-
-#include <glog/logging.h>
-
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
 #include "common/peer_identity.h"
+#include "common/random.h"
 
 namespace paci {
-namespace {
-
-// 128 bits from the kernel's random source, in hex.
-std::string RandomSecret() {
-  char bytes[16];
-  size_t got = 0;
-  while (got < sizeof(bytes)) {
-    const ssize_t n = getrandom(bytes + got, sizeof(bytes) - got, 0);
-    if (n < 0 && errno == EINTR) continue;
-    PCHECK(n > 0) << "getrandom";
-    got += static_cast<size_t>(n);
-  }
-  return absl::BytesToHexString(absl::string_view(bytes, sizeof(bytes)));
-}
-
-}  // namespace
 
 int SlotOf(const v1::JobSpec& spec, int stage, int replica) {
   const int P = spec.pipeline().num_stages();
@@ -86,7 +64,7 @@ void StartAttempt(JobState& state, const WorkerRegistry& workers,
   const int slots = static_cast<int>(worker_ids.size());  // P x R
   state.stages.assign(slots, StageProgress{});
   for (auto& stage : state.stages) stage.last_progress = now;
-  state.link_secret = RandomSecret();
+  state.link_secret = RandomHex(16);
   state.attempt_started = now;
   status.clear_stages();
   state.trace.Clear();

@@ -14,7 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "operator/kube/kube_client.h"
+#include "kube/kube_client.h"
 #include "tools/progress_printer.h"
 
 namespace paci {
@@ -25,7 +25,7 @@ std::optional<std::string> TrainingJobName(std::string_view argument);
 
 // The TrainingJob `name` in `ns` (empty: the kubeconfig's namespace). NotFound
 // naming the TrainingJob and namespace when there is none.
-absl::StatusOr<nlohmann::json> GetTrainingJob(op::KubeClient& kube, const std::string& ns,
+absl::StatusOr<nlohmann::json> GetTrainingJob(kube::KubeClient& kube, const std::string& ns,
                                               const std::string& name);
 
 // `pacictl get trainingjob/NAME`: phase, why (the conditions' reasons and
@@ -51,7 +51,7 @@ bool TrainingJobSucceeded(const nlohmann::json& job);
 // server ends, or one too old to resume (410), is started again. NotFound when
 // it is deleted (or never was).
 absl::StatusOr<nlohmann::json> WatchTrainingJob(
-    op::KubeClient& kube, const std::string& ns, const std::string& name,
+    kube::KubeClient& kube, const std::string& ns, const std::string& name,
     const std::function<void(const nlohmann::json&)>& on_change);
 
 }  // namespace paci

@@ -13,10 +13,17 @@
 #include "common/yaml_json.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "operator/kube/test_api_server.h"
-#include "operator/reconcile/object_meta.h"
+#include "kube/test_api_server.h"
+#include "kube/object.h"
+#include "operator/api/training_job.h"
 
 namespace paci {
+
+using kube::Field;
+using kube::IntField;
+using kube::MetaString;
+using kube::Rfc3339;
+using kube::StringField;
 namespace {
 
 using nlohmann::json;
@@ -28,13 +35,13 @@ const absl::Time kNow = absl::FromUnixSeconds(1796320000);
 json RunningJob() {
   return json::parse(absl::StrCat(R"({
     "metadata": {"name": "kjv", "namespace": "team-a",
-                 "creationTimestamp": ")", op::Rfc3339(kNow - absl::Minutes(10)), R"("},
+                 "creationTimestamp": ")", Rfc3339(kNow - absl::Minutes(10)), R"("},
     "spec": {"pipeline": {"numStages": 2, "dataParallel": 1, "accumulation": 2}},
     "status": {"phase": "Running", "coordinatorJob": "kjv-1a2b3c4d-g1", "attempt": 2,
       "restarts": 1, "step": 40, "totalSteps": 200, "checkpointStep": 30,
       "trainLoss": 2.4101, "validationLoss": 2.5203, "tokensPerSecond": 3456,
       "maxDrift": 1, "driftLimit": 1, "accumulation": 2,
-      "startTime": ")", op::Rfc3339(kNow - absl::Minutes(4)), R"(",
+      "startTime": ")", Rfc3339(kNow - absl::Minutes(4)), R"(",
       "conditions": [
         {"type": "Submitted", "status": "True", "reason": "Submitted",
          "message": "submitted to the coordinator as kjv-1a2b3c4d-g1"},
@@ -142,29 +149,29 @@ json YamlObject(const std::string& relative) {
 class KubeJobServerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    server_ = new op::TestApiServer();
+    server_ = new kube::TestApiServer();
     if (!server_->ok()) return;
-    op::KubeClient kube(server_->client_options());
+    kube::KubeClient kube(server_->client_options());
     const std::string crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
     absl::StatusOr<json> crd = kube.Create(crds, YamlObject("deploy/crd/paci.dev_trainingjobs.yaml"));
     ASSERT_TRUE(crd.ok()) << crd.status();
     // Served once the CRD is Established (moments after it is created): its watch says when.
     auto established = [](const json& object) {
-      const json& conditions = op::Field(op::Field(object, "status"), "conditions");
+      const json& conditions = Field(Field(object, "status"), "conditions");
       for (const json& c : conditions.is_array() ? conditions : json::array()) {
-        if (op::StringField(c, "type") == "Established" && op::StringField(c, "status") == "True") {
+        if (StringField(c, "type") == "Established" && StringField(c, "status") == "True") {
           return true;
         }
       }
       return false;
     };
     crd_established_ = established(*crd);
-    op::WatchOptions options;
-    options.resource_version = op::MetaString(*crd, "resourceVersion");
-    options.field_selector = "metadata.name=" + op::MetaString(*crd, "name");
+    kube::WatchOptions options;
+    options.resource_version = MetaString(*crd, "resourceVersion");
+    options.field_selector = "metadata.name=" + MetaString(*crd, "name");
     options.timeout_seconds = 30;
     if (!crd_established_) {
-      const absl::Status watched = kube.Watch(crds, options, [&](const op::WatchEvent& e) {
+      const absl::Status watched = kube.Watch(crds, options, [&](const kube::WatchEvent& e) {
         crd_established_ = established(e.object);
         return !crd_established_;
       });
@@ -182,7 +189,7 @@ class KubeJobServerTest : public ::testing::Test {
   }
 
   static std::string Jobs() {
-    return op::CollectionPath("paci.dev", "v1alpha1", "default", "trainingjobs");
+    return kube::CollectionPath("paci.dev", "v1alpha1", "default", "trainingjobs");
   }
 
   // The example TrainingJob under `name`, as kubectl apply would create it.
@@ -203,12 +210,12 @@ class KubeJobServerTest : public ::testing::Test {
     ASSERT_TRUE(written.ok()) << written.status();
   }
 
-  static op::TestApiServer* server_;
+  static kube::TestApiServer* server_;
   static bool crd_established_;
-  op::KubeClient kube_{server_->client_options()};
+  kube::KubeClient kube_{server_->client_options()};
 };
 
-op::TestApiServer* KubeJobServerTest::server_ = nullptr;
+kube::TestApiServer* KubeJobServerTest::server_ = nullptr;
 bool KubeJobServerTest::crd_established_ = false;
 
 json Status(const std::string& phase, int64_t step) {
@@ -264,13 +271,13 @@ TEST_F(KubeJobServerTest, WatchFollowsEveryChangeToTheEndThroughACutWatch) {
   });
   absl::StatusOr<json> last = WatchTrainingJob(kube_, "default", "watch-me", [&](const json& job) {
     absl::MutexLock lock(&mutex);
-    const json& status = op::Field(job, "status");
-    steps.push_back(op::IntField(status, "step", 0));
-    phases.push_back(op::StringField(status, "phase"));
+    const json& status = Field(job, "status");
+    steps.push_back(IntField(status, "step", 0));
+    phases.push_back(StringField(status, "phase"));
   });
   writer.join();
   ASSERT_TRUE(last.ok()) << last.status();
-  EXPECT_EQ(op::StringField(op::Field(*last, "status"), "phase"), "Succeeded");
+  EXPECT_EQ(StringField(Field(*last, "status"), "phase"), "Succeeded");
   absl::MutexLock lock(&mutex);
   // The job as created (no status), then each write; a version may be handed
   // over twice (read again after the cut), never out of order.

@@ -6,12 +6,17 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "operator/reconcile/object_meta.h"
+#include "kube/object.h"
+#include "operator/api/training_job.h"
 #include "tools/kube_job.h"
 
 namespace paci {
 
 using nlohmann::json;
+using kube::Field;
+using kube::IntField;
+using kube::MetaString;
+using kube::StringField;
 
 std::string KubeconfigPath(const std::string& flag) {
   if (!flag.empty()) return flag;
@@ -23,11 +28,11 @@ std::string KubeconfigPath(const std::string& flag) {
 }
 
 absl::StatusOr<std::string> PodOfRequest(const json& job, const LogsRequest& request) {
-  const std::string name = op::MetaString(job, "name");
+  const std::string name = MetaString(job, "name");
   if (request.dataset) return op::DatasetPodName(name);
-  const json& pipeline = op::Field(op::Field(job, "spec"), "pipeline");
-  const int64_t stages = op::IntField(pipeline, "numStages", 1);
-  const int64_t replicas = op::IntField(pipeline, "dataParallel", 1);
+  const json& pipeline = Field(Field(job, "spec"), "pipeline");
+  const int64_t stages = IntField(pipeline, "numStages", 1);
+  const int64_t replicas = IntField(pipeline, "dataParallel", 1);
   if (request.stage < 0 || request.stage >= stages) {
     return absl::InvalidArgumentError(absl::StrCat("--stage: ", request.stage,
                                                    " is not a stage of ", name, ", which has ",
@@ -38,18 +43,18 @@ absl::StatusOr<std::string> PodOfRequest(const json& job, const LogsRequest& req
                                                    " is not a replica of ", name, ", which has ",
                                                    replicas));
   }
-  const json& status = op::Field(job, "status");
-  const json& placed = op::Field(status, "stages");
+  const json& status = Field(job, "status");
+  const json& placed = Field(status, "stages");
   if (placed.is_array()) {
     for (const json& stage : placed) {
-      if (op::IntField(stage, "stage", -1) == request.stage &&
-          op::IntField(stage, "replica", 0) == request.replica &&
-          !op::StringField(stage, "pod").empty()) {
-        return op::StringField(stage, "pod");
+      if (IntField(stage, "stage", -1) == request.stage &&
+          IntField(stage, "replica", 0) == request.replica &&
+          !StringField(stage, "pod").empty()) {
+        return StringField(stage, "pod");
       }
     }
   }
-  const std::string phase = op::StringField(status, "phase");
+  const std::string phase = StringField(status, "phase");
   return absl::FailedPreconditionError(absl::StrCat(
       "no pod runs stage ", request.stage, " replica ", request.replica, " of ", name,
       " yet (phase ", phase.empty() ? "none" : phase,
@@ -59,7 +64,7 @@ absl::StatusOr<std::string> PodOfRequest(const json& job, const LogsRequest& req
 namespace {
 
 // The API path of the request's pod log, with its query.
-absl::StatusOr<std::string> LogPath(op::KubeClient& kube, const LogsRequest& request,
+absl::StatusOr<std::string> LogPath(kube::KubeClient& kube, const LogsRequest& request,
                                     bool follow) {
   const std::string ns =
       request.namespace_.empty() ? kube.options().default_namespace : request.namespace_;
@@ -70,19 +75,19 @@ absl::StatusOr<std::string> LogPath(op::KubeClient& kube, const LogsRequest& req
   std::vector<std::string> query;
   if (request.tail_lines > 0) query.push_back(absl::StrCat("tailLines=", request.tail_lines));
   if (follow) query.push_back("follow=true");
-  return absl::StrCat(op::CollectionPath("", "v1", ns, "pods"), "/", *pod, "/log",
+  return absl::StrCat(kube::CollectionPath("", "v1", ns, "pods"), "/", *pod, "/log",
                       query.empty() ? "" : "?", absl::StrJoin(query, "&"));
 }
 
 }  // namespace
 
-absl::StatusOr<std::string> ReadLogs(op::KubeClient& kube, const LogsRequest& request) {
+absl::StatusOr<std::string> ReadLogs(kube::KubeClient& kube, const LogsRequest& request) {
   absl::StatusOr<std::string> path = LogPath(kube, request, /*follow=*/false);
   if (!path.ok()) return path.status();
   return kube.GetText(*path);
 }
 
-absl::Status FollowLogs(op::KubeClient& kube, const LogsRequest& request,
+absl::Status FollowLogs(kube::KubeClient& kube, const LogsRequest& request,
                         const std::function<void(std::string_view)>& on_data) {
   absl::StatusOr<std::string> path = LogPath(kube, request, /*follow=*/true);
   if (!path.ok()) return path.status();

@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
-#include "operator/kube/kube_client.h"
+#include "kube/kube_client.h"
 
 namespace paci {
 
@@ -37,11 +37,11 @@ absl::StatusOr<std::string> PodOfRequest(const nlohmann::json& job, const LogsRe
 
 // The log text of the request's pod. NotFound naming the TrainingJob when there
 // is none; the API server's refusal otherwise.
-absl::StatusOr<std::string> ReadLogs(op::KubeClient& kube, const LogsRequest& request);
+absl::StatusOr<std::string> ReadLogs(kube::KubeClient& kube, const LogsRequest& request);
 
 // The same, followed: the log so far, then what the pod writes, handed to
 // `on_data` until the pod's container ends (OK). Errors as ReadLogs's.
-absl::Status FollowLogs(op::KubeClient& kube, const LogsRequest& request,
+absl::Status FollowLogs(kube::KubeClient& kube, const LogsRequest& request,
                         const std::function<void(std::string_view)>& on_data);
 
 }  // namespace paci

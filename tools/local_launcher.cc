@@ -314,7 +314,10 @@ absl::Status LocalRun::Outcome(const absl::Status& followed, v1::RunSummary& sum
     Print(absl::StrCat("training failed: ", summary.error()));
     return absl::AbortedError(summary.error());
   }
-  out_ << "\n" << FormatSummaryTable(summary);
+  out_ << "\n"
+       << (IsAlreadyComplete(summary)
+               ? FormatAlreadyComplete(summary, spec_.checkpoint().directory())
+               : FormatSummaryTable(summary));
   return absl::OkStatus();
 }
 
@@ -334,19 +337,6 @@ int StartFailed(std::ostream& out, const absl::Status& status) {
 }
 
 }  // namespace
-
-int ExitCodeOf(const absl::Status& status) {
-  switch (status.code()) {
-    case absl::StatusCode::kOk:
-      return kExitSucceeded;
-    case absl::StatusCode::kInvalidArgument:
-      return kExitUsage;
-    case absl::StatusCode::kCancelled:
-      return kExitInterrupted;
-    default:
-      return kExitTrainingFailed;
-  }
-}
 
 absl::Status CoordinatorFailure(const absl::Status& answer) {
   if (answer.ok()) return answer;

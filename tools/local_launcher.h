@@ -12,22 +12,11 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "paci/v1/summary.pb.h"
+#include "tools/exit_codes.h"
 
 namespace paci {
 
 class ShutdownSignal;
-
-// pacictl's exit codes.
-inline constexpr int kExitSucceeded = 0;
-inline constexpr int kExitTrainingFailed = 1;
-inline constexpr int kExitUsage = 2;         // bad command line or spec
-inline constexpr int kExitInterrupted = 130;  // SIGINT or SIGTERM
-
-// The one mapping of pacictl's results to its exit codes: OK is
-// kExitSucceeded, InvalidArgument (a bad command line or spec, a job the
-// coordinator refused as invalid) kExitUsage, Cancelled (SIGINT or SIGTERM)
-// kExitInterrupted, any other error kExitTrainingFailed.
-int ExitCodeOf(const absl::Status& status);
 
 // A coordinator's answer (CoordinatorClient's) as such a result, its message
 // kept: InvalidArgument stays InvalidArgument; any other error becomes

@@ -16,15 +16,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-TEST(ExitCodeOfTest, MapsEachKindOfResult) {
-  EXPECT_EQ(ExitCodeOf(absl::OkStatus()), kExitSucceeded);
-  EXPECT_EQ(ExitCodeOf(absl::InvalidArgumentError("spec")), kExitUsage);
-  EXPECT_EQ(ExitCodeOf(absl::CancelledError("interrupted")), kExitInterrupted);
-  EXPECT_EQ(ExitCodeOf(absl::AbortedError("stage 1: worker killed")), kExitTrainingFailed);
-  EXPECT_EQ(ExitCodeOf(absl::UnavailableError("cannot write")), kExitTrainingFailed);
-  EXPECT_EQ(ExitCodeOf(absl::NotFoundError("no such job")), kExitTrainingFailed);
-}
-
 TEST(CoordinatorErrorTest, OnlyAnInvalidRequestIsAUsageError) {
   EXPECT_TRUE(CoordinatorFailure(FromGrpc(grpc::Status::OK, "submit")).ok());
   const absl::Status invalid = CoordinatorFailure(

@@ -248,21 +248,21 @@ int PrepareData(const std::vector<std::string>& inputs) {
 
 // The API server of --kubeconfig (as kubectl finds it); nullptr, having said
 // why, when it cannot be read.
-std::unique_ptr<paci::op::KubeClient> KubeFromFlags(const std::string& command) {
+std::unique_ptr<paci::kube::KubeClient> KubeFromFlags(const std::string& command) {
   const std::string kubeconfig = paci::KubeconfigPath(absl::GetFlag(FLAGS_kubeconfig));
-  absl::StatusOr<paci::op::KubeClientOptions> options = paci::op::LoadKubeconfig(kubeconfig);
+  absl::StatusOr<paci::kube::KubeClientOptions> options = paci::kube::LoadKubeconfig(kubeconfig);
   if (!options.ok()) {
     std::cerr << "pacictl: " << command << ": " << options.status().message() << "\n";
     return nullptr;
   }
-  return std::make_unique<paci::op::KubeClient>(*std::move(options));
+  return std::make_unique<paci::kube::KubeClient>(*std::move(options));
 }
 
 // `get trainingjob/NAME` and `watch trainingjob/NAME`: the TrainingJob through
 // the API server. watch draws the live line and a line for each phase, then
 // the details; exits 0 when the job succeeded.
 int TrainingJobCommand(const std::string& command, const std::string& name) {
-  std::unique_ptr<paci::op::KubeClient> kube = KubeFromFlags(command);
+  std::unique_ptr<paci::kube::KubeClient> kube = KubeFromFlags(command);
   if (kube == nullptr) return paci::kExitUsage;
   const std::string ns = absl::GetFlag(FLAGS_namespace);
   absl::StatusOr<nlohmann::json> job;
@@ -290,7 +290,7 @@ int TrainingJobCommand(const std::string& command, const std::string& name) {
 }
 
 int Logs(const std::string& job) {
-  std::unique_ptr<paci::op::KubeClient> kube = KubeFromFlags("logs");
+  std::unique_ptr<paci::kube::KubeClient> kube = KubeFromFlags("logs");
   if (kube == nullptr) return paci::kExitUsage;
   paci::LogsRequest request;
   request.job = job;

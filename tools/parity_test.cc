@@ -56,11 +56,12 @@ TEST(MakeParityRunTest, SetsTheSeedsShortensTheRunAndNeverTouchesTheJobsCheckpoi
   EXPECT_EQ(whole.training().steps(), 600);
   EXPECT_EQ(whole.training().eval_interval(), 100);
   EXPECT_EQ(whole.pipeline().warmup_steps(), 50);
-  // Left to the automatic default, the warm-up follows the shortened run: a tenth of it.
+  // Left to the automatic default, the warm-up follows the shortened run: 0.15 of it at
+  // P = 4, a = 8 (0.8 of the (1+2+3)/32 of forwards that cross a step).
   v1::JobSpec automatic = Written(/*method_given=*/false);
   MakeParityRun(1, 40, "job", &automatic);
   automatic = Defaulted(automatic);
-  EXPECT_EQ(automatic.pipeline().warmup_steps(), 4);
+  EXPECT_EQ(automatic.pipeline().warmup_steps(), 6);
   EXPECT_EQ(automatic.pipeline().drift_correction(), "predict");
 }
 

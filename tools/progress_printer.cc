@@ -48,6 +48,27 @@ std::string FormatProgressLine(const ProgressView& view) {
       view.eta.has_value() ? FormatEta(*view.eta) : "-");
 }
 
+bool IsAlreadyComplete(const v1::RunSummary& s) {
+  return s.succeeded() && s.train_loss().empty() && s.steps() > 0 &&
+         s.steps_completed() >= s.steps();
+}
+
+std::string FormatAlreadyComplete(const v1::RunSummary& s, const std::string& checkpoint_directory) {
+  std::string out = absl::StrFormat(
+      "%s is already complete: its checkpoint in %s is at step %d of %d, so there was nothing "
+      "to train.\n",
+      s.job_name(), checkpoint_directory, s.steps_completed(), s.steps());
+  if (!s.validation_loss().empty()) {
+    absl::StrAppendFormat(&out, "%-18s %.4f (of the weights it resumed)\n", "final val loss",
+                          s.final_validation_loss());
+  }
+  absl::StrAppendFormat(&out,
+                        "To train again from the start, remove %s or set checkpoint.directory to "
+                        "another folder; to train on, raise training.steps.\n",
+                        checkpoint_directory);
+  return out;
+}
+
 std::string FormatSummaryTable(const v1::RunSummary& s) {
   std::string out;
   absl::StrAppendFormat(&out, "%-18s %s\n", "job", s.job_name());

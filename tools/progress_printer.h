@@ -40,6 +40,13 @@ std::string FormatProgressLine(const ProgressView& view);
 // stage. Ends with a newline.
 std::string FormatSummaryTable(const v1::RunSummary& summary);
 
+// A job that had nothing left to train, resumed from its checkpoint in
+// `checkpoint_directory` at its last step (IsAlreadyComplete): which step, the
+// validation loss of the weights it resumed, and how to train again.
+bool IsAlreadyComplete(const v1::RunSummary& summary);
+std::string FormatAlreadyComplete(const v1::RunSummary& summary,
+                                  const std::string& checkpoint_directory);
+
 // Writes the live line to a stream: redrawn in place with '\r' on a terminal,
 // otherwise a full line at most every `line_interval`.
 //

@@ -112,6 +112,38 @@ TEST(FormatSummaryTableTest, ShowsTheRunAndOneRowPerStage) {
                                "        512.0\n"));
 }
 
+// A job resumed at its last step: it trained nothing, evaluated what it resumed, and says so
+// instead of a table of zeros.
+TEST(FormatAlreadyCompleteTest, SaysTheStepTheLossOfTheCheckpointAndHowToTrainAgain) {
+  v1::RunSummary summary;
+  summary.set_job_name("kjv-small");
+  summary.set_succeeded(true);
+  summary.set_steps(1000);
+  summary.set_steps_completed(1000);
+  v1::LossPoint* point = summary.add_validation_loss();
+  point->set_step(1000);
+  point->set_loss(1.61234);
+  summary.set_final_validation_loss(1.61234);
+  ASSERT_TRUE(IsAlreadyComplete(summary));
+  EXPECT_EQ(FormatAlreadyComplete(summary, "runs/kjv-small"),
+            "kjv-small is already complete: its checkpoint in runs/kjv-small is at step 1000 of "
+            "1000, so there was nothing to train.\n"
+            "final val loss     1.6123 (of the weights it resumed)\n"
+            "To train again from the start, remove runs/kjv-small or set checkpoint.directory to "
+            "another folder; to train on, raise training.steps.\n");
+  v1::RunSummary trained = summary;  // a run that trained has train losses
+  v1::LossPoint* train = trained.add_train_loss();
+  train->set_step(1000);
+  train->set_loss(1.5);
+  EXPECT_FALSE(IsAlreadyComplete(trained));
+  v1::RunSummary failed = summary;
+  failed.set_succeeded(false);
+  EXPECT_FALSE(IsAlreadyComplete(failed));
+  v1::RunSummary short_of_it = summary;
+  short_of_it.set_steps_completed(900);
+  EXPECT_FALSE(IsAlreadyComplete(short_of_it));
+}
+
 TEST(FormatSummaryTableTest, ShowsTheCutAndEachStagesPredictedBusyTime) {
   v1::RunSummary summary;
   summary.set_partition("balanced");

@@ -5,11 +5,18 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "operator/reconcile/kueue.h"
-#include "operator/reconcile/object_meta.h"
+#include "kube/object.h"
+#include "operator/api/training_job.h"
 
 namespace paci::op {
 
 using nlohmann::json;
+using kube::CollectionPath;
+using kube::FinalizersWith;
+using kube::FinalizersWithout;
+using kube::MetaString;
+using kube::ObjectKey;
+using kube::Rfc3339;
 
 namespace {
 
@@ -37,7 +44,7 @@ json FinalizersPatch(const json& job, json finalizers) {
 
 }  // namespace
 
-ActionExecutor::ActionExecutor(KubeClient& kube, CoordinatorJobs& coordinator,
+ActionExecutor::ActionExecutor(kube::KubeClient& kube, CoordinatorJobs& coordinator,
                                ReconcilerOptions reconciler, std::string component, Clock& clock)
     : kube_(kube),
       coordinator_(coordinator),

@@ -19,7 +19,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "operator/controller/coordinator_jobs.h"
-#include "operator/kube/kube_client.h"
+#include "kube/kube_client.h"
 #include "operator/reconcile/training_job_reconciler.h"
 
 namespace paci::op {
@@ -27,7 +27,7 @@ namespace paci::op {
 class ActionExecutor {
  public:
   // `component` is the source of its Events; `clock` times them.
-  ActionExecutor(KubeClient& kube, CoordinatorJobs& coordinator, ReconcilerOptions reconciler,
+  ActionExecutor(kube::KubeClient& kube, CoordinatorJobs& coordinator, ReconcilerOptions reconciler,
                  std::string component, Clock& clock = Clock::Real());
 
   struct Result {
@@ -53,7 +53,7 @@ class ActionExecutor {
   absl::Status Report(const ReconcileActions& actions, nlohmann::json& current);
   void RecordEvent(const nlohmann::json& job, const KubeEvent& event);
 
-  KubeClient& kube_;
+  kube::KubeClient& kube_;
   CoordinatorJobs& coordinator_;
   const ReconcilerOptions reconciler_;
   const std::string component_;

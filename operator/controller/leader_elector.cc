@@ -3,13 +3,18 @@
 #include <glog/logging.h>
 
 #include "absl/strings/str_cat.h"
-#include "operator/reconcile/object_meta.h"
+#include "kube/object.h"
+#include "operator/api/training_job.h"
 
 namespace paci::op {
 
 using nlohmann::json;
+using kube::Field;
+using kube::IntField;
+using kube::Rfc3339Micro;
+using kube::StringField;
 
-LeaderElector::LeaderElector(KubeClient& client, Options options,
+LeaderElector::LeaderElector(kube::KubeClient& client, Options options,
                              std::function<void()> on_started_leading,
                              std::function<void()> on_stopped_leading)
     : client_(client),
@@ -20,7 +25,7 @@ LeaderElector::LeaderElector(KubeClient& client, Options options,
 LeaderElector::~LeaderElector() { Stop(); }
 
 std::string LeaderElector::LeaseCollection() const {
-  return CollectionPath("coordination.k8s.io", "v1", options_.lease_namespace, "leases");
+  return kube::CollectionPath("coordination.k8s.io", "v1", options_.lease_namespace, "leases");
 }
 
 std::string LeaderElector::LeasePath() const {

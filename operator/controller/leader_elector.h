@@ -26,7 +26,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
-#include "operator/kube/kube_client.h"
+#include "kube/kube_client.h"
 
 namespace paci::op {
 
@@ -46,7 +46,7 @@ class LeaderElector {
   // (naming the two that are out of order).
   static absl::Status Validate(const Options& options);
 
-  LeaderElector(KubeClient& client, Options options, std::function<void()> on_started_leading,
+  LeaderElector(kube::KubeClient& client, Options options, std::function<void()> on_started_leading,
                 std::function<void()> on_stopped_leading);
   ~LeaderElector();
   LeaderElector(const LeaderElector&) = delete;
@@ -69,7 +69,7 @@ class LeaderElector {
   std::string LeaseCollection() const;
   std::string LeasePath() const;
 
-  KubeClient& client_;
+  kube::KubeClient& client_;
   const Options options_;
   const std::function<void()> on_started_leading_;
   const std::function<void()> on_stopped_leading_;

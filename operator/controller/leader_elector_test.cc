@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "common/clock.h"
-#include "operator/kube/test_api_server.h"
+#include "kube/test_api_server.h"
 
 namespace paci::op {
 namespace {
@@ -32,7 +32,7 @@ class LeaderElectorTest : public ::testing::Test {
 
   json Lease() {
     absl::StatusOr<json> lease = client_.Get(
-        CollectionPath("coordination.k8s.io", "v1", "default", "leases") + "/paci-operator");
+        kube::CollectionPath("coordination.k8s.io", "v1", "default", "leases") + "/paci-operator");
     EXPECT_TRUE(lease.ok()) << lease.status();
     return lease.value_or(json::object());
   }
@@ -45,8 +45,8 @@ class LeaderElectorTest : public ::testing::Test {
     ASSERT_TRUE(clock_.BlockUntilWaitsBegun(waits + 1));
   }
 
-  TestApiServer server_;
-  KubeClient client_{server_.client_options()};
+  kube::TestApiServer server_;
+  kube::KubeClient client_{server_.client_options()};
   FakeClock clock_;
   LeaderElector::Options options_;
 };

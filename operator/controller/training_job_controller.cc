@@ -12,11 +12,17 @@
 #include "absl/strings/str_split.h"
 #include "operator/reconcile/gang.h"
 #include "operator/reconcile/kueue.h"
-#include "operator/reconcile/object_meta.h"
+#include "kube/object.h"
+#include "operator/api/training_job.h"
 
 namespace paci::op {
 
 using nlohmann::json;
+using kube::CollectionPath;
+using kube::Field;
+using kube::Label;
+using kube::MetaString;
+using kube::StringField;
 
 namespace {
 WorkQueue::Options QueueOptions(Clock& clock) {
@@ -25,10 +31,10 @@ WorkQueue::Options QueueOptions(Clock& clock) {
   return options;
 }
 
-Informer::Options Watching(std::string collection_path, std::string label_selector,
+kube::Informer::Options Watching(std::string collection_path, std::string label_selector,
                            std::string resource, int watch_timeout_seconds,
                            std::string field_selector = "") {
-  Informer::Options options;
+  kube::Informer::Options options;
   options.collection_path = std::move(collection_path);
   options.label_selector = std::move(label_selector);
   options.resource = std::move(resource);
@@ -38,7 +44,7 @@ Informer::Options Watching(std::string collection_path, std::string label_select
 }
 }  // namespace
 
-TrainingJobController::TrainingJobController(KubeClient& kube, CoordinatorJobs& coordinator,
+TrainingJobController::TrainingJobController(kube::KubeClient& kube, CoordinatorJobs& coordinator,
                                              OperatorMetrics& metrics, ControllerOptions options)
     : kube_(kube),
       coordinator_(coordinator),
@@ -51,7 +57,7 @@ TrainingJobController::TrainingJobController(KubeClient& kube, CoordinatorJobs& 
     metrics_.WatchRestarted(resource, reason);
   };
   const std::string& ns = options_.watch_namespace;
-  jobs_ = std::make_unique<Informer>(
+  jobs_ = std::make_unique<kube::Informer>(
       kube_,
       Watching(CollectionPath("paci.dev", "v1alpha1", ns, "trainingjobs"), "", "trainingjobs",
                options_.watch_timeout_seconds),
@@ -60,7 +66,7 @@ TrainingJobController::TrainingJobController(KubeClient& kube, CoordinatorJobs& 
   // The pods, Services, NetworkPolicies and Workloads a job owns, by their
   // label naming it.
   auto owned = [&](const char* group, const char* version, const char* plural) {
-    return std::make_unique<Informer>(
+    return std::make_unique<kube::Informer>(
         kube_,
         Watching(CollectionPath(group, version, ns, plural), kJobNameLabel, plural,
                  options_.watch_timeout_seconds),
@@ -74,11 +80,11 @@ TrainingJobController::TrainingJobController(KubeClient& kube, CoordinatorJobs& 
   if (options_.reconciler.kueue) workloads_ = owned("kueue.x-k8s.io", "v1beta2", "workloads");
   // The gang gate's view of the cluster. A gated job reconciles again each
   // poll interval, so these need no handler.
-  nodes_ = std::make_unique<Informer>(
+  nodes_ = std::make_unique<kube::Informer>(
       kube_,
       Watching(CollectionPath("", "v1", "", "nodes"), "", "nodes", options_.watch_timeout_seconds),
       nullptr, restarts);
-  cluster_pods_ = std::make_unique<Informer>(
+  cluster_pods_ = std::make_unique<kube::Informer>(
       kube_,
       Watching(CollectionPath("", "v1", "", "pods"), "", "cluster-pods",
                options_.watch_timeout_seconds, "status.phase!=Succeeded,status.phase!=Failed"),
@@ -88,12 +94,12 @@ TrainingJobController::TrainingJobController(KubeClient& kube, CoordinatorJobs& 
 TrainingJobController::~TrainingJobController() { Stop(); }
 
 absl::Status TrainingJobController::Start(absl::Duration sync_timeout) {
-  std::vector<Informer*> informers = {jobs_.get(), pods_.get(), services_.get(), nodes_.get(),
+  std::vector<kube::Informer*> informers = {jobs_.get(), pods_.get(), services_.get(), nodes_.get(),
                                       cluster_pods_.get()};
   if (network_policies_) informers.push_back(network_policies_.get());
   if (workloads_) informers.push_back(workloads_.get());
-  for (Informer* informer : informers) informer->Start();
-  for (Informer* informer : informers) {
+  for (kube::Informer* informer : informers) informer->Start();
+  for (kube::Informer* informer : informers) {
     if (!informer->WaitForSync(sync_timeout)) {
       return absl::UnavailableError(
           absl::StrCat("the caches did not fill within ", absl::FormatDuration(sync_timeout),

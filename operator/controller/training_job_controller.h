@@ -22,8 +22,8 @@
 #include "operator/controller/action_executor.h"
 #include "operator/controller/coordinator_jobs.h"
 #include "operator/controller/work_queue.h"
-#include "operator/kube/informer.h"
-#include "operator/kube/kube_client.h"
+#include "kube/informer.h"
+#include "kube/kube_client.h"
 #include "operator/operator_metrics.h"
 #include "operator/reconcile/training_job_reconciler.h"
 
@@ -41,7 +41,8 @@ struct ControllerOptions {
 
 class TrainingJobController {
  public:
-  TrainingJobController(KubeClient& kube, CoordinatorJobs& coordinator, OperatorMetrics& metrics,
+  TrainingJobController(kube::KubeClient& kube, CoordinatorJobs& coordinator,
+                        OperatorMetrics& metrics,
                         ControllerOptions options);
   ~TrainingJobController();
   TrainingJobController(const TrainingJobController&) = delete;
@@ -78,7 +79,7 @@ class TrainingJobController {
   // The per-TrainingJob series (phase, coordinator job) from the informer's cache.
   void UpdateJobSeries();
 
-  KubeClient& kube_;
+  kube::KubeClient& kube_;
   CoordinatorJobs& coordinator_;
   OperatorMetrics& metrics_;
   const ControllerOptions options_;
@@ -86,14 +87,15 @@ class TrainingJobController {
 
   WorkQueue queue_;
   ActionExecutor executor_;
-  std::unique_ptr<Informer> jobs_;
-  std::unique_ptr<Informer> pods_;
-  std::unique_ptr<Informer> services_;
-  std::unique_ptr<Informer> network_policies_;  // null with options_.reconciler.network_policies off
-  std::unique_ptr<Informer> workloads_;         // null with options_.reconciler.kueue off
+  std::unique_ptr<kube::Informer> jobs_;
+  std::unique_ptr<kube::Informer> pods_;
+  std::unique_ptr<kube::Informer> services_;
+  // null with options_.reconciler.network_policies off
+  std::unique_ptr<kube::Informer> network_policies_;
+  std::unique_ptr<kube::Informer> workloads_;         // null with options_.reconciler.kueue off
   // For the gang gate: every Node, and every unfinished pod of the cluster.
-  std::unique_ptr<Informer> nodes_;
-  std::unique_ptr<Informer> cluster_pods_;
+  std::unique_ptr<kube::Informer> nodes_;
+  std::unique_ptr<kube::Informer> cluster_pods_;
   // One gang decision at a time, each seeing the pods the ones before it
   // released, also while the pod cache still shows them at the gate: per
   // pod uid (a replacement of the same name is another pod), when it was

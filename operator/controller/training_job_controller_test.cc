@@ -16,10 +16,18 @@
 
 #include "common/clock.h"
 #include "operator/controller/action_executor.h"
-#include "operator/kube/test_api_server.h"
-#include "operator/reconcile/object_meta.h"
+#include "kube/test_api_server.h"
+#include "kube/object.h"
+#include "operator/api/training_job.h"
 
 namespace paci::op {
+
+using kube::CollectionPath;
+using kube::BeingDeleted;
+using kube::Field;
+using kube::HasFinalizer;
+using kube::MetaString;
+using kube::StringField;
 namespace {
 
 using nlohmann::json;
@@ -168,8 +176,8 @@ class ControllerTestBase : public ::testing::Test {
     return reasons;
   }
 
-  TestApiServer server_;
-  KubeClient kube_{server_.client_options()};
+  kube::TestApiServer server_;
+  kube::KubeClient kube_{server_.client_options()};
   FakeCoordinatorJobs coordinator_;
   FakeClock clock_;
   ReconcilerOptions reconciler_;
@@ -312,18 +320,19 @@ class TrainingJobControllerTest : public ControllerTestBase {
     }
     for (const json& item : (*list)["items"]) objects[MetaString(item, "name")] = item;
     if (done(objects)) return objects;
-    WatchOptions options;
+    kube::WatchOptions options;
     options.resource_version = MetaString(*list, "resourceVersion");
     options.timeout_seconds = seconds;
-    const absl::Status watched = kube_.Watch(collection, options, [&](const WatchEvent& event) {
-      const std::string name = MetaString(event.object, "name");
-      if (event.type == "DELETED") {
-        objects.erase(name);
-      } else if (event.type != "BOOKMARK") {
-        objects[name] = event.object;
-      }
-      return !done(objects);
-    });
+    const absl::Status watched =
+        kube_.Watch(collection, options, [&](const kube::WatchEvent& event) {
+          const std::string name = MetaString(event.object, "name");
+          if (event.type == "DELETED") {
+            objects.erase(name);
+          } else if (event.type != "BOOKMARK") {
+            objects[name] = event.object;
+          }
+          return !done(objects);
+        });
     EXPECT_TRUE(watched.ok()) << watched;
     return objects;
   }

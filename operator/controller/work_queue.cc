@@ -1,7 +1,6 @@
 #include "operator/controller/work_queue.h"
 
-#include <algorithm>
-#include <cmath>
+#include "common/backoff.h"
 
 namespace paci::op {
 
@@ -37,9 +36,7 @@ void WorkQueue::AddRateLimited(const std::string& key) {
   absl::Duration delay;
   {
     absl::MutexLock lock(&mutex_);
-    const int failures = failures_[key]++;
-    delay = std::min(options_.base_delay * std::pow(2.0, std::min(failures, 30)),
-                     options_.max_delay);
+    delay = Backoff::After(options_.base_delay, options_.max_delay, failures_[key]++);
   }
   AddAfter(key, delay);
 }

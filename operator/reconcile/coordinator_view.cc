@@ -12,12 +12,18 @@
 #include "common/job_spec.h"
 #include "common/operator_job_name.h"
 #include "common/peer_identity.h"
-#include "operator/reconcile/object_meta.h"
+#include "kube/object.h"
+#include "operator/api/training_job.h"
 #include "operator/reconcile/reconciliation.h"
 
 namespace paci::op {
 
 using nlohmann::json;
+using kube::Field;
+using kube::Generation;
+using kube::IntField;
+using kube::MetaString;
+using kube::Rfc3339;
 
 namespace {
 

@@ -5,12 +5,19 @@
 
 #include "absl/strings/str_cat.h"
 #include "operator/reconcile/job_objects.h"
-#include "operator/reconcile/object_meta.h"
+#include "kube/object.h"
+#include "operator/api/training_job.h"
 #include "operator/reconcile/pod_status.h"
 
 namespace paci::op {
 
 using nlohmann::json;
+using kube::BeingDeleted;
+using kube::Field;
+using kube::IntField;
+using kube::Label;
+using kube::MetaString;
+using kube::StringField;
 
 namespace {
 

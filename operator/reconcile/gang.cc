@@ -9,11 +9,16 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "operator/reconcile/object_meta.h"
+#include "kube/object.h"
+#include "operator/api/training_job.h"
 
 namespace paci::op {
 
 using nlohmann::json;
+using kube::Field;
+using kube::MetaString;
+using kube::ObjectKey;
+using kube::StringField;
 
 absl::StatusOr<int64_t> ParseQuantity(const std::string& resource, const std::string& text) {
   const std::string t(absl::StripAsciiWhitespace(text));

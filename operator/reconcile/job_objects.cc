@@ -13,6 +13,12 @@
 #include "operator/reconcile/training_job_reconciler.h"
 
 namespace paci::op {
+
+using kube::Field;
+using kube::Generation;
+using kube::IntField;
+using kube::MetaString;
+using kube::StringField;
 namespace {
 
 using nlohmann::json;

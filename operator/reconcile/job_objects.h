@@ -14,7 +14,8 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/status/status.h"
-#include "operator/reconcile/object_meta.h"
+#include "kube/object.h"
+#include "operator/api/training_job.h"
 #include "operator/reconcile/worker_template.h"
 
 namespace paci::op {

@@ -4,11 +4,20 @@
 
 #include "absl/strings/str_cat.h"
 #include "operator/reconcile/job_objects.h"
-#include "operator/reconcile/object_meta.h"
+#include "kube/object.h"
+#include "operator/api/training_job.h"
 
 namespace paci::op {
 
 using nlohmann::json;
+using kube::Field;
+using kube::FindCondition;
+using kube::Generation;
+using kube::IntField;
+using kube::Label;
+using kube::MetaString;
+using kube::SetStatusCondition;
+using kube::StringField;
 
 namespace {
 

@@ -5,11 +5,16 @@
 #include "absl/strings/str_cat.h"
 #include "operator/reconcile/job_objects.h"
 #include "operator/reconcile/kueue.h"
-#include "operator/reconcile/object_meta.h"
+#include "kube/object.h"
+#include "operator/api/training_job.h"
 
 namespace paci::op {
 
 using nlohmann::json;
+using kube::BeingDeleted;
+using kube::IntField;
+using kube::Label;
+using kube::StringField;
 
 namespace {
 

@@ -3,11 +3,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "operator/reconcile/object_meta.h"
+#include "kube/object.h"
+#include "operator/api/training_job.h"
 #include "operator/reconcile/reconcile_test_util.h"
 #include "operator/reconcile/training_job_reconciler.h"
 
 namespace paci::op {
+
+using kube::Rfc3339;
 namespace {
 
 using nlohmann::json;

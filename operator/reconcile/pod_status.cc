@@ -4,11 +4,15 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "operator/reconcile/object_meta.h"
+#include "kube/object.h"
+#include "operator/api/training_job.h"
 
 namespace paci::op {
 
 using nlohmann::json;
+using kube::Field;
+using kube::IntField;
+using kube::StringField;
 
 std::pair<std::string, std::string> PodTrouble(const json& pod) {
   static const std::set<std::string> kWaiting = {

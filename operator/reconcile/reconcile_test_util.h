@@ -9,7 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/time/time.h"
-#include "operator/reconcile/object_meta.h"
+#include "kube/object.h"
+#include "operator/api/training_job.h"
 #include "operator/reconcile/training_job_reconciler.h"
 
 namespace paci::op::test {

@@ -6,10 +6,15 @@
 namespace paci::op {
 
 using nlohmann::json;
-
-bool IsFinished(const std::string& phase) {
-  return phase == kPhaseSucceeded || phase == kPhaseFailed || phase == kPhaseCancelled;
-}
+using kube::BeingDeleted;
+using kube::Field;
+using kube::FindCondition;
+using kube::Label;
+using kube::MetaString;
+using kube::ParseRfc3339;
+using kube::Rfc3339;
+using kube::SetStatusCondition;
+using kube::StringField;
 
 bool Reconciliation::CoordinatorActive() const {
   return coordinator != nullptr && !IsTerminal(coordinator->status().phase());

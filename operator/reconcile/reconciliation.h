@@ -10,24 +10,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "operator/reconcile/object_meta.h"
+#include "kube/object.h"
+#include "operator/api/training_job.h"
 #include "operator/reconcile/training_job_reconciler.h"
 #include "paci/v1/coordinator.pb.h"
 
 namespace paci::op {
-
-// The phases of .status.
-inline constexpr char kPhaseInitializing[] = "Initializing";
-inline constexpr char kPhasePending[] = "Pending";
-inline constexpr char kPhaseSuspended[] = "Suspended";
-inline constexpr char kPhaseRunning[] = "Running";
-inline constexpr char kPhaseRestarting[] = "Restarting";
-inline constexpr char kPhaseSucceeded[] = "Succeeded";
-inline constexpr char kPhaseFailed[] = "Failed";
-inline constexpr char kPhaseCancelled[] = "Cancelled";
-
-// Whether `phase` is one a job ends in: Succeeded, Failed or Cancelled.
-bool IsFinished(const std::string& phase);
 
 // One reconcile: what every step reads (the observation and the parts of the
 // object it names) and what the steps build (the desired status, the actions).
@@ -37,11 +25,11 @@ struct Reconciliation {
   Reconciliation(const ObservedWorld& world, const ReconcilerOptions& options)
       : world(world),
         options(options),
-        spec(Field(world.job, "spec")),
-        status(Field(world.job, "status")),
-        generation(Generation(world.job)),
-        phase_before(StringField(status, "phase")),
-        coordinator_name(StringField(status, "coordinatorJob")),
+        spec(kube::Field(world.job, "spec")),
+        status(kube::Field(world.job, "status")),
+        generation(kube::Generation(world.job)),
+        phase_before(kube::StringField(status, "phase")),
+        coordinator_name(kube::StringField(status, "coordinatorJob")),
         coordinator(world.coordinator_job ? &*world.coordinator_job : nullptr),
         desired(status.is_object() ? status : nlohmann::json::object()) {
     desired["observedGeneration"] = generation;

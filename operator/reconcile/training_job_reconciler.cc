@@ -23,6 +23,16 @@
 #include "operator/reconcile/worker_template.h"
 
 namespace paci::op {
+
+using kube::BeingDeleted;
+using kube::Field;
+using kube::Generation;
+using kube::HasFinalizer;
+using kube::IntField;
+using kube::Label;
+using kube::MetaString;
+using kube::Rfc3339;
+using kube::StringField;
 namespace {
 
 using nlohmann::json;

@@ -34,7 +34,8 @@
 #include "absl/time/time.h"
 #include "common/peer_identity.h"
 #include "operator/reconcile/coordinator_view.h"
-#include "operator/reconcile/object_meta.h"
+#include "kube/object.h"
+#include "operator/api/training_job.h"
 #include "paci/v1/coordinator.pb.h"
 #include "paci/v1/job.pb.h"
 

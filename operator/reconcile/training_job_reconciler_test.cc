@@ -170,10 +170,11 @@ TEST(TrainingJobReconcilerTest, AGlobalBatchDerivesTheAccumulationAndIsShownInTh
   EXPECT_EQ((*running.status)["driftLimit"], 1);
   EXPECT_EQ((*running.status)["accumulation"], 3);
   EXPECT_EQ((*running.status)["globalBatch"], job["spec"]["pipeline"]["globalBatch"]);
-  // The automatic default, said in the status: prediction after a tenth of the run drained.
+  // The automatic default, said in the status: prediction after the first four tenths of the
+  // run drained (P = 4, a = 3: half the forwards cross a step, common/schedule_kind.cc).
   EXPECT_EQ((*running.status)["driftCorrection"], "predict");
   EXPECT_EQ((*running.status)["warmupSteps"],
-            (actions.submit->training().steps() + 9) / 10);
+            (2 * actions.submit->training().steps() + 4) / 5);
 
   job["spec"]["pipeline"]["globalBatch"] = job["spec"]["pipeline"]["microBatchSize"];
   ReconcileActions refused = ReconcileTrainingJob(World(job), ReconcilerOptions{});

@@ -9,9 +9,13 @@
 #include "absl/strings/str_join.h"
 #include "common/dns_label.h"
 #include "common/status_macros.h"
-#include "operator/reconcile/object_meta.h"
+#include "kube/object.h"
+#include "operator/api/training_job.h"
 
 namespace paci::op {
+
+using kube::Field;
+using kube::StringField;
 namespace {
 
 using nlohmann::json;

@@ -19,5 +19,5 @@ BUILD/python, where the paci.v1 stubs are generated; bench/_paths.py does the sa
 for the benchmarks): `from harness.local_cluster import LocalCluster`. Two modules
 also run as programs under /usr/bin/python3, by path: node_agent.py (started by
 local_cluster and kube_cluster_test) and control_plane.py (started by
-operator/kube/test_api_server.h).
+kube/test_api_server.h).
 """

@@ -301,7 +301,7 @@ def main():
     import threading
     if __package__:  # python3 -m harness.control_plane
         from .fault_proxy import FaultProxy
-    else:  # run by path (operator/kube/test_api_server.h): this folder is first on the module path
+    else:  # run by path (kube/test_api_server.h): this folder is first on the module path
         from fault_proxy import FaultProxy
     parser = argparse.ArgumentParser(description=main.__doc__.split("\n")[0])
     parser.add_argument("--workdir", required=True)

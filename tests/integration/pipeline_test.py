@@ -175,8 +175,23 @@ class PipelineTest(unittest.TestCase):
                         out[os.path.join(root, name)] = hashlib.sha256(f.read()).hexdigest()
             return out
 
-        # A fresh run into a directory with checkpoints is refused.
+        # Run again as it is, it has nothing left to train: it says so, with the validation loss
+        # of the weights it resumed and how to train again, and saves nothing.
         before = snapshot()
+        again = self.train(steps=20, checkpoint="{directory: %s, interval: 5, resume: true}" % ckpt)
+        self.assertEqual(again.returncode, 0, again.output)
+        self.assertIn("is already complete: its checkpoint in %s is at step 20 of 20" % ckpt,
+                      again.output)
+        self.assertIn("To train again from the start, remove %s" % ckpt, again.output)
+        self.assertNotIn("tokens/s", again.output.split("already complete")[1])
+        summary = again.summary()
+        self.assertEqual(summary.get("train_loss", []), [])
+        self.assertEqual([p["step"] for p in summary["validation_loss"]], [20])
+        self.assertAlmostEqual(summary["validation_loss"][0]["loss"],
+                               resumed.summary()["validation_loss"][-1]["loss"], places=4)
+        self.assertEqual(snapshot(), before)
+
+        # A fresh run into a directory with checkpoints is refused.
         clobber = self.train(steps=20, checkpoint="{directory: %s}" % ckpt)
         self.assertNotEqual(clobber.returncode, 0)
         self.assertIn("already holds checkpoints", clobber.output)

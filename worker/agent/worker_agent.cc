@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/backoff.h"
 
 namespace paci {
 
@@ -33,16 +34,15 @@ void WorkerAgent::Shutdown() {
 }
 
 void WorkerAgent::Run() {
-  absl::Duration backoff = absl::Milliseconds(100);
+  Backoff backoff(absl::Milliseconds(100), options_.max_backoff);
   while (!shutdown_.HasBeenNotified()) {
     const absl::Time started = absl::Now();
     Session();
     if (shutdown_.HasBeenNotified()) break;
-    if (absl::Now() - started > absl::Seconds(10)) backoff = absl::Milliseconds(100);
+    if (absl::Now() - started > absl::Seconds(10)) backoff.Reset();  // it had been up a while
     LOG(WARNING) << "lost the coordinator at " << options_.coordinator->address() << "; reconnecting in "
-                 << absl::FormatDuration(backoff);
-    shutdown_.WaitForNotificationWithTimeout(backoff);
-    backoff = std::min(backoff * 2, options_.max_backoff);
+                 << absl::FormatDuration(backoff.current());
+    shutdown_.WaitForNotificationWithTimeout(backoff.Next());
   }
 }
 

@@ -1,13 +1,7 @@
 #include "worker/data/corpus.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <cstring>
 #include <filesystem>
 #include <numeric>
 #include <utility>
@@ -16,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/read_file.h"
 #include "common/status_macros.h"
 #include "worker/data/char_tokenizer.h"
 #include "worker/data/sentencepiece_tokenizer.h"
@@ -23,63 +18,26 @@
 namespace paci {
 namespace {
 
-// What a file that is not a regular one is, for an error message.
-const char* KindOf(mode_t mode) {
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
-}
-
-// The bytes of the regular file `path`, at most `max_bytes`; NotFound
-// "<field>: cannot read <path>: <reason>" (a directory too), FailedPrecondition
-// for a device, FIFO or socket (/dev/zero would never end, a FIFO would hang)
-// and for a file over `max_bytes`.
-absl::StatusOr<std::string> ReadFile(const std::string& path, const char* field,
-                                     uint64_t max_bytes) {
-  const auto cannot_read = [&](int error) {
-    return absl::NotFoundError(
-        absl::StrCat(field, ": cannot read ", path, ": ", std::strerror(error)));
-  };
-  // O_NONBLOCK: opening a FIFO with no writer must not wait for one.
-  const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return cannot_read(errno);
-  struct FdCloser {
-    int fd;
-    ~FdCloser() { close(fd); }
-  } closer{fd};
-  struct stat st {};
-  if (fstat(fd, &st) != 0) return cannot_read(errno);
-  if (S_ISDIR(st.st_mode)) return cannot_read(EISDIR);
-  if (!S_ISREG(st.st_mode)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        field, ": ", path, " is ", KindOf(st.st_mode), ", not a regular file"));
-  }
-  const auto too_large = [&] {
-    return absl::FailedPreconditionError(absl::StrCat(
-        field, ": ", path, " is larger than ", max_bytes,
-        " bytes: a text corpus is read whole; make a dataset of shards with "
-        "`pacictl prepare-data` and name it in data.dataset"));
-  };
-  if (static_cast<uint64_t>(st.st_size) > max_bytes) return too_large();
-  std::string text;
-  text.reserve(static_cast<size_t>(st.st_size));
-  char buffer[1 << 16];
-  while (true) {
-    const ssize_t n = read(fd, buffer, sizeof(buffer));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return cannot_read(errno);
-    if (n == 0) break;
-    text.append(buffer, static_cast<size_t>(n));
-    if (text.size() > max_bytes) return too_large();  // it grew while read
-  }
-  return text;
-}
-
 // `status` with "<field>: " in front of its message, its code kept.
 absl::Status Prefixed(const char* field, const absl::Status& status) {
   return absl::Status(status.code(), absl::StrCat(field, ": ", status.message()));
+}
+
+// The bytes of the regular file `path`, at most `max_bytes` (ReadFileToString),
+// its errors with "<field>: " in front: NotFound for a file that cannot be read
+// (a directory too), FailedPrecondition for a device, FIFO or socket, and for a
+// file over `max_bytes`, which points to a dataset of shards.
+absl::StatusOr<std::string> ReadFile(const std::string& path, const char* field,
+                                     uint64_t max_bytes) {
+  absl::StatusOr<std::string> text = ReadFileToString(path, max_bytes);
+  if (absl::IsResourceExhausted(text.status())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        field, ": ", text.status().message(),
+        ": a text corpus is read whole; make a dataset of shards with "
+        "`pacictl prepare-data` and name it in data.dataset"));
+  }
+  if (!text.ok()) return Prefixed(field, text.status());
+  return text;
 }
 
 absl::Status ValidateSource(const CorpusOptions& options) {

@@ -2,17 +2,16 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <set>
-#include <sstream>
 #include <system_error>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/atomic_file.h"
+#include "common/read_file.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "worker/data/char_tokenizer.h"
@@ -86,15 +85,6 @@ std::vector<Mapping> Mappings(const GptConfig& c) {
   }
   one("head.weight", "lm_head.weight");
   return m;
-}
-
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  std::ostringstream bytes;
-  bytes << in.rdbuf();
-  if (in.bad()) return absl::UnavailableError(absl::StrCat("cannot read ", path));
-  return std::move(bytes).str();
 }
 
 absl::Status WriteJson(const std::string& path, const json& value) {
@@ -421,14 +411,14 @@ bool IsHfFolder(const std::string& path) {
 
 absl::StatusOr<HfModel> ReadHfFolder(const std::string& folder) {
   const std::string config_path = folder + "/config.json";
-  ASSIGN_OR_RETURN(const std::string config_text, ReadWholeFile(config_path));
+  ASSIGN_OR_RETURN(const std::string config_text, ReadFileToString(config_path));
   HfModel model;
   ASSIGN_OR_RETURN(model.config, GptConfigFromHfConfig(config_text, config_path));
   std::vector<std::string> files;
   const std::string index_path = folder + "/model.safetensors.index.json";
   std::error_code error;
   if (std::filesystem::exists(index_path, error)) {
-    ASSIGN_OR_RETURN(const std::string index_text, ReadWholeFile(index_path));
+    ASSIGN_OR_RETURN(const std::string index_text, ReadFileToString(index_path));
     const json index = json::parse(index_text, nullptr, /*allow_exceptions=*/false);
     const auto map = index.is_object() ? index.find("weight_map") : index.end();
     if (!index.is_object() || map == index.end() || !map->is_object()) {
@@ -449,7 +439,7 @@ absl::StatusOr<HfModel> ReadHfFolder(const std::string& folder) {
   NamedWeights hf;
   for (const std::string& file : files) {
     const std::string path = folder + "/" + file;
-    ASSIGN_OR_RETURN(const std::string bytes, ReadWholeFile(path));
+    ASSIGN_OR_RETURN(const std::string bytes, ReadFileToString(path));
     ASSIGN_OR_RETURN(const SafetensorsFile parsed, ParseSafetensors(bytes, path));
     for (const auto& [name, tensor] : parsed.tensors) {
       torch::ScalarType type;

@@ -10,30 +10,20 @@
 #include "worker/model/lr_schedule.h"
 #include "worker/model/partition.h"
 #include "worker/model/precision.h"
+#include "worker/model/test_models.h"
 
 namespace paci {
 namespace {
 
 GptConfig TinyConfig() {
-  GptConfig c;
-  c.vocab_size = 23;
-  c.num_layers = 4;
-  c.d_model = 32;
-  c.num_heads = 4;
-  c.seq_len = 16;
+  GptConfig c = TinyGpt({/*vocab_size=*/23, /*num_layers=*/4, /*d_model=*/32, /*num_heads=*/4,
+                         /*seq_len=*/16});
   c.init_seed = 7;
   return c;
 }
 
 // A llama of the same size: grouped-query attention, SwiGLU, RMSNorm, RoPE.
-GptConfig TinyLlama() {
-  GptConfig c = TinyConfig();
-  c.architecture = Architecture::kLlama;
-  c.num_kv_heads = 2;
-  c.ffn_hidden_size = 24;
-  c.rope_theta = 500;
-  return c;
-}
+GptConfig TinyLlama() { return paci::TinyLlama(TinyConfig()); }
 
 // The attention (LibTorch's fused scaled_dot_product_attention) is
 // softmax(q k^T / sqrt(d_head), causal) v.

@@ -113,7 +113,10 @@ int64_t StageScheduler::StepsBeforeBackward(uint64_t micro_batch_id) const {
 DrainWork StageScheduler::drain_work() const {
   const int64_t step = drained_step();
   DrainWork work;
-  if (step == options_.start_step) return work;
+  if (step == options_.start_step) {
+    work.evaluate = options_.evaluates && step == options_.total_steps;
+    return work;
+  }
   auto due = [&](int64_t interval) {
     return step == options_.total_steps || (interval > 0 && step % interval == 0);
   };

@@ -109,8 +109,10 @@ class StageScheduler {
   uint64_t next_micro_batch() const { return next_micro_batch_; }
   // Stage 0: the step at which the pipe is (or will be) drained next.
   int64_t drained_step() const { return pause_at_ / accumulation_; }
-  // Stage 0: what is due at drained_step(); nothing at start_step, where a
-  // resumed run begins.
+  // Stage 0: what is due at drained_step(). The only drain at start_step is
+  // that of a job resumed at its last step, with nothing to train: it
+  // evaluates the weights it resumed (its summary says their loss) and saves
+  // nothing (they are saved).
   DrainWork drain_work() const;
   int64_t total_steps() const { return options_.total_steps; }
   int64_t forwards() const { return forwards_; }

@@ -374,6 +374,31 @@ TEST(StageSchedulerTest, EveryStepCoversTheNextAMicroBatches) {
   EXPECT_EQ(st.Next(false, false), StageAction::kDone);
 }
 
+// A job resumed at its last step trains nothing: it drains at once, evaluates the weights it
+// resumed and saves no checkpoint of them again.
+TEST(StageSchedulerTest, ResumedCompleteItEvaluatesOnceAndSavesNothing) {
+  StageSchedulerOptions o;
+  o.num_stages = 2;
+  o.accumulation = 4;
+  o.total_steps = 10;
+  o.start_step = 10;
+  o.eval_interval = 3;
+  o.checkpoint_interval = 5;
+  o.evaluates = true;
+  o.checkpoints = true;
+  StageScheduler st(o);
+  EXPECT_EQ(st.Next(false, false), StageAction::kDrained);
+  EXPECT_EQ(st.drained_step(), 10);
+  EXPECT_TRUE(st.drain_work().evaluate);
+  EXPECT_FALSE(st.drain_work().checkpoint);
+  st.OnDrainHandled();
+  EXPECT_EQ(st.Next(false, false), StageAction::kDone);
+  EXPECT_EQ(st.forwards(), 40);  // no forward past the 10 x 4 it resumed at
+  // The replicas that do not speak for the stage evaluate nothing there either.
+  o.evaluates = false;
+  EXPECT_FALSE(StageScheduler(o).drain_work().evaluate);
+}
+
 TEST(StageSchedulerTest, ResumeStartsAtTheCheckpointedStepAndMicroBatch) {
   StageSchedulerOptions o;
   o.num_stages = 2;

@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include "gtest/gtest.h"
+#include "worker/model/test_models.h"
 #include "worker/runtime/checkpoint.h"
 #include "worker/runtime/checkpoint_layout.h"
 
@@ -16,12 +17,8 @@ namespace {
 namespace fs = std::filesystem;
 
 GptConfig Config(uint64_t seed) {
-  GptConfig c;
-  c.vocab_size = 17;
-  c.num_layers = 4;
-  c.d_model = 16;
-  c.num_heads = 2;
-  c.seq_len = 8;
+  GptConfig c = TinyGpt({/*vocab_size=*/17, /*num_layers=*/4, /*d_model=*/16, /*num_heads=*/2,
+                         /*seq_len=*/8});
   c.init_seed = seed;
   return c;
 }

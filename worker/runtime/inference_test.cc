@@ -28,6 +28,7 @@
 #include "worker/model/inference_model.h"
 #include "worker/model/model_export.h"
 #include "worker/model/sampler.h"
+#include "worker/model/test_models.h"
 #include "worker/runtime/checkpoint.h"
 #include "worker/runtime/checkpoint_layout.h"
 #include "worker/runtime/checkpoint_reader.h"
@@ -43,24 +44,15 @@ using ::testing::HasSubstr;
 constexpr char kAlphabet[] = "abcdefghijklmnopqrs ";  // 20 characters
 
 GptConfig TinyConfig() {
-  GptConfig c;
-  c.vocab_size = 20;
-  c.num_layers = 2;
-  c.d_model = 16;
-  c.num_heads = 2;
-  c.seq_len = 12;
-  return c;
+  return TinyGpt({/*vocab_size=*/20, /*num_layers=*/2, /*d_model=*/16, /*num_heads=*/2,
+                  /*seq_len=*/12});
 }
 
 // A llama of the same size: grouped-query attention (4 query heads share 2
 // key/value heads), a SwiGLU MLP of width 24, a rotary base not the default.
 GptConfig TinyLlama() {
-  GptConfig c = TinyConfig();
-  c.architecture = Architecture::kLlama;
+  GptConfig c = paci::TinyLlama(TinyConfig());
   c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.ffn_hidden_size = 24;
-  c.rope_theta = 500;
   c.norm_eps = 1e-6;
   return c;
 }

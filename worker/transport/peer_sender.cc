@@ -4,26 +4,15 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/grpc_security.h"
 #include "worker/transport/frame_validator.h"
 
 namespace paci {
 
-grpc::ChannelArguments StageLinkChannelArguments(const std::string& tls_server_name) {
-  grpc::ChannelArguments args;
-  if (!tls_server_name.empty()) args.SetSslTargetNameOverride(tls_server_name);
-  args.SetMaxSendMessageSize(1 << 30);
-  args.SetMaxReceiveMessageSize(1 << 30);
-  // One connection per link; keep it from being shared with other channels.
-  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  return args;
-}
-
 PeerSender::PeerSender(const Options& options, std::function<void(absl::Status)> on_failure)
     : options_(options), on_failure_(std::move(on_failure)) {
-  channel_ = grpc::CreateCustomChannel(options_.address,
-                                       options_.credentials ? options_.credentials
-                                                            : grpc::InsecureChannelCredentials(),
-                                       StageLinkChannelArguments(options_.tls_server_name));
+  channel_ = CreateStageLinkChannel(options_.address, options_.credentials,
+                                    options_.tls_server_name);
   stub_ = v1::StageLink::NewStub(channel_);
 }
 

@@ -74,7 +74,4 @@ class PeerSender final : public FrameSender {
   std::thread thread_;
 };
 
-// Channel arguments for stage links: messages up to 1 GiB.
-grpc::ChannelArguments StageLinkChannelArguments(const std::string& tls_server_name = "");
-
 }  // namespace paci

@@ -25,9 +25,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "operator/kube/exec_credential.h"
+#include "kube/exec_credential.h"
 
-namespace paci::op {
+namespace paci::kube {
 
 class KubeCredentials;  // kube_transport.h
 
@@ -193,4 +193,4 @@ absl::Status StatusFromHttp(int code, const std::string& body);
 std::string CollectionPath(const std::string& group, const std::string& version,
                            const std::string& ns, const std::string& plural);
 
-}  // namespace paci::op
+}  // namespace paci::kube

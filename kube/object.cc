@@ -1,10 +1,10 @@
-#include "operator/reconcile/object_meta.h"
+#include "kube/object.h"
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 
-namespace paci::op {
+namespace paci::kube {
 
 using nlohmann::json;
 
@@ -65,22 +65,6 @@ json FinalizersWithout(const json& object, const char* finalizer) {
   return finalizers;
 }
 
-std::string WorkerServiceName(const std::string& job_name) { return job_name + "-workers"; }
-
-std::string WorkerPodName(const std::string& job_name, int index) {
-  return absl::StrCat(job_name, "-worker-", index);
-}
-
-std::string DatasetPodName(const std::string& job_name) { return job_name + "-dataset"; }
-
-std::string WorkerTokenSecretName(const std::string& job_name) {
-  return job_name + kWorkerTokenSecretSuffix;
-}
-
-json WorkerLabels(const std::string& job_name) {
-  return {{kJobNameLabel, job_name}, {kRoleLabel, kWorkerRole}};
-}
-
 std::string Rfc3339(absl::Time time) {
   return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", time, absl::UTCTimeZone());
 }
@@ -124,4 +108,4 @@ void SetStatusCondition(json& status, const std::string& type, bool value,
   (*found)["observedGeneration"] = generation;
 }
 
-}  // namespace paci::op
+}  // namespace paci::kube

@@ -14,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-namespace paci::op {
+namespace paci::kube {
 
 // The certificates of a PEM bundle (a CA bundle, or a certificate with its
 // chain), in order.
@@ -64,4 +64,4 @@ class ClientIdentity {
 // The text of OpenSSL's error queue for this thread (emptied), "" if none.
 std::string TakeOpenSslErrors();
 
-}  // namespace paci::op
+}  // namespace paci::kube

@@ -1,9 +1,10 @@
 #pragma once
 
-// What the operator reads and writes of Kubernetes objects held as JSON, in
-// one place: field access that never throws, object metadata (names, labels,
-// finalizers, generation), the names and labels of the objects a TrainingJob
-// owns, and RFC 3339 times. Pure functions.
+// Kubernetes objects held as JSON, read and written in one place: field
+// access that never throws, object metadata (names, labels, finalizers,
+// generation), status conditions and RFC 3339 times. Pure functions; what a
+// paci object means (its labels, the names of what a TrainingJob owns) is the
+// operator's API (operator/api/training_job.h).
 
 #include <cstdint>
 #include <string>
@@ -12,18 +13,7 @@
 
 #include "absl/time/time.h"
 
-namespace paci::op {
-
-// Labels on the pods and Service of a job.
-inline constexpr char kJobNameLabel[] = "paci.dev/job-name";
-inline constexpr char kRoleLabel[] = "paci.dev/role";
-inline constexpr char kWorkerIndexLabel[] = "paci.dev/worker-index";
-// kRoleLabel's values: a worker pod's, the dataset initializer's.
-inline constexpr char kWorkerRole[] = "worker";
-inline constexpr char kDatasetRole[] = "dataset";
-// On the dataset initializer's pod: the generation of the TrainingJob it was
-// made for.
-inline constexpr char kGenerationAnnotation[] = "paci.dev/generation";
+namespace paci::kube {
 
 // Fields. A missing or null key reads as an empty object, a string field
 // that is no string as "", an integer field that is no integer as `otherwise`.
@@ -46,19 +36,6 @@ bool HasFinalizer(const nlohmann::json& object, const char* finalizer);
 nlohmann::json FinalizersWith(const nlohmann::json& object, const char* finalizer);
 nlohmann::json FinalizersWithout(const nlohmann::json& object, const char* finalizer);
 
-// The objects a TrainingJob named `job_name` owns: the headless Service
-// "<name>-workers" and the pods "<name>-worker-<index>" it names, each
-// labelled with the job's name and the role "worker"; the dataset
-// initializer's pod "<name>-dataset" (role "dataset").
-std::string WorkerServiceName(const std::string& job_name);
-std::string WorkerPodName(const std::string& job_name, int index);
-std::string DatasetPodName(const std::string& job_name);
-// The Secret holding the job's worker token (common/job_token.h), mounted
-// into its worker pods only: "<name>-worker-token".
-inline constexpr char kWorkerTokenSecretSuffix[] = "-worker-token";
-std::string WorkerTokenSecretName(const std::string& job_name);
-nlohmann::json WorkerLabels(const std::string& job_name);
-
 // Status conditions (metav1.Condition), as apimeta.SetStatusCondition keeps
 // them: status.conditions' entry `type`, or null; setting one keeps its
 // lastTransitionTime unless its status changes.
@@ -74,4 +51,4 @@ std::string Rfc3339Micro(absl::Time time);
 // Any RFC 3339 time; false when `text` is none.
 bool ParseRfc3339(const std::string& text, absl::Time* time);
 
-}  // namespace paci::op
+}  // namespace paci::kube

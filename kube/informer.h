@@ -23,9 +23,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "operator/kube/kube_client.h"
+#include "kube/kube_client.h"
 
-namespace paci::op {
+namespace paci::kube {
 
 class Informer {
  public:
@@ -95,4 +95,4 @@ class Informer {
 };
 
 
-}  // namespace paci::op
+}  // namespace paci::kube

@@ -1,11 +1,11 @@
-#include "operator/kube/pem.h"
+#include "kube/pem.h"
 
 #include <openssl/err.h>
 #include <openssl/pem.h>
 
 #include "absl/strings/str_cat.h"
 
-namespace paci::op {
+namespace paci::kube {
 namespace {
 
 // No passphrase prompts: an encrypted key is an error, never a question on a
@@ -126,4 +126,4 @@ std::string ClientIdentity::CommonName() const {
   return name;
 }
 
-}  // namespace paci::op
+}  // namespace paci::kube

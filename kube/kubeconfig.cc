@@ -1,11 +1,7 @@
 // LoadKubeconfig and InClusterConfig: where the client's server and
 // credentials come from, read as client-go reads them (tools/clientcmd).
 
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include <yaml-cpp/yaml.h>
 
@@ -14,11 +10,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "common/read_file.h"
 #include "common/status_macros.h"
-#include "operator/kube/kube_client.h"
-#include "operator/kube/pem.h"
+#include "common/yaml_json.h"
+#include "kube/kube_client.h"
+#include "kube/pem.h"
 
-namespace paci::op {
+namespace paci::kube {
 namespace {
 
 using nlohmann::json;
@@ -26,17 +24,6 @@ using nlohmann::json;
 // The key of a cluster's extensions that client-go hands an exec plugin as
 // spec.cluster.config.
 constexpr char kExecClusterExtension[] = "client.authentication.k8s.io/exec";
-
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
-  }
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
 
 absl::Status Field(const std::string& field, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
@@ -65,38 +52,6 @@ absl::StatusOr<std::string> Base64(const std::string& text, const std::string& f
   std::string decoded;
   if (!absl::Base64Unescape(text, &decoded)) return Field(field, "not valid base64");
   return decoded;
-}
-
-// YAML as JSON, scalars typed as YAML 1.2's core schema types them.
-json ToJson(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Sequence: {
-      json out = json::array();
-      for (const YAML::Node& item : node) out.push_back(ToJson(item));
-      return out;
-    }
-    case YAML::NodeType::Map: {
-      json out = json::object();
-      for (const auto& entry : node) out[entry.first.Scalar()] = ToJson(entry.second);
-      return out;
-    }
-    case YAML::NodeType::Scalar: {
-      const std::string& text = node.Scalar();
-      if (node.Tag() == "!") return text;  // quoted: a string whatever it reads
-      if (text == "true" || text == "false") return text == "true";
-      if (text == "null" || text == "~") return nullptr;
-      int64_t integer;
-      if (absl::SimpleAtoi(text, &integer)) return integer;
-      double number;
-      if (text.find_first_not_of("0123456789+-.eE") == std::string::npos &&
-          absl::SimpleAtod(text, &number)) {
-        return number;
-      }
-      return text;
-    }
-    default:
-      return nullptr;
-  }
 }
 
 // The named entry of a list (contexts, clusters, users) and its index.
@@ -215,7 +170,7 @@ absl::StatusOr<ClusterEntry> ReadCluster(const YAML::Node& config, const std::st
   }
   if (!ca_file.empty()) {
     options.ca_file = resolve(ca_file);
-    absl::StatusOr<std::string> text = ReadWholeFile(options.ca_file);
+    absl::StatusOr<std::string> text = ReadFileToString(options.ca_file);
     if (!text.ok()) {
       return Field(c_at + ".certificate-authority", std::string(text.status().message()));
     }
@@ -278,7 +233,7 @@ absl::Status ReadToken(const YAML::Node& u, const std::string& u_at, const Resol
   ASSIGN_OR_RETURN(std::string token_file, String(u, "tokenFile", u_at + ".tokenFile"));
   if (token_file.empty()) return absl::OkStatus();
   options.token_file = resolve(token_file);
-  absl::StatusOr<std::string> token = ReadWholeFile(options.token_file);
+  absl::StatusOr<std::string> token = ReadFileToString(options.token_file);
   if (!token.ok()) return Field(u_at + ".tokenFile", std::string(token.status().message()));
   if (absl::StripAsciiWhitespace(*token).empty()) {
     return Field(u_at + ".tokenFile", absl::StrCat(options.token_file, " is empty"));
@@ -318,7 +273,7 @@ absl::StatusOr<bool> ReadClientCertificate(const YAML::Node& u, const std::strin
     }
     if (!file.empty()) {
       *half.file = resolve(file);
-      absl::StatusOr<std::string> text = ReadWholeFile(*half.file);
+      absl::StatusOr<std::string> text = ReadFileToString(*half.file);
       if (!text.ok()) return Field(file_at, std::string(text.status().message()));
       half.pem = *text;
       half.field = absl::StrCat(file_at, " ", *half.file);
@@ -358,7 +313,16 @@ absl::Status ReadExecPlugin(const YAML::Node& exec, const std::string& u_at,
     for (const YAML::Node& extension : cluster.node["extensions"]) {
       if (extension.IsMap() && extension["name"] && extension["name"].IsScalar() &&
           extension["name"].Scalar() == kExecClusterExtension && extension["extension"]) {
-        plugin.cluster["config"] = ToJson(extension["extension"]);
+        ASSIGN_OR_RETURN(const std::string config,
+                         YamlNodeToJson(extension["extension"],
+                                        absl::StrCat(cluster.at, ".extensions[", kExecClusterExtension,
+                                                     "].extension")));
+        plugin.cluster["config"] = json::parse(config, nullptr, /*allow_exceptions=*/false);
+        if (plugin.cluster["config"].is_discarded()) {  // a number past a double's range
+          return Field(absl::StrCat(cluster.at, ".extensions[", kExecClusterExtension,
+                                    "].extension"),
+                       "not representable as JSON");
+        }
       }
     }
   }
@@ -446,7 +410,7 @@ absl::StatusOr<KubeClientOptions> InClusterConfig(const std::string& host, const
                        ? absl::StrCat("https://[", host, "]:", port)  // IPv6
                        : absl::StrCat("https://", host, ":", port);
   options.token_file = account_dir + "/token";
-  absl::StatusOr<std::string> token = ReadWholeFile(options.token_file);
+  absl::StatusOr<std::string> token = ReadFileToString(options.token_file);
   options.bearer_token =
       token.ok() ? std::string(absl::StripTrailingAsciiWhitespace(*token)) : std::string();
   if (options.bearer_token.empty()) {
@@ -454,11 +418,11 @@ absl::StatusOr<KubeClientOptions> InClusterConfig(const std::string& host, const
         absl::StrCat("no service account token in ", account_dir, "/token"));
   }
   options.ca_file = account_dir + "/ca.crt";
-  absl::StatusOr<std::string> ns = ReadWholeFile(account_dir + "/namespace");
+  absl::StatusOr<std::string> ns = ReadFileToString(account_dir + "/namespace");
   if (ns.ok() && !absl::StripTrailingAsciiWhitespace(*ns).empty()) {
     options.default_namespace = std::string(absl::StripTrailingAsciiWhitespace(*ns));
   }
   return options;
 }
 
-}  // namespace paci::op
+}  // namespace paci::kube

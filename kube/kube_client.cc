@@ -1,4 +1,4 @@
-#include "operator/kube/kube_client.h"
+#include "kube/kube_client.h"
 
 #include <cctype>
 
@@ -8,9 +8,9 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "operator/kube/kube_transport.h"
+#include "kube/kube_transport.h"
 
-namespace paci::op {
+namespace paci::kube {
 namespace {
 
 using nlohmann::json;
@@ -356,4 +356,4 @@ absl::Status KubeClient::Stream(const std::string& path, absl::Duration idle_tim
       canceller);
 }
 
-}  // namespace paci::op
+}  // namespace paci::kube

@@ -1,13 +1,13 @@
-#include "operator/reconcile/object_meta.h"
+#include "kube/object.h"
 
 #include <gtest/gtest.h>
 
-namespace paci::op {
+namespace paci::kube {
 namespace {
 
 using nlohmann::json;
 
-TEST(ObjectMetaTest, FieldsNeverThrow) {
+TEST(ObjectTest, FieldsNeverThrow) {
   const json object = {{"name", "kjv"}, {"count", 3}, {"gone", nullptr}, {"list", {1, 2}}};
   EXPECT_EQ(StringField(object, "name"), "kjv");
   EXPECT_EQ(StringField(object, "count"), "");  // not a string
@@ -19,16 +19,16 @@ TEST(ObjectMetaTest, FieldsNeverThrow) {
   EXPECT_EQ(IntField(object, "missing", 7), 7);
 }
 
-TEST(ObjectMetaTest, MetadataLabelsAndGeneration) {
+TEST(ObjectTest, MetadataLabelsAndGeneration) {
   const json job = {{"metadata",
                      {{"name", "kjv"},
                       {"namespace", "team-a"},
                       {"generation", 4},
-                      {"labels", {{kJobNameLabel, "kjv"}}}}}};
+                      {"labels", {{"paci.dev/job-name", "kjv"}}}}}};
   EXPECT_EQ(MetaString(job, "name"), "kjv");
   EXPECT_EQ(MetaString(job, "namespace"), "team-a");
-  EXPECT_EQ(Label(job, kJobNameLabel), "kjv");
-  EXPECT_EQ(Label(job, kRoleLabel), "");
+  EXPECT_EQ(Label(job, "paci.dev/job-name"), "kjv");
+  EXPECT_EQ(Label(job, "paci.dev/role"), "");
   EXPECT_EQ(Generation(job), 4);
   EXPECT_EQ(Generation(json::object()), 1);
   EXPECT_FALSE(BeingDeleted(job));
@@ -37,7 +37,7 @@ TEST(ObjectMetaTest, MetadataLabelsAndGeneration) {
   EXPECT_TRUE(BeingDeleted(deleted));
 }
 
-TEST(ObjectMetaTest, FinalizersAreAddedOnceAndRemovedAlone) {
+TEST(ObjectTest, FinalizersAreAddedOnceAndRemovedAlone) {
   json job = {{"metadata", {{"finalizers", {"other.dev/keep"}}}}};
   EXPECT_FALSE(HasFinalizer(job, "paci.dev/x"));
   job["metadata"]["finalizers"] = FinalizersWith(job, "paci.dev/x");
@@ -47,13 +47,7 @@ TEST(ObjectMetaTest, FinalizersAreAddedOnceAndRemovedAlone) {
   EXPECT_EQ(FinalizersWithout(json::object(), "paci.dev/x"), json::array());
 }
 
-TEST(ObjectMetaTest, NamesOfTheObjectsAJobOwns) {
-  EXPECT_EQ(WorkerServiceName("kjv"), "kjv-workers");
-  EXPECT_EQ(WorkerPodName("kjv", 2), "kjv-worker-2");
-  EXPECT_EQ(WorkerLabels("kjv"), json({{kJobNameLabel, "kjv"}, {kRoleLabel, "worker"}}));
-}
-
-TEST(ObjectMetaTest, Rfc3339ToTheSecondOrMicrosecondAndBack) {
+TEST(ObjectTest, Rfc3339ToTheSecondOrMicrosecondAndBack) {
   const absl::Time t = absl::FromUnixSeconds(1'800'000'000) + absl::Microseconds(250);
   EXPECT_EQ(Rfc3339(t), "2027-01-15T08:00:00Z");
   EXPECT_EQ(Rfc3339Micro(t), "2027-01-15T08:00:00.000250Z");
@@ -64,4 +58,4 @@ TEST(ObjectMetaTest, Rfc3339ToTheSecondOrMicrosecondAndBack) {
 }
 
 }  // namespace
-}  // namespace paci::op
+}  // namespace paci::kube

@@ -29,10 +29,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/synchronization/notification.h"
+#include "common/clock.h"
 #include "common/test_files.h"
-#include "operator/kube/kube_client.h"
+#include "kube/kube_client.h"
 
-namespace paci::op {
+namespace paci::kube {
 namespace {
 
 using nlohmann::json;
@@ -470,14 +471,13 @@ TEST_F(ExecPluginTest, TokenIsSentAndKeptUntilItExpires) {
   // A command with a '/' is relative to the kubeconfig's folder.
   EXPECT_EQ(options->exec_plugin->config().command, dir_ + "/config/bin/token-plugin");
   // The plugin's credential expires 3 s after it ran; this clock passes them at once.
-  std::atomic<bool> later{false};
-  options->exec_plugin->set_clock(
-      [&later] { return absl::Now() + (later ? absl::Seconds(4) : absl::ZeroDuration()); });
+  FakeClock clock(absl::Now());
+  options->exec_plugin->set_clock(&clock);
   KubeClient client(*options);
   ASSERT_TRUE(client.Get("/api").ok());
   ASSERT_TRUE(client.Get("/api").ok());
   EXPECT_EQ(runs(), 1);  // kept: not expired yet
-  later = true;
+  clock.Advance(absl::Minutes(1));  // far past the expiry, however late the plugin ran
   absl::StatusOr<json> after = client.Get("/api");
   ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_EQ(runs(), 2);  // expired: run again
@@ -611,4 +611,4 @@ TEST(ExecCredentialParseTest, HalfACertificateOrABadTimestampIsRefused) {
 }
 
 }  // namespace
-}  // namespace paci::op
+}  // namespace paci::kube

@@ -1,9 +1,4 @@
-#include "operator/kube/kube_transport.h"
-
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <sstream>
+#include "kube/kube_transport.h"
 
 #include <glog/logging.h>
 #include <openssl/err.h>
@@ -13,25 +8,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/strip.h"
+#include "common/read_file.h"
 #include "common/status_macros.h"
 
-namespace paci::op {
+namespace paci::kube {
 namespace {
 
 // With the CA certificates given, and no system roots: httplib adds the
 // system's roots unless told a CA file or folder, so it is told a folder
 // that holds none (OpenSSL looks certificates up there by hash, lazily).
 constexpr char kNoCaFolder[] = "/nonexistent/paci-only-the-given-ca";
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::NotFoundError(absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
-  }
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
 
 }  // namespace
 
@@ -213,7 +199,7 @@ absl::StatusOr<std::string> KubeCredentials::Read(File& file, const std::string&
                                                   const char* what) {
   const absl::Time now = absl::Now();
   if (file.read && now - file.read_at < options_.credential_reload) return file.text;
-  absl::StatusOr<std::string> text = ReadFile(path);
+  absl::StatusOr<std::string> text = ReadFileToString(path);
   if (!text.ok()) {
     if (file.read) {
       LOG(WARNING) << what << ": " << text.status().message() << "; keeping the last one read";
@@ -227,4 +213,4 @@ absl::StatusOr<std::string> KubeCredentials::Read(File& file, const std::string&
   return file.text;
 }
 
-}  // namespace paci::op
+}  // namespace paci::kube

@@ -1,8 +1,8 @@
 // The Kubernetes client and informer against a real kube-apiserver on
-// 127.0.0.1, behind the fault proxy (operator/kube/test_api_server.h). Leader
+// 127.0.0.1, behind the fault proxy (kube/test_api_server.h). Leader
 // election is tested in operator/controller/leader_elector_test.cc.
 
-#include "operator/kube/kube_client.h"
+#include "kube/kube_client.h"
 
 #include <cstdio>
 #include <filesystem>
@@ -13,10 +13,10 @@
 #include <httplib.h>
 
 #include "absl/strings/str_cat.h"
-#include "operator/kube/informer.h"
-#include "operator/kube/test_api_server.h"
+#include "kube/informer.h"
+#include "kube/test_api_server.h"
 
-namespace paci::op {
+namespace paci::kube {
 namespace {
 
 using nlohmann::json;
@@ -199,4 +199,4 @@ TEST(InClusterConfigTest, ReadsTheServiceAccountAndNamesWhatIsMissing) {
 }
 
 }  // namespace
-}  // namespace paci::op
+}  // namespace paci::kube

@@ -14,11 +14,11 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "operator/kube/exec_credential.h"
-#include "operator/kube/kube_client.h"
-#include "operator/kube/pem.h"
+#include "kube/exec_credential.h"
+#include "kube/kube_client.h"
+#include "kube/pem.h"
 
-namespace paci::op {
+namespace paci::kube {
 
 // The parts of KubeClientOptions::server.
 struct ServerUrl {
@@ -93,4 +93,4 @@ class KubeCredentials {
   std::shared_ptr<const ClientIdentity> identity_ ABSL_GUARDED_BY(mutex_);
 };
 
-}  // namespace paci::op
+}  // namespace paci::kube

@@ -1,4 +1,4 @@
-#include "operator/kube/exec_credential.h"
+#include "kube/exec_credential.h"
 
 #include <poll.h>
 #include <signal.h>
@@ -14,7 +14,7 @@
 #include "common/process.h"
 #include "common/status_macros.h"
 
-namespace paci::op {
+namespace paci::kube {
 namespace {
 
 using nlohmann::json;
@@ -257,7 +257,7 @@ absl::StatusOr<ExecCredential> ExecCredentialPlugin::Run() {
 
 absl::StatusOr<std::shared_ptr<const ExecCredential>> ExecCredentialPlugin::Get() {
   absl::MutexLock lock(&mutex_);
-  if (cached_ != nullptr && !(cached_->expiry.has_value() && now_() > *cached_->expiry)) {
+  if (cached_ != nullptr && !(cached_->expiry.has_value() && clock_->Now() > *cached_->expiry)) {
     return cached_;
   }
   cached_.reset();
@@ -277,9 +277,9 @@ int ExecCredentialPlugin::runs() const {
   return runs_;
 }
 
-void ExecCredentialPlugin::set_clock(std::function<absl::Time()> now) {
+void ExecCredentialPlugin::set_clock(const Clock* clock) {
   absl::MutexLock lock(&mutex_);
-  now_ = std::move(now);
+  clock_ = clock;
 }
 
-}  // namespace paci::op
+}  // namespace paci::kube

@@ -25,9 +25,10 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "operator/kube/pem.h"
+#include "common/clock.h"
+#include "kube/pem.h"
 
-namespace paci::op {
+namespace paci::kube {
 
 inline constexpr char kExecApiV1[] = "client.authentication.k8s.io/v1";
 inline constexpr char kExecApiV1Beta1[] = "client.authentication.k8s.io/v1beta1";
@@ -75,8 +76,9 @@ class ExecCredentialPlugin {
   // How often the command has run.
   int runs() const ABSL_LOCKS_EXCLUDED(mutex_);
 
-  // The clock expirationTimestamp is judged by (absl::Now; tests set theirs).
-  void set_clock(std::function<absl::Time()> now) ABSL_LOCKS_EXCLUDED(mutex_);
+  // The clock expirationTimestamp is judged by (Clock::Real(); tests give a
+  // FakeClock). It must outlive the plugin.
+  void set_clock(const Clock* clock) ABSL_LOCKS_EXCLUDED(mutex_);
 
   // The KUBERNETES_EXEC_INFO value for one run.
   std::string ExecInfo(bool interactive) const;
@@ -92,7 +94,7 @@ class ExecCredentialPlugin {
   mutable absl::Mutex mutex_;
   std::shared_ptr<const ExecCredential> cached_ ABSL_GUARDED_BY(mutex_);
   int runs_ ABSL_GUARDED_BY(mutex_) = 0;
-  std::function<absl::Time()> now_ ABSL_GUARDED_BY(mutex_) = [] { return absl::Now(); };
+  const Clock* clock_ ABSL_GUARDED_BY(mutex_) = &Clock::Real();
 };
 
-}  // namespace paci::op
+}  // namespace paci::kube

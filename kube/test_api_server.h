@@ -24,9 +24,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/process.h"
-#include "operator/kube/kube_client.h"
+#include "kube/kube_client.h"
 
-namespace paci::op {
+namespace paci::kube {
 
 class TestApiServer {
  public:
@@ -115,4 +115,4 @@ class TestApiServer {
   std::string token_;
 };
 
-}  // namespace paci::op
+}  // namespace paci::kube

@@ -1,12 +1,13 @@
-#include "operator/kube/informer.h"
+#include "kube/informer.h"
 
 #include <algorithm>
 
 #include <glog/logging.h>
 
-#include "operator/reconcile/object_meta.h"
+#include "common/backoff.h"
+#include "kube/object.h"
 
-namespace paci::op {
+namespace paci::kube {
 
 using nlohmann::json;
 
@@ -115,11 +116,8 @@ void Informer::Apply(const WatchEvent& event) {
 
 void Informer::Run() {
   bool need_list = true;
-  absl::Duration backoff = options_.initial_backoff;
-  auto wait = [&] {
-    stop_.WaitForNotificationWithTimeout(backoff);
-    backoff = std::min(backoff * 2, options_.max_backoff);
-  };
+  Backoff backoff(options_.initial_backoff, options_.max_backoff);
+  auto wait = [&] { stop_.WaitForNotificationWithTimeout(backoff.Next()); };
   while (!stop_.HasBeenNotified()) {
     if (need_list) {
       if (absl::Status listed = ListAndReplace(); !listed.ok()) {
@@ -148,7 +146,7 @@ void Informer::Run() {
         },
         &canceller_);
     if (stop_.HasBeenNotified()) break;
-    if (got_event) backoff = options_.initial_backoff;
+    if (got_event) backoff.Reset();
     if (status.ok()) continue;  // the server ended the watch: resume from the last version
     if (absl::IsOutOfRange(status)) {
       LOG(INFO) << "informer " << options_.resource << ": " << status.message()
@@ -162,7 +160,7 @@ void Informer::Run() {
       continue;
     }
     LOG(WARNING) << "informer " << options_.resource << ": watch ended: " << status
-                 << "; resuming in " << backoff;
+                 << "; resuming in " << backoff.current();
     {
       absl::MutexLock lock(&mutex_);
       ++stats_.dropped;
@@ -172,4 +170,4 @@ void Informer::Run() {
   }
 }
 
-}  // namespace paci::op
+}  // namespace paci::kube
