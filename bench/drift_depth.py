@@ -284,7 +284,10 @@ def main():
                                           seed))
         rows = analyse(args, runs)
     text = table(args, rows)
-    write_result(args.out, args.name, dict(rows=rows, args=vars(args)), text)
+    # The settings, without where this machine keeps its binaries and results.
+    settings = {k: v for k, v in vars(args).items() if k not in ("build", "out", "pacictl", "simulator")}
+    settings["targets"] = os.path.basename(args.targets)
+    write_result(args.out, args.name, dict(rows=rows, args=settings), text)
     print(text)
 
 
