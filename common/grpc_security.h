@@ -60,7 +60,7 @@ inline constexpr absl::Duration kKeepaliveTimeout = absl::Seconds(5);
 inline constexpr int kMaxCoordinatorAnswerBytes = 1 << 30;
 std::shared_ptr<grpc::Channel> CreateCoordinatorChannel(
     const std::string& address, const std::shared_ptr<grpc::ChannelCredentials>& credentials,
-    bool reconnect_quickly = true);
+    bool reconnect_quickly);
 
 // A channel to a stage link's peer (worker/transport/peer_sender.h), the one
 // other kind of channel: messages up to 1 GiB (an activation or gradient

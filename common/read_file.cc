@@ -6,7 +6,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -15,7 +14,7 @@ namespace paci {
 namespace {
 
 // What a file that is not a regular one is: "a FIFO, not a regular file".
-std::string KindOf(mode_t mode) {
+const char* KindOf(mode_t mode) {
   if (S_ISCHR(mode)) return "a character device, not a regular file";
   if (S_ISBLK(mode)) return "a block device, not a regular file";
   if (S_ISFIFO(mode)) return "a FIFO, not a regular file";

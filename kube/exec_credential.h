@@ -12,7 +12,6 @@
 // without one) and fetched again once that has passed or after the API
 // server answered 401 to it. One run at a time.
 
-#include <functional>
 #include <memory>
 #include <optional>
 #include <string>

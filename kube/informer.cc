@@ -1,7 +1,5 @@
 #include "kube/informer.h"
 
-#include <algorithm>
-
 #include <glog/logging.h>
 
 #include "common/backoff.h"

@@ -313,15 +313,12 @@ absl::Status ReadExecPlugin(const YAML::Node& exec, const std::string& u_at,
     for (const YAML::Node& extension : cluster.node["extensions"]) {
       if (extension.IsMap() && extension["name"] && extension["name"].IsScalar() &&
           extension["name"].Scalar() == kExecClusterExtension && extension["extension"]) {
-        ASSIGN_OR_RETURN(const std::string config,
-                         YamlNodeToJson(extension["extension"],
-                                        absl::StrCat(cluster.at, ".extensions[", kExecClusterExtension,
-                                                     "].extension")));
+        const std::string at =
+            absl::StrCat(cluster.at, ".extensions[", kExecClusterExtension, "].extension");
+        ASSIGN_OR_RETURN(const std::string config, YamlNodeToJson(extension["extension"], at));
         plugin.cluster["config"] = json::parse(config, nullptr, /*allow_exceptions=*/false);
         if (plugin.cluster["config"].is_discarded()) {  // a number past a double's range
-          return Field(absl::StrCat(cluster.at, ".extensions[", kExecClusterExtension,
-                                    "].extension"),
-                       "not representable as JSON");
+          return Field(at, "not representable as JSON");
         }
       }
     }

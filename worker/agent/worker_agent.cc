@@ -2,8 +2,6 @@
 
 #include <glog/logging.h>
 
-#include <algorithm>
-
 #include "absl/strings/str_cat.h"
 #include "common/backoff.h"
 
