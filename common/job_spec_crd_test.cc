@@ -36,9 +36,9 @@ using ::testing::HasSubstr;
 const char kCrd[] = PACI_SOURCE_DIR "/deploy/crd/paci.dev_trainingjobs.yaml";
 
 // Subtrees of the CRD's spec that the operator reads itself (the worker pods'
-// template, the dataset initializer's pod), not JobSpec fields the
-// coordinator checks.
-const std::set<std::string> kOperatorOnly = {"worker", "initializer"};
+// template, the dataset initializer's pod, the parity check's runs), not
+// JobSpec fields the coordinator checks.
+const std::set<std::string> kOperatorOnly = {"worker", "initializer", "parity"};
 
 // A spec every probe starts from: the CRD's required fields, small (as
 // job_spec_test.cc's minimal spec), in the CRD's lowerCamelCase. The name is

@@ -5,7 +5,7 @@
 // them for the operator (IsOperatorJobName, CheckJobNameOwner in
 // common/peer_identity.h), so the two cannot drift apart.
 //
-//   <name>-<uid8>-g<generation>[-e<evictions>]
+//   <name>-<uid8>-g<generation>[-e<evictions>][-p<run>]
 //
 //   <name>        the TrainingJob's name, cut (and stripped of a trailing '-')
 //                 so the whole is at most kMaxJobNameLength characters
@@ -13,6 +13,8 @@
 //                 metadata.uid (a UUID: lower-case hexadecimal digits)
 //   <generation>  its metadata.generation
 //   <evictions>   its status.evictions, only once Kueue has evicted it
+//   <run>         which run of its loss-parity check (spec.parity) it is,
+//                 from 1, only for such a check
 //
 // Such a name is predictable from the TrainingJob alone: were a tenant free to
 // submit one, it could take the name of a TrainingJob's next job before the
@@ -36,17 +38,21 @@ inline constexpr size_t kOperatorJobUidLength = 8;
 // What precedes the generation, and the evictions.
 inline constexpr char kOperatorJobGenerationTag[] = "-g";
 inline constexpr char kOperatorJobEvictionsTag[] = "-e";
+// What precedes the run of a parity check.
+inline constexpr char kOperatorJobParityRunTag[] = "-p";
 // The form, as messages show it.
-inline constexpr char kOperatorJobNameForm[] = "<name>-<uid8>-g<generation>[-e<evictions>]";
+inline constexpr char kOperatorJobNameForm[] = "<name>-<uid8>-g<generation>[-e<evictions>][-p<run>]";
 
 // The name of the coordinator job of a TrainingJob so named, of that uid,
-// generation and Kueue evictions (0: none).
+// generation and Kueue evictions (0: none), and of that run of its parity
+// check (0: the job's one training run).
 inline std::string OperatorJobName(absl::string_view name, absl::string_view uid,
-                                   int64_t generation, int64_t evictions) {
+                                   int64_t generation, int64_t evictions, int parity_run = 0) {
   const std::string suffix =
       absl::StrCat("-", uid.substr(0, kOperatorJobUidLength), kOperatorJobGenerationTag,
                    generation,
-                   evictions > 0 ? absl::StrCat(kOperatorJobEvictionsTag, evictions) : "");
+                   evictions > 0 ? absl::StrCat(kOperatorJobEvictionsTag, evictions) : "",
+                   parity_run > 0 ? absl::StrCat(kOperatorJobParityRunTag, parity_run) : "");
   std::string head(name);
   if (head.size() + suffix.size() > kMaxJobNameLength) {
     head.resize(suffix.size() < kMaxJobNameLength ? kMaxJobNameLength - suffix.size() : 0);
@@ -86,6 +92,7 @@ inline bool HasUidAndGeneration(absl::string_view name) {
 
 // Whether `name` has the form of the names OperatorJobName gives.
 inline bool IsOperatorJobName(absl::string_view name) {
+  operator_job_name_internal::StripNumberTag(&name, kOperatorJobParityRunTag);
   absl::string_view without_evictions = name;
   if (operator_job_name_internal::StripNumberTag(&without_evictions, kOperatorJobEvictionsTag) &&
       operator_job_name_internal::HasUidAndGeneration(without_evictions)) {

@@ -227,6 +227,9 @@ TEST(OperatorJobNameTest, TheOperatorsNamesAreRecognizedAndNoOthers) {
   const std::string uid = "0123abcd-ef01-4567-89ab-cdef01234567";
   EXPECT_EQ(OperatorJobName("kjv", uid, 1, 0), "kjv-0123abcd-g1");
   EXPECT_EQ(OperatorJobName("kjv", uid, 3, 2), "kjv-0123abcd-g3-e2");
+  EXPECT_EQ(OperatorJobName("kjv", uid, 3, 0, 4), "kjv-0123abcd-g3-p4");
+  EXPECT_EQ(OperatorJobName("kjv", uid, 3, 2, 6), "kjv-0123abcd-g3-e2-p6");
+  EXPECT_EQ(OperatorJobName(std::string(70, 'x'), uid, 1, 0, 12).size(), kMaxJobNameLength);
   const std::string cut = OperatorJobName(std::string(70, 'x'), uid, 1, 0);
   EXPECT_EQ(cut.size(), kMaxJobNameLength);
   // A cut that ends in '-' loses it.
@@ -234,13 +237,15 @@ TEST(OperatorJobNameTest, TheOperatorsNamesAreRecognizedAndNoOthers) {
             std::string(50, 'a') + "-0123abcd-g1");
   for (const std::string& name :
        {OperatorJobName("kjv", uid, 1, 0), OperatorJobName("kjv", uid, 12345, 17), cut,
+        OperatorJobName("kjv", uid, 1, 0, 3), OperatorJobName("kjv", uid, 2, 1, 6),
         std::string("a-b-c-deadbeef-g7"), std::string("x-00000000-g1-e1")}) {
     EXPECT_TRUE(IsOperatorJobName(name)) << name;
   }
   for (const char* name :
        {"kjv", "kjv-0123abcd", "kjv-0123abcd-g", "kjv-0123abcd-g1-e", "kjv-0123abcd-e1",
         "kjv-0123abc-g1", "kjv_0123abcd-g1", "-0123abcd-g1", "0123abcd-g1", "kjv-0123ABCD-g1",
-        "kjv-0123abcd-g1x", "kjv-0123abcd-g1-e2-g3", "experiment-baseline-g2", "run-2024-g1"}) {
+        "kjv-0123abcd-g1x", "kjv-0123abcd-g1-e2-g3", "experiment-baseline-g2", "run-2024-g1",
+        "kjv-0123abcd-p1", "kjv-0123abcd-g1-p", "kjv-0123abcd-g1-p2-e1", "run-p3"}) {
     EXPECT_FALSE(IsOperatorJobName(name)) << name;
   }
 }

@@ -159,6 +159,14 @@ std::string FormatTrainingJob(const json& job, absl::Time now) {
   if (const std::string done = StringField(status, "completionTime"); !done.empty()) {
     absl::StrAppend(&out, "\nended:       ", Since(done, now));
   }
+  // spec.parity: which run is under way, then the result.
+  if (const json& parity = Field(status, "parity"); parity.contains("run")) {
+    const std::string summary = StringField(parity, "summary");
+    absl::StrAppend(&out, "\nparity:      ",
+                    summary.empty() ? absl::StrCat("run ", IntField(parity, "run", 0), " of ",
+                                                   IntField(parity, "totalRuns", 0))
+                                    : absl::StrCat("the gap to the flush ", summary));
+  }
   absl::StrAppend(&out, "\nconditions:\n");
   const json& conditions = Field(status, "conditions");
   for (const json& c : conditions.is_array() ? conditions : json::array()) {

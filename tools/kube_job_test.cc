@@ -76,6 +76,18 @@ TEST(KubeJobTest, TheDetailsSayWhereTheJobIsAndWhereItsStagesRun) {
   EXPECT_THAT(text, HasSubstr("drift 1/1  idle 12.3%"));
 }
 
+// spec.parity: the run under way, then the result; nothing for a job without the check.
+TEST(KubeJobTest, TheDetailsSayWhereAParityCheckIs) {
+  EXPECT_THAT(FormatTrainingJob(RunningJob(), kNow), Not(HasSubstr("parity:")));
+  json job = RunningJob();
+  job["status"]["parity"] = {{"run", 3}, {"totalRuns", 6}};
+  EXPECT_THAT(FormatTrainingJob(job, kNow), HasSubstr("\nparity:      run 3 of 6\n"));
+  job["status"]["parity"]["summary"] = "+0.50% (spread 0.20 points) at 1.20x the flush's tokens/s";
+  EXPECT_THAT(FormatTrainingJob(job, kNow),
+              HasSubstr("\nparity:      the gap to the flush +0.50% (spread 0.20 points) at "
+                        "1.20x the flush's tokens/s\n"));
+}
+
 TEST(KubeJobTest, AJobWithoutStatusOrLossesPrintsDashes) {
   json job = RunningJob();
   job.erase("status");

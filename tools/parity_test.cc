@@ -3,181 +3,71 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
-#include "common/job_spec.h"
 
 namespace paci {
 namespace {
 
 using ::testing::HasSubstr;
 
-// A spec as written: no accumulation (the global batch gives it), no warm-up or
-// correction of the user's in the second form.
-v1::JobSpec Written(bool method_given = true) {
-  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(absl::StrCat(
-      "name: tiny\n"
-      "model: {vocab_size: 80, num_layers: 4, d_model: 32, num_heads: 4, seq_len: 16}\n"
-      "pipeline: {num_stages: 4, global_batch: 24, micro_batch_size: 3, max_drift: 1",
-      method_given ? ", drift_correction: delay-comp, warmup_steps: 50" : "", "}\n",
-      "optimizer: {lr: 1e-3}\n"
-      "training: {steps: 600, eval_interval: 100}\n"
-      "data: {corpus_path: text.txt}\n"
-      "checkpoint: {directory: runs/tiny, interval: 100, resume: true}\n"));
-  EXPECT_TRUE(spec.ok()) << spec.status();
-  return *spec;
-}
-
-v1::JobSpec Defaulted(v1::JobSpec spec) {
-  ApplyJobSpecDefaults(&spec);
-  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
-  return spec;
-}
-
-TEST(MakeParityRunTest, SetsTheSeedsShortensTheRunAndNeverTouchesTheJobsCheckpoints) {
-  v1::JobSpec run = Written();
-  MakeParityRun(7, 40, "job", &run);
-  run = Defaulted(run);
-  EXPECT_EQ(run.name(), "tiny-job-s7");
-  EXPECT_EQ(run.model().init_seed(), 7);
-  EXPECT_EQ(run.data().seed(), 7);
-  EXPECT_EQ(run.training().steps(), 40);
-  EXPECT_EQ(run.training().eval_interval(), 2);  // steps / 20
-  EXPECT_EQ(run.pipeline().warmup_steps(), 40);   // at most the run
-  EXPECT_EQ(run.pipeline().drift_correction(), "delay-comp");
-  EXPECT_FALSE(run.has_checkpoint());
-  // Steps 0: the spec's own schedule.
-  v1::JobSpec whole = Written();
-  MakeParityRun(1, 0, "job", &whole);
-  whole = Defaulted(whole);
-  EXPECT_EQ(whole.training().steps(), 600);
-  EXPECT_EQ(whole.training().eval_interval(), 100);
-  EXPECT_EQ(whole.pipeline().warmup_steps(), 50);
-  // Left to the automatic default, the warm-up follows the shortened run: 0.15 of it at
-  // P = 4, a = 8 (0.8 of the (1+2+3)/32 of forwards that cross a step).
-  v1::JobSpec automatic = Written(/*method_given=*/false);
-  MakeParityRun(1, 40, "job", &automatic);
-  automatic = Defaulted(automatic);
-  EXPECT_EQ(automatic.pipeline().warmup_steps(), 6);
-  EXPECT_EQ(automatic.pipeline().drift_correction(), "predict");
-}
-
-// async-1f1b derives its accumulation of 1; its twin keeps it (the flush derives none).
-TEST(MakeFlushTwinTest, KeepsTheAccumulationAnAsynchronousScheduleDerived) {
-  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(
-      "name: a\nmodel: {vocab_size: 80, num_layers: 4, d_model: 32, num_heads: 4, seq_len: 16}\n"
-      "pipeline: {num_stages: 2, schedule: async-1f1b, micro_batch_size: 3}\n"
-      "optimizer: {lr: 1e-3}\ntraining: {steps: 20}\ndata: {corpus_path: text.txt}\n");
-  ASSERT_TRUE(spec.ok()) << spec.status();
-  MakeFlushTwin(&*spec);
-  const v1::JobSpec twin = Defaulted(*spec);
-  EXPECT_EQ(twin.pipeline().schedule(), "1f1b-flush");
-  EXPECT_EQ(twin.pipeline().accumulation(), 1);
-}
-
-TEST(MakeFlushTwinTest, IsTheFlushWithTheSameBatchAndNothingAsynchronous) {
-  const v1::JobSpec job = Defaulted(Written());
-  v1::JobSpec twin = Written();
-  MakeFlushTwin(&twin);
-  twin = Defaulted(twin);
-  EXPECT_EQ(twin.pipeline().schedule(), "1f1b-flush");
-  EXPECT_FALSE(twin.pipeline().has_max_drift());
-  EXPECT_EQ(twin.pipeline().drift_correction(), "none");
-  EXPECT_EQ(twin.pipeline().warmup_steps(), 0);
-  EXPECT_EQ(twin.pipeline().accumulation(), 8);
-  EXPECT_EQ(twin.pipeline().accumulation(), job.pipeline().accumulation());
-  EXPECT_EQ(GlobalBatch(twin.pipeline()), GlobalBatch(job.pipeline()));
-  EXPECT_EQ(twin.pipeline().micro_batch_size(), job.pipeline().micro_batch_size());
-  EXPECT_EQ(twin.optimizer().SerializeAsString(), job.optimizer().SerializeAsString());
-  EXPECT_EQ(twin.model().SerializeAsString(), job.model().SerializeAsString());
-  EXPECT_EQ(twin.data().SerializeAsString(), job.data().SerializeAsString());
-}
-
-// A run whose validation losses were `losses` at seconds `seconds`, steps 25 apart.
-v1::RunSummary Summary(const std::string& schedule, const std::vector<double>& losses,
-                   const std::vector<double>& seconds, double tokens_per_second) {
+// A run of two validation points, for the plot.
+v1::RunSummary TwoPoints(const std::string& schedule, double first_loss, double first_seconds) {
   v1::RunSummary run;
-  run.set_job_name("tiny");
   run.set_schedule(schedule);
-  run.set_num_stages(2);
-  run.set_accumulation(4);
-  run.set_micro_batch_size(6);
-  run.set_data_parallel(1);
-  run.set_global_batch(24);
-  run.set_steps(25 * static_cast<int64_t>(losses.size()));
-  run.set_tokens_per_second(tokens_per_second);
-  run.set_drift_correction(schedule == "paci" ? "predict" : "none");
-  run.set_warmup_steps(schedule == "paci" ? 10 : 0);
-  for (size_t i = 0; i < losses.size(); ++i) {
+  for (int i = 0; i < 2; ++i) {
     v1::LossPoint* point = run.add_validation_loss();
-    point->set_step(25 * static_cast<int64_t>(i + 1));
-    point->set_loss(losses[i]);
-    point->set_seconds(seconds[i]);
+    point->set_step(25 * (i + 1));
+    point->set_loss(first_loss - 0.5 * i);
+    point->set_seconds(first_seconds * (i + 1));
   }
   return run;
 }
 
-// By hand. Seed 1: the job ends at 2.02 against the flush's 2.00 (+1%); the
-// flush's loss at 75% of its 100 steps (step 75) is 2.10, which the job reaches
-// at 6 s against the flush's 9 s (1.5x); it never reaches 2.00. Seed 2: the job
-// ends at 1.98 against 2.00 (-1%), reaching 2.10 at 8 s (9 / 8 = 1.125x) and
-// 2.00 at 10 s against 12 s (1.2x).
-TEST(CompareParityTest, PairsBySeedAndComputesTheGapAndTheSpeedupsByHand) {
-  std::vector<ParityPair> pairs(2);
-  pairs[0].seed = 1;
-  pairs[0].job = Summary("paci", {2.5, 2.1, 2.05, 2.02}, {2, 6, 8, 10}, 1200);
-  pairs[0].flush = Summary("1f1b-flush", {2.4, 2.2, 2.1, 2.0}, {3, 6, 9, 12}, 1000);
-  pairs[1].seed = 2;
-  pairs[1].job = Summary("paci", {2.5, 2.2, 2.1, 1.98}, {2, 4, 8, 10}, 1200);
-  pairs[1].flush = Summary("1f1b-flush", {2.4, 2.2, 2.1, 2.0}, {3, 6, 9, 12}, 1000);
-  absl::StatusOr<ParityReport> report = CompareParity(pairs);
-  ASSERT_TRUE(report.ok()) << report.status();
-  ASSERT_EQ(report->seeds.size(), 2u);
-  EXPECT_NEAR(report->seeds[0].gap_pct, 1.0, 1e-9);
-  EXPECT_NEAR(report->seeds[1].gap_pct, -1.0, 1e-9);
-  EXPECT_NEAR(*report->seeds[0].speedup_75, 1.5, 1e-9);
-  EXPECT_FALSE(report->seeds[0].speedup_final.has_value());
-  EXPECT_NEAR(*report->seeds[1].speedup_75, 1.125, 1e-9);
-  EXPECT_NEAR(*report->seeds[1].speedup_final, 1.2, 1e-9);
-  EXPECT_NEAR(report->mean_gap_pct, 0.0, 1e-9);
-  EXPECT_NEAR(report->gap_spread_pct, 2.0, 1e-9);
-  EXPECT_NEAR(report->mean_job_loss, 2.0, 1e-9);
-  EXPECT_NEAR(report->flush_loss_spread, 0.0, 1e-9);
-  EXPECT_NEAR(report->throughput_ratio, 1.2, 1e-9);
-  EXPECT_NEAR(*report->mean_speedup_75, (1.5 + 1.125) / 2, 1e-9);
-  EXPECT_FALSE(report->mean_speedup_final.has_value()) << "seed 1 never reached it";
-  EXPECT_EQ(report->global_batch, 24);
-  EXPECT_EQ(report->correction, "predict");  // the job's, as it ran
-  EXPECT_EQ(report->warmup_steps, 10);
+// The figures as common/parity_test.cc's hand computation gives them.
+ParityReport HandReport() {
+  ParityReport report;
+  report.job_name = "tiny";
+  report.schedule = "paci";
+  report.correction = "predict";
+  report.num_stages = 2;
+  report.steps = 100;
+  report.global_batch = 24;
+  report.warmup_steps = 10;
+  ParitySeed one{1, 2.02, 2.0, 1.0, 1200, 1000, 1.5, std::nullopt};
+  ParitySeed two{2, 1.98, 2.0, -1.0, 1200, 1000, 1.125, 1.2};
+  report.seeds = {one, two};
+  report.mean_gap_pct = 0.0;
+  report.gap_spread_pct = 2.0;
+  report.mean_job_loss = 2.0;
+  report.mean_flush_loss = 2.0;
+  report.throughput_ratio = 1.2;
+  report.mean_speedup_75 = (1.5 + 1.125) / 2;
+  return report;
+}
 
-  const std::string table = ParityTable(*report);
+TEST(ParityTableTest, OneRowPerSeedAndTheMeansUnder) {
+  const std::string table = ParityTable(HandReport());
   EXPECT_THAT(table, HasSubstr("| 1 | 2.0200 | 2.0000 | +1.00% | 1200 | 1000 | 1.50x | not reached |"));
   EXPECT_THAT(table, HasSubstr("| 2 | 1.9800 | 2.0000 | -1.00% | 1200 | 1000 | 1.12x | 1.20x |"));
   EXPECT_THAT(table, HasSubstr("| mean | 2.0000 | 2.0000 | "));
   EXPECT_THAT(table, HasSubstr("(spread 2.00) | 1.20x the flush's | | 1.31x | not reached |"));
-  EXPECT_THAT(ParityJson(*report), HasSubstr("\"mean_speedup_final\": null"));
   EXPECT_THAT(table, HasSubstr("drift correction predict, warm-up 10 steps"));
-
-  const std::string data = ParityPlotData(pairs);
-  EXPECT_THAT(data, HasSubstr("# paci seed 1\n2.000 2.500000\n"));
-  EXPECT_THAT(data, HasSubstr("# 1f1b-flush seed 2\n3.000 2.400000\n"));
-  const std::string script = ParityPlotScript(*report, pairs, "p.dat", "p.png");
-  EXPECT_THAT(script, HasSubstr("set output 'p.png'"));
-  EXPECT_THAT(script, HasSubstr("'p.dat' index 3 "));
+  EXPECT_THAT(ParityJson(HandReport()), HasSubstr("\"mean_speedup_final\": null"));
+  EXPECT_THAT(ParityJson(HandReport()), HasSubstr("\"speedup_final\": 1.2"));
 }
 
-TEST(CompareParityTest, ARunWithoutValidationLossOrNoRunsIsRefused) {
-  EXPECT_EQ(CompareParity({}).status().code(), absl::StatusCode::kInvalidArgument);
-  std::vector<ParityPair> pairs(1);
-  pairs[0].seed = 4;
-  pairs[0].job = Summary("paci", {}, {}, 1);
-  pairs[0].flush = Summary("1f1b-flush", {2.0}, {1}, 1);
-  const absl::Status status = CompareParity(pairs).status();
-  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(status.message()), HasSubstr("seed 4) has no validation loss"));
+TEST(ParityPlotTest, OneDataBlockPerRunAndOnePlotLineEach) {
+  std::vector<ParityPair> pairs(2);
+  pairs[0] = {1, TwoPoints("paci", 2.5, 2), TwoPoints("1f1b-flush", 2.4, 3)};
+  pairs[1] = {2, TwoPoints("paci", 2.6, 2), TwoPoints("1f1b-flush", 2.4, 3)};
+  const std::string data = ParityPlotData(pairs);
+  EXPECT_THAT(data, HasSubstr("# paci seed 1\n2.000 2.500000\n4.000 2.000000\n"));
+  EXPECT_THAT(data, HasSubstr("# 1f1b-flush seed 2\n3.000 2.400000\n"));
+  const std::string script = ParityPlotScript(HandReport(), pairs, "p.dat", "p.png");
+  EXPECT_THAT(script, HasSubstr("set output 'p.png'"));
+  EXPECT_THAT(script, HasSubstr("'p.dat' index 3 "));
+  EXPECT_THAT(script, ::testing::Not(HasSubstr("'p.dat' index 4 ")));
 }
 
 }  // namespace

@@ -10,10 +10,11 @@ absl::StatusOr<v1::Job> GrpcCoordinatorJobs::Submit(
   return client_.Submit(request, timeout_);
 }
 
-absl::StatusOr<v1::Job> GrpcCoordinatorJobs::Get(const std::string& name) {
+absl::StatusOr<v1::Job> GrpcCoordinatorJobs::Get(const std::string& name,
+                                                 bool with_loss_history) {
   v1::GetJobRequest request;
   request.set_name(name);
-  request.set_omit_loss_history(true);  // it mirrors progress, not the history
+  request.set_omit_loss_history(!with_loss_history);
   return client_.Get(request, timeout_);
 }
 

@@ -21,8 +21,9 @@ class CoordinatorJobs {
   // Idempotent by spec.name. InvalidArgument names a bad field.
   virtual absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec,
                                          const std::map<std::string, std::string>& labels) = 0;
-  // NotFound when the coordinator does not know `name`.
-  virtual absl::StatusOr<v1::Job> Get(const std::string& name) = 0;
+  // NotFound when the coordinator does not know `name`. The loss histories
+  // only when asked for (the progress a poll mirrors needs none).
+  virtual absl::StatusOr<v1::Job> Get(const std::string& name, bool with_loss_history) = 0;
   virtual absl::Status Cancel(const std::string& name) = 0;
   // Replaces a running job's run policy (the coordinator's UpdateRunPolicy).
   virtual absl::Status UpdateRunPolicy(const std::string& name, const v1::RunPolicy& policy) = 0;
@@ -37,7 +38,7 @@ class GrpcCoordinatorJobs : public CoordinatorJobs {
 
   absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec,
                                  const std::map<std::string, std::string>& labels) override;
-  absl::StatusOr<v1::Job> Get(const std::string& name) override;
+  absl::StatusOr<v1::Job> Get(const std::string& name, bool with_loss_history) override;
   absl::Status Cancel(const std::string& name) override;
   absl::Status UpdateRunPolicy(const std::string& name, const v1::RunPolicy& policy) override;
 

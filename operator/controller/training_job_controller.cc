@@ -297,7 +297,8 @@ absl::StatusOr<ObservedWorld> TrainingJobController::Observe(json job, const std
   const std::string coordinator_name = StringField(Field(job, "status"), "coordinatorJob");
   world.job = std::move(job);
   if (coordinator_name.empty()) return world;
-  absl::StatusOr<v1::Job> observed = coordinator_.Get(coordinator_name);
+  absl::StatusOr<v1::Job> observed =
+      coordinator_.Get(coordinator_name, ReadsLossHistory(world.job));
   if (observed.ok()) {
     world.coordinator_job = *std::move(observed);
   } else if (!absl::IsNotFound(observed.status())) {

@@ -105,11 +105,11 @@ std::string WorkerSelectorValue(const json& job) {
   return MetaString(job, "namespace") + "." + MetaString(job, "name");
 }
 
-std::string CoordinatorJobName(const json& job) {
+std::string CoordinatorJobName(const json& job, int parity_run) {
   // A job Kueue evicted runs again as another coordinator job. The form is
   // common/operator_job_name.h's, which the coordinator keeps for the operator.
   return OperatorJobName(MetaString(job, "name"), MetaString(job, "uid"), Generation(job),
-                         IntField(Field(job, "status"), "evictions", 0));
+                         IntField(Field(job, "status"), "evictions", 0), parity_run);
 }
 
 std::string PhaseFromCoordinator(v1::JobPhase phase) {
@@ -129,8 +129,9 @@ std::string PhaseFromCoordinator(v1::JobPhase phase) {
   }
 }
 
-absl::StatusOr<v1::JobSpec> JobSpecFromTrainingJob(const json& job,
-                                                   const std::string& coordinator_name) {
+absl::StatusOr<v1::JobSpec> JobSpecFromTrainingJob(
+    const json& job, const std::string& coordinator_name,
+    const std::function<void(v1::JobSpec*)>& edit) {
   const json& spec = Field(job, "spec");
   json message = json::object();
   for (const char* key :
@@ -145,6 +146,7 @@ absl::StatusOr<v1::JobSpec> JobSpecFromTrainingJob(const json& job,
   if (!parsed.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("spec: ", parsed.message().as_string()));
   }
+  if (edit) edit(&result);
   result.set_name(coordinator_name);
   const json& policy = Field(spec, "runPolicy");
   v1::RunPolicy& run_policy = *result.mutable_run_policy();

@@ -1,7 +1,7 @@
 #pragma once
 
-// What the reconcile library's tests share: a fixed now, a world around a
-// TrainingJob, a worker pod, and the reasons of the Events a reconcile gave.
+// What the reconcile library's tests share: a fixed now, a TrainingJob, a
+// world around it, a worker pod, and the reasons of the Events a reconcile gave.
 
 #include <string>
 #include <vector>
@@ -16,6 +16,26 @@
 namespace paci::op::test {
 
 inline const absl::Time kNow = absl::FromUnixSeconds(1'800'000'000);
+
+// The TrainingJob "kjv" of team-a: a 4-layer GPT on `stages` stages, 60 steps, a = 2.
+inline nlohmann::json Job(int stages = 2) {
+  nlohmann::json job = nlohmann::json::parse(R"({
+    "apiVersion": "paci.dev/v1alpha1", "kind": "TrainingJob",
+    "metadata": {"name": "kjv", "namespace": "team-a", "uid": "0123456789abcdef",
+                 "generation": 1, "resourceVersion": "10",
+                 "finalizers": ["paci.dev/cancel-at-coordinator"]},
+    "spec": {
+      "model": {"vocabSize": 80, "numLayers": 4, "dModel": 32, "numHeads": 4, "seqLen": 32},
+      "pipeline": {"numStages": 2, "schedule": "paci", "accumulation": 2, "microBatchSize": 4},
+      "optimizer": {"lr": 0.003},
+      "training": {"steps": 60},
+      "data": {"corpusPath": "tests/data/kjv-genesis.txt"},
+      "runPolicy": {"backoffLimit": 2},
+      "worker": {"image": "example/worker:1", "nodeSelector": {"pool": "cpu"}}
+    }})");
+  job["spec"]["pipeline"]["numStages"] = stages;
+  return job;
+}
 
 // `job` observed at kNow, with nothing else in the cluster.
 inline ObservedWorld World(nlohmann::json job) {

@@ -12,12 +12,14 @@
 #include "absl/strings/str_join.h"
 #include "common/job_spec.h"
 #include "common/job_token.h"
+#include "common/parity.h"
 #include "common/peer_identity.h"
 #include "operator/reconcile/coordinator_view.h"
 #include "operator/reconcile/dataset_step.h"
 #include "operator/reconcile/gang.h"
 #include "operator/reconcile/job_objects.h"
 #include "operator/reconcile/kueue_step.h"
+#include "operator/reconcile/parity_step.h"
 #include "operator/reconcile/pod_status.h"
 #include "operator/reconcile/reconciliation.h"
 #include "operator/reconcile/worker_template.h"
@@ -71,10 +73,25 @@ absl::StatusOr<v1::JobSpec> RunnableJobSpec(const Reconciliation& r) {
         "create TrainingJobs in a namespace of their own (the chart's operator.watchNamespace or "
         "tls.workerNamespaces)"));
   }
+  std::optional<ParityRun> parity;
+  if (HasParityCheck(r.spec)) {
+    absl::StatusOr<ParityRun> next = NextParityRun(r.spec, r.status);
+    if (!next.ok()) return next.status();
+    parity = *next;
+  }
   const std::string submit_name =
-      r.coordinator_name.empty() ? CoordinatorJobName(r.world.job) : r.coordinator_name;
+      r.coordinator_name.empty() ? CoordinatorJobName(r.world.job, parity ? parity->number : 0)
+                                 : r.coordinator_name;
   absl::StatusOr<v1::JobSpec> job_spec = JobSpecFromTrainingJob(r.world.job, submit_name);
   if (!job_spec.ok()) return job_spec;
+  if (parity) {
+    // The job itself must be one to compare with its flush; then this run of the check.
+    if (absl::Status schedule = CheckParitySchedule(*job_spec); !schedule.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("spec.parity: spec.", schedule.message()));
+    }
+    job_spec = JobSpecFromTrainingJob(r.world.job, submit_name, ParityRunEdit(*parity, r.spec));
+    if (!job_spec.ok()) return job_spec;
+  }
   if (const int priority = job_spec->run_policy().priority(); priority > r.options.max_priority) {
     // The coordinator runs the operator's jobs at any priority: the bound is here.
     return absl::InvalidArgumentError(absl::StrCat(
@@ -295,7 +312,13 @@ void MirrorStatus(Reconciliation& r, int workers) {
     r.Event("Warning", "Restarting",
             absl::StrCat("a stage failed; restart ", s.restarts(), ": ", s.message()));
   }
-  if (IsFinished(phase)) CoordinatorFinished(r, phase);
+  if (!IsFinished(phase)) return;
+  const bool parity = HasParityCheck(r.spec);
+  if (parity && ParityRunEnded(r, phase)) return;  // the next run, or the check failed
+  CoordinatorFinished(r, phase);
+  if (parity && phase == kPhaseSucceeded) {
+    r.SetCondition(kPhaseSucceeded, true, "ParityChecked", ParityOutcome(r));
+  }
 }
 
 // spec.runPolicy changed while the job runs (backoffLimit,
@@ -329,6 +352,11 @@ void ReconcileRunning(Reconciliation& r, v1::JobSpec job_spec) {
   EnsureWorkers(r, workers);
   r.actions.requeue_after = r.options.poll_interval;
   if (r.coordinator == nullptr) {
+    if (HasParityCheck(r.spec)) {
+      if (const absl::StatusOr<ParityRun> run = NextParityRun(r.spec, r.status); run.ok()) {
+        StartParityRun(r, *run);
+      }
+    }
     SubmitToCoordinator(r, std::move(job_spec));
   } else {
     FollowRunPolicy(r, job_spec);
@@ -359,7 +387,8 @@ int64_t FailedGeneration(const json& job) {
 ObservedWorld AsRerun(const ObservedWorld& world) {
   ObservedWorld again = world;
   json& status = again.job["status"];
-  for (const char* key : {"phase", "coordinatorJob", "message", "completionTime", "startTime"}) {
+  for (const char* key :
+       {"phase", "coordinatorJob", "message", "completionTime", "startTime", "parity"}) {
     status.erase(key);
   }
   for (json& c : status["conditions"]) {
@@ -374,6 +403,8 @@ ObservedWorld AsRerun(const ObservedWorld& world) {
   again.coordinator_job.reset();
   return again;
 }
+
+bool ReadsLossHistory(const json& job) { return HasParityCheck(Field(job, "spec")); }
 
 ReconcileActions ReconcileTrainingJob(const ObservedWorld& world,
                                       const ReconcilerOptions& options) {

@@ -187,4 +187,9 @@ struct ObservedWorld {
 
 ReconcileActions ReconcileTrainingJob(const ObservedWorld& world, const ReconcilerOptions& options);
 
+// Whether the reconcile of `job` reads the loss history of its coordinator
+// job (a run of its parity check is compared by its validation curve): the
+// caller observes the coordinator's job with it then, and without otherwise.
+bool ReadsLossHistory(const nlohmann::json& job);
+
 }  // namespace paci::op

@@ -16,6 +16,7 @@ namespace paci::op {
 namespace {
 
 using nlohmann::json;
+using test::Job;
 using test::kNow;
 using test::Pod;
 using test::Reasons;
@@ -25,25 +26,6 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
 using ::testing::Pair;
-
-json Job(int stages = 2) {
-  json job = json::parse(R"({
-    "apiVersion": "paci.dev/v1alpha1", "kind": "TrainingJob",
-    "metadata": {"name": "kjv", "namespace": "team-a", "uid": "0123456789abcdef",
-                 "generation": 1, "resourceVersion": "10",
-                 "finalizers": ["paci.dev/cancel-at-coordinator"]},
-    "spec": {
-      "model": {"vocabSize": 80, "numLayers": 4, "dModel": 32, "numHeads": 4, "seqLen": 32},
-      "pipeline": {"numStages": 2, "schedule": "paci", "accumulation": 2, "microBatchSize": 4},
-      "optimizer": {"lr": 0.003},
-      "training": {"steps": 60},
-      "data": {"corpusPath": "tests/data/kjv-genesis.txt"},
-      "runPolicy": {"backoffLimit": 2},
-      "worker": {"image": "example/worker:1", "nodeSelector": {"pool": "cpu"}}
-    }})");
-  job["spec"]["pipeline"]["numStages"] = stages;
-  return job;
-}
 
 json Submitted(json job, const std::string& phase = "Pending") {
   job["status"] = {{"phase", phase}, {"coordinatorJob", "kjv-01234567-g1"}};

@@ -339,6 +339,11 @@ class KubeClusterTest(unittest.TestCase):
             ("warmup-of-the-flush", lambda s: s["pipeline"].update(schedule="1f1b-flush", warmupSteps=5),
              "spec.pipeline.warmupSteps: Invalid value: must be 0 with schedule 1f1b-flush or gpipe, which "
              "drain the pipe at every step already"),
+            ("parity-of-the-flush", lambda s: (s["pipeline"].update(schedule="gpipe"), s.update(parity={})),
+             "spec.parity: Invalid value: compares an asynchronous schedule (paci, async-1f1b) "
+             "with its flush twin: schedule 1f1b-flush or gpipe is the flush already"),
+            ("parity-no-seeds", lambda s: s.update(parity={"seeds": []}),
+             "spec.parity.seeds in body should have at least 1 items"),
         ]
         for name, change, message in cases:
             with self.subTest(name):
@@ -353,6 +358,8 @@ class KubeClusterTest(unittest.TestCase):
                 numStages=4, maxDrift=1, globalBatch=3 * s["pipeline"]["microBatchSize"]))))
         self.kubectl("apply", "--dry-run=server", "-f", "-", stdin=with_change(
             "warmup-within", lambda s: s["pipeline"].update(warmupSteps=s["training"]["steps"])))
+        self.kubectl("apply", "--dry-run=server", "-f", "-", stdin=with_change(
+            "parity-check", lambda s: s.update(parity={"seeds": [1, 2], "steps": 20})))
 
     def test_model_and_pipeline_change_only_while_suspended_or_finished(self):
         self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(job("frozen")))
@@ -364,13 +371,17 @@ class KubeClusterTest(unittest.TestCase):
 
         refused = edit(lambda s: s["model"].update(dModel=64))
         self.assertNotEqual(refused.returncode, 0)
-        self.assertIn("spec.model: Forbidden: spec.model, spec.pipeline and spec.data cannot change while the "
+        self.assertIn("spec.model: Forbidden: spec.model, spec.pipeline, spec.data and spec.parity cannot change "
+                      "while the "
                       "TrainingJob runs: suspend it (spec.runPolicy.suspend: true) first, or wait until it has "
                       "finished", refused.stderr)
         self.assertNotEqual(edit(lambda s: s["pipeline"].update(numStages=4)).returncode, 0)
         # The data too: a running job's tokens do not change under it.
         self.assertNotEqual(edit(lambda s: s["data"].update(validationFraction=0.2)).returncode, 0)
+        # Nor a running job's parity check: asked for or not, its seeds, its steps.
+        self.assertNotEqual(edit(lambda s: s.update(parity={"seeds": [1]})).returncode, 0)
         self.assertEqual(self.ok("GET", TJ_PATH + "/frozen")["spec"]["model"]["dModel"], 32)
+        self.assertNotIn("parity", self.ok("GET", TJ_PATH + "/frozen")["spec"])
         # Other fields change as before.
         out = edit(lambda s: s["training"].update(steps=90))
         self.assertEqual(out.returncode, 0, out.stderr)

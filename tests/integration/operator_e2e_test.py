@@ -228,7 +228,7 @@ class OperatorEndToEnd(unittest.TestCase):
         header, row = wide.splitlines()[0], next(line for line in wide.splitlines()
                                                  if line.startswith("kjv-tiny"))
         self.assertEqual(header.split(), ["NAME", "PHASE", "STEP", "LOSS", "MAX-DRIFT", "DRIFT-LIMIT",
-                                          "TOKENS/S", "AGE"])
+                                          "TOKENS/S", "PARITY-GAP", "AGE"])
         # The example: 2 stages, a = 2, so the drift limit ceil(1/2) = 1; whole tokens/s.
         self.assertEqual(row.split()[5], "1")
         self.assertRegex(row.split()[6], r"^\d+$")
@@ -772,6 +772,60 @@ class OperatorEndToEnd(unittest.TestCase):
         self.assertIn("bad.jsonl:2: not JSON", self.pacictl_logs("kjv-data-bad", "--dataset"))
         print("a bad line: " + status["message"])
         self.kubectl("delete", "trainingjob", "kjv-data-bad", "--timeout=60s")
+
+    def test_9_a_parity_check_runs_the_job_and_its_flush_twin_per_seed_on_its_pods(self):
+        """spec.parity: the example and its flush twin for two seeds, four coordinator jobs one after
+        the other on the same two pods, then the gap, its spread and the speed-ups in status.parity."""
+        with open(os.path.join(SOURCE, "examples", "trainingjob.yaml")) as f:
+            manifest = yaml.safe_load(f)
+        manifest["metadata"]["name"] = "kjv-parity"
+        manifest["spec"]["parity"] = {"seeds": [1, 2], "steps": 20}
+        self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(manifest))
+        status = self.finished("kjv-parity", timeout=600)
+        self.assertEqual(status["phase"], "Succeeded", status)
+        parity = status["parity"]
+        self.assertEqual((parity["run"], parity["totalRuns"]), (4, 4))
+        runs = parity["runs"]
+        self.assertEqual([(r["seed"], r["role"], r["schedule"]) for r in runs],
+                         [(1, "job", "paci"), (1, "flush", "1f1b-flush"), (2, "job", "paci"),
+                          (2, "flush", "1f1b-flush")])
+        self.assertEqual([r["coordinatorJob"][-3:] for r in runs], ["-p1", "-p2", "-p3", "-p4"])
+        for run in runs:
+            self.assertEqual(run["steps"], 20)
+            self.assertEqual(run["globalBatch"], 8)  # a = 2 micro-batches of 4, the flush's too
+            self.assertEqual(run["curve"][-1]["step"], 20)
+            self.assertGreater(run["tokensPerSecond"], 0)
+            self.assertLess(run["validationLoss"], 4.38)  # ln(80) at the start
+        # The report is the runs' own figures, paired by seed.
+        gaps = [100 * (job["validationLoss"] / flush["validationLoss"] - 1) for job, flush in zip(runs[::2], runs[1::2])]
+        self.assertEqual([s["seed"] for s in parity["seeds"]], [1, 2])
+        self.assertAlmostEqual(parity["meanGapPercent"], sum(gaps) / 2, places=2)
+        self.assertAlmostEqual(parity["gapSpreadPercent"], max(gaps) - min(gaps), places=2)
+        self.assertAlmostEqual(parity["throughputRatio"],
+                               (runs[0]["tokensPerSecond"] + runs[2]["tokensPerSecond"])
+                               / (runs[1]["tokensPerSecond"] + runs[3]["tokensPerSecond"]), places=2)
+        conditions = {c["type"]: c for c in status["conditions"]}
+        self.assertEqual(conditions["Succeeded"]["reason"], "ParityChecked")
+        self.assertIn("the gap to the flush %+.2f%%" % parity["meanGapPercent"], conditions["Succeeded"]["message"])
+        # Every run trained on the job's own two pods, at the coordinator with the seed and schedule it says.
+        pods = set()
+        for run in runs:
+            job = self.coordinator.GetJob(cpb.GetJobRequest(name=run["coordinatorJob"]))
+            self.assertEqual(job.status.phase, cpb.SUCCEEDED)
+            self.assertEqual((job.spec.model.init_seed, job.spec.data.seed), (run["seed"], run["seed"]))
+            self.assertEqual(job.spec.pipeline.schedule, run["schedule"])
+            self.assertFalse(job.spec.HasField("checkpoint"))
+            pods |= {stage.worker_id for stage in job.status.stages}
+        self.assertEqual(len(pods), 2, pods)
+        events = json.loads(self.kubectl("get", "events", "-o", "json").stdout)["items"]
+        reasons = [e["reason"] for e in events if e["involvedObject"]["name"] == "kjv-parity"]
+        for reason, count in (("ParityRun", 4), ("ParityRunEnded", 4), ("ParityChecked", 1)):
+            self.assertEqual(reasons.count(reason), count, reasons)
+        wide = self.kubectl("get", "trainingjob", "kjv-parity", "-o", "wide").stdout
+        self.assertIn("%g" % parity["meanGapPercent"], wide.splitlines()[1].split())
+        print("\n$ kubectl get trainingjob kjv-parity -o wide\n" + wide + "\n" + conditions["Succeeded"]["message"])
+        print(json.dumps([{k: r[k] for k in ("seed", "role", "validationLoss", "tokensPerSecond")} for r in runs]))
+        self.kubectl("delete", "trainingjob", "kjv-parity", "--timeout=60s")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,66 @@
+#pragma once
+
+// Internal to the reconcile library (operator/reconcile): a TrainingJob's
+// spec.parity, the loss-parity check (common/parity.h) on its own worker
+// pods. Instead of one training run the job trains, for each seed of
+// spec.parity.seeds, itself and then its flush twin for spec.parity.steps
+// steps (spec.training.steps when 0 or absent), one coordinator job after the
+// other on the same pods (so the two see the same machines), and ends
+// Succeeded with the gap and the speed-ups in status.parity:
+//
+//   status.parity.run, totalRuns   the run under way (from 1) and how many
+//   status.parity.runs[]           each finished run: its seed and role (job
+//                                  or flush), its coordinator job, tokens/s,
+//                                  final validation loss and validation curve
+//   status.parity.meanGapPercent, gapSpreadPercent, throughputRatio,
+//   speedupTo75, speedupToFinal, seeds[]   the report, once every run ended
+//
+// No checkpoint is read or written. A run that fails fails the job.
+
+#include <functional>
+#include <optional>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/statusor.h"
+#include "operator/reconcile/reconciliation.h"
+#include "paci/v1/job.pb.h"
+
+namespace paci::op {
+
+// One run of the check.
+struct ParityRun {
+  int number = 0;  // from 1
+  int total = 0;   // 2 per seed
+  int seed = 0;
+  bool flush = false;  // the flush twin, else the job itself
+};
+
+// Whether the TrainingJob's spec asks for the check.
+bool HasParityCheck(const nlohmann::json& spec);
+
+// The run after those status.parity.runs records; InvalidArgument naming
+// spec.parity.seeds or spec.parity.steps when they are not what the schema
+// allows (an object written before the schema had them).
+absl::StatusOr<ParityRun> NextParityRun(const nlohmann::json& spec, const nlohmann::json& status);
+
+// What the run changes in the spec as written (before the defaults): the
+// edit JobSpecFromTrainingJob applies.
+std::function<void(v1::JobSpec*)> ParityRunEdit(const ParityRun& run, const nlohmann::json& spec);
+
+// Submitting `run`: status.parity says which run is under way.
+void StartParityRun(Reconciliation& r, const ParityRun& run);
+
+// The coordinator says the run under way (r.coordinator) ended in `phase`.
+// Succeeded: it is recorded in status.parity.runs; when runs are left, the
+// job stays Running, status.coordinatorJob is cleared so that the next run is
+// submitted at once, and this returns true. After the last run the report is
+// written (status.parity, an Event) and this returns false, as for a run that
+// failed: the job then ends as the coordinator's job did.
+bool ParityRunEnded(Reconciliation& r, const std::string& phase);
+
+// The Succeeded condition's message of a finished check ("" when the job
+// has none): the gap, its spread, the throughput ratio and the speed-ups.
+std::string ParityOutcome(const Reconciliation& r);
+
+}  // namespace paci::op
