@@ -28,20 +28,23 @@ inline const std::vector<int>& DefaultParitySeeds() {
   return seeds;
 }
 
-// The fewest optimizer steps between two validation passes of a shortened
-// parity run. A validation pass drains the pipeline as the flush does at
+// The roles of a parity pair's runs: the job itself, and its flush twin.
+inline constexpr char kParityJobRole[] = "job";
+inline constexpr char kParityFlushRole[] = "flush";
+
+// A shortened parity run validates no more often than every this many
+// optimizer steps. A validation pass drains the pipeline as the flush does at
 // every step (no micro-batch crosses it), so passes at every step would make
-// PACI the flush: with at least 5 steps between them, 4 of every 5 steps run
-// asynchronously.
+// PACI the flush: 5 steps apart, 4 of every 5 steps run asynchronously.
 inline constexpr int64_t kMinParityEvalInterval = 5;
 
 // The spec of one parity run, from the spec as written (before the
 // defaults, so that what they derive follows): model.init_seed and data.seed
 // set to `seed`, `steps` optimizer steps when above 0 (and then a validation
-// pass every steps / 20, at least every kMinParityEvalInterval, and a warm-up
-// of at most the run), no
+// pass every steps / 20 steps, but no more often than every
+// kMinParityEvalInterval, and a warm-up of at most the run), no
 // checkpoint (a parity run neither resumes from nor writes over the job's),
-// and the name "<name>-<role>-s<seed>".
+// and the name "<name>-<role>-s<seed>" (role: kParityJobRole or kParityFlushRole).
 void MakeParityRun(int seed, int64_t steps, const std::string& role, v1::JobSpec* spec);
 
 // The flush twin, of a spec as written: 1f1b-flush with the same global batch

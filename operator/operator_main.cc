@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -19,7 +18,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/grpc_security.h"
 #include "common/main_support.h"
@@ -29,6 +27,7 @@
 #include "common/text_formats.h"
 #include "operator/controller/coordinator_jobs.h"
 #include "operator/controller/leader_elector.h"
+#include "operator/controller/manager.h"
 #include "operator/controller/training_job_controller.h"
 #include "kube/kube_client.h"
 #include "operator/operator_metrics.h"
@@ -206,20 +205,6 @@ LeaderElector::Options LeaseOptionsFromFlags(const KubeClientOptions& kube_optio
   return lease;
 }
 
-// /healthz, and /readyz: ready when standing by, or leading with the
-// controller's caches synced. `controller` is read under `mutex`.
-void AddHealthChecks(paci::MetricsHttpServer& http, absl::Mutex& mutex,
-                     const std::unique_ptr<paci::op::TrainingJobController>& controller) {
-  http.AddHandler("/healthz", [] { return std::make_pair(200, std::string("ok")); });
-  http.AddHandler("/readyz", [&mutex, &controller] {
-    absl::MutexLock lock(&mutex);
-    if (controller != nullptr && !controller->synced()) {
-      return std::make_pair(503, std::string("caches not synced"));
-    }
-    return std::make_pair(200, std::string(controller ? "ok: leading" : "ok: standby"));
-  });
-}
-
 absl::Status Main(const paci::ShutdownSignal& shutdown) {
   using namespace paci;
   using namespace paci::op;
@@ -237,80 +222,35 @@ absl::Status Main(const paci::ShutdownSignal& shutdown) {
 
   ASSIGN_OR_RETURN(ControllerOptions options, ControllerOptionsFromFlags());
 
-  // The controller runs only while this replica leads.
-  absl::Mutex mutex;
-  std::unique_ptr<TrainingJobController> controller;
-  std::atomic<bool> lost_lead{false};
-  auto start_controller = [&] {
-    auto fresh = std::make_unique<TrainingJobController>(kube, coordinator, metrics, options);
-    absl::Status started = fresh->Start();
-    if (!started.ok()) {
-      LOG(ERROR) << "controller: " << started;
-      lost_lead = true;  // exit: the Deployment restarts us
-      return;
-    }
-    metrics.SetLeader(true);
-    absl::MutexLock lock(&mutex);
-    controller = std::move(fresh);
-  };
+  // The controller runs only while this replica leads (Manager).
+  Manager::Options manager_options;
+  manager_options.leading_changed = [&metrics](bool leading) { metrics.SetLeader(leading); };
+  std::unique_ptr<paci::kube::KubeClient> lease_client;
+  if (absl::GetFlag(FLAGS_leader_election)) {
+    manager_options.lease = LeaseOptionsFromFlags(kube_options);
+    RETURN_IF_ERROR(LeaderElector::Validate(manager_options.lease));
+    // Its own client, whose requests end within the renew deadline.
+    KubeClientOptions lease_client_options = kube_options;
+    lease_client_options.request_timeout =
+        std::min(kube_options.request_timeout, manager_options.lease.renew_deadline);
+    lease_client = std::make_unique<paci::kube::KubeClient>(lease_client_options, &metrics);
+    manager_options.lease_client = lease_client.get();
+  }
+  Manager manager(std::move(manager_options), [&] {
+    return std::make_unique<TrainingJobController>(kube, coordinator, metrics, options);
+  });
 
+  // /healthz, and /readyz: ready when standing by, or leading with the caches synced.
   MetricsHttpServer http(metrics.registry());
-  AddHealthChecks(http, mutex, controller);
+  http.AddHandler("/healthz", [] { return std::make_pair(200, std::string("ok")); });
+  http.AddHandler("/readyz", [&manager] { return manager.Readiness(); });
   ASSIGN_OR_RETURN(int metrics_port, ServeMetrics(http, absl::GetFlag(FLAGS_metrics_address),
                                                   absl::GetFlag(FLAGS_metrics_port_file)));
   LOG(INFO) << "operator " << Identity() << ": API server " << kube_options.server
             << ", coordinator " << absl::GetFlag(FLAGS_coordinator) << ", namespace "
             << (options.watch_namespace.empty() ? "(all)" : options.watch_namespace)
             << ", metrics port " << metrics_port;
-
-  std::unique_ptr<paci::kube::KubeClient> lease_client;
-  std::unique_ptr<LeaderElector> elector;
-  std::atomic<bool> led{false};
-  if (absl::GetFlag(FLAGS_leader_election)) {
-    const LeaderElector::Options lease = LeaseOptionsFromFlags(kube_options);
-    RETURN_IF_ERROR(LeaderElector::Validate(lease));
-    // Its own client, whose requests end within the renew deadline.
-    KubeClientOptions lease_client_options = kube_options;
-    lease_client_options.request_timeout = std::min(kube_options.request_timeout, lease.renew_deadline);
-    lease_client = std::make_unique<paci::kube::KubeClient>(lease_client_options, &metrics);
-    elector = std::make_unique<LeaderElector>(
-        *lease_client, lease,
-        [&] {
-          start_controller();
-          led = true;
-        },
-        [&] {
-          metrics.SetLeader(false);
-          lost_lead = true;
-        });
-    elector->Start();
-  } else {
-    start_controller();
-  }
-
-  // A leader whose renew deadline passes stops here, even while its renewal
-  // still waits for the API server.
-  while (!lost_lead.load() && !shutdown.WaitFor(absl::Milliseconds(100))) {
-    if (elector && led.load() && !elector->IsLeader()) {
-      LOG(WARNING) << "leader election: the renew deadline passed without a renewal";
-      metrics.SetLeader(false);
-      lost_lead = true;
-    }
-  }
-  LOG(INFO) << "operator stopping";
-  {
-    std::unique_ptr<TrainingJobController> stopping;
-    {
-      absl::MutexLock lock(&mutex);
-      stopping = std::move(controller);
-    }
-    if (stopping) stopping->Stop();
-  }
-  if (elector) elector->Stop();  // releases the lease
-  if (lost_lead.load() && !shutdown.requested()) {
-    return absl::AbortedError("lost the leader lease; exiting so a fresh replica can take over");
-  }
-  return absl::OkStatus();
+  return manager.Run([&shutdown](absl::Duration wait) { return shutdown.WaitFor(wait); });
 }
 
 }  // namespace

@@ -28,7 +28,7 @@ fi
 # The target list below is read from build.ninja: bring it up to date first
 # (a test renamed since the last configure would be listed, then unknown).
 ninja -C build-asan build.ninja >/dev/null
-TORCH_TESTS='^(worker_model_test|worker_runtime_test|worker_stage_runtime_test|worker_inference_test|worker_replica_group_test)$'
+TORCH_TESTS='^(worker_model_test|worker_runtime_test|worker_stage_runtime_test|worker_stage_host_test|worker_inference_test|worker_replica_group_test)$'
 mapfile -t TESTS < <(ninja -C build-asan -t targets all | grep -v '^cmake_' |
                      sed -n 's/^\([a-z_]*_test\): phony$/\1/p' | grep -Ev "$TORCH_TESTS" | sort -u)
 FUZZERS=(frame_fuzz job_spec_fuzz training_job_fuzz checkpoint_fuzz dataset_fuzz safetensors_fuzz)

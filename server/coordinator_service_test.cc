@@ -2,6 +2,9 @@
 
 #include <filesystem>
 #include <memory>
+#include <optional>
+#include <set>
+#include <thread>
 
 #include <google/protobuf/unknown_field_set.h>
 #include <grpcpp/grpcpp.h>
@@ -31,11 +34,18 @@ class CoordinatorServiceTest : public ::testing::Test {
     ASSERT_TRUE(manager_->Recover().ok());
   }
 
-  void Serve(CoordinatorServiceOptions options, const std::string& listen = "127.0.0.1") {
+  // The job API, and with `worker_token` the workers' gateway too (which
+  // takes that bearer token).
+  void Serve(CoordinatorServiceOptions options, const std::string& listen = "127.0.0.1",
+             std::optional<std::string> worker_token = std::nullopt) {
     service_ = std::make_unique<CoordinatorService>(*manager_, options);
     grpc::ServerBuilder builder;
     builder.AddListeningPort(listen + ":0", grpc::InsecureServerCredentials(), &port_);
     builder.RegisterService(service_.get());
+    if (worker_token) {
+      gateway_ = std::make_unique<WorkerGateway>(*manager_, *worker_token);
+      builder.RegisterService(gateway_.get());
+    }
     server_ = builder.BuildAndStart();
     if (listen == "127.0.0.1") ASSERT_NE(port_, 0);
     stub_ = StubAt("127.0.0.1");
@@ -50,6 +60,7 @@ class CoordinatorServiceTest : public ::testing::Test {
   void TearDown() override {
     if (server_) server_->Shutdown(std::chrono::system_clock::now());
     server_.reset();
+    gateway_.reset();
     service_.reset();
     manager_.reset();
     store_.reset();
@@ -85,6 +96,7 @@ class CoordinatorServiceTest : public ::testing::Test {
   std::unique_ptr<SqliteJobStore> store_;
   std::unique_ptr<JobManager> manager_;
   std::unique_ptr<CoordinatorService> service_;
+  std::unique_ptr<WorkerGateway> gateway_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;
 };
@@ -429,6 +441,110 @@ TEST(WorkerStreamSlotsTest, ANamespacesWorkersHoldAtMostTheLimitAndGetSlotsBackW
   slots.Give(team_a);
   slots.Give(team_a);
   EXPECT_EQ(slots.Open("team-a"), 0);
+}
+
+// A worker's stream to the gateway: its registration first, with the token.
+struct WorkerStream {
+  std::unique_ptr<grpc::ClientContext> context;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>> stream;
+};
+
+class WorkerGatewayTest : public CoordinatorServiceTest {
+ protected:
+  void SetUp() override {
+    CoordinatorServiceTest::SetUp();
+    Serve({}, "127.0.0.1", "worker-token");
+    workers_ = v1::WorkerGateway::NewStub(grpc::CreateChannel(
+        absl::StrCat("127.0.0.1:", port_), grpc::InsecureChannelCredentials()));
+  }
+
+  // Opens a stream and sends `first` (a registration, or whatever a test says;
+  // the gateway may have ended a refused stream before it reads it).
+  WorkerStream Open(const v1::WorkerMessage& first, const std::string& token = "worker-token") {
+    WorkerStream opened{Context(token), nullptr};
+    opened.stream = workers_->Connect(opened.context.get());
+    opened.stream->Write(first);
+    return opened;
+  }
+  static v1::WorkerMessage Register(const std::string& id) {
+    v1::WorkerMessage message;
+    message.mutable_register_()->set_worker_id(id);
+    message.mutable_register_()->set_link_address("127.0.0.1:7000");
+    return message;
+  }
+  // How the gateway ended a stream the client has finished writing to.
+  static grpc::Status Ended(WorkerStream& opened) {
+    opened.stream->WritesDone();
+    v1::CoordinatorMessage ignored;
+    while (opened.stream->Read(&ignored)) {
+    }
+    return opened.stream->Finish();
+  }
+  // Waits (a while at most) until the manager holds `count` workers.
+  void WaitForWorkers(size_t count) {
+    for (int i = 0; i < 1000 && manager_->connected_workers() != count; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_EQ(manager_->connected_workers(), count);
+  }
+
+  std::unique_ptr<v1::WorkerGateway::Stub> workers_;
+};
+
+// Bad input on the workers' port: no token, a first message that is no
+// registration, a registration that says too little, an id already connected.
+TEST_F(WorkerGatewayTest, AStreamWithoutTheTokenOrARegistrationIsRefusedNamingWhy) {
+  WorkerStream stranger = Open(Register("w0"), "not-the-token");
+  const grpc::Status refused = Ended(stranger);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(absl::StrContains(refused.error_message(), "bearer token"));
+
+  v1::WorkerMessage heartbeat;
+  heartbeat.mutable_heartbeat();
+  WorkerStream unregistered = Open(heartbeat);
+  const grpc::Status first = Ended(unregistered);
+  EXPECT_EQ(first.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(first.error_message(), "the first message on a worker stream must be register");
+
+  v1::WorkerMessage nowhere = Register("w0");
+  nowhere.mutable_register_()->clear_link_address();
+  WorkerStream unreachable = Open(nowhere);
+  const grpc::Status link = Ended(unreachable);
+  EXPECT_EQ(link.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(absl::StrContains(link.error_message(), "register.link_address"));
+  EXPECT_EQ(manager_->connected_workers(), 0u);
+
+  WorkerStream held = Open(Register("w0"));
+  WaitForWorkers(1);
+  WorkerStream twin = Open(Register("w0"));
+  EXPECT_EQ(Ended(twin).error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_EQ(Ended(held).error_code(), grpc::StatusCode::OK);
+  WaitForWorkers(0);
+}
+
+// A registered worker is the manager's until its stream ends; what the
+// manager decides for it (a stage of a job) comes down its stream.
+TEST_F(WorkerGatewayTest, RegisteredWorkersAreAssignedStagesDownTheirStreamsAndLeaveWithThem) {
+  WorkerStream w0 = Open(Register("w0"));
+  WorkerStream w1 = Open(Register("w1"));
+  WaitForWorkers(2);
+  v1::Job job;
+  ASSERT_TRUE(Submit(Spec("gpt"), &job).ok());
+  std::set<int> stages;
+  for (WorkerStream* opened : {&w0, &w1}) {
+    v1::CoordinatorMessage message;
+    ASSERT_TRUE(opened->stream->Read(&message));
+    ASSERT_TRUE(message.has_assign()) << message.DebugString();
+    EXPECT_EQ(message.assign().job_name(), "gpt");
+    EXPECT_EQ(message.assign().stage_addresses_size(), 2);
+    stages.insert(message.assign().stage());
+  }
+  EXPECT_EQ(stages, (std::set<int>{0, 1}));
+  EXPECT_EQ(manager_->Get("gpt")->status().phase(), v1::RUNNING);
+  EXPECT_EQ(Ended(w0).error_code(), grpc::StatusCode::OK);
+  WaitForWorkers(1);
+  EXPECT_EQ(Ended(w1).error_code(), grpc::StatusCode::OK);
+  WaitForWorkers(0);
 }
 
 }  // namespace

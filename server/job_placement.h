@@ -21,7 +21,7 @@ namespace paci {
 // Where a stage of a replica is kept: JobState::workers, JobState::stages and
 // the status' stages, replica * P + stage; -1 when it is out of the job's range.
 int SlotOf(const v1::JobSpec& spec, int stage, int replica);
-// "stage 1" or "stage 1 of replica 2", for messages.
+// "stage 1", or "stage 1 replica 2" with replicas, for messages.
 std::string SlotName(const v1::JobSpec& spec, int slot);
 
 // The job as the scheduler's queue holds it. Its selector asks, besides its

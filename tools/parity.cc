@@ -1,8 +1,6 @@
 #include "tools/parity.h"
 
-#include <algorithm>
 #include <filesystem>
-#include <numeric>
 #include <utility>
 
 #include <google/protobuf/util/json_util.h>
@@ -15,7 +13,6 @@
 #include "common/atomic_file.h"
 #include "common/job_spec.h"
 #include "common/process.h"
-#include "common/schedule_kind.h"
 #include "common/status_macros.h"
 #include "tools/local_launcher.h"
 
@@ -198,7 +195,7 @@ int RunParity(const ParityOptions& options) {
     for (const bool flush : {false, true}) {
       absl::StatusOr<v1::JobSpec> derived =
           LoadAndValidateJobSpec(options.spec_path, [&](v1::JobSpec* written) {
-            MakeParityRun(seed, options.steps, flush ? "flush" : "job", written);
+            MakeParityRun(seed, options.steps, flush ? kParityFlushRole : kParityJobRole, written);
             if (flush) MakeFlushTwin(written);
           });
       if (!derived.ok()) {

@@ -10,6 +10,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/job_phase.h"
 #include "operator/reconcile/gang.h"
 #include "operator/reconcile/kueue.h"
 #include "kube/object.h"
@@ -297,8 +298,12 @@ absl::StatusOr<ObservedWorld> TrainingJobController::Observe(json job, const std
   const std::string coordinator_name = StringField(Field(job, "status"), "coordinatorJob");
   world.job = std::move(job);
   if (coordinator_name.empty()) return world;
-  absl::StatusOr<v1::Job> observed =
-      coordinator_.Get(coordinator_name, ReadsLossHistory(world.job));
+  // Progress is mirrored without the loss histories; a parity run that has
+  // ended is read again with them, once, to be recorded.
+  absl::StatusOr<v1::Job> observed = coordinator_.Get(coordinator_name, false);
+  if (observed.ok() && IsTerminal(observed->status().phase()) && ReadsLossHistory(world.job)) {
+    observed = coordinator_.Get(coordinator_name, true);
+  }
   if (observed.ok()) {
     world.coordinator_job = *std::move(observed);
   } else if (!absl::IsNotFound(observed.status())) {

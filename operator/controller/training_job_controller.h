@@ -21,6 +21,7 @@
 #include "common/clock.h"
 #include "operator/controller/action_executor.h"
 #include "operator/controller/coordinator_jobs.h"
+#include "operator/controller/manager.h"
 #include "operator/controller/work_queue.h"
 #include "kube/informer.h"
 #include "kube/kube_client.h"
@@ -39,21 +40,25 @@ struct ControllerOptions {
   Clock* clock = &Clock::Real();
 };
 
-class TrainingJobController {
+// The leader-only part of the operator (Manager runs it while this replica leads).
+class TrainingJobController final : public LeaderRunnable {
  public:
   TrainingJobController(kube::KubeClient& kube, CoordinatorJobs& coordinator,
                         OperatorMetrics& metrics,
                         ControllerOptions options);
-  ~TrainingJobController();
+  ~TrainingJobController() override;
   TrainingJobController(const TrainingJobController&) = delete;
   TrainingJobController& operator=(const TrainingJobController&) = delete;
 
   // Starts the informers, waits for their first lists, then the workers.
-  // Unavailable when the caches do not fill within `sync_timeout`.
-  absl::Status Start(absl::Duration sync_timeout = absl::Seconds(60));
+  // Unavailable when the caches do not fill within `sync_timeout` (a minute
+  // for Start()).
+  absl::Status Start(absl::Duration sync_timeout);
+  absl::Status Start() override { return Start(absl::Seconds(60)); }
   // Stops the workers and informers and joins them. Idempotent.
-  void Stop();
+  void Stop() override;
   bool synced() const { return synced_.load(); }
+  bool Ready() const override { return synced(); }
 
  private:
   void Enqueue(const nlohmann::json& object, bool owned);

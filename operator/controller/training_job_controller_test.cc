@@ -56,7 +56,10 @@ class FakeCoordinatorJobs : public CoordinatorJobs {
     auto it = jobs_.find(name);
     if (it == jobs_.end()) return absl::NotFoundError("coordinator GetJob " + name);
     v1::Job job = it->second;
-    if (!with_loss_history) job.mutable_status()->clear_validation_loss_history();
+    if (!with_loss_history) {  // as the real GetJob's omit_loss_history
+      job.mutable_status()->clear_train_loss_history();
+      job.mutable_status()->clear_validation_loss_history();
+    }
     return job;
   }
   absl::Status Cancel(const std::string& name) override {

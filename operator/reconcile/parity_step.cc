@@ -1,10 +1,14 @@
 #include "operator/reconcile/parity_step.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <string>
 #include <vector>
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -19,11 +23,12 @@ using nlohmann::json;
 
 namespace {
 
-constexpr char kJobRole[] = "job";
-constexpr char kFlushRole[] = "flush";
-
-// At most as many seeds as the CRD allows.
+// At most as many seeds as the CRD allows, and steps as spec.training.steps.
 constexpr size_t kMaxParitySeeds = 10;
+constexpr int64_t kMaxParitySteps = 1'000'000'000;
+// The validation points a recorded run keeps (the CRD's maxItems): a longer
+// history is thinned, its last point kept, so the status stays small.
+constexpr int kMaxCurvePoints = 100;
 
 const json& ParitySpec(const json& spec) { return Field(spec, "parity"); }
 
@@ -38,13 +43,16 @@ std::string RunLabel(const ParityRun& run) {
 json RecordOf(const ParityRun& run, const std::string& coordinator_job,
               const v1::RunSummary& summary) {
   json curve = json::array();
-  for (const v1::LossPoint& point : summary.validation_loss()) {
+  const int points = summary.validation_loss_size();
+  const int stride = (points + kMaxCurvePoints - 1) / kMaxCurvePoints;  // 1 up to 100 points
+  for (int i = (points - 1) % std::max(stride, 1); i < points; i += std::max(stride, 1)) {
+    const v1::LossPoint& point = summary.validation_loss(i);
     curve.push_back({{"step", point.step()},
                      {"seconds", Rounded(point.seconds(), 1e3)},
                      {"loss", Rounded(point.loss(), 1e6)}});
   }
   json record = {{"seed", run.seed},
-                 {"role", run.flush ? kFlushRole : kJobRole},
+                 {"role", run.flush ? kParityFlushRole : kParityJobRole},
                  {"coordinatorJob", coordinator_job},
                  {"schedule", summary.schedule()},
                  {"numStages", summary.num_stages()},
@@ -100,7 +108,7 @@ void SetOptional(json& object, const char* key, const std::optional<double>& val
 absl::Status WriteReport(json& parity) {
   std::vector<ParityPair> pairs;
   for (const json& record : parity["runs"]) {
-    const bool flush = StringField(record, "role") == kFlushRole;
+    const bool flush = StringField(record, "role") == kParityFlushRole;
     if (!flush) {
       pairs.emplace_back();
       pairs.back().seed = static_cast<int>(IntField(record, "seed", 0));
@@ -138,7 +146,28 @@ bool HasParityCheck(const json& spec) {
   return spec.is_object() && spec.contains("parity") && spec["parity"].is_object();
 }
 
-absl::StatusOr<ParityRun> NextParityRun(const json& spec, const json& status) {
+std::string ParitySpecDigest(const v1::JobSpec& job_spec) {
+  v1::JobSpec trained = job_spec;
+  trained.clear_name();
+  trained.clear_run_policy();
+  trained.clear_checkpoint();
+  std::string bytes;
+  {
+    google::protobuf::io::StringOutputStream output(&bytes);
+    google::protobuf::io::CodedOutputStream coded(&output);
+    coded.SetSerializationDeterministic(true);
+    trained.SerializeToCodedStream(&coded);
+  }
+  uint64_t hash = 14695981039346656037ull;  // 64-bit FNV-1a
+  for (const unsigned char byte : bytes) {
+    hash ^= byte;
+    hash *= 1099511628211ull;
+  }
+  return absl::StrFormat("%016x", hash);
+}
+
+absl::StatusOr<ParityRun> NextParityRun(const json& spec, const json& status,
+                                        const std::string& spec_digest) {
   const json& parity = ParitySpec(spec);
   std::vector<int> seeds = DefaultParitySeeds();
   if (parity.contains("seeds")) {
@@ -159,15 +188,20 @@ absl::StatusOr<ParityRun> NextParityRun(const json& spec, const json& status) {
   }
   if (parity.contains("steps")) {
     const json& steps = parity["steps"];
-    if (!steps.is_number_integer() || steps.get<int64_t>() < 0) {
+    if (!steps.is_number_integer() || steps.get<int64_t>() < 0 ||
+        steps.get<int64_t>() > kMaxParitySteps) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "spec.parity.steps: ", steps.dump(),
-          " is not a number of steps (at least 1, or 0 for spec.training.steps)"));
+          "spec.parity.steps: ", steps.dump(), " is not a number of steps (1 to ", kMaxParitySteps,
+          ", or 0 for spec.training.steps)"));
     }
   }
-  const json& runs = Field(Field(status, "parity"), "runs");
-  const size_t done = runs.is_array() ? runs.size() : 0;
+  const json& recorded = Field(status, "parity");
+  const json& runs = Field(recorded, "runs");
   ParityRun run;
+  run.spec_digest = spec_digest;
+  run.restart = runs.is_array() && !runs.empty() &&
+                StringField(recorded, "specDigest") != spec_digest;
+  const size_t done = runs.is_array() && !run.restart ? runs.size() : 0;
   run.total = static_cast<int>(2 * seeds.size());
   if (done >= static_cast<size_t>(run.total)) {
     return absl::OutOfRangeError(
@@ -182,14 +216,23 @@ absl::StatusOr<ParityRun> NextParityRun(const json& spec, const json& status) {
 std::function<void(v1::JobSpec*)> ParityRunEdit(const ParityRun& run, const json& spec) {
   const int64_t steps = IntField(ParitySpec(spec), "steps", 0);
   return [run, steps](v1::JobSpec* written) {
-    MakeParityRun(run.seed, steps, run.flush ? kFlushRole : kJobRole, written);
+    MakeParityRun(run.seed, steps, run.flush ? kParityFlushRole : kParityJobRole, written);
     if (run.flush) MakeFlushTwin(written);
   };
 }
 
 void StartParityRun(Reconciliation& r, const ParityRun& run) {
   json& parity = r.desired["parity"];
-  if (!parity.is_object()) parity = json::object();
+  if (!parity.is_object() || run.restart) {
+    if (run.restart) {
+      r.Event("Normal", "ParityRestarted",
+              absl::StrCat("parity check: the spec changed since its ",
+                           Field(parity, "runs").size(),
+                           " recorded runs (edited while suspended): it starts over"));
+    }
+    parity = json::object();
+  }
+  parity["specDigest"] = run.spec_digest;
   const bool starting = IntField(parity, "run", 0) != run.number;
   parity["run"] = run.number;
   parity["totalRuns"] = run.total;
@@ -199,38 +242,43 @@ void StartParityRun(Reconciliation& r, const ParityRun& run) {
   }
 }
 
-bool ParityRunEnded(Reconciliation& r, const std::string& phase) {
-  const absl::StatusOr<ParityRun> run = NextParityRun(r.spec, r.status);
-  if (!run.ok()) return false;  // the spec was checked before submitting
+bool ParityRunEnded(Reconciliation& r, const std::string& phase, const ParityRun& run) {
   if (phase != kPhaseSucceeded) {
     r.Event("Warning", "ParityRunEnded",
-            absl::StrCat("parity check: ", RunLabel(*run), " ended ", phase, ": ",
+            absl::StrCat("parity check: ", RunLabel(run), " ended ", phase, ": ",
                          r.coordinator->status().message()));
     return false;
   }
   const v1::RunSummary summary = RunSummaryOfJob(*r.coordinator);
+  if (summary.validation_loss().empty()) {
+    FailJob(r, "ParityFailed",
+            absl::StrCat("parity check: ", RunLabel(run),
+                         " ended with no validation loss to compare (it evaluated at no step)"));
+    r.StopWorkers();
+    return true;
+  }
   json& parity = r.desired["parity"];
-  if (!parity["runs"].is_array()) parity["runs"] = json::array();
-  parity["runs"].push_back(RecordOf(*run, r.coordinator_name, summary));
+  if (run.restart || !parity["runs"].is_array()) parity["runs"] = json::array();
+  parity["specDigest"] = run.spec_digest;
+  parity["runs"].push_back(RecordOf(run, r.coordinator_name, summary));
   r.Event("Normal", "ParityRunEnded",
           absl::StrFormat("parity check: %s ended: validation loss %.4f at %.0f tokens/s",
-                          RunLabel(*run), summary.final_validation_loss(),
+                          RunLabel(run), summary.validation_loss().rbegin()->loss(),
                           summary.tokens_per_second()));
-  if (run->number < run->total) {
+  if (run.number < run.total) {
     // The next run goes to the coordinator at once, on the same pods.
     r.desired.erase("coordinatorJob");
     r.desired.erase("completionTime");
     r.desired["phase"] = kPhaseRunning;
     r.SetCondition("Running", true, "ParityCheck",
-                   absl::StrCat("parity check: ", run->number, " of ", run->total,
+                   absl::StrCat("parity check: ", run.number, " of ", run.total,
                                 " runs ended; the next starts"));
     r.actions.requeue_after = absl::ZeroDuration();
     return true;
   }
   if (const absl::Status written = WriteReport(parity); !written.ok()) {
     FailJob(r, "ParityFailed", absl::StrCat("parity check: ", written.message()));
-    r.DeleteAllPods(/*keep_dataset=*/true);
-    r.actions.requeue_after.reset();
+    r.StopWorkers();
     return true;
   }
   r.Event("Normal", "ParityChecked",

@@ -18,7 +18,7 @@
 // No checkpoint is read or written. A run that fails fails the job.
 
 #include <functional>
-#include <optional>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -34,30 +34,46 @@ struct ParityRun {
   int total = 0;   // 2 per seed
   int seed = 0;
   bool flush = false;  // the flush twin, else the job itself
+  // The digest of the spec the runs train (ParitySpecDigest), and whether
+  // status.parity holds runs of another one (recorded before a suspended job
+  // was edited): they are dropped and the check starts over.
+  std::string spec_digest;
+  bool restart = false;
 };
 
 // Whether the TrainingJob's spec asks for the check.
 bool HasParityCheck(const nlohmann::json& spec);
 
-// The run after those status.parity.runs records; InvalidArgument naming
+// A digest of the job's spec as the coordinator gets it (defaults applied),
+// but for what differs from run to run (its name) and what the runs do not
+// train by (the run policy, the checkpoint).
+std::string ParitySpecDigest(const v1::JobSpec& job_spec);
+
+// The run after those status.parity.runs records of the spec of that digest
+// (the first when they are another's). InvalidArgument naming
 // spec.parity.seeds or spec.parity.steps when they are not what the schema
-// allows (an object written before the schema had them).
-absl::StatusOr<ParityRun> NextParityRun(const nlohmann::json& spec, const nlohmann::json& status);
+// allows (an object written before the schema had them); OutOfRange when
+// every run has been recorded (the job has then Succeeded).
+absl::StatusOr<ParityRun> NextParityRun(const nlohmann::json& spec, const nlohmann::json& status,
+                                        const std::string& spec_digest);
 
 // What the run changes in the spec as written (before the defaults): the
 // edit JobSpecFromTrainingJob applies.
 std::function<void(v1::JobSpec*)> ParityRunEdit(const ParityRun& run, const nlohmann::json& spec);
 
-// Submitting `run`: status.parity says which run is under way.
+// Submitting `run`: status.parity says which run is under way (and loses the
+// runs of another spec, with a ParityRestarted Event).
 void StartParityRun(Reconciliation& r, const ParityRun& run);
 
 // The coordinator says the run under way (r.coordinator) ended in `phase`.
-// Succeeded: it is recorded in status.parity.runs; when runs are left, the
-// job stays Running, status.coordinatorJob is cleared so that the next run is
-// submitted at once, and this returns true. After the last run the report is
-// written (status.parity, an Event) and this returns false, as for a run that
-// failed: the job then ends as the coordinator's job did.
-bool ParityRunEnded(Reconciliation& r, const std::string& phase);
+// Returns true when this step has decided the job's status: the run
+// Succeeded, is recorded in status.parity.runs and runs are left (the job
+// stays Running, status.coordinatorJob is cleared so that the next run is
+// submitted at once), or the check failed (a run without a validation loss,
+// a report that cannot be made: the job Failed, its workers stopped). False
+// when the job ends as the coordinator's job did: the run failed, or it was
+// the last and the report is written (status.parity, an Event).
+bool ParityRunEnded(Reconciliation& r, const std::string& phase, const ParityRun& run);
 
 // The Succeeded condition's message of a finished check ("" when the job
 // has none): the gap, its spread, the throughput ratio and the speed-ups.

@@ -135,6 +135,78 @@ TEST(ParityCheckTest, RunsTheJobAndItsFlushTwinPerSeedOnTheSamePodsThenReportsTh
   }
 }
 
+// Runs 1 and 2 of a check of ParityJob(), recorded; the status after them.
+json TwoRunsRecorded() {
+  json status = json::object();
+  for (int run = 1; run <= 2; ++run) {
+    const ReconcileActions submit = ReconcileTrainingJob(Running(ParityJob(), status), {});
+    EXPECT_TRUE(submit.submit.has_value() && submit.status.has_value());
+    ObservedWorld ended = Running(ParityJob(), *submit.status);
+    ended.coordinator_job = Ended(*submit.submit, v1::SUCCEEDED, {2.5, 2.2, 2.1, 2.0},
+                                  {2, 4, 6, 8}, 1000);
+    status = *ReconcileTrainingJob(ended, {}).status;
+  }
+  EXPECT_EQ(status["parity"]["runs"].size(), 2u);
+  return status;
+}
+
+// A check suspended, edited and resumed (its spec frozen otherwise): the runs
+// of the old spec are not compared with the new one's; it starts over.
+TEST(ParityCheckTest, RunsOfAnotherSpecAreDroppedAndTheCheckStartsOver) {
+  const json status = TwoRunsRecorded();
+  const ReconcileActions same = ReconcileTrainingJob(Running(ParityJob(), status), {});
+  ASSERT_TRUE(same.submit.has_value());
+  EXPECT_EQ(same.submit->name(), "kjv-01234567-g1-p3");
+  json edited = ParityJob();
+  edited["spec"]["optimizer"]["lr"] = 0.001;
+  edited["metadata"]["generation"] = 3;
+  const ReconcileActions again = ReconcileTrainingJob(Running(edited, status), {});
+  ASSERT_TRUE(again.submit.has_value());
+  EXPECT_EQ(again.submit->name(), "kjv-01234567-g3-p1");
+  EXPECT_EQ(again.submit->model().init_seed(), 1);
+  EXPECT_THAT(Reasons(again), Contains("ParityRestarted"));
+  ASSERT_TRUE(again.status.has_value());
+  EXPECT_FALSE((*again.status)["parity"].contains("runs"));
+  EXPECT_EQ((*again.status)["parity"]["run"], 1);
+  EXPECT_NE((*again.status)["parity"]["specDigest"], status["parity"]["specDigest"]);
+}
+
+// A long validation history is kept thinned (the CRD's 100 points), its last point kept.
+TEST(ParityCheckTest, ARecordedCurveKeepsAtMostAHundredPointsAndTheLast) {
+  const ReconcileActions submit = ReconcileTrainingJob(Running(ParityJob(), json::object()), {});
+  ASSERT_TRUE(submit.submit.has_value() && submit.status.has_value());
+  std::vector<double> losses, seconds;
+  for (int i = 0; i < 1001; ++i) {
+    losses.push_back(3.0 - i * 1e-3);
+    seconds.push_back(i);
+  }
+  ObservedWorld ended = Running(ParityJob(), *submit.status);
+  ended.coordinator_job = Ended(*submit.submit, v1::SUCCEEDED, losses, seconds, 1000);
+  const ReconcileActions after = ReconcileTrainingJob(ended, {});
+  ASSERT_TRUE(after.status.has_value());
+  const json& curve = (*after.status)["parity"]["runs"][0]["curve"];
+  EXPECT_LE(curve.size(), 100u);
+  EXPECT_GE(curve.size(), 50u);
+  EXPECT_EQ(curve.back()["step"], 5 * 1001);
+  EXPECT_DOUBLE_EQ(curve.back()["loss"].get<double>(), 2.0);
+}
+
+// A run that evaluated nowhere cannot be compared: the check fails at once, its workers stopped.
+TEST(ParityCheckTest, ARunWithoutValidationLossFailsTheCheckAtOnce) {
+  const ReconcileActions submit = ReconcileTrainingJob(Running(ParityJob(), json::object()), {});
+  ASSERT_TRUE(submit.submit.has_value() && submit.status.has_value());
+  ObservedWorld ended = Running(ParityJob(), *submit.status);
+  ended.coordinator_job = Ended(*submit.submit, v1::SUCCEEDED, {}, {}, 1000);
+  const ReconcileActions after = ReconcileTrainingJob(ended, {});
+  ASSERT_TRUE(after.status.has_value());
+  EXPECT_EQ((*after.status)["phase"], "Failed");
+  EXPECT_THAT((*after.status)["message"].get<std::string>(),
+              HasSubstr("run 1 of 4 (the job, seed 1) ended with no validation loss"));
+  EXPECT_THAT(after.delete_pods, Contains("kjv-worker-0"));
+  EXPECT_THAT(after.create_pods, IsEmpty());
+  EXPECT_FALSE(after.requeue_after.has_value());
+}
+
 TEST(ParityCheckTest, ARunThatFailsFailsTheJob) {
   const ReconcileActions submit = ReconcileTrainingJob(Running(ParityJob(), json::object()), {});
   ASSERT_TRUE(submit.submit.has_value() && submit.status.has_value());
@@ -167,11 +239,15 @@ TEST(ParityCheckTest, AFlushOrBadSeedsFailTheJobNamingTheField) {
   negative["spec"]["parity"]["seeds"] = {1, -2};
   json bad_steps = ParityJob();
   bad_steps["spec"]["parity"]["steps"] = "many";
+  json too_many_steps = ParityJob();
+  too_many_steps["spec"]["parity"]["steps"] = 1000000001;
   for (const auto& [job, message] : std::vector<std::pair<json, std::string>>{
            {of_flush, "spec.parity: spec.pipeline.schedule: 1f1b-flush is the flush already"},
            {no_seeds, "spec.parity.seeds: give 1 to 10 seeds, got []"},
            {negative, "spec.parity.seeds: -2 is not a seed"},
-           {bad_steps, "spec.parity.steps: \"many\" is not a number of steps"}}) {
+           {bad_steps, "spec.parity.steps: \"many\" is not a number of steps"},
+           {too_many_steps, "spec.parity.steps: 1000000001 is not a number of steps (1 to "
+                            "1000000000"}}) {
     SCOPED_TRACE(message);
     const ReconcileActions actions = ReconcileTrainingJob(Running(job, json::object()), {});
     EXPECT_FALSE(actions.submit.has_value());

@@ -65,6 +65,14 @@ void Reconciliation::ApplyTtl(const json& finished_status) {
   }
 }
 
+void Reconciliation::StopWorkers() {
+  actions.requeue_after.reset();
+  actions.create_pods.clear();
+  actions.create_token_secret.reset();
+  actions.delete_pods.clear();
+  DeleteAllPods(/*keep_dataset=*/true);
+}
+
 void FailJob(Reconciliation& r, const std::string& reason, const std::string& message) {
   r.desired["phase"] = kPhaseFailed;
   r.desired["message"] = message;

@@ -58,6 +58,10 @@ struct Reconciliation {
   // its log stays readable (pacictl logs --dataset) until the job goes.
   void DeleteAllPods(bool keep_dataset = false);
 
+  // The job has ended: none of its pods is made or replaced any more, every
+  // one but the dataset initializer's is deleted, and nothing is requeued.
+  void StopWorkers();
+
   // Deletes the object once ttlSecondsAfterFinished has passed since it
   // finished (by `finished_status`.completionTime).
   void ApplyTtl(const nlohmann::json& finished_status);

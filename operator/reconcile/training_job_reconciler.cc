@@ -63,8 +63,14 @@ void ReconcileFinished(Reconciliation& r) {
   r.ApplyTtl(r.status);
 }
 
-// The JobSpec to submit, or what makes the spec one that cannot run.
-absl::StatusOr<v1::JobSpec> RunnableJobSpec(const Reconciliation& r) {
+// What to submit: the JobSpec and, for a parity check, which of its runs.
+struct Runnable {
+  v1::JobSpec spec;
+  std::optional<ParityRun> parity;
+};
+
+// What to submit, or what makes the spec one that cannot run.
+absl::StatusOr<Runnable> RunnableJobSpec(const Reconciliation& r) {
   if (const std::string ns = MetaString(r.world.job, "namespace");
       r.options.reserved_namespaces.count(ns) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -73,25 +79,29 @@ absl::StatusOr<v1::JobSpec> RunnableJobSpec(const Reconciliation& r) {
         "create TrainingJobs in a namespace of their own (the chart's operator.watchNamespace or "
         "tls.workerNamespaces)"));
   }
+  // The job as written; for a parity check, then the run of it to submit.
+  absl::StatusOr<v1::JobSpec> job_spec =
+      JobSpecFromTrainingJob(r.world.job, CoordinatorJobName(r.world.job));
+  if (!job_spec.ok()) return job_spec.status();
   std::optional<ParityRun> parity;
   if (HasParityCheck(r.spec)) {
-    absl::StatusOr<ParityRun> next = NextParityRun(r.spec, r.status);
+    if (absl::Status schedule = CheckParitySchedule(*job_spec); !schedule.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("spec.parity: spec.", schedule.message()));
+    }
+    absl::StatusOr<ParityRun> next =
+        NextParityRun(r.spec, r.status, ParitySpecDigest(*job_spec));
     if (!next.ok()) return next.status();
     parity = *next;
   }
   const std::string submit_name =
-      r.coordinator_name.empty() ? CoordinatorJobName(r.world.job, parity ? parity->number : 0)
-                                 : r.coordinator_name;
-  absl::StatusOr<v1::JobSpec> job_spec = JobSpecFromTrainingJob(r.world.job, submit_name);
-  if (!job_spec.ok()) return job_spec;
+      !r.coordinator_name.empty() ? r.coordinator_name
+      : parity                    ? CoordinatorJobName(r.world.job, parity->number)
+                                  : job_spec->name();
   if (parity) {
-    // The job itself must be one to compare with its flush; then this run of the check.
-    if (absl::Status schedule = CheckParitySchedule(*job_spec); !schedule.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("spec.parity: spec.", schedule.message()));
-    }
     job_spec = JobSpecFromTrainingJob(r.world.job, submit_name, ParityRunEdit(*parity, r.spec));
-    if (!job_spec.ok()) return job_spec;
+    if (!job_spec.ok()) return job_spec.status();
   }
+  job_spec->set_name(submit_name);
   if (const int priority = job_spec->run_policy().priority(); priority > r.options.max_priority) {
     // The coordinator runs the operator's jobs at any priority: the bound is here.
     return absl::InvalidArgumentError(absl::StrCat(
@@ -110,7 +120,7 @@ absl::StatusOr<v1::JobSpec> RunnableJobSpec(const Reconciliation& r) {
   if (absl::Status initializer = ValidateInitializer(r.spec); !initializer.ok()) {
     return initializer;
   }
-  return job_spec;
+  return Runnable{*std::move(job_spec), parity};
 }
 
 // A spec that cannot run fails the job, naming the field.
@@ -278,19 +288,18 @@ void CoordinatorFinished(Reconciliation& r, const std::string& phase) {
   r.Event(succeeded ? "Normal" : "Warning", phase,
           succeeded ? absl::StrFormat("finished %d steps, train loss %.4f", s.step(), s.train_loss())
                     : s.message());
-  r.actions.requeue_after.reset();
-  r.actions.create_pods.clear();
-  r.actions.create_token_secret.reset();
-  r.actions.delete_pods.clear();
-  r.DeleteAllPods(/*keep_dataset=*/true);
+  r.StopWorkers();
   r.ApplyTtl(r.desired);
 }
 
 // The coordinator's view of the job in .status: the Running condition, an
 // Event when it starts running or restarts, and the end when it has finished.
-void MirrorStatus(Reconciliation& r, int workers) {
+void MirrorStatus(Reconciliation& r, int workers, const std::optional<ParityRun>& parity) {
   const v1::JobStatus& s = r.coordinator->status();
   MirrorCoordinator(*r.coordinator, r.desired);
+  if (parity && parity->number > 1 && r.status.contains("startTime")) {
+    r.desired["startTime"] = r.status["startTime"];  // the check's, its first run's
+  }
   const std::string phase = StringField(r.desired, "phase");
   const bool running = phase == kPhaseRunning;
   r.SetCondition("Running", running,
@@ -313,8 +322,7 @@ void MirrorStatus(Reconciliation& r, int workers) {
             absl::StrCat("a stage failed; restart ", s.restarts(), ": ", s.message()));
   }
   if (!IsFinished(phase)) return;
-  const bool parity = HasParityCheck(r.spec);
-  if (parity && ParityRunEnded(r, phase)) return;  // the next run, or the check failed
+  if (parity && ParityRunEnded(r, phase, *parity)) return;  // the next run, or the check failed
   CoordinatorFinished(r, phase);
   if (parity && phase == kPhaseSucceeded) {
     r.SetCondition(kPhaseSucceeded, true, "ParityChecked", ParityOutcome(r));
@@ -343,24 +351,20 @@ void FollowRunPolicy(Reconciliation& r, const v1::JobSpec& job_spec) {
 
 // A job that is to run: its dataset, its workers, and its job at the
 // coordinator.
-void ReconcileRunning(Reconciliation& r, v1::JobSpec job_spec) {
+void ReconcileRunning(Reconciliation& r, Runnable runnable) {
   // P x R pods: every stage of every replica (pipeline.data_parallel).
-  const int workers = WorkersOf(job_spec.pipeline());
+  const int workers = WorkersOf(runnable.spec.pipeline());
   if (!KueueAdmits(r, workers)) return;
   r.ClearCondition("Suspended", "Resumed");
   if (!DatasetReady(r)) return;
   EnsureWorkers(r, workers);
   r.actions.requeue_after = r.options.poll_interval;
   if (r.coordinator == nullptr) {
-    if (HasParityCheck(r.spec)) {
-      if (const absl::StatusOr<ParityRun> run = NextParityRun(r.spec, r.status); run.ok()) {
-        StartParityRun(r, *run);
-      }
-    }
-    SubmitToCoordinator(r, std::move(job_spec));
+    if (runnable.parity) StartParityRun(r, *runnable.parity);
+    SubmitToCoordinator(r, std::move(runnable.spec));
   } else {
-    FollowRunPolicy(r, job_spec);
-    MirrorStatus(r, workers);
+    FollowRunPolicy(r, runnable.spec);
+    MirrorStatus(r, workers, runnable.parity);
   }
 }
 
@@ -426,15 +430,15 @@ ReconcileActions ReconcileTrainingJob(const ObservedWorld& world,
     return std::move(r.actions);
   }
   r.actions.add_finalizer = !HasFinalizer(world.job, kFinalizer);
-  absl::StatusOr<v1::JobSpec> job_spec;
+  absl::StatusOr<Runnable> runnable;
   if (IsFinished(r.phase_before)) {
     ReconcileFinished(r);
-  } else if (job_spec = RunnableJobSpec(r); !job_spec.ok()) {
-    FailInvalidSpec(r, job_spec.status());
+  } else if (runnable = RunnableJobSpec(r); !runnable.ok()) {
+    FailInvalidSpec(r, runnable.status());
   } else if (Suspended(r)) {
     ReconcileSuspended(r);
   } else {
-    ReconcileRunning(r, *std::move(job_spec));
+    ReconcileRunning(r, *std::move(runnable));
   }
   if (r.desired != r.status) r.actions.status = std::move(r.desired);
   return std::move(r.actions);

@@ -371,8 +371,8 @@ class KubeClusterTest(unittest.TestCase):
 
         refused = edit(lambda s: s["model"].update(dModel=64))
         self.assertNotEqual(refused.returncode, 0)
-        self.assertIn("spec.model: Forbidden: spec.model, spec.pipeline, spec.data and spec.parity cannot change "
-                      "while the "
+        self.assertIn("spec.model: Forbidden: spec.model, spec.pipeline, spec.data and spec.parity (and with "
+                      "spec.parity, spec.training, spec.optimizer and spec.runtime) cannot change while the "
                       "TrainingJob runs: suspend it (spec.runPolicy.suspend: true) first, or wait until it has "
                       "finished", refused.stderr)
         self.assertNotEqual(edit(lambda s: s["pipeline"].update(numStages=4)).returncode, 0)
@@ -396,6 +396,18 @@ class KubeClusterTest(unittest.TestCase):
         self.ok("PATCH", TJ_PATH + "/frozen/status", {"status": {"phase": "Failed"}}, "application/merge-patch+json")
         self.ok("PATCH", TJ_PATH + "/frozen", {"spec": {"model": {"dModel": 48}}}, "application/merge-patch+json")
         self.ok("DELETE", TJ_PATH + "/frozen")
+        # With a parity check, the pairs must train one spec: its training, optimizer and runtime
+        # are frozen too while it runs.
+        checked = job("frozen-parity")
+        checked["spec"]["parity"] = {"seeds": [1]}
+        self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(checked))
+        for change in (lambda s: s["training"].update(steps=90), lambda s: s["optimizer"].update(lr=0.01),
+                       lambda s: s.update(runtime={"threadsPerStage": 2})):
+            obj = job("frozen-parity")
+            obj["spec"]["parity"] = {"seeds": [1]}
+            change(obj["spec"])
+            self.assertNotEqual(self.kubectl_run("apply", "-f", "-", stdin=yaml.safe_dump(obj)).returncode, 0)
+        self.ok("DELETE", TJ_PATH + "/frozen-parity")
 
     def test_the_deployment_namespace_enforces_restricted_pod_security(self):
         out = self.kubectl_run("apply", "-f", NAMESPACE_YAML)
