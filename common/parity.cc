@@ -152,31 +152,6 @@ absl::Status CheckParitySchedule(const v1::JobSpec& spec) {
   return absl::OkStatus();
 }
 
-v1::RunSummary RunSummaryOfJob(const v1::Job& job) {
-  const v1::JobSpec& spec = job.spec();
-  v1::RunSummary run;
-  run.set_job_name(spec.name());
-  run.set_schedule(spec.pipeline().schedule());
-  run.set_num_stages(spec.pipeline().num_stages());
-  run.set_accumulation(spec.pipeline().accumulation());
-  run.set_micro_batch_size(spec.pipeline().micro_batch_size());
-  run.set_seq_len(spec.model().seq_len());
-  run.set_data_parallel(spec.pipeline().data_parallel());
-  run.set_steps(spec.training().steps());
-  run.set_drift_correction(spec.pipeline().drift_correction());
-  run.set_warmup_steps(spec.pipeline().warmup_steps());
-  run.set_global_batch(GlobalBatch(spec.pipeline()));
-  run.set_drift_limit(DriftLimit(spec.pipeline()));
-  run.set_succeeded(job.status().phase() == v1::SUCCEEDED);
-  run.set_steps_completed(job.status().step());
-  run.set_tokens_per_second(job.status().tokens_per_second());
-  run.set_final_train_loss(job.status().train_loss());
-  run.set_final_validation_loss(job.status().validation_loss());
-  *run.mutable_validation_loss() = job.status().validation_loss_history();
-  *run.mutable_train_loss() = job.status().train_loss_history();
-  return run;
-}
-
 std::string ParitySummaryLine(const ParityReport& report) {
   return absl::StrFormat(
       "%+.2f%% (spread %.2f points) at %.2fx the flush's tokens/s; the flush's loss at 75%% of "

@@ -16,7 +16,6 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "paci/v1/coordinator.pb.h"
 #include "paci/v1/job.pb.h"
 #include "paci/v1/summary.pb.h"
 
@@ -55,11 +54,6 @@ void MakeFlushTwin(v1::JobSpec* spec);
 // OK when the (defaulted) spec's schedule can be checked against its flush;
 // InvalidArgument naming pipeline.schedule when it flushes already.
 absl::Status CheckParitySchedule(const v1::JobSpec& spec);
-
-// What a parity run's coordinator job says of it, as the summary a local run
-// writes: its name, schedule, shape, steps, method, global batch, tokens/s and
-// validation losses (the history the coordinator kept).
-v1::RunSummary RunSummaryOfJob(const v1::Job& job);
 
 // One seed's pair of runs.
 struct ParityPair {

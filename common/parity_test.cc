@@ -1,4 +1,5 @@
 #include "common/parity.h"
+#include "common/run_summary.h"
 
 #include <string>
 #include <vector>
@@ -190,6 +191,7 @@ TEST(CheckParityScheduleTest, RefusesTheFlushNamingTheField) {
 // The coordinator's job of a finished run reads as the summary a local run writes.
 TEST(RunSummaryOfJobTest, TakesTheRunsShapeMethodThroughputAndValidationCurve) {
   v1::Job job;
+  job.set_name("tiny");
   *job.mutable_spec() = Defaulted(Written());
   job.mutable_status()->set_phase(v1::SUCCEEDED);
   job.mutable_status()->set_step(600);

@@ -24,22 +24,13 @@ using ::testing::IsEmpty;
 
 // A TrainingJob queued in LocalQueue "team-queue", its workers asking 2 cpu.
 json QueuedJob() {
-  return json::parse(R"({
-    "apiVersion": "paci.dev/v1alpha1", "kind": "TrainingJob",
-    "metadata": {"name": "kjv", "namespace": "team-a", "uid": "0123456789abcdef",
-                 "generation": 1, "resourceVersion": "10",
-                 "labels": {"kueue.x-k8s.io/queue-name": "team-queue"},
-                 "finalizers": ["paci.dev/cancel-at-coordinator"]},
-    "spec": {
-      "model": {"vocabSize": 80, "numLayers": 4, "dModel": 32, "numHeads": 4, "seqLen": 32},
-      "pipeline": {"numStages": 2, "schedule": "paci", "accumulation": 2, "microBatchSize": 4},
-      "optimizer": {"lr": 0.003},
-      "training": {"steps": 60},
-      "data": {"corpusPath": "tests/data/kjv-genesis.txt"},
-      "checkpoint": {"directory": "/shared/kjv", "interval": 20},
-      "runPolicy": {"backoffLimit": 2, "priority": 7},
-      "worker": {"image": "example/worker:1", "resources": {"requests": {"cpu": "2"}}}
-    }})");
+  json job = test::Job();
+  job["metadata"]["labels"] = {{"kueue.x-k8s.io/queue-name", "team-queue"}};
+  job["spec"]["checkpoint"] = {{"directory", "/shared/kjv"}, {"interval", 20}};
+  job["spec"]["runPolicy"]["priority"] = 7;
+  job["spec"]["worker"] = {{"image", "example/worker:1"},
+                           {"resources", {{"requests", {{"cpu", "2"}}}}}};
+  return job;
 }
 
 ReconcilerOptions WithKueue() {

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/parity.h"
+#include "common/run_summary.h"
 
 namespace paci::op {
 
