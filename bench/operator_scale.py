@@ -16,18 +16,33 @@ and writes status with no pod and no training) and, in one run:
      resident memory at the start and the end (growth there would be a leak);
   3. SIGKILLs the leader: seconds until the standby leads, until it has
      reconciled every job once and its queue is empty, and until a job applied
-     after the kill shows Suspended.
+     after the kill shows Suspended;
+  4. a backlog: with no operator running, applies --jobs more suspended
+     TrainingJobs, then starts one replica: its sustained rate through them
+     (jobs brought to Suspended per second, from the moment it leads) and its
+     reconcile p50/p99 meanwhile;
+  5. the same API server's limit for that work: with no operator running, a
+     plain client (persistent connections, as many threads as the operator has
+     reconcile workers) writes for each of --jobs more suspended TrainingJobs
+     what a reconcile writes for one, its finalizer, its status and an Event.
+     The backlog's rate over this one is the operator's share of the limit.
 Writes bench/results/operator_scale.{json,md}.
 
   /usr/bin/python3 bench/operator_scale.py [--jobs 1000] [--steady_seconds 60]
+(the apply phase's jobs also fix the count of the backlog and of the plain client's)
 """
 import argparse
+import datetime
+import http.client
 import json
 import os
+import queue
 import re
 import sys
 import tempfile
+import threading
 import time
+import urllib.parse
 import urllib.request
 
 import yaml
@@ -191,6 +206,105 @@ def failover_phase(args, cluster, probe, leader):
             "new_leader_rss_mb": probe.rss_mb(standby)}
 
 
+def apply_suspended(cluster, prefix, count):
+    for first in range(0, count, 100):
+        docs = [manifest("%s-%05d" % (prefix, i)) for i in range(first, min(count, first + 100))]
+        cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(docs), timeout=600)
+
+
+def stop_operators(cluster):
+    for replica in cluster.replicas:
+        cluster.kill(replica)
+
+
+def burst_phase(args, cluster, probe, held):
+    """4. A backlog applied while no operator runs, then one replica: its sustained rate."""
+    stop_operators(cluster)
+    apply_suspended(cluster, "burst", args.jobs)
+    replica = cluster.replicas[0]
+    cluster.start_operator(replica, append=True)
+    wait_until("the restarted replica leads", lambda: probe.leader() == replica, timeout=120,
+               interval=0.05)
+    start = time.monotonic()
+    wait_until("every backlog job Suspended", lambda: probe.suspended() >= held + args.jobs,
+               timeout=1800, interval=0.5)
+    elapsed = time.monotonic() - start
+    after = probe.metrics(replica)
+    zero = [(le, 0.0) for le, _ in buckets(after)]
+    return {
+        "burst_s": round(elapsed, 1), "burst_jobs_per_second": round(args.jobs / elapsed, 1),
+        # It lists every job at its start and reconciles each: those held already need no write.
+        "burst_reconciles": int(series_sum(after, "paci_operator_reconcile_duration_seconds_count")),
+        "burst_reconcile_p50_ms": round(1000 * quantile(0.5, zero, buckets(after)), 2),
+        "burst_reconcile_p99_ms": round(1000 * quantile(0.99, zero, buckets(after)), 2),
+        "burst_requests": int(series_sum(after, "paci_operator_kube_requests_total")),
+    }
+
+
+def plain_client_phase(args, cluster, workers=2):
+    """5. What a plain client sustains writing what a reconcile of a new suspended job writes."""
+    stop_operators(cluster)
+    apply_suspended(cluster, "plain", args.jobs)
+    plane = cluster.plane
+    url = urllib.parse.urlparse(plane.url)
+    path = TRAININGJOBS + "/"
+    names = queue.Queue()
+    for i in range(args.jobs):
+        names.put("plain-%05d" % i)
+    errors = []
+
+    def work():
+        connection = http.client.HTTPSConnection(url.hostname, url.port, context=plane.ssl_context(),
+                                                 timeout=30)
+
+        def call(method, target, body, content_type="application/json"):
+            connection.request(method, target, body=json.dumps(body), headers={
+                "Authorization": "Bearer " + plane.tokens["admin"], "Accept": "application/json",
+                "Content-Type": content_type})
+            response = connection.getresponse()
+            text = response.read()
+            if response.status >= 300:
+                raise RuntimeError("%s %s: %d %s" % (method, target, response.status, text[:200]))
+            return json.loads(text)
+
+        try:
+            while True:
+                try:
+                    name = names.get_nowait()
+                except queue.Empty:
+                    return
+                now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+                obj = call("PATCH", path + name, {"metadata": {
+                    "finalizers": ["paci.dev/cancel-at-coordinator"]}}, "application/merge-patch+json")
+                obj["status"] = {"phase": "Suspended", "observedGeneration": 1, "conditions": [{
+                    "type": "Suspended", "status": "True", "reason": "Suspended",
+                    "message": "spec.runPolicy.suspend is true", "lastTransitionTime": now,
+                    "observedGeneration": 1}]}
+                call("PUT", path + name + "/status", obj)
+                call("POST", "/api/v1/namespaces/default/events", {
+                    "metadata": {"generateName": name + "."},
+                    "involvedObject": {"apiVersion": "paci.dev/v1alpha1", "kind": "TrainingJob",
+                                       "name": name, "namespace": "default",
+                                       "uid": obj["metadata"]["uid"]},
+                    "reason": "Suspended", "message": "stopped its workers", "type": "Normal",
+                    "source": {"component": "plain-client"}, "firstTimestamp": now,
+                    "lastTimestamp": now, "count": 1})
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=work) for _ in range(workers)]
+    start = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.monotonic() - start
+    if errors:
+        raise errors[0]
+    return {"plain_s": round(elapsed, 1), "plain_jobs_per_second": round(args.jobs / elapsed, 1),
+            "plain_workers": workers}
+
+
 def table(r):
     return "\n".join([
         "| %d suspended TrainingJobs | value |" % r["jobs"], "|---|---|",
@@ -212,6 +326,15 @@ def table(r):
         "| SIGKILL of the leader: the standby leads after | %s s |" % r["new_leader_s"],
         "| ... has reconciled every job, queue empty, after | %s s |" % r["caught_up_s"],
         "| ... a job applied after the kill is Suspended after | %s s |" % r["new_job_served_s"],
+        "| a backlog of %d more, one replica started: through it in | %s s (%s jobs/s; %d reconciles, "
+        "%d API requests) |" % (r["jobs"], r["burst_s"], r["burst_jobs_per_second"],
+                                r["burst_reconciles"], r["burst_requests"]),
+        "| ... reconcile p50 / p99 meanwhile | %s / %s ms |" % (
+            r["burst_reconcile_p50_ms"], r["burst_reconcile_p99_ms"]),
+        "| the API server's limit: a plain client (%d threads) writing finalizer, status and an Event "
+        "for %d more | %s s (%s jobs/s) |" % (r["plain_workers"], r["jobs"], r["plain_s"],
+                                            r["plain_jobs_per_second"]),
+        "| **the operator's share of that limit** | **%.2f** |" % r["share_of_limit"],
     ])
 
 
@@ -227,6 +350,11 @@ def main():
         result.update(steady_phase(args, probe, leader))
         print("killing the leader ...", file=sys.stderr)
         result.update(failover_phase(args, cluster, probe, leader))
+        print("a backlog for one replica ...", file=sys.stderr)
+        result.update(burst_phase(args, cluster, probe, held=args.jobs + 1))
+        print("the plain client ...", file=sys.stderr)
+        result.update(plain_client_phase(args, cluster))
+        result["share_of_limit"] = round(result["burst_jobs_per_second"] / result["plain_jobs_per_second"], 2)
     text = table(result)
     write_result(args.out, "operator_scale", result, text)
     print(text)
