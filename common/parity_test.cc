@@ -1,5 +1,4 @@
 #include "common/parity.h"
-#include "common/run_summary.h"
 
 #include <string>
 #include <vector>
@@ -186,36 +185,6 @@ TEST(CheckParityScheduleTest, RefusesTheFlushNamingTheField) {
     EXPECT_THAT(std::string(status.message()),
                 HasSubstr(absl::StrCat("pipeline.schedule: ", flush, " is the flush already")));
   }
-}
-
-// The coordinator's job of a finished run reads as the summary a local run writes.
-TEST(RunSummaryOfJobTest, TakesTheRunsShapeMethodThroughputAndValidationCurve) {
-  v1::Job job;
-  job.set_name("tiny");
-  *job.mutable_spec() = Defaulted(Written());
-  job.mutable_status()->set_phase(v1::SUCCEEDED);
-  job.mutable_status()->set_step(600);
-  job.mutable_status()->set_tokens_per_second(1234.5);
-  job.mutable_status()->set_validation_loss(2.25);
-  for (int i = 1; i <= 3; ++i) {
-    v1::LossPoint* point = job.mutable_status()->add_validation_loss_history();
-    point->set_step(200 * i);
-    point->set_loss(3.0 - 0.25 * i);
-    point->set_seconds(10.0 * i);
-  }
-  const v1::RunSummary run = RunSummaryOfJob(job);
-  EXPECT_EQ(run.job_name(), "tiny");
-  EXPECT_EQ(run.schedule(), "paci");
-  EXPECT_EQ(run.num_stages(), 4);
-  EXPECT_EQ(run.steps(), 600);
-  EXPECT_EQ(run.global_batch(), 24);
-  EXPECT_EQ(run.drift_correction(), "delay-comp");
-  EXPECT_EQ(run.warmup_steps(), 50);
-  EXPECT_TRUE(run.succeeded());
-  EXPECT_DOUBLE_EQ(run.tokens_per_second(), 1234.5);
-  ASSERT_EQ(run.validation_loss_size(), 3);
-  EXPECT_DOUBLE_EQ(run.validation_loss(2).loss(), 2.25);
-  EXPECT_DOUBLE_EQ(run.validation_loss(2).seconds(), 30.0);
 }
 
 }  // namespace
