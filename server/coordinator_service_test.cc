@@ -3,8 +3,6 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
-#include <set>
-#include <thread>
 
 #include <google/protobuf/unknown_field_set.h>
 #include <grpcpp/grpcpp.h>
@@ -16,7 +14,6 @@
 #include "common/peer_identity.h"
 #include "gtest/gtest.h"
 #include "server/coordinator_test_server.h"
-#include "server/worker_gateway.h"
 
 namespace paci {
 namespace {
