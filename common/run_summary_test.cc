@@ -7,7 +7,7 @@
 namespace paci {
 namespace {
 
-// A two-stage paci job of the method's settings, defaults applied.
+// A four-stage paci job of the method's settings, defaults applied.
 v1::JobSpec Spec() {
   absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(
       "name: tiny\n"
@@ -44,6 +44,15 @@ TEST(RunSummaryOfJobTest, TakesTheRunsShapeMethodThroughputAndValidationCurve) {
   EXPECT_EQ(run.drift_correction(), "delay-comp");
   EXPECT_EQ(run.warmup_steps(), 50);
   EXPECT_TRUE(run.succeeded());
+  EXPECT_TRUE(run.error().empty());
+  EXPECT_EQ(run.accumulation(), 8);  // 24 / 3
+  EXPECT_EQ(run.micro_batch_size(), 3);
+  EXPECT_EQ(run.seq_len(), 16);
+  EXPECT_EQ(run.data_parallel(), 1);
+  EXPECT_EQ(run.drift_limit(), 1);
+  EXPECT_EQ(run.steps_completed(), 600);
+  EXPECT_DOUBLE_EQ(run.final_validation_loss(), 2.25);
+  EXPECT_EQ(run.final_train_loss(), 0) << "no train history, no final train loss";
   EXPECT_DOUBLE_EQ(run.tokens_per_second(), 1234.5);
   ASSERT_EQ(run.validation_loss_size(), 3);
   EXPECT_DOUBLE_EQ(run.validation_loss(2).loss(), 2.25);

@@ -1,12 +1,9 @@
 #include "server/coordinator_service.h"
 
-#include <filesystem>
 #include <memory>
-#include <optional>
 
 #include <google/protobuf/unknown_field_set.h>
 #include <grpcpp/grpcpp.h>
-#include <prometheus/registry.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -328,9 +325,5 @@ TEST(WatcherSlotsTest, AClientGetsItsSlotBackWhenAStreamEndsAndTheTotalHolds) {
   EXPECT_TRUE(slots.Take("host:a").ok());
 }
 
-// A namespace's worker certificates hold at most --max_workers_per_namespace
-// streams open (2 here), and get a slot back when one ends; another
-// namespace's, callers without a certificate and administrators are not held
-// back by them.
 }  // namespace
 }  // namespace paci

@@ -4,6 +4,7 @@
 // with the CoordinatorService (and, when asked, the WorkerGateway) over a
 // JobManager on a real SQLite file; a client of each.
 
+#include <chrono>
 #include <filesystem>
 #include <memory>
 #include <optional>

@@ -26,6 +26,7 @@ absl::Status GroupCommitStore::Apply(const std::vector<v1::Job>& puts,
   std::shared_ptr<Batch> batch = open_batch_;
   batch->puts.insert(batch->puts.end(), puts.begin(), puts.end());
   batch->deletes.insert(batch->deletes.end(), deletes.begin(), deletes.end());
+  ++batch->callers;
   // Wait until this batch is written by another caller, or this caller may write it.
   auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return batch->done || (!writing_ && open_batch_ == batch);
@@ -48,6 +49,11 @@ absl::Status GroupCommitStore::Apply(const std::vector<v1::Job>& puts,
   writing_ = false;
   mu_.Unlock();
   return status;
+}
+
+int GroupCommitStore::Gathered() const {
+  absl::MutexLock lock(&mu_);
+  return open_batch_ == nullptr ? 0 : open_batch_->callers;
 }
 
 std::vector<v1::Job> GroupCommitStore::NewestUnwritten(const Batch& batch) const {

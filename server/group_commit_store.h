@@ -36,10 +36,15 @@ class GroupCommitStore final : public JobStore {
   absl::Status Apply(const std::vector<v1::Job>& puts, const std::vector<std::string>& deletes)
       override ABSL_LOCKS_EXCLUDED(mu_);
 
+  // The callers whose writes the batch being gathered holds (0 when none is):
+  // they wait for the write under way, then for theirs.
+  int Gathered() const ABSL_LOCKS_EXCLUDED(mu_);
+
  private:
   struct Batch {
     std::vector<v1::Job> puts;
     std::vector<std::string> deletes;
+    int callers = 0;
     absl::Status status;
     bool done = false;
   };

@@ -20,6 +20,10 @@
 namespace paci {
 namespace {
 
+// A namespace's worker certificates hold at most --max_workers_per_namespace
+// streams open (2 here), and get a slot back when one ends; another
+// namespace's, callers without a certificate and administrators are not held
+// back by them.
 TEST(WorkerStreamSlotsTest, ANamespacesWorkersHoldAtMostTheLimitAndGetSlotsBackWhenStreamsEnd) {
   WorkerStreamSlots slots(/*max_per_namespace=*/2);
   const PeerIdentity team_a = IdentityOfCommonName("system:paci:worker:team-a");

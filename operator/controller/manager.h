@@ -6,7 +6,8 @@
 // operator_main.cc parses flags and wires the parts.
 //
 //   no election      the runnable starts at once and runs until shutdown;
-//   with election    it starts when this replica wins the Lease, and the
+//   with election    it starts when this replica wins the Lease (on a thread
+//                    of its own, while the elector goes on renewing), and the
 //                    manager stops when the lead is lost (IsLeader turning
 //                    false at the renew deadline, or the elector giving up):
 //                    the replica exits and its Deployment starts a fresh
@@ -16,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
@@ -51,13 +53,15 @@ class Manager {
   };
   // `make` builds the runnable each time this replica comes to lead.
   Manager(Options options, std::function<std::unique_ptr<LeaderRunnable>()> make);
+  ~Manager();
   Manager(const Manager&) = delete;
   Manager& operator=(const Manager&) = delete;
 
   // Runs until `stop_requested` (waits at most its argument, true once a stop
-  // is asked for) says so, or the lead is lost; then stops the runnable and
-  // releases the Lease. OK for a stop asked for; Aborted when the lead was
-  // lost; the runnable's Start error, or an invalid Lease's, otherwise.
+  // is asked for) says so, or the lead is lost; then stops the elector (which
+  // releases the Lease) and the runnable. OK for a stop asked for; Aborted
+  // when the lead was lost; the runnable's Start error (whether a stop was
+  // asked for or not), or an invalid Lease's. Once.
   absl::Status Run(const std::function<bool(absl::Duration)>& stop_requested);
 
   // /readyz: 200 while standing by, or leading with the runnable ready; 503
@@ -67,8 +71,14 @@ class Manager {
   bool Leading() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  // The elector's (or Run's) thread: builds and starts the runnable.
+  // Builds and starts the runnable (on its own thread with election, on
+  // Run's without); publishes it unless Run is stopping or the lead went.
   void StartLeading() ABSL_LOCKS_EXCLUDED(mu_);
+  // The lead is gone: Run ends.
+  void LostLead() ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether `leading` is news to report (each change once, false only after true).
+  bool ReportLeadingLocked(bool leading) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Called with mu_ released, so a callback may ask the manager anything.
   void LeadingChanged(bool leading) const {
     if (options_.leading_changed) options_.leading_changed(leading);
   }
@@ -79,6 +89,9 @@ class Manager {
   std::unique_ptr<LeaderRunnable> runnable_ ABSL_GUARDED_BY(mu_);
   std::optional<absl::Status> start_error_ ABSL_GUARDED_BY(mu_);
   bool lost_lead_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool reported_leading_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread starter_;  // StartLeading's under election; set under mu_, joined by Run
 };
 
 }  // namespace paci::op

@@ -101,6 +101,7 @@ TEST(ManagerTest, WithoutElectionTheRunnableRunsUntilAStopIsAsked) {
   EXPECT_EQ(manager.Readiness(), std::make_pair(503, std::string("caches not synced")));
   EXPECT_TRUE(running.Stop().ok());
   EXPECT_EQ(record.stopped, 1);
+  EXPECT_EQ(leading, 0) << "told it stopped leading, once";
   EXPECT_FALSE(manager.Leading());
   EXPECT_EQ(manager.Readiness(), std::make_pair(200, std::string("ok: standby")));
 }

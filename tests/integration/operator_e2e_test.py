@@ -821,6 +821,9 @@ class OperatorEndToEnd(unittest.TestCase):
         reasons = [e["reason"] for e in events if e["involvedObject"]["name"] == "kjv-parity"]
         for reason, count in (("ParityRun", 4), ("ParityRunEnded", 4), ("ParityChecked", 1)):
             self.assertEqual(reasons.count(reason), count, reasons)
+        got = subprocess.run(self.pacictl("get", "tj/kjv-parity"), capture_output=True, text=True, timeout=60)
+        self.assertEqual(got.returncode, 0, got.stderr)
+        self.assertIn("parity:      the gap to the flush %+.2f%%" % parity["meanGapPercent"], got.stdout)
         wide = self.kubectl("get", "trainingjob", "kjv-parity", "-o", "wide").stdout
         self.assertIn("%g" % parity["meanGapPercent"], wide.splitlines()[1].split())
         print("\n$ kubectl get trainingjob kjv-parity -o wide\n" + wide + "\n" + conditions["Succeeded"]["message"])

@@ -5,6 +5,7 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
@@ -19,7 +20,7 @@
 #include "paci/v1/coordinator.grpc.pb.h"
 #include "tools/exit_codes.h"
 #include "tools/job_view.h"
-#include "tools/local_launcher.h"
+#include "tools/local_launcher.h"  // CoordinatorFailure
 #include "tools/pacictl/commands.h"
 #include "tools/progress_printer.h"
 

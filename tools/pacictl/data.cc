@@ -45,7 +45,7 @@ int PrepareData(const std::vector<std::string>& inputs) {
   options.message_file = absl::GetFlag(FLAGS_message_file);
   options.progress = &std::cerr;
   options.redraw_in_place = isatty(STDERR_FILENO) == 1;
-  const absl::StatusOr<PrepareDataResult> result = PrepareData(options);
+  const absl::StatusOr<PrepareDataResult> result = paci::PrepareData(options);
   if (!result.ok()) {
     std::cerr << "pacictl: prepare-data: " << result.status().message() << "\n";
     return ExitCodeOf(result.status());
