@@ -260,7 +260,7 @@ TEST(PeerIdentityTest, OnlyTheOperatorAdministratorsAndTheUnnamedSubmitNamesOfTh
   EXPECT_EQ(refused.code(), absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(refused.message(),
             "name: \"kjv-0123abcd-g2\" has the form of the names the operator gives TrainingJobs' "
-            "jobs (<name>-<uid8>-g<generation>[-e<evictions>]); choose another");
+            "jobs (<name>-<uid8>-g<generation>[-e<evictions>][-p<run>]); choose another");
   EXPECT_EQ(CheckJobNameOwner(tenant, "kjv-0123abcd-g2-e1").code(),
             absl::StatusCode::kPermissionDenied);
   EXPECT_TRUE(CheckJobNameOwner(tenant, "kjv").ok());
