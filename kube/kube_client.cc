@@ -90,7 +90,8 @@ std::string CollectionPath(const std::string& group, const std::string& version,
 KubeClient::KubeClient(KubeClientOptions options, KubeRequestObserver* observer)
     : options_(std::move(options)),
       observer_(observer),
-      credentials_(std::make_shared<KubeCredentials>(options_)) {}
+      credentials_(std::make_shared<KubeCredentials>(options_)),
+      connections_(std::make_shared<ConnectionPool>()) {}
 
 void KubeClient::Observe(const std::string& verb, int code) {
   if (observer_ != nullptr) observer_->OnRequest(verb, code);
@@ -124,24 +125,38 @@ absl::StatusOr<std::string> KubeClient::CallForBody(const std::string& verb,
     Observe(verb, 0);
     return absl::UnauthenticatedError(absl::StrCat(verb, " ", path, ": ", auth.status().message()));
   }
-  absl::StatusOr<std::unique_ptr<httplib::ClientImpl>> client =
-      NewClient(options_, *url, *auth, options_.request_timeout);
-  if (!client.ok()) return client.status();
   const std::string full_path = url->prefix + path;
   const httplib::Headers headers = {{"Accept", accept}};
-  ERR_clear_error();
-  httplib::ClientImpl& http = **client;
-  httplib::Result result =
-      verb == "GET"     ? http.Get(full_path, headers)
-      : verb == "POST"  ? http.Post(full_path, headers, body, content_type)
-      : verb == "PUT"   ? http.Put(full_path, headers, body, content_type)
-      : verb == "PATCH" ? http.Patch(full_path, headers, body, content_type)
-                        : http.Delete(full_path, headers, body, content_type);
+  const auto send = [&](httplib::ClientImpl& http) {
+    if (!auth->token.empty()) http.set_bearer_token_auth(auth->token);  // the token of now
+    ERR_clear_error();
+    return verb == "GET"     ? http.Get(full_path, headers)
+           : verb == "POST"  ? http.Post(full_path, headers, body, content_type)
+           : verb == "PUT"   ? http.Put(full_path, headers, body, content_type)
+           : verb == "PATCH" ? http.Patch(full_path, headers, body, content_type)
+                             : http.Delete(full_path, headers, body, content_type);
+  };
+  // A connection kept open from an earlier request, else a new one.
+  std::unique_ptr<httplib::ClientImpl> http = connections_->Take(*auth);
+  const bool reused = http != nullptr;
+  if (!reused) {
+    ASSIGN_OR_RETURN(http, NewClient(options_, *url, *auth, options_.request_timeout,
+                                     /*keep_alive=*/true));
+  }
+  httplib::Result result = send(*http);
+  // The server closed a kept connection before this request went out (or,
+  // for a GET, whenever): once more on a new one.
+  if (!result && reused && (verb == "GET" || result.error() == httplib::Error::Write)) {
+    ASSIGN_OR_RETURN(http, NewClient(options_, *url, *auth, options_.request_timeout,
+                                     /*keep_alive=*/true));
+    result = send(*http);
+  }
   if (!result) {
     Observe(verb, 0);
     return absl::UnavailableError(absl::StrCat(verb, " ", options_.server, path, ": ",
-                                               ConnectionError(result.error(), http, *url, *auth, true)));
+                                               ConnectionError(result.error(), *http, *url, *auth, true)));
   }
+  connections_->Give(*auth, std::move(http));  // its answer is read whole
   Observe(verb, result->status);
   credentials_->Answered(*auth, result->status);
   if (result->status < 200 || result->status >= 300) {

@@ -115,6 +115,8 @@ class WatchCanceller {
   std::function<void()> stop_;
 };
 
+class ConnectionPool;  // kube_transport.h
+
 class KubeClient {
  public:
   explicit KubeClient(KubeClientOptions options, KubeRequestObserver* observer = nullptr);
@@ -182,6 +184,8 @@ class KubeClient {
   KubeClientOptions options_;
   KubeRequestObserver* observer_;
   std::shared_ptr<KubeCredentials> credentials_;
+  // The connections kept open for the next request (not a watch's or a stream's).
+  std::shared_ptr<ConnectionPool> connections_;
 };
 
 // The Status for an HTTP error response (see the mapping above).

@@ -62,7 +62,8 @@ absl::StatusOr<ServerUrl> ParseServer(const std::string& server) {
 absl::StatusOr<std::unique_ptr<httplib::ClientImpl>> NewClient(const KubeClientOptions& options,
                                                                 const ServerUrl& url,
                                                                 const RequestAuth& auth,
-                                                                absl::Duration read_timeout) {
+                                                                absl::Duration read_timeout,
+                                                                bool keep_alive) {
   std::unique_ptr<httplib::ClientImpl> client;
   if (url.https) {
     auto ssl = std::make_unique<httplib::SSLClient>(url.host, url.port);
@@ -87,8 +88,30 @@ absl::StatusOr<std::unique_ptr<httplib::ClientImpl>> NewClient(const KubeClientO
   const int64_t seconds = absl::ToInt64Seconds(read_timeout);
   client->set_read_timeout(seconds, 0);
   client->set_write_timeout(seconds, 0);
-  client->set_keep_alive(false);
+  client->set_keep_alive(keep_alive);
+  // A request's headers and body go out as separate writes: without this, on
+  // a kept connection Nagle's algorithm holds the body for the server's
+  // delayed ACK (tens of milliseconds a request).
+  client->set_tcp_nodelay(true);
   return client;
+}
+
+std::unique_ptr<httplib::ClientImpl> ConnectionPool::Take(const RequestAuth& auth) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto it = idle_.rbegin(); it != idle_.rend(); ++it) {
+    if (it->identity == auth.identity && it->ca == auth.ca) {
+      std::unique_ptr<httplib::ClientImpl> client = std::move(it->client);
+      idle_.erase(std::next(it).base());
+      return client;
+    }
+  }
+  return nullptr;
+}
+
+void ConnectionPool::Give(const RequestAuth& auth, std::unique_ptr<httplib::ClientImpl> client) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (idle_.size() >= kMaxIdle) idle_.erase(idle_.begin());  // the longest idle goes
+  idle_.push_back({auth.identity, auth.ca, std::move(client)});
 }
 
 std::string ConnectionError(httplib::Error error, httplib::ClientImpl& client,

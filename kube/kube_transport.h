@@ -6,7 +6,9 @@
 // and why a request got no answer.
 
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include <httplib.h>
 
@@ -38,12 +40,38 @@ struct RequestAuth {
   std::shared_ptr<const ExecCredential> exec;  // where token/identity came from, if a plugin
 };
 
-// A client for one request to `url` presenting `auth`, reads timing out
-// after `read_timeout`. Internal with OpenSSL's reason when TLS cannot be set up.
+// A client to `url` presenting `auth`, reads timing out after
+// `read_timeout`; with `keep_alive` its connection stays open for the next
+// request (ConnectionPool). Internal with OpenSSL's reason when TLS cannot be
+// set up.
 absl::StatusOr<std::unique_ptr<httplib::ClientImpl>> NewClient(const KubeClientOptions& options,
                                                                 const ServerUrl& url,
                                                                 const RequestAuth& auth,
-                                                                absl::Duration read_timeout);
+                                                                absl::Duration read_timeout,
+                                                                bool keep_alive = false);
+
+// Clients whose connections stay open between requests (HTTP keep-alive), so
+// that a request does not pay a TCP and TLS handshake and the API server does
+// not either: each serves one request at a time, taken for it and given back
+// once its answer has been read whole. A client of other credentials (a
+// rotated certificate or CA) is not reused. At most kMaxIdle are kept.
+// Thread-safe.
+class ConnectionPool {
+ public:
+  static constexpr size_t kMaxIdle = 8;
+  // An idle client of these credentials, or null.
+  std::unique_ptr<httplib::ClientImpl> Take(const RequestAuth& auth);
+  void Give(const RequestAuth& auth, std::unique_ptr<httplib::ClientImpl> client);
+
+ private:
+  struct Idle {
+    std::shared_ptr<const ClientIdentity> identity;
+    std::shared_ptr<const PemCertificates> ca;
+    std::unique_ptr<httplib::ClientImpl> client;
+  };
+  std::mutex mutex_;
+  std::vector<Idle> idle_;  // guarded by mutex_
+};
 
 // Why no response came, with what TLS knows. `before_response`: nothing
 // came back at all (not a stream that ended).
