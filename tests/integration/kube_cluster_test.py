@@ -179,7 +179,8 @@ class KubeClusterTest(unittest.TestCase):
         self.assertRegex(row, r"^kjv-tiny\s+Running\s+42\s+2\.8258\s+\d+s$")
         self.assertIn("kjv-small", table)
         wide = self.kubectl("get", "trainingjobs", "-o", "wide").splitlines()
-        self.assertEqual(wide[0].split(), ["NAME", "PHASE", "STEP", "LOSS", "MAX-DRIFT", "DRIFT-LIMIT", "TOKENS/S", "AGE"])
+        self.assertEqual(wide[0].split(), ["NAME", "PHASE", "STEP", "LOSS", "MAX-DRIFT", "DRIFT-LIMIT", "TOKENS/S",
+                                           "PARITY-GAP", "AGE"])
         row = next(line for line in wide if line.startswith("kjv-tiny"))
         self.assertRegex(row, r"^kjv-tiny\s+Running\s+42\s+2\.8258\s+1\s+1\s+71891\s+\d+s$")
         self.assertIn("kjv-tiny", self.kubectl("get", "ptj", "-A"))
@@ -642,7 +643,7 @@ class KubeClusterTest(unittest.TestCase):
         self.assertEqual((code, table["kind"]), (200, "Table"))
         self.assertEqual([(c["name"], c["priority"]) for c in table["columnDefinitions"]],
                          [("Name", 0), ("Phase", 0), ("Step", 0), ("Loss", 0), ("Max-Drift", 1),
-                          ("Drift-Limit", 1), ("Tokens/s", 1), ("Age", 0)])
+                          ("Drift-Limit", 1), ("Tokens/s", 1), ("Parity-Gap", 1), ("Age", 0)])
         groups = self.ok("GET", "/apis")["groups"]
         self.assertIn("paci.dev", [g["name"] for g in groups])
         resources = self.ok("GET", "/apis/paci.dev/v1alpha1")["resources"]
