@@ -271,6 +271,20 @@ class ControlPlane:
         except ValueError:
             return text.decode()
 
+    def wait_crd_established(self, name, timeout=60):
+        """Until the CustomResourceDefinition `name` is served (its Established condition True).
+        Not `kubectl wait --for=condition=Established`: on a CRD that has no status.conditions
+        yet, a moment after it is created, that fails at once ("accessor error: <nil>")."""
+        path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/" + name
+        deadline = time.monotonic() + timeout
+        while True:
+            conditions = (self.request("GET", path).get("status") or {}).get("conditions") or []
+            if any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions):
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError("CRD %s not Established within %ss: %s" % (name, timeout, conditions))
+            time.sleep(0.1)
+
     def kubectl(self, *args, stdin=None, check=True, timeout=120, kubeconfig=None):
         return subprocess.run([os.path.join(self.bin, "kubectl"), "--kubeconfig",
                                kubeconfig or self.kubeconfig, *args], input=stdin, capture_output=True,

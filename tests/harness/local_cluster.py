@@ -161,7 +161,7 @@ class LocalCluster:
                              "--show-only", "templates/serviceaccounts.yaml",
                              "--show-only", "templates/rbac.yaml").stdout
         self.kubectl("apply", "-f", "-", stdin=rendered)
-        self.kubectl("wait", "--for=condition=Established", "crd/trainingjobs.paci.dev", "--timeout=60s")
+        self.plane.wait_crd_established("trainingjobs.paci.dev")
         self.operator_kubeconfig = self.plane.service_account_kubeconfig(RELEASE_NAMESPACE, OPERATOR_ACCOUNT)
         # The key the operators derive each job's worker token from (the chart's workerTokens).
         self.worker_token_key = os.path.join(self.dir, "worker-token-key")

@@ -81,9 +81,9 @@ class KubeClusterTest(unittest.TestCase):
         cls.plane = ControlPlane(cls.dir, BUILD).start()
         try:
             cls.url = cls.plane.url
-            for args in (("apply", "-f", CRD), ("wait", "--for=condition=Established", "crd/trainingjobs.paci.dev")):
-                out = cls.kubectl_run(*args)
-                assert out.returncode == 0, out.stderr
+            out = cls.kubectl_run("apply", "-f", CRD)
+            assert out.returncode == 0, out.stderr
+            cls.plane.wait_crd_established("trainingjobs.paci.dev")
         except BaseException:
             cls.tearDownClass()
             raise
