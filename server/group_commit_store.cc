@@ -56,6 +56,14 @@ int GroupCommitStore::Gathered() const {
   return open_batch_ == nullptr ? 0 : open_batch_->callers;
 }
 
+bool GroupCommitStore::AwaitGathered(int callers, absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  auto gathered = [this, callers]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return open_batch_ != nullptr && open_batch_->callers >= callers;
+  };
+  return mu_.AwaitWithTimeout(absl::Condition(&gathered), timeout);
+}
+
 std::vector<v1::Job> GroupCommitStore::NewestUnwritten(const Batch& batch) const {
   std::map<std::string, const v1::Job*> newest;
   for (const v1::Job& job : batch.puts) {

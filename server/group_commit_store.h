@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "paci/v1/coordinator.pb.h"
 #include "server/job_store.h"
 
@@ -39,6 +40,9 @@ class GroupCommitStore final : public JobStore {
   // The callers whose writes the batch being gathered holds (0 when none is):
   // they wait for the write under way, then for theirs.
   int Gathered() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Waits, at most `timeout`, until the batch being gathered holds `callers`;
+  // whether it does.
+  bool AwaitGathered(int callers, absl::Duration timeout) const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Batch {

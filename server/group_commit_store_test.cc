@@ -11,7 +11,6 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
-#include "absl/time/clock.h"
 
 namespace paci {
 namespace {
@@ -151,7 +150,7 @@ TEST(GroupCommitStoreTest, CallersArrivingDuringAWriteAreWrittenTogetherInOneWri
     });
   }
   // Every caller has joined the batch being gathered (bounded: a minute).
-  for (int i = 0; i < 6000 && store.Gathered() < 5; ++i) absl::SleepFor(absl::Milliseconds(10));
+  ASSERT_TRUE(store.AwaitGathered(5, absl::Minutes(1)));
   ASSERT_EQ(store.Gathered(), 5);
   below.Release();
   first.join();

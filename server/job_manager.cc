@@ -352,6 +352,14 @@ size_t JobManager::connected_workers() const {
   return workers_.size();
 }
 
+bool JobManager::AwaitConnectedWorkers(size_t count, absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  auto connected = [this, count]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return workers_.size() == count;
+  };
+  return mu_.AwaitWithTimeout(absl::Condition(&connected), timeout);
+}
+
 void JobManager::ScheduleLocked() {
   // Only the ready jobs the pass reaches are looked at: the placed, the newly
   // unschedulable and the first that waits (JobQueue).

@@ -134,6 +134,9 @@ class JobManager {
   void Tick();
 
   size_t connected_workers() const;
+  // Waits, at most `timeout`, until exactly `count` workers are connected;
+  // whether they are.
+  bool AwaitConnectedWorkers(size_t count, absl::Duration timeout) const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   // What a change decided under the lock, carried out after it is released.

@@ -3,11 +3,9 @@
 
 #include "server/worker_gateway.h"
 
-#include <chrono>
 #include <memory>
 #include <set>
 #include <string>
-#include <thread>
 
 #include <grpcpp/grpcpp.h>
 
@@ -80,7 +78,7 @@ class WorkerGatewayTest : public test::CoordinatorServiceTest {
   static v1::WorkerMessage Register(const std::string& id) {
     v1::WorkerMessage message;
     message.mutable_register_()->set_worker_id(id);
-    message.mutable_register_()->set_link_address("127.0.0.1:7000");
+    message.mutable_register_()->set_link_address(id + ".workers.test:7000");  // never dialled
     return message;
   }
   // How the gateway ended a stream the client has finished writing to.
@@ -91,12 +89,10 @@ class WorkerGatewayTest : public test::CoordinatorServiceTest {
     }
     return opened.stream->Finish();
   }
-  // Waits (a while at most) until the manager holds `count` workers.
+  // Waits (a minute at most) until the manager holds `count` workers.
   void WaitForWorkers(size_t count) {
-    for (int i = 0; i < 1000 && manager_->connected_workers() != count; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    EXPECT_EQ(manager_->connected_workers(), count);
+    EXPECT_TRUE(manager_->AwaitConnectedWorkers(count, absl::Minutes(1)))
+        << manager_->connected_workers() << " workers connected, not " << count;
   }
 
   std::unique_ptr<v1::WorkerGateway::Stub> workers_;

@@ -5,6 +5,7 @@
 #include "operator/controller/manager.h"
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <thread>
 
@@ -70,45 +71,50 @@ class Running {
   std::thread thread_;
 };
 
-// Polls (for a minute at most) until `condition` holds.
-template <typename Condition>
-bool Eventually(Condition condition) {
-  for (int i = 0; i < 6000; ++i) {
-    if (condition()) return true;
-    absl::SleepFor(absl::Milliseconds(10));
+// What a manager told of its lead (Options::leading_changed), as events to wait on.
+struct Lead {
+  absl::Notification started, stopped;
+  std::atomic<int> level{0};  // +1 when it starts leading, -1 when it stops
+  std::function<void(bool)> Callback() {
+    return [this](bool leading) {
+      level += leading ? 1 : -1;
+      (leading ? started : stopped).Notify();
+    };
   }
-  return false;
-}
+  bool AwaitStarted() { return started.WaitForNotificationWithTimeout(absl::Minutes(1)); }
+};
 
-Manager::Options Fast() {
+Manager::Options Fast(Lead& lead) {
   Manager::Options options;
   options.poll_interval = absl::Milliseconds(5);
+  options.leading_changed = lead.Callback();
   return options;
 }
 
 TEST(ManagerTest, WithoutElectionTheRunnableRunsUntilAStopIsAsked) {
   Record record;
-  std::atomic<int> leading{0};
-  Manager::Options options = Fast();
-  options.leading_changed = [&](bool now) { leading += now ? 1 : -1; };
-  Manager manager(options, [&] { return std::make_unique<FakeRunnable>(record, absl::OkStatus()); });
+  Lead lead;
+  Manager manager(Fast(lead),
+                  [&] { return std::make_unique<FakeRunnable>(record, absl::OkStatus()); });
   Running running(manager);
-  ASSERT_TRUE(Eventually([&] { return manager.Leading(); }));
+  ASSERT_TRUE(lead.AwaitStarted());
+  EXPECT_TRUE(manager.Leading());
   EXPECT_EQ(record.started, 1);
-  EXPECT_EQ(leading, 1);
+  EXPECT_EQ(lead.level, 1);
   EXPECT_EQ(manager.Readiness(), std::make_pair(200, std::string("ok: leading")));
   record.ready = false;  // its caches not synced
   EXPECT_EQ(manager.Readiness(), std::make_pair(503, std::string("caches not synced")));
   EXPECT_TRUE(running.Stop().ok());
   EXPECT_EQ(record.stopped, 1);
-  EXPECT_EQ(leading, 0) << "told it stopped leading, once";
+  EXPECT_EQ(lead.level, 0) << "told it stopped leading, once";
   EXPECT_FALSE(manager.Leading());
   EXPECT_EQ(manager.Readiness(), std::make_pair(200, std::string("ok: standby")));
 }
 
 TEST(ManagerTest, ARunnableThatCannotStartEndsTheManagerWithItsError) {
   Record record;
-  Manager manager(Fast(), [&] {
+  Lead lead;
+  Manager manager(Fast(lead), [&] {
     return std::make_unique<FakeRunnable>(record, absl::UnavailableError("caches did not fill"));
   });
   Running running(manager);
@@ -117,6 +123,7 @@ TEST(ManagerTest, ARunnableThatCannotStartEndsTheManagerWithItsError) {
   EXPECT_EQ(status.message(), "caches did not fill");
   EXPECT_FALSE(manager.Leading());
   EXPECT_EQ(record.stopped, 0);
+  EXPECT_FALSE(lead.started.HasBeenNotified());
 }
 
 class ManagerElectionTest : public ::testing::Test {
@@ -124,8 +131,8 @@ class ManagerElectionTest : public ::testing::Test {
   void SetUp() override {
     ASSERT_TRUE(server_.ok()) << "the API server did not start; see " << server_.log_path();
   }
-  Manager::Options Replica(const std::string& identity) {
-    Manager::Options options = Fast();
+  Manager::Options Replica(const std::string& identity, Lead& lead) {
+    Manager::Options options = Fast(lead);
     options.lease_client = &client_;
     options.lease.lease_namespace = "default";
     options.lease.identity = identity;
@@ -143,12 +150,14 @@ class ManagerElectionTest : public ::testing::Test {
 // leader whose renewals fail past the renew deadline ends with Aborted.
 TEST_F(ManagerElectionTest, OnlyTheLeaderRunsTheRunnableAndLosingTheLeadEndsTheManager) {
   Record a_record, b_record;
-  Manager a(Replica("replica-a"),
+  Lead a_lead, b_lead;
+  Manager a(Replica("replica-a", a_lead),
             [&] { return std::make_unique<FakeRunnable>(a_record, absl::OkStatus()); });
-  Manager b(Replica("replica-b"),
+  Manager b(Replica("replica-b", b_lead),
             [&] { return std::make_unique<FakeRunnable>(b_record, absl::OkStatus()); });
   auto a_running = std::make_unique<Running>(a);
-  ASSERT_TRUE(Eventually([&] { return a.Leading(); }));
+  ASSERT_TRUE(a_lead.AwaitStarted());
+  EXPECT_TRUE(a.Leading());
   ASSERT_TRUE(clock_.BlockUntilWaitsBegun(1));  // a's first try is over
   const int64_t waits = clock_.waits_begun();
   Running b_running(b);
@@ -161,23 +170,22 @@ TEST_F(ManagerElectionTest, OnlyTheLeaderRunsTheRunnableAndLosingTheLeadEndsTheM
   EXPECT_TRUE(a_running->Stop().ok());
   a_running.reset();
   EXPECT_EQ(a_record.stopped, 1);
+  EXPECT_EQ(a_lead.level, 0);
   clock_.Advance(absl::Seconds(2));  // the retry period
-  ASSERT_TRUE(Eventually([&] { return b.Leading(); }));
+  ASSERT_TRUE(b_lead.AwaitStarted());
+  EXPECT_TRUE(b.Leading());
   EXPECT_EQ(b_record.started, 1);
 
-  // b's renewals fail until its renew deadline passes: it ends, Aborted, its runnable stopped.
+  // b's renewals fail from now on; past its renew deadline it no longer leads, and its
+  // manager ends, Aborted, its runnable stopped.
   ASSERT_TRUE(server_.Control("inject-error", {{"verb", "update"}, {"resource", "leases"},
                                                {"code", 500}, {"count", 100}}));
-  for (int retry = 0; retry < 8 && !b_running.Ended(); ++retry) {
-    const int64_t before = clock_.waits_begun();
-    clock_.Advance(absl::Seconds(2));
-    // The renewal is over when b waits again, or b's manager has ended (its elector stopped).
-    ASSERT_TRUE(Eventually([&] { return clock_.waits_begun() > before || b_running.Ended(); }));
-  }
+  clock_.Advance(absl::Seconds(12));
   const absl::Status lost = b_running.Wait();
   EXPECT_EQ(lost.code(), absl::StatusCode::kAborted) << lost;
   EXPECT_THAT(std::string(lost.message()), ::testing::HasSubstr("lost the leader lease"));
   EXPECT_EQ(b_record.stopped, 1);
+  EXPECT_EQ(b_lead.level, 0);
 }
 
 }  // namespace

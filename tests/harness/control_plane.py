@@ -33,6 +33,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 NODE_NAME = "paci-node"
@@ -272,18 +273,21 @@ class ControlPlane:
             return text.decode()
 
     def wait_crd_established(self, name, timeout=60):
-        """Until the CustomResourceDefinition `name` is served (its Established condition True).
+        """Until the CustomResourceDefinition `name` is served (its Established condition True),
+        watching it: the watch's first event is the object as it is, then each change.
         Not `kubectl wait --for=condition=Established`: on a CRD that has no status.conditions
         yet, a moment after it is created, that fails at once ("accessor error: <nil>")."""
-        path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/" + name
-        deadline = time.monotonic() + timeout
-        while True:
-            conditions = (self.request("GET", path).get("status") or {}).get("conditions") or []
-            if any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions):
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError("CRD %s not Established within %ss: %s" % (name, timeout, conditions))
-            time.sleep(0.1)
+        path = ("/apis/apiextensions.k8s.io/v1/customresourcedefinitions?watch=1&fieldSelector="
+                + urllib.parse.quote("metadata.name=" + name) + "&timeoutSeconds=%d" % timeout)
+        req = urllib.request.Request(self.url + path)
+        req.add_header("Authorization", "Bearer " + self.tokens["admin"])
+        conditions = []
+        with urllib.request.urlopen(req, timeout=timeout, context=self.ssl_context()) as stream:
+            for line in stream:
+                conditions = (json.loads(line)["object"].get("status") or {}).get("conditions") or []
+                if any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions):
+                    return
+        raise TimeoutError("CRD %s not Established within %ss: %s" % (name, timeout, conditions))
 
     def kubectl(self, *args, stdin=None, check=True, timeout=120, kubeconfig=None):
         return subprocess.run([os.path.join(self.bin, "kubectl"), "--kubeconfig",
