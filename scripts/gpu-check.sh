@@ -21,6 +21,10 @@
 #
 #   scripts/gpu-check.sh DEPS_DIR [OUT_DIR]      (OUT_DIR: $OUT, else gpu-check-out)
 #
+# Without cargo on the GPU machine, Hugging Face's tokenizers library comes
+# built: copy build/worker/data/hf_tokenizer_shim/release/libpaci_hf_tokenizer.a
+# (strip --strip-debug makes it 30 MB) to worker/data/hf_tokenizer_shim/prebuilt/.
+#
 # Environment: PYTHON (the python3 with torch; python3), BUILD_DIR (build-cuda),
 # JOBS (all cores), BUDGET (seconds for the whole script, 480), BENCH_ARGS
 # (more arguments for the benchmark), TARGETS (what to build), SKIP (phases

@@ -2,7 +2,8 @@
 # Downloads (does not install) Debian's packages of what building paci needs
 # and a GPU machine with only CUDA, PyTorch, cmake and a compiler lacks: gRPC,
 # protobuf with protoc and the gRPC plugins, Abseil, glog, prometheus-cpp,
-# yaml-cpp, cpp-httplib, SQLite, GoogleTest, nlohmann-json, pkg-config, and
+# yaml-cpp, cpp-httplib, SQLite, SentencePiece, GoogleTest, nlohmann-json, Gloo's
+# headers (c10d's Gloo process group, worker/runtime/replica_group.cc), pkg-config, and
 # the libraries these need in turn. scripts/gpu-check.sh unpacks them there.
 #
 #   scripts/gpu-deps.sh DIR     (about 23 MB of .deb files)
@@ -23,8 +24,9 @@ PACKAGES=(
   libprometheus-cpp-push1.0 libcivetweb-dev libcivetweb1 civetweb libcurl4-openssl-dev
   libyaml-cpp-dev libyaml-cpp0.7
   libcpp-httplib-dev libcpp-httplib0.11 libbrotli-dev libbrotli1 libssl-dev zlib1g-dev
-  libsqlite3-dev libsqlite3-0
+  libsqlite3-dev libsqlite3-0 libsentencepiece-dev libsentencepiece0
   libgtest-dev libgmock-dev googletest nlohmann-json3-dev
+  libgloo-dev
   pkgconf pkgconf-bin libpkgconf3
 )
 cd "$dir"
