@@ -21,7 +21,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       paci::op::ReconcileTrainingJob(world, paci::op::ReconcilerOptions{});
   if (actions.submit.has_value()) {
     // What is submitted is what JobSpecFromTrainingJob accepts.
-    if (!paci::op::JobSpecFromTrainingJob(job, actions.submit->name()).ok()) std::abort();
+    const paci::op::TrainingJob typed = paci::op::ParseTrainingJob(job);
+    if (!paci::op::JobSpecFromTrainingJob(typed, actions.submit->name()).ok()) std::abort();
   }
   // The answer to a submit, fed back, must be decided as well.
   world.submit_result = absl::InvalidArgumentError("refused");

@@ -87,25 +87,53 @@ const json* FindCondition(const json& status, const std::string& type) {
   return nullptr;
 }
 
+std::vector<Condition> ParseConditions(const json& conditions) {
+  std::vector<Condition> parsed;
+  if (!conditions.is_array()) return parsed;
+  for (const json& c : conditions) {
+    if (!c.is_object() || StringField(c, "type").empty()) continue;
+    parsed.push_back({StringField(c, "type"), StringField(c, "status"), StringField(c, "reason"),
+                      StringField(c, "message"), StringField(c, "lastTransitionTime"),
+                      IntField(c, "observedGeneration", 0)});
+  }
+  return parsed;
+}
+
+json ConditionsJson(const std::vector<Condition>& conditions) {
+  json written = json::array();
+  for (const Condition& c : conditions) {
+    json entry = {{"type", c.type}, {"status", c.status}, {"reason", c.reason},
+                  {"message", c.message}};
+    if (!c.last_transition_time.empty()) entry["lastTransitionTime"] = c.last_transition_time;
+    if (c.observed_generation != 0) entry["observedGeneration"] = c.observed_generation;
+    written.push_back(std::move(entry));
+  }
+  return written;
+}
+
+void SetCondition(std::vector<Condition>& conditions, const std::string& type, bool value,
+                  const std::string& reason, const std::string& message, int64_t generation,
+                  absl::Time now) {
+  const std::string truth = value ? "True" : "False";
+  auto found = std::find_if(conditions.begin(), conditions.end(),
+                            [&](const Condition& c) { return c.type == type; });
+  if (found == conditions.end()) {
+    conditions.push_back({type, "", "", "", "", 0});
+    found = conditions.end() - 1;
+  }
+  if (found->status != truth) found->last_transition_time = Rfc3339(now);
+  found->status = truth;
+  found->reason = reason;
+  found->message = message;
+  found->observed_generation = generation;
+}
+
 void SetStatusCondition(json& status, const std::string& type, bool value,
                         const std::string& reason, const std::string& message,
                         int64_t generation, absl::Time now) {
-  json& conditions = status["conditions"];
-  if (!conditions.is_array()) conditions = json::array();
-  const std::string truth = value ? "True" : "False";
-  json* found = nullptr;
-  for (json& condition : conditions) {
-    if (StringField(condition, "type") == type) found = &condition;
-  }
-  if (found == nullptr) {
-    conditions.push_back({{"type", type}});
-    found = &conditions.back();
-  }
-  if (StringField(*found, "status") != truth) (*found)["lastTransitionTime"] = Rfc3339(now);
-  (*found)["status"] = truth;
-  (*found)["reason"] = reason;
-  (*found)["message"] = message;
-  (*found)["observedGeneration"] = generation;
+  std::vector<Condition> conditions = ParseConditions(Field(status, "conditions"));
+  SetCondition(conditions, type, value, reason, message, generation, now);
+  status["conditions"] = ConditionsJson(conditions);
 }
 
 }  // namespace paci::kube

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -37,8 +38,24 @@ nlohmann::json FinalizersWith(const nlohmann::json& object, const char* finalize
 nlohmann::json FinalizersWithout(const nlohmann::json& object, const char* finalizer);
 
 // Status conditions (metav1.Condition), as apimeta.SetStatusCondition keeps
-// them: status.conditions' entry `type`, or null; setting one keeps its
-// lastTransitionTime unless its status changes.
+// them: setting one keeps its lastTransitionTime unless its status changes.
+struct Condition {
+  std::string type;
+  std::string status;  // "True", "False" or "Unknown"
+  std::string reason;
+  std::string message;
+  std::string last_transition_time;  // RFC 3339; "" when absent
+  int64_t observed_generation = 0;   // 0 when absent
+};
+// A status's conditions array (entries that are no object, or have no type,
+// are left out), and back.
+std::vector<Condition> ParseConditions(const nlohmann::json& conditions);
+nlohmann::json ConditionsJson(const std::vector<Condition>& conditions);
+void SetCondition(std::vector<Condition>& conditions, const std::string& type, bool value,
+                  const std::string& reason, const std::string& message, int64_t generation,
+                  absl::Time now);
+// The same on an object's JSON status (a Workload's): status.conditions'
+// entry `type`, or null; SetCondition on status.conditions.
 const nlohmann::json* FindCondition(const nlohmann::json& status, const std::string& type);
 void SetStatusCondition(nlohmann::json& status, const std::string& type, bool value,
                         const std::string& reason, const std::string& message,

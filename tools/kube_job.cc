@@ -14,11 +14,7 @@
 namespace paci {
 
 using nlohmann::json;
-using kube::Field;
-using kube::IntField;
-using kube::MetaString;
 using kube::ParseRfc3339;
-using kube::StringField;
 
 namespace {
 
@@ -26,14 +22,7 @@ namespace {
 // DatasetReady, which says it when it does not (False, with a reason).
 constexpr const char* kTroubleWhenTrue[] = {"Failed", "Suspended", "WorkersBlocked", "Stalled"};
 
-std::optional<double> NumberField(const json& object, const char* key) {
-  const json& value = Field(object, key);
-  if (!value.is_number()) return std::nullopt;
-  return value.get<double>();
-}
-
-std::string Loss(const json& status, const char* key) {
-  std::optional<double> loss = NumberField(status, key);
+std::string Loss(const std::optional<double>& loss) {
   return loss ? absl::StrFormat("%.4f", *loss) : "-";
 }
 
@@ -52,6 +41,13 @@ std::string Since(const std::string& rfc3339, absl::Time now) {
   return absl::StrCat(absl::FormatDuration(absl::Trunc(now - then, absl::Seconds(1))), " ago");
 }
 
+// The spec's pipeline as written (defaults where it cannot be read).
+v1::PipelineSpec Pipeline(const op::TrainingJob& job) {
+  return job.spec.job.ok() ? job.spec.job->pipeline() : v1::PipelineSpec();
+}
+int64_t NumStages(const v1::PipelineSpec& pipeline) { return std::max(pipeline.num_stages(), 1); }
+int64_t Replicas(const v1::PipelineSpec& pipeline) { return std::max(pipeline.data_parallel(), 1); }
+
 }  // namespace
 
 std::optional<std::string> TrainingJobName(std::string_view argument) {
@@ -63,8 +59,10 @@ std::optional<std::string> TrainingJobName(std::string_view argument) {
   return std::nullopt;
 }
 
-absl::StatusOr<json> GetTrainingJob(kube::KubeClient& kube, const std::string& ns,
-                                    const std::string& name) {
+namespace {
+
+absl::StatusOr<json> GetTrainingJobObject(kube::KubeClient& kube, const std::string& ns,
+                                          const std::string& name) {
   const std::string where = Namespace(kube, ns);
   absl::StatusOr<json> job = kube.Get(absl::StrCat(Jobs(where), "/", name));
   if (absl::IsNotFound(job.status())) {
@@ -73,133 +71,121 @@ absl::StatusOr<json> GetTrainingJob(kube::KubeClient& kube, const std::string& n
   return job;
 }
 
-bool TrainingJobFinished(const json& job) {
-  return op::IsFinished(StringField(Field(job, "status"), "phase"));
+}  // namespace
+
+absl::StatusOr<op::TrainingJob> GetTrainingJob(kube::KubeClient& kube, const std::string& ns,
+                                               const std::string& name) {
+  absl::StatusOr<json> job = GetTrainingJobObject(kube, ns, name);
+  if (!job.ok()) return job.status();
+  return op::ParseTrainingJob(*job);
 }
 
-bool TrainingJobSucceeded(const json& job) {
-  return StringField(Field(job, "status"), "phase") == op::kPhaseSucceeded;
+bool TrainingJobFinished(const op::TrainingJobStatus& status) {
+  return op::IsFinished(status.phase);
 }
 
-std::string PhaseLine(const json& job) {
-  const json& status = Field(job, "status");
-  const std::string phase = StringField(status, "phase");
-  std::string line = phase.empty() ? "(no status yet)" : phase;
-  const std::string message = StringField(status, "message");
-  if (!message.empty()) absl::StrAppend(&line, ": ", message);
-  const json& conditions = Field(status, "conditions");
-  if (!conditions.is_array()) return line;
-  for (const json& c : conditions) {
-    const std::string type = StringField(c, "type");
-    const bool holds = StringField(c, "status") == "True";
+bool TrainingJobSucceeded(const op::TrainingJobStatus& status) {
+  return status.phase == op::kPhaseSucceeded;
+}
+
+std::string PhaseLine(const op::TrainingJobStatus& status) {
+  std::string line = status.phase.empty() ? "(no status yet)" : status.phase;
+  if (!status.message.empty()) absl::StrAppend(&line, ": ", status.message);
+  for (const kube::Condition& c : status.conditions) {
+    const bool holds = c.status == "True";
     const bool trouble =
-        holds ? std::find(std::begin(kTroubleWhenTrue), std::end(kTroubleWhenTrue), type) !=
+        holds ? std::find(std::begin(kTroubleWhenTrue), std::end(kTroubleWhenTrue), c.type) !=
                     std::end(kTroubleWhenTrue)
-              : type == "DatasetReady" || type == "WorkersAdmitted";
-    const std::string why = StringField(c, "message");
-    if (!trouble || why.empty() || why == message) continue;
-    absl::StrAppend(&line, " (", type, " ", StringField(c, "reason"), ": ", why, ")");
+              : c.type == "DatasetReady" || c.type == "WorkersAdmitted";
+    if (!trouble || c.message.empty() || c.message == status.message) continue;
+    absl::StrAppend(&line, " (", c.type, " ", c.reason, ": ", c.message, ")");
   }
   return line;
 }
 
-ProgressView ViewOfTrainingJob(const json& job, absl::Time now) {
-  const json& pipeline = Field(Field(job, "spec"), "pipeline");
-  const json& status = Field(job, "status");
+ProgressView ViewOfTrainingJob(const op::TrainingJob& job, absl::Time now) {
+  const v1::PipelineSpec pipeline = Pipeline(job);
+  const op::TrainingJobStatus& status = job.status;
   ProgressView view;
-  view.num_stages = static_cast<int>(IntField(pipeline, "numStages", 1) *
-                                     IntField(pipeline, "dataParallel", 1));
-  view.step = IntField(status, "step", 0);
-  view.total_steps = IntField(status, "totalSteps", 0);
-  view.train_loss = NumberField(status, "trainLoss");
-  view.validation_loss = NumberField(status, "validationLoss");
-  view.tokens_per_second = NumberField(status, "tokensPerSecond").value_or(0);
-  const json& stages = Field(status, "stages");
-  if (stages.is_array()) {
-    for (const json& stage : stages) {
-      if (!StringField(stage, "pod").empty()) ++view.joined;
-      view.drift_max.push_back(IntField(stage, "maxDrift", 0));
-    }
+  view.num_stages = static_cast<int>(NumStages(pipeline) * Replicas(pipeline));
+  view.step = status.step.value_or(0);
+  view.total_steps = status.total_steps.value_or(0);
+  view.train_loss = status.train_loss;
+  view.validation_loss = status.validation_loss;
+  view.tokens_per_second = static_cast<double>(status.tokens_per_second.value_or(0));
+  for (const op::StageStatus& stage : status.stages.value_or(std::vector<op::StageStatus>{})) {
+    if (!stage.pod.empty()) ++view.joined;
+    view.drift_max.push_back(stage.max_drift);
   }
   absl::Time start;
   if (view.step > 0 && view.total_steps >= view.step &&
-      ParseRfc3339(StringField(status, "startTime"), &start) && now > start) {
+      ParseRfc3339(status.start_time, &start) && now > start) {
     view.eta = (now - start) * (static_cast<double>(view.total_steps - view.step) / view.step);
   }
   return view;
 }
 
-std::string FormatTrainingJob(const json& job, absl::Time now) {
-  const json& status = Field(job, "status");
-  const json& pipeline = Field(Field(job, "spec"), "pipeline");
+std::string FormatTrainingJob(const op::TrainingJob& job, absl::Time now) {
+  const op::TrainingJobStatus& status = job.status;
+  const v1::PipelineSpec pipeline = Pipeline(job);
   std::string out = absl::StrCat(
-      "trainingjob: ", MetaString(job, "namespace"), "/", MetaString(job, "name"),
-      "\nphase:       ", PhaseLine(job),
-      "\ncoordinator: ",
-      StringField(status, "coordinatorJob").empty() ? "-"
-                                                        : StringField(status, "coordinatorJob"),
-      " (attempt ", IntField(status, "attempt", 0), ", restarts ",
-      IntField(status, "restarts", 0), ")",
-      "\nstep:        ", IntField(status, "step", 0), "/", IntField(status, "totalSteps", 0));
-  if (const int64_t saved = IntField(status, "checkpointStep", 0); saved > 0) {
+      "trainingjob: ", job.metadata.namespace_name, "/", job.metadata.name,
+      "\nphase:       ", PhaseLine(status),
+      "\ncoordinator: ", status.coordinator_job.empty() ? "-" : status.coordinator_job,
+      " (attempt ", status.attempt.value_or(0), ", restarts ", status.restarts.value_or(0), ")",
+      "\nstep:        ", status.step.value_or(0), "/", status.total_steps.value_or(0));
+  if (const int64_t saved = status.checkpoint_step.value_or(0); saved > 0) {
     absl::StrAppend(&out, " (checkpoint step ", saved, ")");
   }
   absl::StrAppend(
-      &out, "\ntrain loss:  ", Loss(status, "trainLoss"), "\nval loss:    ",
-      Loss(status, "validationLoss"), "\ntokens/s:    ",
-      FormatThousands(std::llround(NumberField(status, "tokensPerSecond").value_or(0))),
-      "\ndrift:       max ", IntField(status, "maxDrift", 0), ", limit ",
-      IntField(status, "driftLimit", IntField(pipeline, "maxDrift", 0)),
-      " (accumulation ",
-      IntField(status, "accumulation", IntField(pipeline, "accumulation", 0)), ")",
-      "\nstages:      ", IntField(pipeline, "numStages", 1), " x ",
-      IntField(pipeline, "dataParallel", 1), " replicas",
-      "\ncreated:     ", Since(MetaString(job, "creationTimestamp"), now),
-      "\nstarted:     ", Since(StringField(status, "startTime"), now));
-  if (const std::string done = StringField(status, "completionTime"); !done.empty()) {
-    absl::StrAppend(&out, "\nended:       ", Since(done, now));
+      &out, "\ntrain loss:  ", Loss(status.train_loss), "\nval loss:    ",
+      Loss(status.validation_loss), "\ntokens/s:    ",
+      FormatThousands(status.tokens_per_second.value_or(0)),
+      "\ndrift:       max ", status.max_drift.value_or(0), ", limit ",
+      status.drift_limit.value_or(pipeline.max_drift()),
+      " (accumulation ", status.accumulation.value_or(pipeline.accumulation()), ")",
+      "\nstages:      ", NumStages(pipeline), " x ", Replicas(pipeline), " replicas",
+      "\ncreated:     ", Since(job.metadata.creation_timestamp, now),
+      "\nstarted:     ", Since(status.start_time, now));
+  if (!status.completion_time.empty()) {
+    absl::StrAppend(&out, "\nended:       ", Since(status.completion_time, now));
   }
   // spec.parity: which run is under way, then the result.
-  if (const json& parity = Field(status, "parity"); parity.contains("run")) {
-    const std::string summary = StringField(parity, "summary");
+  if (status.parity && status.parity->run) {
+    const op::ParityStatus& parity = *status.parity;
     absl::StrAppend(&out, "\nparity:      ",
-                    summary.empty() ? absl::StrCat("run ", IntField(parity, "run", 0), " of ",
-                                                   IntField(parity, "totalRuns", 0))
-                                    : absl::StrCat("the gap to the flush ", summary));
+                    parity.summary.empty()
+                        ? absl::StrCat("run ", *parity.run, " of ", parity.total_runs.value_or(0))
+                        : absl::StrCat("the gap to the flush ", parity.summary));
   }
   absl::StrAppend(&out, "\nconditions:\n");
-  const json& conditions = Field(status, "conditions");
-  for (const json& c : conditions.is_array() ? conditions : json::array()) {
-    absl::StrAppend(&out, absl::StrFormat("  %-15s %-5s %-22s %s\n", StringField(c, "type"),
-                                          StringField(c, "status"),
-                                          StringField(c, "reason"),
-                                          StringField(c, "message")));
+  for (const kube::Condition& c : status.conditions) {
+    absl::StrAppend(&out, absl::StrFormat("  %-15s %-5s %-22s %s\n", c.type, c.status, c.reason,
+                                          c.message));
   }
   absl::StrAppend(&out, "stages:\n");
-  const json& stages = Field(status, "stages");
-  for (const json& st : stages.is_array() ? stages : json::array()) {
-    const std::string pod = StringField(st, "pod");
+  for (const op::StageStatus& st : status.stages.value_or(std::vector<op::StageStatus>{})) {
     absl::StrAppend(&out, absl::StrFormat(
-        "  stage %d replica %d  pod %-24s drift %d/%d  idle %.1f%%\n",
-        IntField(st, "stage", 0), IntField(st, "replica", 0), pod.empty() ? "-" : pod,
-        IntField(st, "maxDrift", 0), IntField(st, "driftBound", 0),
-        100 * NumberField(st, "idleFraction").value_or(0)));
+        "  stage %d replica %d  pod %-24s drift %d/%d  idle %.1f%%\n", st.stage, st.replica,
+        st.pod.empty() ? "-" : st.pod, st.max_drift, st.drift_bound,
+        100 * st.idle_fraction.value_or(0)));
   }
   return out;
 }
 
-absl::StatusOr<json> WatchTrainingJob(kube::KubeClient& kube, const std::string& ns,
-                                      const std::string& name,
-                                      const std::function<void(const json&)>& on_change) {
+absl::StatusOr<op::TrainingJob> WatchTrainingJob(
+    kube::KubeClient& kube, const std::string& ns, const std::string& name,
+    const std::function<void(const op::TrainingJob&)>& on_change) {
   const std::string where = Namespace(kube, ns);
-  absl::StatusOr<json> job = GetTrainingJob(kube, where, name);
-  if (!job.ok()) return job.status();
-  on_change(*job);
+  absl::StatusOr<json> object = GetTrainingJobObject(kube, where, name);
+  if (!object.ok()) return object.status();
+  op::TrainingJob job = op::ParseTrainingJob(*object);
+  on_change(job);
   const absl::Status deleted = absl::NotFoundError(
       absl::StrCat("TrainingJob ", name, " in namespace ", where, " was deleted"));
-  while (!TrainingJobFinished(*job)) {
+  while (!TrainingJobFinished(job.status)) {
     kube::WatchOptions options;
-    options.resource_version = MetaString(*job, "resourceVersion");
+    options.resource_version = job.metadata.resource_version;
     options.field_selector = "metadata.name=" + name;
     bool gone = false;
     const absl::Status watched = kube.Watch(Jobs(where), options, [&](const kube::WatchEvent& e) {
@@ -208,12 +194,12 @@ absl::StatusOr<json> WatchTrainingJob(kube::KubeClient& kube, const std::string&
         return false;
       }
       if (e.type == "BOOKMARK") {  // only a newer resourceVersion to resume from
-        (*job)["metadata"]["resourceVersion"] = MetaString(e.object, "resourceVersion");
+        job.metadata.resource_version = kube::MetaString(e.object, "resourceVersion");
         return true;
       }
-      *job = e.object;
-      on_change(*job);
-      return !TrainingJobFinished(*job);
+      job = op::ParseTrainingJob(e.object);
+      on_change(job);
+      return !TrainingJobFinished(job.status);
     });
     if (gone) return deleted;
     if (watched.ok()) continue;  // ended by the server (its timeout), or the job ended
@@ -221,10 +207,11 @@ absl::StatusOr<json> WatchTrainingJob(kube::KubeClient& kube, const std::string&
     // Too old to resume (410), or the connection dropped: read it again, and
     // watch on from there (a moment later, when the server may be restarting).
     if (absl::IsUnavailable(watched)) absl::SleepFor(absl::Seconds(1));
-    job = GetTrainingJob(kube, where, name);
-    if (absl::IsNotFound(job.status())) return deleted;
-    if (!job.ok()) return job.status();
-    on_change(*job);
+    object = GetTrainingJobObject(kube, where, name);
+    if (absl::IsNotFound(object.status())) return deleted;
+    if (!object.ok()) return object.status();
+    job = op::ParseTrainingJob(*object);
+    on_change(job);
   }
   return job;
 }

@@ -10,11 +10,10 @@
 #include <string>
 #include <string_view>
 
-#include <nlohmann/json.hpp>
-
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "kube/kube_client.h"
+#include "operator/api/training_job.h"
 #include "tools/progress_printer.h"
 
 namespace paci {
@@ -25,33 +24,33 @@ std::optional<std::string> TrainingJobName(std::string_view argument);
 
 // The TrainingJob `name` in `ns` (empty: the kubeconfig's namespace). NotFound
 // naming the TrainingJob and namespace when there is none.
-absl::StatusOr<nlohmann::json> GetTrainingJob(kube::KubeClient& kube, const std::string& ns,
-                                              const std::string& name);
+absl::StatusOr<op::TrainingJob> GetTrainingJob(kube::KubeClient& kube, const std::string& ns,
+                                               const std::string& name);
 
 // `pacictl get trainingjob/NAME`: phase, why (the conditions' reasons and
 // messages), progress, losses, drift, the coordinator's job, the stages' pods.
-std::string FormatTrainingJob(const nlohmann::json& job, absl::Time now);
+std::string FormatTrainingJob(const op::TrainingJob& job, absl::Time now);
 
 // The live progress line's view of a TrainingJob's status (the ETA from its
 // startTime and step rate, as of `now`).
-ProgressView ViewOfTrainingJob(const nlohmann::json& job, absl::Time now);
+ProgressView ViewOfTrainingJob(const op::TrainingJob& job, absl::Time now);
 
 // "Running", or "Failed: InvalidSpec: spec.pipeline...": the phase and, when
 // the status gives them, the reason of the condition that is not met and the
 // message. What `watch` prints when it changes.
-std::string PhaseLine(const nlohmann::json& job);
+std::string PhaseLine(const op::TrainingJobStatus& status);
 
 // Whether the TrainingJob has ended (Succeeded, Failed, Cancelled); whether
 // it succeeded.
-bool TrainingJobFinished(const nlohmann::json& job);
-bool TrainingJobSucceeded(const nlohmann::json& job);
+bool TrainingJobFinished(const op::TrainingJobStatus& status);
+bool TrainingJobSucceeded(const op::TrainingJobStatus& status);
 
 // Hands `on_change` the TrainingJob now and each version the API server
 // stores after it, until it has ended: returns that last version. A watch the
 // server ends, or one too old to resume (410), is started again. NotFound when
 // it is deleted (or never was).
-absl::StatusOr<nlohmann::json> WatchTrainingJob(
+absl::StatusOr<op::TrainingJob> WatchTrainingJob(
     kube::KubeClient& kube, const std::string& ns, const std::string& name,
-    const std::function<void(const nlohmann::json&)>& on_change);
+    const std::function<void(const op::TrainingJob&)>& on_change);
 
 }  // namespace paci

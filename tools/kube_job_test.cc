@@ -63,7 +63,7 @@ TEST(KubeJobTest, ATrainingJobIsNamedAsKubectlSpellsItsResource) {
 }
 
 TEST(KubeJobTest, TheDetailsSayWhereTheJobIsAndWhereItsStagesRun) {
-  const std::string text = FormatTrainingJob(RunningJob(), kNow);
+  const std::string text = FormatTrainingJob(op::ParseTrainingJob(RunningJob()), kNow);
   EXPECT_THAT(text, HasSubstr("trainingjob: team-a/kjv\n"));
   EXPECT_THAT(text, HasSubstr("phase:       Running\n"));
   EXPECT_THAT(text, HasSubstr("coordinator: kjv-1a2b3c4d-g1 (attempt 2, restarts 1)\n"));
@@ -78,12 +78,12 @@ TEST(KubeJobTest, TheDetailsSayWhereTheJobIsAndWhereItsStagesRun) {
 
 // spec.parity: the run under way, then the result; nothing for a job without the check.
 TEST(KubeJobTest, TheDetailsSayWhereAParityCheckIs) {
-  EXPECT_THAT(FormatTrainingJob(RunningJob(), kNow), Not(HasSubstr("parity:")));
+  EXPECT_THAT(FormatTrainingJob(op::ParseTrainingJob(RunningJob()), kNow), Not(HasSubstr("parity:")));
   json job = RunningJob();
   job["status"]["parity"] = {{"run", 3}, {"totalRuns", 6}};
-  EXPECT_THAT(FormatTrainingJob(job, kNow), HasSubstr("\nparity:      run 3 of 6\n"));
+  EXPECT_THAT(FormatTrainingJob(op::ParseTrainingJob(job), kNow), HasSubstr("\nparity:      run 3 of 6\n"));
   job["status"]["parity"]["summary"] = "+0.50% (spread 0.20 points) at 1.20x the flush's tokens/s";
-  EXPECT_THAT(FormatTrainingJob(job, kNow),
+  EXPECT_THAT(FormatTrainingJob(op::ParseTrainingJob(job), kNow),
               HasSubstr("\nparity:      the gap to the flush +0.50% (spread 0.20 points) at "
                         "1.20x the flush's tokens/s\n"));
 }
@@ -91,7 +91,7 @@ TEST(KubeJobTest, TheDetailsSayWhereAParityCheckIs) {
 TEST(KubeJobTest, AJobWithoutStatusOrLossesPrintsDashes) {
   json job = RunningJob();
   job.erase("status");
-  const std::string text = FormatTrainingJob(job, kNow);
+  const std::string text = FormatTrainingJob(op::ParseTrainingJob(job), kNow);
   EXPECT_THAT(text, HasSubstr("phase:       (no status yet)\n"));
   EXPECT_THAT(text, HasSubstr("coordinator: - (attempt 0, restarts 0)\n"));
   EXPECT_THAT(text, HasSubstr("train loss:  -\nval loss:    -\n"));
@@ -109,13 +109,13 @@ TEST(KubeJobTest, ThePhaseLineSaysWhyAJobWaitsOrStopped) {
   job["status"]["conditions"].push_back(
       {{"type", "WorkersAdmitted"}, {"status", "False"}, {"reason", "WaitingForCapacity"},
        {"message", "2 worker pods at the gate ask for cpu 12 together"}});
-  EXPECT_EQ(PhaseLine(job),
+  EXPECT_EQ(PhaseLine(op::ParseTrainingJob(job).status),
             "Pending (WorkersBlocked Unschedulable: kjv-worker-1: 0/1 nodes are available: "
             "Insufficient cpu) (DatasetReady Preparing: tokenizing) (WorkersAdmitted "
             "WaitingForCapacity: 2 worker pods at the gate ask for cpu 12 together)");
   // Released: nothing to say.
   job["status"]["conditions"].back()["status"] = "True";
-  EXPECT_THAT(PhaseLine(job), Not(HasSubstr("WorkersAdmitted")));
+  EXPECT_THAT(PhaseLine(op::ParseTrainingJob(job).status), Not(HasSubstr("WorkersAdmitted")));
   json failed = RunningJob();
   failed["status"]["phase"] = "Failed";
   failed["status"]["message"] = "spec.model.num_layers: 2 stages need at least 2 layers";
@@ -124,14 +124,14 @@ TEST(KubeJobTest, ThePhaseLineSaysWhyAJobWaitsOrStopped) {
                                      {"reason", "InvalidSpec"},
                                      {"message", failed["status"]["message"]}}};
   // The message once, not again from the condition that carries it.
-  EXPECT_EQ(PhaseLine(failed), "Failed: spec.model.num_layers: 2 stages need at least 2 layers");
-  EXPECT_TRUE(TrainingJobFinished(failed));
-  EXPECT_FALSE(TrainingJobSucceeded(failed));
-  EXPECT_FALSE(TrainingJobFinished(job));
+  EXPECT_EQ(PhaseLine(op::ParseTrainingJob(failed).status), "Failed: spec.model.num_layers: 2 stages need at least 2 layers");
+  EXPECT_TRUE(TrainingJobFinished(op::ParseTrainingJob(failed).status));
+  EXPECT_FALSE(TrainingJobSucceeded(op::ParseTrainingJob(failed).status));
+  EXPECT_FALSE(TrainingJobFinished(op::ParseTrainingJob(job).status));
 }
 
 TEST(KubeJobTest, TheProgressViewCountsPlacedStagesAndExtrapolatesTheEta) {
-  ProgressView view = ViewOfTrainingJob(RunningJob(), kNow);
+  ProgressView view = ViewOfTrainingJob(op::ParseTrainingJob(RunningJob()), kNow);
   EXPECT_EQ(view.num_stages, 2);
   EXPECT_EQ(view.joined, 2);
   EXPECT_EQ(view.step, 40);
@@ -236,10 +236,11 @@ json Status(const std::string& phase, int64_t step) {
 }
 
 TEST_F(KubeJobServerTest, AMissingTrainingJobIsNotFoundNamingItAndItsNamespace) {
-  absl::StatusOr<json> job = GetTrainingJob(kube_, "", "no-such-job");
+  absl::StatusOr<op::TrainingJob> job = GetTrainingJob(kube_, "", "no-such-job");
   EXPECT_EQ(job.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(job.status().message(), HasSubstr("no TrainingJob no-such-job in namespace default"));
-  absl::StatusOr<json> watched = WatchTrainingJob(kube_, "", "no-such-job", [](const json&) {});
+  absl::StatusOr<op::TrainingJob> watched =
+      WatchTrainingJob(kube_, "", "no-such-job", [](const op::TrainingJob&) {});
   EXPECT_EQ(watched.status().code(), absl::StatusCode::kNotFound);
 }
 
@@ -249,7 +250,7 @@ TEST_F(KubeJobServerTest, GetReadsTheStatusTheOperatorWrote) {
   status["checkpointStep"] = 30;
   status["coordinatorJob"] = "get-me-0123abcd-g1";
   SetStatus("get-me", status);
-  absl::StatusOr<json> job = GetTrainingJob(kube_, "default", "get-me");
+  absl::StatusOr<op::TrainingJob> job = GetTrainingJob(kube_, "default", "get-me");
   ASSERT_TRUE(job.ok()) << job.status();
   const std::string text = FormatTrainingJob(*job, absl::Now());
   EXPECT_THAT(text, HasSubstr("trainingjob: default/get-me\nphase:       Running\n"));
@@ -281,15 +282,15 @@ TEST_F(KubeJobServerTest, WatchFollowsEveryChangeToTheEndThroughACutWatch) {
     wait_for(3);
     SetStatus("watch-me", Status("Succeeded", 60));
   });
-  absl::StatusOr<json> last = WatchTrainingJob(kube_, "default", "watch-me", [&](const json& job) {
-    absl::MutexLock lock(&mutex);
-    const json& status = Field(job, "status");
-    steps.push_back(IntField(status, "step", 0));
-    phases.push_back(StringField(status, "phase"));
-  });
+  absl::StatusOr<op::TrainingJob> last =
+      WatchTrainingJob(kube_, "default", "watch-me", [&](const op::TrainingJob& job) {
+        absl::MutexLock lock(&mutex);
+        steps.push_back(job.status.step.value_or(0));
+        phases.push_back(job.status.phase);
+      });
   writer.join();
   ASSERT_TRUE(last.ok()) << last.status();
-  EXPECT_EQ(StringField(Field(*last, "status"), "phase"), "Succeeded");
+  EXPECT_EQ(last->status.phase, "Succeeded");
   absl::MutexLock lock(&mutex);
   // The job as created (no status), then each write; a version may be handed
   // over twice (read again after the cut), never out of order.
@@ -309,9 +310,10 @@ TEST_F(KubeJobServerTest, WatchOfAJobThatIsDeletedEndsNotFoundSayingSo) {
     EXPECT_TRUE(watching.WaitForNotificationWithTimeout(absl::Seconds(30)));
     EXPECT_TRUE(kube_.Delete(Jobs() + "/delete-me").ok());
   });
-  absl::StatusOr<json> last = WatchTrainingJob(kube_, "default", "delete-me", [&](const json&) {
-    if (!watching.HasBeenNotified()) watching.Notify();
-  });
+  absl::StatusOr<op::TrainingJob> last =
+      WatchTrainingJob(kube_, "default", "delete-me", [&](const op::TrainingJob&) {
+        if (!watching.HasBeenNotified()) watching.Notify();
+      });
   deleter.join();
   EXPECT_EQ(last.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(last.status().message(),

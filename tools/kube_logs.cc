@@ -13,10 +13,6 @@
 namespace paci {
 
 using nlohmann::json;
-using kube::Field;
-using kube::IntField;
-using kube::MetaString;
-using kube::StringField;
 
 std::string KubeconfigPath(const std::string& flag) {
   if (!flag.empty()) return flag;
@@ -27,12 +23,13 @@ std::string KubeconfigPath(const std::string& flag) {
   return absl::StrCat(home != nullptr ? home : "", "/.kube/config");
 }
 
-absl::StatusOr<std::string> PodOfRequest(const json& job, const LogsRequest& request) {
-  const std::string name = MetaString(job, "name");
+absl::StatusOr<std::string> PodOfRequest(const op::TrainingJob& job,
+                                         const LogsRequest& request) {
+  const std::string& name = job.metadata.name;
   if (request.dataset) return op::DatasetPodName(name);
-  const json& pipeline = Field(Field(job, "spec"), "pipeline");
-  const int64_t stages = IntField(pipeline, "numStages", 1);
-  const int64_t replicas = IntField(pipeline, "dataParallel", 1);
+  const v1::PipelineSpec pipeline = job.spec.job.ok() ? job.spec.job->pipeline() : v1::PipelineSpec();
+  const int64_t stages = std::max(pipeline.num_stages(), 1);
+  const int64_t replicas = std::max(pipeline.data_parallel(), 1);
   if (request.stage < 0 || request.stage >= stages) {
     return absl::InvalidArgumentError(absl::StrCat("--stage: ", request.stage,
                                                    " is not a stage of ", name, ", which has ",
@@ -43,18 +40,12 @@ absl::StatusOr<std::string> PodOfRequest(const json& job, const LogsRequest& req
                                                    " is not a replica of ", name, ", which has ",
                                                    replicas));
   }
-  const json& status = Field(job, "status");
-  const json& placed = Field(status, "stages");
-  if (placed.is_array()) {
-    for (const json& stage : placed) {
-      if (IntField(stage, "stage", -1) == request.stage &&
-          IntField(stage, "replica", 0) == request.replica &&
-          !StringField(stage, "pod").empty()) {
-        return StringField(stage, "pod");
-      }
+  for (const op::StageStatus& stage : job.status.stages.value_or(std::vector<op::StageStatus>{})) {
+    if (stage.stage == request.stage && stage.replica == request.replica && !stage.pod.empty()) {
+      return stage.pod;
     }
   }
-  const std::string phase = StringField(status, "phase");
+  const std::string& phase = job.status.phase;
   return absl::FailedPreconditionError(absl::StrCat(
       "no pod runs stage ", request.stage, " replica ", request.replica, " of ", name,
       " yet (phase ", phase.empty() ? "none" : phase,
@@ -68,7 +59,7 @@ absl::StatusOr<std::string> LogPath(kube::KubeClient& kube, const LogsRequest& r
                                     bool follow) {
   const std::string ns =
       request.namespace_.empty() ? kube.options().default_namespace : request.namespace_;
-  absl::StatusOr<json> job = GetTrainingJob(kube, ns, request.job);
+  absl::StatusOr<op::TrainingJob> job = GetTrainingJob(kube, ns, request.job);
   if (!job.ok()) return job.status();
   absl::StatusOr<std::string> pod = PodOfRequest(*job, request);
   if (!pod.ok()) return pod.status();

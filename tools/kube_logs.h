@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
+#include "operator/api/training_job.h"
 #include "kube/kube_client.h"
 
 namespace paci {
@@ -33,7 +34,8 @@ std::string KubeconfigPath(const std::string& flag);
 // "<job>-dataset" for the dataset, else the pod .status.stages[] names for the
 // stage and replica. InvalidArgument naming --stage or --replica outside the
 // job's pipeline; FailedPrecondition when no pod runs it yet (the job's phase).
-absl::StatusOr<std::string> PodOfRequest(const nlohmann::json& job, const LogsRequest& request);
+absl::StatusOr<std::string> PodOfRequest(const op::TrainingJob& job,
+                                         const LogsRequest& request);
 
 // The log text of the request's pod. NotFound naming the TrainingJob when there
 // is none; the API server's refusal otherwise.

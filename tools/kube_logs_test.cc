@@ -25,27 +25,27 @@ json Job() {
 TEST(KubeLogsTest, AStagesPodIsTheOneItsStatusNames) {
   LogsRequest request{"kjv"};
   request.stage = 1;
-  EXPECT_EQ(*PodOfRequest(Job(), request), "kjv-worker-0");
+  EXPECT_EQ(*PodOfRequest(op::ParseTrainingJob(Job()), request), "kjv-worker-0");
   request.replica = 1;
   request.stage = 0;
-  EXPECT_EQ(*PodOfRequest(Job(), request), "kjv-worker-1");
+  EXPECT_EQ(*PodOfRequest(op::ParseTrainingJob(Job()), request), "kjv-worker-1");
   request.dataset = true;
-  EXPECT_EQ(*PodOfRequest(Job(), request), "kjv-dataset");
+  EXPECT_EQ(*PodOfRequest(op::ParseTrainingJob(Job()), request), "kjv-dataset");
 }
 
 TEST(KubeLogsTest, AStageOutsideThePipelineOrNotPlacedYetIsRefusedSayingWhy) {
   LogsRequest request{"kjv"};
   request.stage = 2;
-  absl::StatusOr<std::string> pod = PodOfRequest(Job(), request);
+  absl::StatusOr<std::string> pod = PodOfRequest(op::ParseTrainingJob(Job()), request);
   EXPECT_EQ(pod.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(pod.status().message(), HasSubstr("--stage: 2 is not a stage of kjv, which has 2"));
   request.stage = 0;
   request.replica = 2;
-  EXPECT_THAT(PodOfRequest(Job(), request).status().message(), HasSubstr("--replica: 2"));
+  EXPECT_THAT(PodOfRequest(op::ParseTrainingJob(Job()), request).status().message(), HasSubstr("--replica: 2"));
   json pending = Job();
   pending["status"] = {{"phase", "Initializing"}};
   request.replica = 0;
-  pod = PodOfRequest(pending, request);
+  pod = PodOfRequest(op::ParseTrainingJob(pending), request);
   EXPECT_EQ(pod.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(pod.status().message(), HasSubstr("no pod runs stage 0 replica 0 of kjv yet "
                                                 "(phase Initializing)"));

@@ -1,4 +1,4 @@
-#include "operator/reconcile/worker_template.h"
+#include "operator/api/worker_template.h"
 
 #include <algorithm>
 #include <iterator>

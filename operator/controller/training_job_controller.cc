@@ -159,11 +159,11 @@ void TrainingJobController::Work() {
 void TrainingJobController::UpdateJobSeries() {
   absl::MutexLock lock(&series_mutex_);
   std::vector<OperatorMetrics::TrainingJob> jobs;
-  jobs_->Visit([&](const json& job) {
-    const json& status = Field(job, "status");
-    const std::string phase = StringField(status, "phase");
-    jobs.push_back({MetaString(job, "namespace"), MetaString(job, "name"),
-                    phase.empty() ? "Pending" : phase, StringField(status, "coordinatorJob")});
+  jobs_->Visit([&](const json& object) {
+    const ObjectMeta meta = ParseObjectMeta(object);
+    const TrainingJobStatus status = ParseTrainingJobStatus(object);
+    jobs.push_back({meta.namespace_name, meta.name,
+                    status.phase.empty() ? "Pending" : status.phase, status.coordinator_job});
   });
   metrics_.SetTrainingJobs(jobs);
 }
@@ -280,9 +280,10 @@ absl::StatusOr<ObservedWorld> TrainingJobController::Observe(json job, const std
       world.dataset_progress = line;
     }
   }
-  if (workloads_ && !QueueName(job).empty()) {
-    world.workload = workloads_->Get(ns, WorkloadName(job));
-    const std::string priority_class = PriorityClassName(job);
+  const TrainingJob typed = ParseTrainingJob(job);
+  if (workloads_ && !QueueName(typed).empty()) {
+    world.workload = workloads_->Get(ns, WorkloadName(typed));
+    const std::string priority_class = PriorityClassName(typed);
     if (!world.workload && !priority_class.empty()) {
       // Read when the Workload is made: its priority is the class' value.
       absl::StatusOr<json> read = kube_.Get(
@@ -295,13 +296,13 @@ absl::StatusOr<ObservedWorld> TrainingJobController::Observe(json job, const std
       }
     }
   }
-  const std::string coordinator_name = StringField(Field(job, "status"), "coordinatorJob");
+  const std::string& coordinator_name = typed.status.coordinator_job;
   world.job = std::move(job);
   if (coordinator_name.empty()) return world;
   // Progress is mirrored without the loss histories; a parity run that has
   // ended is read again with them, once, to be recorded.
   absl::StatusOr<v1::Job> observed = coordinator_.Get(coordinator_name, false);
-  if (observed.ok() && IsTerminal(observed->status().phase()) && ReadsLossHistory(world.job)) {
+  if (observed.ok() && IsTerminal(observed->status().phase()) && ReadsLossHistory(typed)) {
     observed = coordinator_.Get(coordinator_name, true);
   }
   if (observed.ok()) {

@@ -215,7 +215,7 @@ TEST_F(ActionExecutorTest, CarriesOutANewJobsActions) {
               UnorderedElementsAre("kjv-workers", "kubernetes"));
   EXPECT_THAT(Names(CollectionPath("networking.k8s.io", "v1", "default", "networkpolicies")),
               ElementsAre("kjv-workers"));
-  const std::string coordinator_job = CoordinatorJobName(world.job);
+  const std::string coordinator_job = CoordinatorJobName(ParseTrainingJob(world.job));
   EXPECT_THAT(coordinator_.submitted(), ElementsAre(coordinator_job));
   // Labelled with its namespace: a tenant's certificate opens that namespace's jobs.
   absl::StatusOr<v1::Job> submitted = coordinator_.Get(coordinator_job, false);
@@ -259,7 +259,7 @@ TEST_F(ActionExecutorTest, ASubmitTheCoordinatorCouldNotTakeIsRetriedAfterTheSta
   absl::StatusOr<json> job = GetJob("kjv");
   ASSERT_TRUE(job.ok()) << job.status();
   // Written first, so the retry submits under the same name.
-  EXPECT_EQ((*job)["status"]["coordinatorJob"], CoordinatorJobName(world.job));
+  EXPECT_EQ((*job)["status"]["coordinatorJob"], CoordinatorJobName(ParseTrainingJob(world.job)));
 }
 
 TEST_F(ActionExecutorTest, AFailedChangeStopsBeforeTheSubmit) {

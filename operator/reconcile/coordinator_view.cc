@@ -3,9 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <utility>
-
-#include <google/protobuf/util/json_util.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
@@ -18,11 +17,6 @@
 
 namespace paci::op {
 
-using nlohmann::json;
-using kube::Field;
-using kube::Generation;
-using kube::IntField;
-using kube::MetaString;
 using kube::Rfc3339;
 
 namespace {
@@ -35,81 +29,73 @@ absl::Time FromTimestamp(const google::protobuf::Timestamp& ts) {
 // number as it is): losses and fractions to 4 decimals, throughput in whole
 // tokens per second. Still numbers, as the schema says. A figure that is not
 // finite (a diverged loss) is left out: JSON has no NaN, and null is no number.
-void SetRounded(json& object, const char* key, double value, double scale) {
-  if (!std::isfinite(value)) {
-    object.erase(key);
-  } else if (scale == 1) {
-    object[key] = static_cast<int64_t>(std::llround(value));
-  } else {
-    object[key] = std::round(value * scale) / scale;
-  }
+std::optional<double> Rounded(double value, double scale) {
+  if (!std::isfinite(value)) return std::nullopt;
+  return scale == 1 ? static_cast<double>(std::llround(value)) : std::round(value * scale) / scale;
 }
 
 }  // namespace
 
-void MirrorCoordinator(const v1::Job& job, json& status) {
+void MirrorCoordinator(const v1::Job& job, TrainingJobStatus& status) {
   const v1::JobStatus& s = job.status();
-  status["phase"] = PhaseFromCoordinator(s.phase());
-  status["attempt"] = s.attempt();
-  status["step"] = s.step();
-  status["totalSteps"] = s.total_steps();
-  SetRounded(status, "trainLoss", s.train_loss(), 1e4);
-  SetRounded(status, "validationLoss", s.validation_loss(), 1e4);
-  SetRounded(status, "tokensPerSecond", s.tokens_per_second(), 1);
-  status["restarts"] = s.restarts();
-  if (s.checkpoint_step() > 0) {
-    status["checkpointStep"] = s.checkpoint_step();
+  status.phase = PhaseFromCoordinator(s.phase());
+  status.attempt = s.attempt();
+  status.step = s.step();
+  status.total_steps = s.total_steps();
+  status.train_loss = Rounded(s.train_loss(), 1e4);
+  status.validation_loss = Rounded(s.validation_loss(), 1e4);
+  if (const std::optional<double> tokens = Rounded(s.tokens_per_second(), 1)) {
+    status.tokens_per_second = static_cast<int64_t>(*tokens);
   } else {
-    status.erase("checkpointStep");
+    status.tokens_per_second.reset();
   }
-  if (!s.message().empty()) {
-    status["message"] = s.message();
-  } else {
-    status.erase("message");
-  }
+  status.restarts = s.restarts();
+  status.checkpoint_step =
+      s.checkpoint_step() > 0 ? std::optional<int64_t>(s.checkpoint_step()) : std::nullopt;
+  status.message = s.message();
   int64_t max_drift = 0;
-  json stages = json::array();
+  status.stages.emplace();
   for (const v1::StageStatus& stage : s.stages()) {
     const double active = stage.busy_seconds() + stage.idle_seconds();
-    json entry = {{"stage", stage.stage()},
-                  {"replica", stage.replica()},
-                  {"maxDrift", stage.drift_max()},
-                  {"driftBound", stage.drift_bound()}};
+    StageStatus entry;
+    entry.stage = stage.stage();
+    entry.replica = stage.replica();
+    entry.max_drift = stage.drift_max();
+    entry.drift_bound = stage.drift_bound();
     // The pod it runs in: its worker registered as "<namespace>.<pod>".
     const std::string& worker = stage.worker_id();
     if (const size_t dot = worker.find('.'); dot != std::string::npos && dot + 1 < worker.size()) {
-      entry["pod"] = worker.substr(dot + 1);
+      entry.pod = worker.substr(dot + 1);
     }
-    SetRounded(entry, "idleFraction", active > 0 ? stage.idle_seconds() / active : 0.0, 1e4);
-    stages.push_back(std::move(entry));
+    entry.idle_fraction = Rounded(active > 0 ? stage.idle_seconds() / active : 0.0, 1e4);
+    status.stages->push_back(std::move(entry));
     max_drift = std::max(max_drift, stage.drift_max());
   }
-  status["stages"] = stages;
-  status["maxDrift"] = max_drift;
+  status.max_drift = max_drift;
   // The limit the drift keeps within, the accumulation that keeps it and the global
   // batch it makes (one derived from the other when the spec gave one).
-  status["driftLimit"] = DriftLimit(job.spec().pipeline());
-  status["accumulation"] = job.spec().pipeline().accumulation();
-  status["globalBatch"] = GlobalBatch(job.spec().pipeline());
+  status.drift_limit = DriftLimit(job.spec().pipeline());
+  status.accumulation = job.spec().pipeline().accumulation();
+  status.global_batch = GlobalBatch(job.spec().pipeline());
   // What closes the gap to the flush: the correction and the synchronous warm-up (given, or
   // the schedule's automatic default).
-  status["driftCorrection"] = job.spec().pipeline().drift_correction();
-  status["warmupSteps"] = job.spec().pipeline().warmup_steps();
-  if (s.has_start_time()) status["startTime"] = Rfc3339(FromTimestamp(s.start_time()));
+  status.drift_correction = job.spec().pipeline().drift_correction();
+  status.warmup_steps = job.spec().pipeline().warmup_steps();
+  if (s.has_start_time()) status.start_time = Rfc3339(FromTimestamp(s.start_time()));
   if (s.has_completion_time()) {
-    status["completionTime"] = Rfc3339(FromTimestamp(s.completion_time()));
+    status.completion_time = Rfc3339(FromTimestamp(s.completion_time()));
   }
 }
 
-std::string WorkerSelectorValue(const json& job) {
-  return MetaString(job, "namespace") + "." + MetaString(job, "name");
+std::string WorkerSelectorValue(const ObjectMeta& metadata) {
+  return metadata.namespace_name + "." + metadata.name;
 }
 
-std::string CoordinatorJobName(const json& job, int parity_run) {
+std::string CoordinatorJobName(const TrainingJob& job, int parity_run) {
   // A job Kueue evicted runs again as another coordinator job. The form is
   // common/operator_job_name.h's, which the coordinator keeps for the operator.
-  return OperatorJobName(MetaString(job, "name"), MetaString(job, "uid"), Generation(job),
-                         IntField(Field(job, "status"), "evictions", 0), parity_run);
+  return OperatorJobName(job.metadata.name, job.metadata.uid, job.metadata.generation,
+                         job.status.evictions.value_or(0), parity_run);
 }
 
 std::string PhaseFromCoordinator(v1::JobPhase phase) {
@@ -130,32 +116,19 @@ std::string PhaseFromCoordinator(v1::JobPhase phase) {
 }
 
 absl::StatusOr<v1::JobSpec> JobSpecFromTrainingJob(
-    const json& job, const std::string& coordinator_name,
+    const TrainingJob& job, const std::string& coordinator_name,
     const std::function<void(v1::JobSpec*)>& edit) {
-  const json& spec = Field(job, "spec");
-  json message = json::object();
-  for (const char* key :
-       {"model", "pipeline", "optimizer", "training", "data", "checkpoint", "runtime"}) {
-    if (spec.contains(key)) message[key] = spec[key];
-  }
-  v1::JobSpec result;
-  google::protobuf::util::JsonParseOptions parse_options;
-  parse_options.ignore_unknown_fields = false;
-  const auto parsed =
-      google::protobuf::util::JsonStringToMessage(message.dump(), &result, parse_options);
-  if (!parsed.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("spec: ", parsed.message().as_string()));
-  }
+  if (!job.spec.job.ok()) return job.spec.job.status();
+  v1::JobSpec result = *job.spec.job;
   if (edit) edit(&result);
   result.set_name(coordinator_name);
-  const json& policy = Field(spec, "runPolicy");
+  const RunPolicySpec& policy = job.spec.run_policy;
   v1::RunPolicy& run_policy = *result.mutable_run_policy();
-  if (const json& limit = Field(policy, "backoffLimit"); limit.is_number_integer()) {
-    run_policy.set_backoff_limit(limit.get<int32_t>());  // optional: absent takes the default
-  }
-  run_policy.set_active_deadline_seconds(IntField(policy, "activeDeadlineSeconds", 0));
-  run_policy.set_priority(static_cast<int32_t>(IntField(policy, "priority", 0)));
-  (*run_policy.mutable_worker_selector())[kWorkerJobLabel] = WorkerSelectorValue(job);
+  // optional: absent takes the default
+  if (policy.backoff_limit) run_policy.set_backoff_limit(*policy.backoff_limit);
+  run_policy.set_active_deadline_seconds(policy.active_deadline_seconds);
+  run_policy.set_priority(policy.priority);
+  (*run_policy.mutable_worker_selector())[kWorkerJobLabel] = WorkerSelectorValue(job.metadata);
   ApplyJobSpecDefaults(&result);
   if (absl::Status valid = ValidateJobSpec(result); !valid.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("spec.", valid.message()));

@@ -8,9 +8,8 @@
 #include <functional>
 #include <string>
 
-#include <nlohmann/json.hpp>
-
 #include "absl/status/statusor.h"
+#include "operator/api/training_job.h"
 #include "paci/v1/coordinator.pb.h"
 #include "paci/v1/job.pb.h"
 
@@ -23,7 +22,7 @@ namespace paci::op {
 // `edit`, when given, changes the spec as written, before the defaults (a
 // run of the parity check, parity_step.h).
 absl::StatusOr<v1::JobSpec> JobSpecFromTrainingJob(
-    const nlohmann::json& job, const std::string& coordinator_name,
+    const TrainingJob& job, const std::string& coordinator_name,
     const std::function<void(v1::JobSpec*)>& edit = nullptr);
 
 // "<name>-<first 8 of uid>-g<generation>", with "-e<status.evictions>" once
@@ -32,16 +31,16 @@ absl::StatusOr<v1::JobSpec> JobSpecFromTrainingJob(
 // characters: unique per object and per submission. The form is
 // common/operator_job_name.h's (OperatorJobName): the coordinator refuses it
 // to tenants, so none can take a TrainingJob's next name first.
-std::string CoordinatorJobName(const nlohmann::json& job, int parity_run = 0);
+std::string CoordinatorJobName(const TrainingJob& job, int parity_run = 0);
 
 // "namespace.name", the value of kWorkerJobLabel (common/peer_identity.h) on
 // the job's pods: the label the coordinator places its stages by.
-std::string WorkerSelectorValue(const nlohmann::json& job);
+std::string WorkerSelectorValue(const ObjectMeta& metadata);
 
 // The phase of .status for a coordinator phase ("Pending", "Running", ...).
 std::string PhaseFromCoordinator(v1::JobPhase phase);
 
 // Copies the coordinator's view of the job into .status.
-void MirrorCoordinator(const v1::Job& job, nlohmann::json& status);
+void MirrorCoordinator(const v1::Job& job, TrainingJobStatus& status);
 
 }  // namespace paci::op

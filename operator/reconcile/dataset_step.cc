@@ -14,7 +14,6 @@ namespace paci::op {
 using nlohmann::json;
 using kube::BeingDeleted;
 using kube::Field;
-using kube::IntField;
 using kube::Label;
 using kube::MetaString;
 using kube::StringField;
@@ -22,41 +21,35 @@ using kube::StringField;
 namespace {
 
 // Whether condition `type` of `status` is True, set for `generation`.
-bool ConditionTrueAt(const json& status, const std::string& type, int64_t generation) {
-  const json& conditions = Field(status, "conditions");
-  if (!conditions.is_array()) return false;
-  for (const json& c : conditions) {
-    if (StringField(c, "type") == type) {
-      return StringField(c, "status") == "True" && IntField(c, "observedGeneration", 0) == generation;
-    }
-  }
-  return false;
+bool ConditionTrueAt(const TrainingJobStatus& status, const std::string& type, int64_t generation) {
+  const kube::Condition* c = status.FindCondition(type);
+  return c != nullptr && c->status == "True" && c->observed_generation == generation;
 }
 
 }  // namespace
 
 bool DatasetReady(Reconciliation& r) {
-  if (!HasDatasetInitializer(r.spec) || !r.coordinator_name.empty()) return true;
-  const json& dataset = Field(Field(r.spec, "initializer"), "dataset");
+  if (!r.spec.dataset || !r.coordinator_name.empty()) return true;
+  const DatasetInitializerSpec& dataset = *r.spec.dataset;
   if (ConditionTrueAt(r.status, "DatasetReady", r.generation)) return true;
-  const std::string pod_name = DatasetPodName(MetaString(r.world.job, "name"));
-  const std::string folder = StringField(Field(r.spec, "data"), "dataset");
+  const std::string pod_name = DatasetPodName(r.job.metadata.name);
+  const std::string folder = r.spec.job.ok() ? r.spec.job->data().dataset() : "";
   const json* pod = nullptr;
   for (const json& p : r.world.pods) {
     if (Label(p, kRoleLabel) == kDatasetRole) pod = &p;
   }
-  r.desired["phase"] = kPhaseInitializing;
+  r.desired.phase = kPhaseInitializing;
   r.actions.requeue_after = r.options.poll_interval;
   const auto preparing = [&](const std::string& reason, const std::string& message) {
     r.SetCondition("DatasetReady", false, reason, message);
   };
   if (pod == nullptr) {
-    r.actions.create_pods.push_back(DatasetPod(r.world.job, r.options));
+    r.actions.create_pods.push_back(DatasetPod(r.job, r.options));
     preparing("Preparing", absl::StrCat("pod ", pod_name, " prepares ", folder));
     if (r.phase_before != kPhaseInitializing) {
       r.Event("Normal", "PreparingDataset",
               absl::StrCat("pod ", pod_name, " prepares ", folder, " from ",
-                           Field(dataset, "source").size(), " source path(s)"));
+                           dataset.source.size(), " source path(s)"));
     }
     return false;
   }

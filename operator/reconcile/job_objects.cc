@@ -14,10 +14,6 @@
 
 namespace paci::op {
 
-using kube::Field;
-using kube::Generation;
-using kube::IntField;
-using kube::MetaString;
 using kube::StringField;
 namespace {
 
@@ -38,11 +34,11 @@ json Merged(json defaults, const json& overrides) {
   return defaults;
 }
 
-json WorkerArgs(const json& job, const ReconcilerOptions& options) {
+json WorkerArgs(const TrainingJob& job, const ReconcilerOptions& options) {
   json args = json::array({
       "--coordinator=" + options.worker_coordinator_address,
       std::string("--worker_id=$(POD_NAMESPACE).$(POD_NAME)"),
-      absl::StrCat("--labels=", kWorkerJobLabel, "=", WorkerSelectorValue(job)),
+      absl::StrCat("--labels=", kWorkerJobLabel, "=", WorkerSelectorValue(job.metadata)),
       absl::StrCat("--listen=$(POD_IP):", options.link_port),
       std::string("--advertise_host=$(POD_IP)"),
       absl::StrCat("--metrics_address=$(POD_IP):", options.metrics_port),
@@ -58,7 +54,7 @@ json WorkerArgs(const json& job, const ReconcilerOptions& options) {
       args.push_back(absl::StrCat("--", flag, "=", kWorkerSecretPath, "/", key));
     }
     args.push_back(absl::StrCat("--link_tls_server_name=",
-                                WorkerLinkServerName(MetaString(job, "namespace"))));
+                                WorkerLinkServerName(job.metadata.namespace_name)));
   }
   if (!options.worker_token_key.empty()) {
     args.push_back(absl::StrCat("--job_token_file=", kJobTokenPath, "/token"));
@@ -71,17 +67,14 @@ json WorkerArgs(const json& job, const ReconcilerOptions& options) {
   return args;
 }
 
-json WorkerEnv(const json& worker) {
+json WorkerEnv(const WorkerTemplate& worker) {
   json env = json::array({
       {{"name", "POD_NAME"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "metadata.name"}}}}}},
       {{"name", "POD_NAMESPACE"},
        {"valueFrom", {{"fieldRef", {{"fieldPath", "metadata.namespace"}}}}}},
       {{"name", "POD_IP"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "status.podIP"}}}}}},
   });
-  const json& user_env = Field(worker, "env");
-  if (user_env.is_array()) {
-    for (const json& variable : user_env) env.push_back(variable);
-  }
+  for (const json& variable : worker.env) env.push_back(variable);
   return env;
 }
 
@@ -97,19 +90,18 @@ bool MountsAt(const json& mounts, const std::string& path) {
 // something there (the root file system is read-only), /dev/shm as a memory
 // emptyDir of shmSize when that is set (and the user mounts nothing there),
 // the worker Secret, and `token_secret` (the job's worker token) when given.
-void AddVolumes(const json& worker, const ReconcilerOptions& options,
+void AddVolumes(const WorkerTemplate& worker, const ReconcilerOptions& options,
                 const std::string& token_secret, json& pod_spec, json& container) {
-  json volumes = Field(worker, "volumes").is_array() ? Field(worker, "volumes") : json::array();
-  json mounts =
-      Field(worker, "volumeMounts").is_array() ? Field(worker, "volumeMounts") : json::array();
+  json volumes = worker.volumes;
+  json mounts = worker.volume_mounts;
   if (!MountsAt(mounts, "/tmp")) {
     volumes.push_back({{"name", kTmpVolume}, {"emptyDir", json::object()}});
     mounts.push_back({{"name", kTmpVolume}, {"mountPath", "/tmp"}});
   }
-  if (worker.contains("shmSize") && !MountsAt(mounts, "/dev/shm")) {
+  if (worker.shm_size && !MountsAt(mounts, "/dev/shm")) {
     volumes.push_back(
         {{"name", kShmVolume},
-         {"emptyDir", {{"medium", "Memory"}, {"sizeLimit", worker["shmSize"]}}}});
+         {"emptyDir", {{"medium", "Memory"}, {"sizeLimit", *worker.shm_size}}}});
     mounts.push_back({{"name", kShmVolume}, {"mountPath", "/dev/shm"}});
   }
   if (!options.worker_secret.empty()) {
@@ -129,57 +121,54 @@ void AddVolumes(const json& worker, const ReconcilerOptions& options,
 
 // Whether spec.runtime puts any stage on a GPU: device, or an entry of
 // stageDevices, is cuda or cuda:N (the CRD's pattern allows nothing else).
-bool WantsCuda(const json& spec) {
-  const json& runtime = Field(spec, "runtime");
-  if (absl::StartsWith(StringField(runtime, "device"), "cuda")) return true;
-  const json& stage_devices = Field(runtime, "stageDevices");
-  if (!stage_devices.is_array()) return false;
-  return std::any_of(stage_devices.begin(), stage_devices.end(), [](const json& device) {
-    return device.is_string() && absl::StartsWith(device.get<std::string>(), "cuda");
-  });
+bool WantsCuda(const TrainingJobSpec& spec) {
+  if (!spec.job.ok()) return false;
+  const v1::RuntimeSpec& runtime = spec.job->runtime();
+  if (absl::StartsWith(runtime.device(), "cuda")) return true;
+  return std::any_of(runtime.stage_devices().begin(), runtime.stage_devices().end(),
+                     [](const std::string& device) { return absl::StartsWith(device, "cuda"); });
 }
 
 // The image: the TrainingJob's, else the CUDA worker's where a stage is on a
 // GPU, else the CPU worker's.
-std::string WorkerImage(const json& spec, const ReconcilerOptions& options) {
-  const std::string image = StringField(Field(spec, "worker"), "image");
-  if (!image.empty()) return image;
+std::string WorkerImage(const TrainingJobSpec& spec, const ReconcilerOptions& options) {
+  if (!spec.worker.image.empty()) return spec.worker.image;
   return WantsCuda(spec) ? options.default_worker_cuda_image : options.default_worker_image;
 }
 
-json OwnerReference(const json& job) {
+json OwnerReference(const ObjectMeta& job) {
   return json::array({{{"apiVersion", "paci.dev/v1alpha1"},
                        {"kind", "TrainingJob"},
-                       {"name", MetaString(job, "name")},
-                       {"uid", MetaString(job, "uid")},
+                       {"name", job.name},
+                       {"uid", job.uid},
                        {"controller", true},
                        {"blockOwnerDeletion", true}}});
 }
 
 }  // namespace
 
-json OwnedMetadata(const json& job, const std::string& name) {
+json OwnedMetadata(const ObjectMeta& job, const std::string& name) {
   return {{"name", name},
-          {"namespace", MetaString(job, "namespace")},
-          {"labels", WorkerLabels(MetaString(job, "name"))},
+          {"namespace", job.namespace_name},
+          {"labels", WorkerLabels(job.name)},
           {"ownerReferences", OwnerReference(job)}};
 }
 
 std::string WorkerLinkServerName(const std::string& ns) { return "paci-worker." + ns; }
 
-json WorkerTokenSecret(const json& job, const ReconcilerOptions& options) {
+json WorkerTokenSecret(const TrainingJob& job, const ReconcilerOptions& options) {
   return {{"apiVersion", "v1"},
           {"kind", "Secret"},
-          {"metadata", OwnedMetadata(job, WorkerTokenSecretName(MetaString(job, "name")))},
+          {"metadata", OwnedMetadata(job.metadata, WorkerTokenSecretName(job.metadata.name))},
           {"type", "Opaque"},
-          {"stringData", {{"token", JobToken(options.worker_token_key, MetaString(job, "uid"))}}}};
+          {"stringData", {{"token", JobToken(options.worker_token_key, job.metadata.uid)}}}};
 }
 
-json WorkerService(const json& job, const ReconcilerOptions& options) {
-  const std::string name = MetaString(job, "name");
+json WorkerService(const TrainingJob& job, const ReconcilerOptions& options) {
+  const std::string& name = job.metadata.name;
   return {{"apiVersion", "v1"},
           {"kind", "Service"},
-          {"metadata", OwnedMetadata(job, WorkerServiceName(name))},
+          {"metadata", OwnedMetadata(job.metadata, WorkerServiceName(name))},
           {"spec",
            {{"clusterIP", "None"},
             {"selector", {{kJobNameLabel, name}}},
@@ -189,12 +178,12 @@ json WorkerService(const json& job, const ReconcilerOptions& options) {
                           {{"name", "metrics"}, {"port", options.metrics_port}}})}}}};
 }
 
-json WorkerNetworkPolicy(const json& job, const ReconcilerOptions& options) {
-  const std::string name = MetaString(job, "name");
+json WorkerNetworkPolicy(const TrainingJob& job, const ReconcilerOptions& options) {
+  const std::string& name = job.metadata.name;
   const json this_job = {{"matchLabels", {{kJobNameLabel, name}}}};
   return {{"apiVersion", "networking.k8s.io/v1"},
           {"kind", "NetworkPolicy"},
-          {"metadata", OwnedMetadata(job, WorkerServiceName(name))},
+          {"metadata", OwnedMetadata(job.metadata, WorkerServiceName(name))},
           {"spec",
            {{"podSelector", this_job},
             {"policyTypes", json::array({"Ingress"})},
@@ -210,17 +199,15 @@ namespace {
 // command, args, env and ports set here): the user's resources, pull policy,
 // envFrom, volumes and scheduling, the restricted security defaults under the
 // user's overrides, /tmp, and the operator's labels for `role`.
-json TemplatePod(const json& job, const std::string& pod_name, const char* role, json container,
-                 const ReconcilerOptions& options) {
-  const json& worker = Field(Field(job, "spec"), "worker");
-  const std::string name = MetaString(job, "name");
+json TemplatePod(const TrainingJob& job, const std::string& pod_name, const char* role,
+                 json container, const ReconcilerOptions& options) {
+  const WorkerTemplate& worker = job.spec.worker;
+  const std::string& name = job.metadata.name;
   container["securityContext"] = Merged({{"allowPrivilegeEscalation", false},
                                          {"readOnlyRootFilesystem", true},
                                          {"capabilities", {{"drop", json::array({"ALL"})}}}},
-                                        Field(worker, "securityContext"));
-  for (const char* key : {"imagePullPolicy", "resources", "envFrom"}) {
-    if (worker.contains(key)) container[key] = worker[key];
-  }
+                                        worker.security_context);
+  container.update(worker.container_fields);
   json pod_spec = {
       {"restartPolicy", "Never"},
       {"automountServiceAccountToken", false},
@@ -230,17 +217,13 @@ json TemplatePod(const json& job, const std::string& pod_name, const char* role,
                                   {"runAsGroup", kWorkerUid},
                                   {"fsGroup", kWorkerUid},
                                   {"seccompProfile", {{"type", "RuntimeDefault"}}}},
-                                 Field(worker, "podSecurityContext"))},
+                                 worker.pod_security_context)},
   };
   const bool token = !options.worker_token_key.empty() && std::string(role) == kWorkerRole;
   AddVolumes(worker, options, token ? WorkerTokenSecretName(name) : "", pod_spec, container);
   pod_spec["containers"] = json::array({container});
-  for (const char* key : {"nodeSelector", "tolerations", "serviceAccountName", "affinity",
-                          "priorityClassName", "schedulerName", "imagePullSecrets",
-                          "runtimeClassName"}) {
-    if (worker.contains(key)) pod_spec[key] = worker[key];
-  }
-  json labels = Field(worker, "labels");  // an empty object when absent
+  pod_spec.update(worker.pod_fields);
+  json labels = worker.labels;
   labels[kJobNameLabel] = name;
   labels[kRoleLabel] = role;
   labels["app.kubernetes.io/name"] = absl::StrCat("paci-", role);
@@ -249,25 +232,25 @@ json TemplatePod(const json& job, const std::string& pod_name, const char* role,
           {"kind", "Pod"},
           {"metadata",
            {{"name", pod_name},
-            {"namespace", MetaString(job, "namespace")},
+            {"namespace", job.metadata.namespace_name},
             {"labels", labels},
-            {"annotations", Field(worker, "annotations")},
-            {"ownerReferences", OwnerReference(job)}}},
+            {"annotations", worker.annotations},
+            {"ownerReferences", OwnerReference(job.metadata)}}},
           {"spec", pod_spec}};
 }
 
 }  // namespace
 
-json WorkerPod(const json& job, int index, const ReconcilerOptions& options) {
-  const json& spec = Field(job, "spec");
-  const std::string name = MetaString(job, "name");
+json WorkerPod(const TrainingJob& job, int index, const ReconcilerOptions& options) {
+  const TrainingJobSpec& spec = job.spec;
+  const std::string& name = job.metadata.name;
   const std::string pod_name = WorkerPodName(name, index);
   json container = {
       {"name", "worker"},
       {"image", WorkerImage(spec, options)},
       {"command", json::array({options.worker_command})},
       {"args", WorkerArgs(job, options)},
-      {"env", WorkerEnv(Field(spec, "worker"))},
+      {"env", WorkerEnv(spec.worker)},
       {"ports", json::array({{{"name", "link"}, {"containerPort", options.link_port}},
                              {{"name", "metrics"}, {"containerPort", options.metrics_port}}})},
   };
@@ -283,72 +266,43 @@ json WorkerPod(const json& job, int index, const ReconcilerOptions& options) {
   return pod;
 }
 
-bool HasDatasetInitializer(const json& spec) {
-  return Field(spec, "initializer").contains("dataset");
-}
-
-absl::Status ValidateInitializer(const json& spec) {
-  if (!HasDatasetInitializer(spec)) return absl::OkStatus();
-  const json& dataset = Field(Field(spec, "initializer"), "dataset");
-  if (StringField(Field(spec, "data"), "dataset").empty()) {
-    return absl::InvalidArgumentError(
-        "spec.initializer.dataset: it writes spec.data.dataset: name that folder (on a volume of "
-        "spec.worker) instead of spec.data.corpusPath");
-  }
-  const json& source = Field(dataset, "source");
-  if (!source.is_array() || source.empty()) {
-    return absl::InvalidArgumentError(
-        "spec.initializer.dataset.source: give the text or JSONL files, folders or globs to "
-        "prepare");
-  }
-  for (size_t i = 0; i < source.size(); ++i) {
-    if (!source[i].is_string() || source[i].get<std::string>().empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("spec.initializer.dataset.source[", i,
-                                                     "]: must be a non-empty path"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-json DatasetPod(const json& job, const ReconcilerOptions& options) {
-  const json& spec = Field(job, "spec");
-  const json& dataset = Field(Field(spec, "initializer"), "dataset");
+json DatasetPod(const TrainingJob& job, const ReconcilerOptions& options) {
+  const TrainingJobSpec& spec = job.spec;
+  const DatasetInitializerSpec dataset = spec.dataset.value_or(DatasetInitializerSpec{});
   json args = json::array({"prepare-data"});
-  for (const json& source : Field(dataset, "source")) args.push_back(source);
-  args.push_back("--out=" + StringField(Field(spec, "data"), "dataset"));
+  for (const std::string& source : dataset.source) args.push_back(source);
+  args.push_back("--out=" + (spec.job.ok() ? spec.job->data().dataset() : std::string()));
   // Kept when it is there already (a rerun), and the closing line or the
   // error in the pod's status.
   args.push_back("--reuse");
   args.push_back(absl::StrCat("--message_file=", kTerminationMessagePath));
-  for (const auto& [key, flag] :
-       {std::pair<const char*, const char*>{"tokenizer", "tokenizer"},
-        {"tokenizerModel", "tokenizer_model"},
-        {"tokenizerJson", "tokenizer_json"},
-        {"textField", "text_field"}}) {
-    const std::string value = StringField(dataset, key);
+  for (const auto& [value, flag] :
+       {std::pair<const std::string&, const char*>{dataset.tokenizer, "tokenizer"},
+        {dataset.tokenizer_model, "tokenizer_model"},
+        {dataset.tokenizer_json, "tokenizer_json"},
+        {dataset.text_field, "text_field"}}) {
     if (!value.empty()) args.push_back(absl::StrCat("--", flag, "=", value));
   }
-  for (const auto& [key, flag] : {std::pair<const char*, const char*>{"vocabSize", "vocab_size"},
-                                  {"shardTokens", "shard_tokens"}}) {
-    const int64_t value = IntField(dataset, key, 0);
+  for (const auto& [value, flag] : {std::pair<int64_t, const char*>{dataset.vocab_size, "vocab_size"},
+                                    {dataset.shard_tokens, "shard_tokens"}}) {
     if (value != 0) args.push_back(absl::StrCat("--", flag, "=", value));
   }
-  if (Field(dataset, "skipBadLines") == json(true)) args.push_back("--skip_bad_lines");
+  if (dataset.skip_bad_lines) args.push_back("--skip_bad_lines");
   json container = {
       {"name", "dataset"},
       {"image", WorkerImage(spec, options)},
       {"command", json::array({options.dataset_command})},
       {"args", args},
-      {"env", WorkerEnv(Field(spec, "worker"))},
+      {"env", WorkerEnv(spec.worker)},
       {"terminationMessagePath", kTerminationMessagePath},
       // A crash before the message is written: the end of its output instead.
       {"terminationMessagePolicy", "FallbackToLogsOnError"},
   };
   ReconcilerOptions without_secret = options;  // it talks to no coordinator
   without_secret.worker_secret.clear();
-  json pod = TemplatePod(job, DatasetPodName(MetaString(job, "name")), kDatasetRole,
+  json pod = TemplatePod(job, DatasetPodName(job.metadata.name), kDatasetRole,
                          std::move(container), without_secret);
-  pod["metadata"]["annotations"][kGenerationAnnotation] = std::to_string(Generation(job));
+  pod["metadata"]["annotations"][kGenerationAnnotation] = std::to_string(job.metadata.generation);
   return pod;
 }
 

@@ -16,7 +16,7 @@
 #include "absl/status/status.h"
 #include "kube/object.h"
 #include "operator/api/training_job.h"
-#include "operator/reconcile/worker_template.h"
+#include "operator/api/worker_template.h"
 
 namespace paci::op {
 
@@ -28,14 +28,7 @@ struct ReconcilerOptions;
 // privilege escalation, all capabilities dropped, a read-only root file
 // system with an emptyDir at /tmp. With options.worker_secret, that Secret is
 // mounted at kWorkerSecretPath for the worker's TLS and token flags.
-nlohmann::json WorkerPod(const nlohmann::json& job, int index, const ReconcilerOptions& options);
-
-// Whether the spec has a spec.initializer.dataset.
-bool HasDatasetInitializer(const nlohmann::json& spec);
-
-// spec.initializer.dataset, when there is one: it needs spec.data.dataset
-// (the folder it writes) and a source. InvalidArgument naming the field.
-absl::Status ValidateInitializer(const nlohmann::json& spec);
+nlohmann::json WorkerPod(const TrainingJob& job, int index, const ReconcilerOptions& options);
 
 // The dataset initializer's pod (DatasetPodName): `pacictl prepare-data` of
 // spec.initializer.dataset's source into spec.data.dataset with --reuse (a
@@ -43,26 +36,26 @@ absl::Status ValidateInitializer(const nlohmann::json& spec);
 // its volumes, resources and security, run once (restartPolicy Never); its
 // closing line or error is its termination message. Annotated with the
 // job's generation (kGenerationAnnotation).
-nlohmann::json DatasetPod(const nlohmann::json& job, const ReconcilerOptions& options);
+nlohmann::json DatasetPod(const TrainingJob& job, const ReconcilerOptions& options);
 
 // The Secret (WorkerTokenSecretName) holding the job's worker token,
 // JobToken(options.worker_token_key, the job's uid), under the key "token";
 // only the job's worker pods mount it, at kJobTokenPath.
-nlohmann::json WorkerTokenSecret(const nlohmann::json& job, const ReconcilerOptions& options);
+nlohmann::json WorkerTokenSecret(const TrainingJob& job, const ReconcilerOptions& options);
 
 // The headless Service (WorkerServiceName) selecting the job's pods.
-nlohmann::json WorkerService(const nlohmann::json& job, const ReconcilerOptions& options);
+nlohmann::json WorkerService(const TrainingJob& job, const ReconcilerOptions& options);
 
 // The NetworkPolicy (named as the Service) that fences the job's pods: they
 // take connections from each other on any port (stage links, the replicas'
 // store and Gloo) and on the metrics port from anyone; nothing else reaches
 // them where the network plugin enforces policies.
-nlohmann::json WorkerNetworkPolicy(const nlohmann::json& job, const ReconcilerOptions& options);
+nlohmann::json WorkerNetworkPolicy(const TrainingJob& job, const ReconcilerOptions& options);
 
 // The metadata of an object the job owns besides its pods (its Service,
 // NetworkPolicy, Workload): `name`, the job's namespace, the labels the owned
 // informers select by (WorkerLabels), the job as its controlling owner.
-nlohmann::json OwnedMetadata(const nlohmann::json& job, const std::string& name);
+nlohmann::json OwnedMetadata(const ObjectMeta& job, const std::string& name);
 
 // Where the dataset pod writes its termination message.
 inline constexpr char kTerminationMessagePath[] = "/dev/termination-log";

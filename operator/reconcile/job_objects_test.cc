@@ -38,7 +38,7 @@ TEST(WorkerNetworkPolicyTest, TheJobsPodsTakeEachOtherAndMetricsScrapesOnly) {
   ReconcilerOptions options;
   options.metrics_port = 9100;
   const json job = Job(json::object());
-  const json policy = WorkerNetworkPolicy(job, options);
+  const json policy = WorkerNetworkPolicy(ParseTrainingJob(job), options);
   EXPECT_EQ(policy["apiVersion"], "networking.k8s.io/v1");
   EXPECT_EQ(policy["metadata"]["name"], "kjv-workers");
   EXPECT_EQ(policy["metadata"]["namespace"], "team-a");
@@ -46,7 +46,7 @@ TEST(WorkerNetworkPolicyTest, TheJobsPodsTakeEachOtherAndMetricsScrapesOnly) {
   EXPECT_EQ(policy["metadata"]["ownerReferences"][0]["uid"], "0123456789abcdef");
   const json& spec = policy["spec"];
   // It selects exactly the job's pods, as their labels are.
-  const json pod_labels = WorkerPod(job, 1, options)["metadata"]["labels"];
+  const json pod_labels = WorkerPod(ParseTrainingJob(job), 1, options)["metadata"]["labels"];
   for (const auto& [key, value] : spec["podSelector"]["matchLabels"].items()) {
     EXPECT_EQ(pod_labels[key], value) << key;
   }
@@ -60,7 +60,7 @@ TEST(WorkerNetworkPolicyTest, TheJobsPodsTakeEachOtherAndMetricsScrapesOnly) {
 }
 
 TEST(WorkerPodTest, DefaultsMeetTheRestrictedPodSecurityLevel) {
-  const json pod = WorkerPod(Job(json::object()), 0, ReconcilerOptions{});
+  const json pod = WorkerPod(ParseTrainingJob(Job(json::object())), 0, ReconcilerOptions{});
   const json& pod_security = pod["spec"]["securityContext"];
   EXPECT_EQ(pod_security["runAsNonRoot"], true);
   EXPECT_EQ(pod_security["runAsUser"], kWorkerUid);
@@ -90,7 +90,7 @@ TEST(WorkerPodTest, CarriesThePodTemplateFieldsOfTheSpec) {
     "podSecurityContext": {"runAsUser": 1000},
     "securityContext": {"readOnlyRootFilesystem": false}
   })");
-  const json pod = WorkerPod(Job(worker), 1, ReconcilerOptions{});
+  const json pod = WorkerPod(ParseTrainingJob(Job(worker)), 1, ReconcilerOptions{});
   const json& spec = pod["spec"];
   const json& container = spec["containers"][0];
   EXPECT_EQ((*Find(spec["volumes"], "shared"))["persistentVolumeClaim"]["claimName"],
@@ -119,7 +119,7 @@ TEST(WorkerPodTest, AGpuWorkerGetsItsRuntimeClassGpusAndAMemoryShm) {
   const json worker = json::parse(R"({
     "image": "localhost/paci-worker-cuda:latest", "runtimeClassName": "nvidia",
     "shmSize": "2Gi", "resources": {"limits": {"nvidia.com/gpu": 1}}})");
-  const json pod = WorkerPod(Job(worker), 0, ReconcilerOptions{});
+  const json pod = WorkerPod(ParseTrainingJob(Job(worker)), 0, ReconcilerOptions{});
   const json& container = pod["spec"]["containers"][0];
   EXPECT_EQ(pod["spec"]["runtimeClassName"], "nvidia");
   EXPECT_EQ(container["resources"]["limits"]["nvidia.com/gpu"], 1);
@@ -129,7 +129,7 @@ TEST(WorkerPodTest, AGpuWorkerGetsItsRuntimeClassGpusAndAMemoryShm) {
   EXPECT_EQ((*shm)["emptyDir"]["sizeLimit"], "2Gi");
   EXPECT_EQ((*Find(container["volumeMounts"], "paci-shm"))["mountPath"], "/dev/shm");
   // Without shmSize: no such volume, and no runtime class.
-  const json plain = WorkerPod(Job(json::object()), 0, ReconcilerOptions{});
+  const json plain = WorkerPod(ParseTrainingJob(Job(json::object())), 0, ReconcilerOptions{});
   EXPECT_EQ(Find(plain["spec"]["volumes"], "paci-shm"), nullptr);
   EXPECT_FALSE(plain["spec"].contains("runtimeClassName"));
 }
@@ -141,7 +141,7 @@ TEST(WorkerPodTest, AJobWithAStageOnAGpuGetsTheCudaWorkerImageUnlessItNamesOne) 
   auto image = [&](const json& runtime, const json& worker) {
     json job = Job(worker);
     if (!runtime.is_null()) job["spec"]["runtime"] = runtime;
-    return WorkerPod(job, 0, options)["spec"]["containers"][0]["image"].get<std::string>();
+    return WorkerPod(ParseTrainingJob(job), 0, options)["spec"]["containers"][0]["image"].get<std::string>();
   };
   EXPECT_EQ(image(nullptr, json::object()), options.default_worker_image);
   EXPECT_EQ(image({{"device", "cpu"}}, json::object()), options.default_worker_image);
@@ -159,7 +159,7 @@ TEST(WorkerPodTest, AUserMountAtTmpReplacesTheOperatorsOwn) {
   const json worker = json::parse(R"({
     "volumes": [{"name": "scratch", "emptyDir": {"medium": "Memory"}}],
     "volumeMounts": [{"name": "scratch", "mountPath": "/tmp"}]})");
-  const json pod = WorkerPod(Job(worker), 0, ReconcilerOptions{});
+  const json pod = WorkerPod(ParseTrainingJob(Job(worker)), 0, ReconcilerOptions{});
   EXPECT_EQ(Find(pod["spec"]["volumes"], "paci-tmp"), nullptr);
   EXPECT_EQ(pod["spec"]["containers"][0]["volumeMounts"].size(), 1u);
 }
@@ -169,7 +169,7 @@ TEST(WorkerPodTest, TheWorkerSecretIsMountedAndEachKeyPassedAsAFlag) {
   options.worker_secret = "paci-worker-credentials";
   options.worker_secret_flags = {{"ca.crt", "coordinator_tls_ca"},
                                  {"token", "coordinator_auth_token_file"}};
-  const json pod = WorkerPod(Job(json::object()), 0, options);
+  const json pod = WorkerPod(ParseTrainingJob(Job(json::object())), 0, options);
   const json* volume = Find(pod["spec"]["volumes"], "paci-coordinator");
   ASSERT_NE(volume, nullptr);
   EXPECT_EQ((*volume)["secret"]["secretName"], "paci-worker-credentials");

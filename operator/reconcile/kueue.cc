@@ -14,7 +14,6 @@ using kube::Field;
 using kube::FindCondition;
 using kube::Generation;
 using kube::IntField;
-using kube::Label;
 using kube::MetaString;
 using kube::SetStatusCondition;
 using kube::StringField;
@@ -38,19 +37,21 @@ void SetCondition(json& workload, const char* type, bool value, const std::strin
 
 }  // namespace
 
-std::string QueueName(const json& job) { return Label(job, kQueueNameLabel); }
+std::string QueueName(const TrainingJob& job) { return job.metadata.Label(kQueueNameLabel); }
 
-std::string PriorityClassName(const json& job) { return Label(job, kPriorityClassLabel); }
+std::string PriorityClassName(const TrainingJob& job) {
+  return job.metadata.Label(kPriorityClassLabel);
+}
 
-std::string WorkloadName(const json& job) {
-  const std::string suffix = "-" + MetaString(job, "uid").substr(0, 8);
-  std::string name = MetaString(job, "name");
+std::string WorkloadName(const TrainingJob& job) {
+  const std::string suffix = "-" + job.metadata.uid.substr(0, 8);
+  std::string name = job.metadata.name;
   constexpr size_t kMaxName = 253;  // a DNS subdomain
   if (name.size() + suffix.size() > kMaxName) name.resize(kMaxName - suffix.size());
   return name + suffix;
 }
 
-json JobWorkload(const json& job, int workers, const json& worker_pod,
+json JobWorkload(const TrainingJob& job, int workers, const json& worker_pod,
                  const std::optional<json>& priority_class) {
   json pod_set = {{"name", "workers"},
                   {"count", workers},
@@ -64,11 +65,11 @@ json JobWorkload(const json& job, int workers, const json& worker_pod,
                                 {"name", MetaString(*priority_class, "name")}};
     spec["priority"] = IntField(*priority_class, "value", 0);
   } else {
-    spec["priority"] = IntField(Field(Field(job, "spec"), "runPolicy"), "priority", 0);
+    spec["priority"] = job.spec.run_policy.priority;
   }
   return {{"apiVersion", "kueue.x-k8s.io/v1beta2"},
           {"kind", "Workload"},
-          {"metadata", OwnedMetadata(job, WorkloadName(job))},
+          {"metadata", OwnedMetadata(job.metadata, WorkloadName(job))},
           {"spec", std::move(spec)}};
 }
 

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/time/time.h"
+#include "operator/api/training_job.h"
 
 namespace paci::op {
 
@@ -26,20 +27,20 @@ inline constexpr char kQueueNameLabel[] = "kueue.x-k8s.io/queue-name";
 inline constexpr char kPriorityClassLabel[] = "kueue.x-k8s.io/priority-class";
 
 // The TrainingJob's kQueueNameLabel; "" when it is not queued.
-std::string QueueName(const nlohmann::json& job);
+std::string QueueName(const TrainingJob& job);
 // Its kPriorityClassLabel (a WorkloadPriorityClass); "" for none.
-std::string PriorityClassName(const nlohmann::json& job);
+std::string PriorityClassName(const TrainingJob& job);
 
 // The Workload of a TrainingJob: "<name>-<first 8 of its uid>", so a job
 // made again under the same name never takes the old one's.
-std::string WorkloadName(const nlohmann::json& job);
+std::string WorkloadName(const TrainingJob& job);
 
 // The Workload for `job`: owned by it (garbage-collected with it), labelled
 // as its other objects, queued in its LocalQueue, one pod set "workers" of
 // `workers` pods shaped as `worker_pod`. Its priority is the priority class'
 // value (`priority_class`, the WorkloadPriorityClass read from the cluster)
 // when the job names one, else spec.runPolicy.priority.
-nlohmann::json JobWorkload(const nlohmann::json& job, int workers, const nlohmann::json& worker_pod,
+nlohmann::json JobWorkload(const TrainingJob& job, int workers, const nlohmann::json& worker_pod,
                            const std::optional<nlohmann::json>& priority_class);
 
 // Where Kueue has the Workload.

@@ -12,14 +12,12 @@ namespace paci::op {
 
 using nlohmann::json;
 using kube::BeingDeleted;
-using kube::IntField;
 using kube::Label;
-using kube::StringField;
 
 namespace {
 
 bool Queued(const Reconciliation& r) {
-  return r.options.kueue && !QueueName(r.world.job).empty();
+  return r.options.kueue && !QueueName(r.job).empty();
 }
 
 // Whether a worker pod of the job is still there (leaving or not).
@@ -37,9 +35,9 @@ void Hold(Reconciliation& r, const std::string& reason, const std::string& messa
           const char* event_type = "Normal") {
   if (r.CoordinatorActive()) r.actions.cancel = r.coordinator_name;
   r.DeleteAllPods(/*keep_dataset=*/true);
-  r.desired["phase"] = kPhaseSuspended;
-  r.desired.erase("coordinatorJob");
-  r.desired["workload"] = WorkloadName(r.world.job);
+  r.desired.phase = kPhaseSuspended;
+  r.desired.coordinator_job.clear();
+  r.desired.workload = WorkloadName(r.job);
   const std::string before = r.ObservedReason("Admitted", "False");
   r.SetCondition("Admitted", false, reason, message);
   r.SetCondition("Suspended", true, reason, message);
@@ -56,7 +54,7 @@ void Evict(Reconciliation& r, const Admission& admission, const std::string& wor
       absl::StrCat("Kueue evicted Workload ", workload, " (", admission.reason, "): ",
                    admission.message, "; the job resumes from its last checkpoint when admitted again");
   if (r.phase_before != kPhaseSuspended) {
-    r.desired["evictions"] = IntField(r.status, "evictions", 0) + 1;
+    r.desired.evictions = r.status.evictions.value_or(0) + 1;
   }
   Hold(r, admission.reason, message, "Warning");
   if (!stopping) r.actions.workload_status = WorkloadStatusEdit{true, "", ""};
@@ -66,15 +64,15 @@ void Evict(Reconciliation& r, const Admission& admission, const std::string& wor
 
 bool KueueAdmits(Reconciliation& r, int workers) {
   if (!Queued(r)) return true;
-  const std::string name = WorkloadName(r.world.job);
-  const std::string queue = QueueName(r.world.job);
+  const std::string name = WorkloadName(r.job);
+  const std::string queue = QueueName(r.job);
   const json* workload = r.world.workload ? &*r.world.workload : nullptr;
   if (workload != nullptr && BeingDeleted(*workload)) {
     Hold(r, "Queued", absl::StrCat("waiting for the job's previous Workload ", name, " to go"));
     return false;
   }
   if (workload == nullptr) {
-    const std::string priority_class = PriorityClassName(r.world.job);
+    const std::string priority_class = PriorityClassName(r.job);
     if (!priority_class.empty() && !r.world.priority_class) {
       Hold(r, "PriorityClassNotFound",
            absl::StrCat("no WorkloadPriorityClass \"", priority_class, "\" (label ",
@@ -83,8 +81,7 @@ bool KueueAdmits(Reconciliation& r, int workers) {
       r.actions.requeue_after = r.options.poll_interval;  // no watch on the classes
       return false;
     }
-    r.actions.create_workload = JobWorkload(r.world.job, workers,
-                                            WorkerPod(r.world.job, 0, r.options),
+    r.actions.create_workload = JobWorkload(r.job, workers, WorkerPod(r.job, 0, r.options),
                                             r.world.priority_class);
     Hold(r, "Queued",
          absl::StrCat("Workload ", name, " queued in LocalQueue ", queue, " for ", workers,
@@ -113,7 +110,7 @@ bool KueueAdmits(Reconciliation& r, int workers) {
   const std::string before = r.ObservedReason("Admitted", "True");
   const std::string message = absl::StrCat("Workload ", name, " admitted by ClusterQueue ",
                                            admission.cluster_queue, " (LocalQueue ", queue, ")");
-  r.desired["workload"] = name;
+  r.desired.workload = name;
   r.SetCondition("Admitted", true, "Admitted", message);
   if (before.empty()) r.Event("Normal", "Admitted", message);
   return true;
@@ -122,10 +119,9 @@ bool KueueAdmits(Reconciliation& r, int workers) {
 void FinishWorkload(Reconciliation& r) {
   if (!Queued(r) || !r.world.workload || BeingDeleted(*r.world.workload)) return;
   if (ReadAdmission(*r.world.workload).state == Admission::kFinished) return;
-  const std::string phase = StringField(r.status, "phase");
+  const std::string& phase = r.status.phase;
   r.actions.workload_status =
-      WorkloadStatusEdit{false, phase, absl::StrCat("TrainingJob ", phase, ": ",
-                                                   StringField(r.status, "message"))};
+      WorkloadStatusEdit{false, phase, absl::StrCat("TrainingJob ", phase, ": ", r.status.message)};
 }
 
 void DropWorkload(Reconciliation& r) {

@@ -47,7 +47,7 @@ json Condition(const std::string& type, const std::string& status, const std::st
 // The job's Workload as Kueue leaves it: `conditions`, and an admission by
 // "cluster-queue" when `admitted`.
 json Workload(json conditions, bool admitted) {
-  json workload = JobWorkload(QueuedJob(), 2, json::object(), std::nullopt);
+  json workload = JobWorkload(ParseTrainingJob(QueuedJob()), 2, json::object(), std::nullopt);
   workload["metadata"]["resourceVersion"] = "20";
   workload["status"]["conditions"] = std::move(conditions);
   if (admitted) {

@@ -20,8 +20,6 @@
 #include <functional>
 #include <string>
 
-#include <nlohmann/json.hpp>
-
 #include "absl/status/statusor.h"
 #include "operator/reconcile/reconciliation.h"
 #include "paci/v1/job.pb.h"
@@ -41,25 +39,23 @@ struct ParityRun {
   bool restart = false;
 };
 
-// Whether the TrainingJob's spec asks for the check.
-bool HasParityCheck(const nlohmann::json& spec);
-
 // A digest of the job's spec as the coordinator gets it (defaults applied),
 // but for what differs from run to run (its name) and what the runs do not
 // train by (the run policy, the checkpoint).
 std::string ParitySpecDigest(const v1::JobSpec& job_spec);
 
 // The run after those status.parity.runs records of the spec of that digest
-// (the first when they are another's). InvalidArgument naming
-// spec.parity.seeds or spec.parity.steps when they are not what the schema
-// allows (an object written before the schema had them); OutOfRange when
-// every run has been recorded (the job has then Succeeded).
-absl::StatusOr<ParityRun> NextParityRun(const nlohmann::json& spec, const nlohmann::json& status,
+// (the first when they are another's). The spec's parity_error when
+// spec.parity.seeds or spec.parity.steps are not what the schema allows (an
+// object written before the schema had them); OutOfRange when every run has
+// been recorded (the job has then Succeeded).
+absl::StatusOr<ParityRun> NextParityRun(const TrainingJobSpec& spec,
+                                        const TrainingJobStatus& status,
                                         const std::string& spec_digest);
 
 // What the run changes in the spec as written (before the defaults): the
 // edit JobSpecFromTrainingJob applies.
-std::function<void(v1::JobSpec*)> ParityRunEdit(const ParityRun& run, const nlohmann::json& spec);
+std::function<void(v1::JobSpec*)> ParityRunEdit(const ParityRun& run, const ParitySpec& parity);
 
 // Submitting `run`: status.parity says which run is under way (and loses the
 // runs of another spec, with a ParityRestarted Event).

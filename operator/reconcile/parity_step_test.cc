@@ -258,8 +258,8 @@ TEST(ParityCheckTest, AFlushOrBadSeedsFailTheJobNamingTheField) {
 }
 
 TEST(ParityCheckTest, OnlyAParityCheckReadsTheLossHistory) {
-  EXPECT_TRUE(ReadsLossHistory(ParityJob()));
-  EXPECT_FALSE(ReadsLossHistory(test::Job()));
+  EXPECT_TRUE(ReadsLossHistory(ParseTrainingJob(ParityJob())));
+  EXPECT_FALSE(ReadsLossHistory(ParseTrainingJob(test::Job())));
 }
 
 }  // namespace

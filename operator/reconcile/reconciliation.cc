@@ -7,14 +7,10 @@ namespace paci::op {
 
 using nlohmann::json;
 using kube::BeingDeleted;
-using kube::Field;
-using kube::FindCondition;
 using kube::Label;
 using kube::MetaString;
 using kube::ParseRfc3339;
 using kube::Rfc3339;
-using kube::SetStatusCondition;
-using kube::StringField;
 
 bool Reconciliation::CoordinatorActive() const {
   return coordinator != nullptr && !IsTerminal(coordinator->status().phase());
@@ -22,25 +18,17 @@ bool Reconciliation::CoordinatorActive() const {
 
 void Reconciliation::SetCondition(const std::string& type, bool value, const std::string& reason,
                                   const std::string& message) {
-  SetStatusCondition(desired, type, value, reason, message, generation, world.now);
+  kube::SetCondition(desired.conditions, type, value, reason, message, generation, world.now);
 }
 
 std::string Reconciliation::ObservedReason(const std::string& type, const char* truth) const {
-  const json* condition = FindCondition(status, type);
-  return condition != nullptr && StringField(*condition, "status") == truth
-             ? StringField(*condition, "reason")
-             : "";
+  const kube::Condition* condition = status.FindCondition(type);
+  return condition != nullptr && condition->status == truth ? condition->reason : "";
 }
 
 void Reconciliation::ClearCondition(const std::string& type, const std::string& reason) {
-  const json& conditions = Field(desired, "conditions");
-  if (!conditions.is_array()) return;
-  for (const json& condition : conditions) {
-    if (StringField(condition, "type") == type && StringField(condition, "status") == "True") {
-      SetCondition(type, false, reason, "");
-      return;
-    }
-  }
+  const kube::Condition* condition = desired.FindCondition(type);
+  if (condition != nullptr && condition->status == "True") SetCondition(type, false, reason, "");
 }
 
 void Reconciliation::DeleteAllPods(bool keep_dataset) {
@@ -50,14 +38,12 @@ void Reconciliation::DeleteAllPods(bool keep_dataset) {
   }
 }
 
-void Reconciliation::ApplyTtl(const json& finished_status) {
-  const json& ttl = Field(Field(spec, "runPolicy"), "ttlSecondsAfterFinished");
-  if (!ttl.is_number_integer()) return;
+void Reconciliation::ApplyTtl(const TrainingJobStatus& finished_status) {
+  const std::optional<int64_t>& ttl = spec.run_policy.ttl_seconds_after_finished;
+  if (!ttl) return;
   absl::Time completed;
-  if (!ParseRfc3339(StringField(finished_status, "completionTime"), &completed)) {
-    completed = world.now;
-  }
-  const absl::Duration left = completed + absl::Seconds(ttl.get<int64_t>()) - world.now;
+  if (!ParseRfc3339(finished_status.completion_time, &completed)) completed = world.now;
+  const absl::Duration left = completed + absl::Seconds(*ttl) - world.now;
   if (left <= absl::ZeroDuration()) {
     actions.delete_job = true;
   } else {
@@ -74,9 +60,9 @@ void Reconciliation::StopWorkers() {
 }
 
 void FailJob(Reconciliation& r, const std::string& reason, const std::string& message) {
-  r.desired["phase"] = kPhaseFailed;
-  r.desired["message"] = message;
-  r.desired["completionTime"] = Rfc3339(r.world.now);
+  r.desired.phase = kPhaseFailed;
+  r.desired.message = message;
+  r.desired.completion_time = Rfc3339(r.world.now);
   r.SetCondition("Failed", true, reason, message);
   r.Event("Warning", reason, message);
 }

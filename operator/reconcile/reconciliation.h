@@ -2,8 +2,8 @@
 
 // Internal to the reconcile library (operator/reconcile): not for use outside
 // it. The state one ReconcileTrainingJob call shares among its steps
-// (training_job_reconciler.cc, dataset_step.cc), the phases of .status, and
-// failing a job. Pure: no network, no clock.
+// (training_job_reconciler.cc, dataset_step.cc, kueue_step.cc, parity_step.cc),
+// and failing a job. Pure: no network, no clock.
 
 #include <cstdint>
 #include <string>
@@ -22,17 +22,19 @@ namespace paci::op {
 // Made by ReconcileTrainingJob for one call and used by it alone: it refers
 // to `world` and `options`, which must outlive it.
 struct Reconciliation {
-  Reconciliation(const ObservedWorld& world, const ReconcilerOptions& options)
+  Reconciliation(const TrainingJob& job, const ObservedWorld& world,
+                 const ReconcilerOptions& options)
       : world(world),
         options(options),
-        spec(kube::Field(world.job, "spec")),
-        status(kube::Field(world.job, "status")),
-        generation(kube::Generation(world.job)),
-        phase_before(kube::StringField(status, "phase")),
-        coordinator_name(kube::StringField(status, "coordinatorJob")),
+        job(job),
+        spec(job.spec),
+        status(job.status),
+        generation(job.metadata.generation),
+        phase_before(status.phase),
+        coordinator_name(status.coordinator_job),
         coordinator(world.coordinator_job ? &*world.coordinator_job : nullptr),
-        desired(status.is_object() ? status : nlohmann::json::object()) {
-    desired["observedGeneration"] = generation;
+        desired(status) {
+    desired.observed_generation = generation;
   }
 
   // Whether the coordinator knows the job and it has not ended there.
@@ -64,17 +66,18 @@ struct Reconciliation {
 
   // Deletes the object once ttlSecondsAfterFinished has passed since it
   // finished (by `finished_status`.completionTime).
-  void ApplyTtl(const nlohmann::json& finished_status);
+  void ApplyTtl(const TrainingJobStatus& finished_status);
 
   const ObservedWorld& world;
   const ReconcilerOptions& options;
-  const nlohmann::json& spec;
-  const nlohmann::json& status;  // as observed
+  const TrainingJob& job;            // world.job, read once
+  const TrainingJobSpec& spec;       // job.spec
+  const TrainingJobStatus& status;   // as observed
   const int64_t generation;
   const std::string phase_before;
   const std::string coordinator_name;  // status.coordinatorJob
   const v1::Job* const coordinator;    // what the coordinator says of it, or nullptr
-  nlohmann::json desired;              // the status as it should be
+  TrainingJobStatus desired;           // the status as it should be
   ReconcileActions actions;
 };
 

@@ -22,15 +22,12 @@
 #include "operator/reconcile/parity_step.h"
 #include "operator/reconcile/pod_status.h"
 #include "operator/reconcile/reconciliation.h"
-#include "operator/reconcile/worker_template.h"
+#include "operator/api/worker_template.h"
 
 namespace paci::op {
 
 using kube::BeingDeleted;
 using kube::Field;
-using kube::Generation;
-using kube::HasFinalizer;
-using kube::IntField;
 using kube::Label;
 using kube::MetaString;
 using kube::Rfc3339;
@@ -53,7 +50,7 @@ void ReconcileDeletion(Reconciliation& r) {
     r.Event("Normal", "Cancelling", "cancelling " + r.coordinator_name + " at the coordinator");
   }
   r.DeleteAllPods();
-  r.actions.remove_finalizer = HasFinalizer(r.world.job, kFinalizer);
+  r.actions.remove_finalizer = r.job.metadata.HasFinalizer(kFinalizer);
 }
 
 // Finished (Succeeded, Failed, Cancelled): no workers; gone after its TTL.
@@ -71,7 +68,7 @@ struct Runnable {
 
 // What to submit, or what makes the spec one that cannot run.
 absl::StatusOr<Runnable> RunnableJobSpec(const Reconciliation& r) {
-  if (const std::string ns = MetaString(r.world.job, "namespace");
+  if (const std::string& ns = r.job.metadata.namespace_name;
       r.options.reserved_namespaces.count(ns) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "metadata.namespace: \"", ns,
@@ -81,10 +78,10 @@ absl::StatusOr<Runnable> RunnableJobSpec(const Reconciliation& r) {
   }
   // The job as written; for a parity check, then the run of it to submit.
   absl::StatusOr<v1::JobSpec> job_spec =
-      JobSpecFromTrainingJob(r.world.job, CoordinatorJobName(r.world.job));
+      JobSpecFromTrainingJob(r.job, CoordinatorJobName(r.job));
   if (!job_spec.ok()) return job_spec.status();
   std::optional<ParityRun> parity;
-  if (HasParityCheck(r.spec)) {
+  if (r.spec.parity) {
     if (absl::Status schedule = CheckParitySchedule(*job_spec); !schedule.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("spec.parity: spec.", schedule.message()));
     }
@@ -95,10 +92,10 @@ absl::StatusOr<Runnable> RunnableJobSpec(const Reconciliation& r) {
   }
   const std::string submit_name =
       !r.coordinator_name.empty() ? r.coordinator_name
-      : parity                    ? CoordinatorJobName(r.world.job, parity->number)
+      : parity                    ? CoordinatorJobName(r.job, parity->number)
                                   : job_spec->name();
   if (parity) {
-    job_spec = JobSpecFromTrainingJob(r.world.job, submit_name, ParityRunEdit(*parity, r.spec));
+    job_spec = JobSpecFromTrainingJob(r.job, submit_name, ParityRunEdit(*parity, *r.spec.parity));
     if (!job_spec.ok()) return job_spec.status();
   }
   job_spec->set_name(submit_name);
@@ -112,14 +109,14 @@ absl::StatusOr<Runnable> RunnableJobSpec(const Reconciliation& r) {
   if (!r.options.worker_token_key.empty()) {
     // Only workers holding the job's token (its pods, which mount it) are placed on it.
     (*job_spec->mutable_run_policy()->mutable_worker_selector())[kWorkerTokenLabel] =
-        TokenDigest(JobToken(r.options.worker_token_key, MetaString(r.world.job, "uid")));
+        TokenDigest(JobToken(r.options.worker_token_key, r.job.metadata.uid));
   }
-  if (absl::Status worker = ValidateWorkerTemplate(Field(r.spec, "worker"), r.options.worker_allowed_secrets); !worker.ok()) {
+  if (absl::Status worker =
+          ValidateWorkerTemplate(r.spec.worker.object, r.options.worker_allowed_secrets);
+      !worker.ok()) {
     return worker;
   }
-  if (absl::Status initializer = ValidateInitializer(r.spec); !initializer.ok()) {
-    return initializer;
-  }
+  if (!r.spec.initializer_error.ok()) return r.spec.initializer_error;
   return Runnable{*std::move(job_spec), parity};
 }
 
@@ -129,17 +126,15 @@ void FailInvalidSpec(Reconciliation& r, const absl::Status& invalid) {
   r.DeleteAllPods();
 }
 
-bool Suspended(const Reconciliation& r) {
-  return Field(Field(r.spec, "runPolicy"), "suspend") == json(true);
-}
+bool Suspended(const Reconciliation& r) { return r.spec.run_policy.suspend; }
 
 // Suspended: nothing runs; resuming submits again (from its checkpoints).
 void ReconcileSuspended(Reconciliation& r) {
   if (r.CoordinatorActive()) r.actions.cancel = r.coordinator_name;
   r.DeleteAllPods();
   DropWorkload(r);
-  r.desired["phase"] = kPhaseSuspended;
-  r.desired.erase("coordinatorJob");
+  r.desired.phase = kPhaseSuspended;
+  r.desired.coordinator_job.clear();
   r.SetCondition("Suspended", true, "Suspended", "spec.runPolicy.suspend is true");
   if (r.phase_before != kPhaseSuspended) r.Event("Normal", "Suspended", "stopped its workers");
 }
@@ -200,9 +195,9 @@ void ReleaseGang(Reconciliation& r, int workers, const std::map<int, const json*
 // The worker pods (one per stage) and their Service: missing ones are
 // created, ended ones deleted (and created again once gone), strays deleted.
 void EnsureWorkers(Reconciliation& r, int workers) {
-  if (!r.world.service_exists) r.actions.create_service = WorkerService(r.world.job, r.options);
+  if (!r.world.service_exists) r.actions.create_service = WorkerService(r.job, r.options);
   if (r.options.network_policies && !r.world.network_policy_exists) {
-    r.actions.create_network_policy = WorkerNetworkPolicy(r.world.job, r.options);
+    r.actions.create_network_policy = WorkerNetworkPolicy(r.job, r.options);
   }
   std::map<int, const json*> by_index;
   std::vector<std::pair<std::string, std::string>> troubles;
@@ -233,11 +228,11 @@ void EnsureWorkers(Reconciliation& r, int workers) {
   ReportBlockedWorkers(r, troubles);
   for (int index = 0; index < workers; ++index) {
     if (by_index.count(index) == 0) {
-      r.actions.create_pods.push_back(WorkerPod(r.world.job, index, r.options));
+      r.actions.create_pods.push_back(WorkerPod(r.job, index, r.options));
     }
   }
   if (!r.actions.create_pods.empty() && !r.options.worker_token_key.empty()) {
-    r.actions.create_token_secret = WorkerTokenSecret(r.world.job, r.options);
+    r.actions.create_token_secret = WorkerTokenSecret(r.job, r.options);
   }
   ReleaseGang(r, workers, by_index);
 }
@@ -259,15 +254,15 @@ void SubmitToCoordinator(Reconciliation& r, v1::JobSpec job_spec) {
   const int workers = WorkersOf(job_spec.pipeline());
   if (!r.world.submit_result) {
     r.actions.submit = std::move(job_spec);
-    r.actions.submit_labels = {{kNamespaceLabel, MetaString(r.world.job, "namespace")}};
+    r.actions.submit_labels = {{kNamespaceLabel, r.job.metadata.namespace_name}};
     if (r.phase_before == kPhaseSuspended && !r.actions.submit->checkpoint().directory().empty()) {
       r.actions.submit->mutable_checkpoint()->set_resume(true);  // on from before the suspension
     }
   }
-  r.desired["coordinatorJob"] = submit_name;
+  r.desired.coordinator_job = submit_name;
   if (r.phase_before.empty() || r.phase_before == kPhaseSuspended ||
       r.phase_before == kPhaseInitializing) {
-    r.desired["phase"] = kPhasePending;
+    r.desired.phase = kPhasePending;
     r.SetCondition("Submitted", true, "Submitted", "submitted to the coordinator as " + submit_name);
     r.Event("Normal", "Submitted",
             absl::StrCat("submitted as ", submit_name, " for ", workers, " worker pods"));
@@ -279,7 +274,7 @@ void SubmitToCoordinator(Reconciliation& r, v1::JobSpec job_spec) {
 // workers stopped, the TTL started.
 void CoordinatorFinished(Reconciliation& r, const std::string& phase) {
   const v1::JobStatus& s = r.coordinator->status();
-  if (!r.desired.contains("completionTime")) r.desired["completionTime"] = Rfc3339(r.world.now);
+  if (r.desired.completion_time.empty()) r.desired.completion_time = Rfc3339(r.world.now);
   const bool succeeded = phase == kPhaseSucceeded;
   r.SetCondition(phase, true, s.reason().empty() ? phase : s.reason(),
                  succeeded ? absl::StrFormat("step %d, train loss %.4f, validation loss %.4f",
@@ -297,10 +292,10 @@ void CoordinatorFinished(Reconciliation& r, const std::string& phase) {
 void MirrorStatus(Reconciliation& r, int workers, const std::optional<ParityRun>& parity) {
   const v1::JobStatus& s = r.coordinator->status();
   MirrorCoordinator(*r.coordinator, r.desired);
-  if (parity && parity->number > 1 && r.status.contains("startTime")) {
-    r.desired["startTime"] = r.status["startTime"];  // the check's, its first run's
+  if (parity && parity->number > 1 && !r.status.start_time.empty()) {
+    r.desired.start_time = r.status.start_time;  // the check's, its first run's
   }
-  const std::string phase = StringField(r.desired, "phase");
+  const std::string phase = r.desired.phase;
   const bool running = phase == kPhaseRunning;
   r.SetCondition("Running", running,
                  running ? "Training" : (s.reason().empty() ? phase : s.reason()),
@@ -368,68 +363,47 @@ void ReconcileRunning(Reconciliation& r, Runnable runnable) {
   }
 }
 
-}  // namespace
-
 // The generation a Failed job failed at (its Failed condition's), or 0 when
 // the job is not Failed.
-int64_t FailedGeneration(const json& job) {
-  const json& status = Field(job, "status");
-  if (StringField(status, "phase") != kPhaseFailed) return 0;
-  const json& conditions = Field(status, "conditions");
-  if (!conditions.is_array()) return 0;
-  for (const json& c : conditions) {
-    if (StringField(c, "type") == "Failed" && StringField(c, "status") == "True") {
-      return IntField(c, "observedGeneration", Generation(job));
-    }
-  }
-  return 0;
+int64_t FailedGeneration(const TrainingJob& job) {
+  if (job.status.phase != kPhaseFailed) return 0;
+  const kube::Condition* failed = job.status.FindCondition("Failed");
+  if (failed == nullptr || failed->status != "True") return 0;
+  return failed->observed_generation != 0 ? failed->observed_generation : job.metadata.generation;
 }
 
 // A Failed job whose spec changed since it failed (kubectl apply of a fixed
 // spec) runs again, as a new coordinator job (its name has the generation):
-// the world as if it had never been submitted, its Failed condition False.
-ObservedWorld AsRerun(const ObservedWorld& world) {
-  ObservedWorld again = world;
-  json& status = again.job["status"];
-  for (const char* key :
-       {"phase", "coordinatorJob", "message", "completionTime", "startTime", "parity"}) {
-    status.erase(key);
+// the job as if it had never been submitted, its Failed condition False.
+TrainingJob AsRerun(const TrainingJob& job, absl::Time now) {
+  TrainingJob again = job;
+  TrainingJobStatus& status = again.status;
+  status.phase.clear();
+  status.coordinator_job.clear();
+  status.message.clear();
+  status.completion_time.clear();
+  status.start_time.clear();
+  status.parity.reset();
+  for (kube::Condition& c : status.conditions) {
+    if (c.type != "Failed") continue;
+    c.status = "False";
+    c.reason = "SpecChanged";
+    c.message = absl::StrCat("generation ", job.metadata.generation,
+                             " changed the spec after it failed: running again");
+    c.last_transition_time = Rfc3339(now);
+    c.observed_generation = job.metadata.generation;
   }
-  for (json& c : status["conditions"]) {
-    if (StringField(c, "type") != "Failed") continue;
-    c["status"] = "False";
-    c["reason"] = "SpecChanged";
-    c["message"] = absl::StrCat("generation ", Generation(world.job),
-                                " changed the spec after it failed: running again");
-    c["lastTransitionTime"] = Rfc3339(world.now);
-    c["observedGeneration"] = Generation(world.job);
-  }
-  again.coordinator_job.reset();
   return again;
 }
 
-bool ReadsLossHistory(const json& job) { return HasParityCheck(Field(job, "spec")); }
-
-ReconcileActions ReconcileTrainingJob(const ObservedWorld& world,
-                                      const ReconcilerOptions& options) {
-  const int64_t failed_at = FailedGeneration(world.job);
-  if (!BeingDeleted(world.job) && failed_at != 0 && failed_at < Generation(world.job)) {
-    const ObservedWorld again = AsRerun(world);
-    ReconcileActions actions = ReconcileTrainingJob(again, options);
-    if (!actions.status) actions.status = Field(again.job, "status");
-    actions.events.insert(actions.events.begin(),
-                          {"Normal", "Rerunning",
-                           absl::StrCat("generation ", Generation(world.job),
-                                        " changed the spec after the job failed at generation ",
-                                        failed_at, "; running it again")});
-    return actions;
-  }
-  Reconciliation r(world, options);
-  if (BeingDeleted(world.job)) {
+ReconcileActions Reconcile(const TrainingJob& job, const ObservedWorld& world,
+                           const ReconcilerOptions& options) {
+  Reconciliation r(job, world, options);
+  if (job.metadata.being_deleted) {
     ReconcileDeletion(r);
     return std::move(r.actions);
   }
-  r.actions.add_finalizer = !HasFinalizer(world.job, kFinalizer);
+  r.actions.add_finalizer = !job.metadata.HasFinalizer(kFinalizer);
   absl::StatusOr<Runnable> runnable;
   if (IsFinished(r.phase_before)) {
     ReconcileFinished(r);
@@ -440,8 +414,34 @@ ReconcileActions ReconcileTrainingJob(const ObservedWorld& world,
   } else {
     ReconcileRunning(r, *std::move(runnable));
   }
-  if (r.desired != r.status) r.actions.status = std::move(r.desired);
+  if (json desired = StatusJson(r.desired); desired != StatusJson(r.status)) {
+    r.actions.status = std::move(desired);
+  }
   return std::move(r.actions);
+}
+
+}  // namespace
+
+bool ReadsLossHistory(const TrainingJob& job) { return job.spec.parity.has_value(); }
+
+ReconcileActions ReconcileTrainingJob(const ObservedWorld& world,
+                                      const ReconcilerOptions& options) {
+  const TrainingJob job = ParseTrainingJob(world.job);
+  const int64_t failed_at = FailedGeneration(job);
+  if (!job.metadata.being_deleted && failed_at != 0 && failed_at < job.metadata.generation) {
+    const TrainingJob again = AsRerun(job, world.now);
+    ObservedWorld fresh = world;
+    fresh.coordinator_job.reset();
+    ReconcileActions actions = Reconcile(again, fresh, options);
+    if (!actions.status) actions.status = StatusJson(again.status);
+    actions.events.insert(actions.events.begin(),
+                          {"Normal", "Rerunning",
+                           absl::StrCat("generation ", job.metadata.generation,
+                                        " changed the spec after the job failed at generation ",
+                                        failed_at, "; running it again")});
+    return actions;
+  }
+  return Reconcile(job, world, options);
 }
 
 }  // namespace paci::op

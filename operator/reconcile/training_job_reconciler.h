@@ -190,6 +190,6 @@ ReconcileActions ReconcileTrainingJob(const ObservedWorld& world, const Reconcil
 // Whether the reconcile of `job` reads the loss history of its coordinator
 // job (a run of its parity check is compared by its validation curve): the
 // caller observes the coordinator's job with it then, and without otherwise.
-bool ReadsLossHistory(const nlohmann::json& job);
+bool ReadsLossHistory(const TrainingJob& job);
 
 }  // namespace paci::op

@@ -36,7 +36,7 @@ json Submitted(json job, const std::string& phase = "Pending") {
 v1::Job CoordinatorJob(v1::JobPhase phase) {
   v1::Job job;
   job.set_name("kjv-01234567-g1");
-  *job.mutable_spec() = *JobSpecFromTrainingJob(Job(), job.name());
+  *job.mutable_spec() = *JobSpecFromTrainingJob(ParseTrainingJob(Job()), job.name());
   job.mutable_status()->set_phase(phase);
   job.mutable_status()->set_step(60);
   job.mutable_status()->set_total_steps(60);
@@ -731,7 +731,7 @@ TEST(TrainingJobReconcilerTest, ARefusedResubmitOfALostJobFailsItToo) {
 TEST(TrainingJobReconcilerTest, CoordinatorNamesFitItsLimit) {
   json job = Job();
   job["metadata"]["name"] = std::string(70, 'x');
-  const std::string name = CoordinatorJobName(job);
+  const std::string name = CoordinatorJobName(ParseTrainingJob(job));
   EXPECT_LE(name.size(), 63u);
   EXPECT_THAT(name, ::testing::EndsWith("-01234567-g1"));
 }
@@ -749,7 +749,7 @@ TEST(TrainingJobReconcilerTest, CoordinatorNamesHaveTheFormReservedForTheOperato
         job["metadata"]["name"] = base;
         job["metadata"]["generation"] = generation;
         job["status"]["evictions"] = evictions;
-        const std::string name = CoordinatorJobName(job);
+        const std::string name = CoordinatorJobName(ParseTrainingJob(job));
         SCOPED_TRACE(name);
         EXPECT_LE(name.size(), kMaxJobNameLength);
         EXPECT_TRUE(IsOperatorJobName(name));
@@ -759,7 +759,7 @@ TEST(TrainingJobReconcilerTest, CoordinatorNamesHaveTheFormReservedForTheOperato
   job["metadata"]["name"] = "kjv";
   job["metadata"]["generation"] = 3;
   job["status"]["evictions"] = 2;
-  EXPECT_EQ(CoordinatorJobName(job), "kjv-9f3c2a1b-g3-e2");
+  EXPECT_EQ(CoordinatorJobName(ParseTrainingJob(job)), "kjv-9f3c2a1b-g3-e2");
 }
 
 // spec.initializer.dataset: a job whose dataset prepare-data makes first.
@@ -836,7 +836,7 @@ TEST(TrainingJobReconcilerTest, ADatasetInitializerRunsPrepareDataBeforeAnyWorke
   json with_json = DatasetJob();
   with_json["spec"]["initializer"]["dataset"] = {{"source", json::array({"/shared/a.jsonl"})},
                                                 {"tokenizerJson", "/shared/tokenizer.json"}};
-  EXPECT_EQ(DatasetPod(with_json, ReconcilerOptions{})["spec"]["containers"][0]["args"],
+  EXPECT_EQ(DatasetPod(ParseTrainingJob(with_json), ReconcilerOptions{})["spec"]["containers"][0]["args"],
             json::array({"prepare-data", "/shared/a.jsonl", "--out=/shared/datasets/kjv", "--reuse",
                          "--message_file=/dev/termination-log",
                          "--tokenizer_json=/shared/tokenizer.json"}));

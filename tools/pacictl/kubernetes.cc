@@ -52,14 +52,14 @@ int TrainingJobCommand(const std::string& command, const std::string& name) {
   std::unique_ptr<kube::KubeClient> kube = KubeFromFlags(command);
   if (kube == nullptr) return kExitUsage;
   const std::string ns = absl::GetFlag(FLAGS_namespace);
-  absl::StatusOr<nlohmann::json> job;
+  absl::StatusOr<op::TrainingJob> job;
   if (command == "get") {
     job = GetTrainingJob(*kube, ns, name);
   } else {
     ProgressPrinter printer(std::cerr, isatty(STDERR_FILENO) == 1);
     std::string last_phase;
-    job = WatchTrainingJob(*kube, ns, name, [&](const nlohmann::json& now) {
-      if (const std::string phase = PhaseLine(now); phase != last_phase) {
+    job = WatchTrainingJob(*kube, ns, name, [&](const op::TrainingJob& now) {
+      if (const std::string phase = PhaseLine(now.status); phase != last_phase) {
         printer.PrintAbove("trainingjob " + name + " " + phase);
         last_phase = phase;
       }
@@ -73,7 +73,7 @@ int TrainingJobCommand(const std::string& command, const std::string& name) {
   }
   std::cout << FormatTrainingJob(*job, absl::Now()) << std::flush;
   if (command == "get") return kExitSucceeded;
-  return TrainingJobSucceeded(*job) ? kExitSucceeded : kExitTrainingFailed;
+  return TrainingJobSucceeded(job->status) ? kExitSucceeded : kExitTrainingFailed;
 }
 
 int Logs(const std::string& job) {
