@@ -1,6 +1,6 @@
-// The TrainingJob CRD repeats by hand the numeric bounds that ValidateJobSpec
-// enforces, so that kubectl refuses a bad spec at once instead of the operator
-// later. These tests hold the two together: every bound the CRD declares on
+// The TrainingJob CRD (generated: the +crd: markers of job.proto) repeats the
+// numeric bounds that ValidateJobSpec enforces, so that kubectl refuses a bad
+// spec at once instead of the operator later. These tests hold the two together: every bound the CRD declares on
 // spec is probed at the bound and just past it through the coordinator's own
 // parse, defaults and validation, and where the CRD declares none the
 // coordinator must take the largest (or smallest) value the field can hold.
