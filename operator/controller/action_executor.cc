@@ -15,7 +15,6 @@ using kube::CollectionPath;
 using kube::FinalizersWith;
 using kube::FinalizersWithout;
 using kube::MetaString;
-using kube::ObjectKey;
 using kube::Rfc3339;
 
 namespace {
@@ -29,17 +28,17 @@ absl::Status IgnoreAlreadyExists(absl::Status status) {
   return absl::IsAlreadyExists(status) ? absl::OkStatus() : status;
 }
 
-std::string JobPath(const json& job) {
-  return absl::StrCat(
-      CollectionPath("paci.dev", "v1alpha1", MetaString(job, "namespace"), "trainingjobs"), "/",
-      MetaString(job, "name"));
+std::string JobPath(const ObjectMeta& job) {
+  return absl::StrCat(CollectionPath("paci.dev", "v1alpha1", job.namespace_name, "trainingjobs"),
+                      "/", job.name);
 }
+std::string JobPath(const json& job) { return JobPath(ParseObjectMeta(job)); }
 
 // The merge patch that sets metadata.finalizers, on the version last seen.
 json FinalizersPatch(const json& job, json finalizers) {
   return {{"metadata",
            {{"finalizers", std::move(finalizers)},
-            {"resourceVersion", MetaString(job, "resourceVersion")}}}};
+            {"resourceVersion", ParseObjectMeta(job).resource_version}}}};
 }
 
 }  // namespace
@@ -59,7 +58,8 @@ ActionExecutor::Result ActionExecutor::Execute(ObservedWorld world, ReconcileAct
   if (result.status.ok() && actions.submit) {
     world.submit_result = coordinator_.Submit(*actions.submit, actions.submit_labels).status();
     if (world.submit_result->ok()) {
-      LOG(INFO) << "job " << ObjectKey(world.job) << ": submitted as " << actions.submit->name();
+      LOG(INFO) << "job " << ParseObjectMeta(world.job).Key() << ": submitted as "
+                << actions.submit->name();
     }
     actions = ReconcileTrainingJob(world, reconciler_);  // its changes are made already
   }
@@ -70,7 +70,7 @@ ActionExecutor::Result ActionExecutor::Execute(ObservedWorld world, ReconcileAct
 
 absl::Status ActionExecutor::MakeChanges(const ObservedWorld& world,
                                          const ReconcileActions& actions, json& current) {
-  const std::string ns = MetaString(current, "namespace");
+  const std::string ns = ParseObjectMeta(current).namespace_name;
   if (actions.add_finalizer) {
     ASSIGN_OR_RETURN(current, kube_.MergePatch(JobPath(current),
                                                FinalizersPatch(current, FinalizersWith(
@@ -78,7 +78,7 @@ absl::Status ActionExecutor::MakeChanges(const ObservedWorld& world,
   }
   if (actions.cancel) {
     RETURN_IF_ERROR(IgnoreNotFound(coordinator_.Cancel(*actions.cancel)));
-    LOG(INFO) << "job " << ObjectKey(current) << ": cancelled " << *actions.cancel;
+    LOG(INFO) << "job " << ParseObjectMeta(current).Key() << ": cancelled " << *actions.cancel;
   }
   if (actions.update_run_policy) {
     const RunPolicyUpdate& update = *actions.update_run_policy;
@@ -128,7 +128,7 @@ absl::Status ActionExecutor::MakeChanges(const ObservedWorld& world,
                             }
                           })
             .status()));
-    LOG(INFO) << "job " << ObjectKey(current) << ": workload "
+    LOG(INFO) << "job " << ParseObjectMeta(current).Key() << ": workload "
               << MetaString(*world.workload, "name")
               << (edit.release_quota ? ": quota given back after its eviction" : ": finished");
   }
@@ -162,29 +162,31 @@ absl::Status ActionExecutor::Report(const ReconcileActions& actions, json& curre
             .MergePatch(JobPath(current),
                         FinalizersPatch(current, FinalizersWithout(current, kFinalizer)))
             .status()));
-    LOG(INFO) << "job " << ObjectKey(current) << ": finalized";
+    LOG(INFO) << "job " << ParseObjectMeta(current).Key() << ": finalized";
   }
   if (actions.delete_job) {
-    LOG(INFO) << "job " << ObjectKey(current) << ": deleting, ttlSecondsAfterFinished has passed";
+    LOG(INFO) << "job " << ParseObjectMeta(current).Key()
+              << ": deleting, ttlSecondsAfterFinished has passed";
     RETURN_IF_ERROR(IgnoreNotFound(kube_.Delete(JobPath(current))));
   }
   return absl::OkStatus();
 }
 
-void ActionExecutor::RecordEvent(const json& job, const KubeEvent& event) {
-  const std::string ns = MetaString(job, "namespace");
+void ActionExecutor::RecordEvent(const json& involved, const KubeEvent& event) {
+  const ObjectMeta job = ParseObjectMeta(involved);
+  const std::string& ns = job.namespace_name;
   const std::string now = Rfc3339(clock_.Now());
   const json object = {
       {"apiVersion", "v1"},
       {"kind", "Event"},
-      {"metadata", {{"generateName", MetaString(job, "name") + "."}, {"namespace", ns}}},
+      {"metadata", {{"generateName", job.name + "."}, {"namespace", ns}}},
       {"involvedObject",
        {{"apiVersion", "paci.dev/v1alpha1"},
         {"kind", "TrainingJob"},
-        {"name", MetaString(job, "name")},
+        {"name", job.name},
         {"namespace", ns},
-        {"uid", MetaString(job, "uid")},
-        {"resourceVersion", MetaString(job, "resourceVersion")}}},
+        {"uid", job.uid},
+        {"resourceVersion", job.resource_version}}},
       {"reason", event.reason},
       {"message", event.message},
       {"type", event.type},
@@ -194,7 +196,7 @@ void ActionExecutor::RecordEvent(const json& job, const KubeEvent& event) {
       {"lastTimestamp", now},
       {"count", 1},
   };
-  LOG(INFO) << "job " << ObjectKey(job) << ": " << event.type << " " << event.reason << ": "
+  LOG(INFO) << "job " << job.Key() << ": " << event.type << " " << event.reason << ": "
             << event.message;
   if (absl::Status s = kube_.Create(CollectionPath("", "v1", ns, "events"), object).status();
       !s.ok()) {

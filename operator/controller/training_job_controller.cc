@@ -206,7 +206,7 @@ absl::Status TrainingJobController::ReconcileWorld(const std::string& key, const
   }
   ActionExecutor::Result executed = executor_.Execute(std::move(world), std::move(actions));
   *requeue_after = executed.requeue_after;
-  if (MetaString(executed.written, "resourceVersion") != MetaString(job, "resourceVersion")) {
+  if (ParseObjectMeta(executed.written).resource_version != ParseObjectMeta(job).resource_version) {
     absl::MutexLock lock(&written_mutex_);
     written_[key] = std::move(executed.written);
   }
@@ -247,8 +247,8 @@ std::optional<json> TrainingJobController::LatestJob(const std::string& key, con
   // (etcd's revisions, and the test server) numbers them in order: use that
   // when they are numbers, and trust the cache otherwise.
   int64_t cached = 0, ours = 0;
-  if (job && absl::SimpleAtoi(MetaString(*job, "resourceVersion"), &cached) &&
-      absl::SimpleAtoi(MetaString(it->second, "resourceVersion"), &ours) && cached < ours) {
+  if (job && absl::SimpleAtoi(ParseObjectMeta(*job).resource_version, &cached) &&
+      absl::SimpleAtoi(ParseObjectMeta(it->second).resource_version, &ours) && cached < ours) {
     return it->second;  // the cache has not seen our last write yet
   }
   written_.erase(it);
