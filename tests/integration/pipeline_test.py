@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -149,6 +150,33 @@ class PipelineTest(unittest.TestCase):
     def test_gpipe_trains_without_drift(self):
         s = self.assert_trained(self.train(P=2, schedule="gpipe", a=2, steps=30), 2, 30)
         self.assertEqual([st["drift_max"] for st in s["stages"]], [0, 0])
+
+    def test_a_checkpoint_resumes_at_another_number_of_stages(self):
+        # A job's shape may change between runs (elastic pipelines): a step written by 2 stages
+        # resumes on 1, re-cut with its AdamW moments, step count and data position, and the
+        # step that one writes resumes on 2 again. Under the flush, whose updates do not depend
+        # on the number of stages, each re-cut run trains exactly as the run that kept its shape.
+        kept, cut = os.path.join(self.dir, "kept"), os.path.join(self.dir, "cut")
+
+        def train(P, steps, directory, resume=True):
+            run = self.train(P=P, schedule="1f1b-flush", steps=steps,
+                             checkpoint="{directory: %s, interval: 10, resume: %s}"
+                             % (directory, "true" if resume else "false"))
+            self.assertEqual(run.returncode, 0, run.output)
+            self.assertEqual(run.summary()["num_stages"], P)
+            return run.summary()
+
+        train(2, 10, kept, resume=False)
+        shutil.copytree(kept, cut)
+        for (P_kept, P_cut, steps) in ((2, 1, 20), (2, 2, 30)):
+            a, b = train(P_kept, steps, kept), train(P_cut, steps, cut)
+            self.assertEqual([p["step"] for p in b["train_loss"]],
+                             list(range(steps - 9, steps + 1)))
+            for key in ("train_loss", "validation_loss"):
+                for x, y in zip(a[key], b[key]):
+                    self.assertAlmostEqual(x["loss"], y["loss"], places=5, msg=(key, a[key], b[key]))
+        self.assertTrue(os.path.exists(os.path.join(cut, "step-%08d" % 20, "stage-0-of-1.pt")))
+        self.assertTrue(os.path.exists(os.path.join(cut, "step-%08d" % 30, "stage-1-of-2.pt")))
 
     def test_checkpoint_then_resume_continues_and_bad_checkpoints_are_refused(self):
         ckpt = os.path.join(self.dir, "ckpt")

@@ -442,7 +442,7 @@ absl::StatusOr<ShardMeta> LoadShard(const std::string& path, const ShardMeta& ex
   return meta;
 }
 
-absl::StatusOr<ShardParameters> ReadShard(const std::string& path) {
+absl::StatusOr<ShardParameters> ReadShard(const std::string& path, bool with_optimizer) {
   ShardParameters shard;
   const auto read = [&](torch::serialize::InputArchive& archive) -> absl::Status {
     ASSIGN_OR_RETURN(shard.meta, ReadMeta(path, archive));
@@ -459,6 +459,17 @@ absl::StatusOr<ShardParameters> ReadShard(const std::string& path) {
             absl::StrCat("checkpoint ", path, " lacks parameter ", name.toStringRef()));
       }
       shard.parameters[name.toStringRef()] = t;
+      if (!with_optimizer) continue;
+      for (const char* kind : {"exp_avg/", "exp_avg_sq/", "master/"}) {
+        const std::string key = kind + name.toStringRef();
+        torch::Tensor saved;  // a new one: try_read sets a defined tensor's storage
+        if (archive.try_read(Key("optim", key), saved)) shard.optimizer_state[key] = saved;
+      }
+    }
+    if (with_optimizer) {
+      c10::IValue steps;
+      archive.read("optimizer_steps", steps);
+      shard.optimizer_steps = steps.toInt();
     }
     return absl::OkStatus();
   };

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "worker/model/adamw.h"
 #include "worker/model/gpt.h"
+#include "worker/runtime/checkpoint_layout.h"
 
 namespace paci {
 
@@ -91,6 +92,28 @@ absl::StatusOr<std::optional<int64_t>> LatestSoundStep(const std::string& direct
                                                        int num_stages,
                                                        std::vector<std::string>* passed_over);
 
+// Where a job resumes whatever its shape: the newest step that LatestSoundStep
+// finds whole among the shards of every stage count in `directory`, and the
+// count that wrote it (the job's own count, `num_stages`, when two counts
+// have the same step). nullopt when no count has a complete step. An error of
+// LatestSoundStep's (complete steps, none whole) only when no count has a
+// whole step. A job resumed at another count re-cuts it (LoadRecut).
+absl::StatusOr<std::optional<CheckpointStep>> LatestSoundCheckpoint(
+    const std::string& directory, int num_stages, std::vector<std::string>* passed_over);
+
+// Loads step `step` of `directory`, written by `from_stages` stages (CheckStep
+// found it whole), into this stage of another cut: every shard of the step is
+// read, and each of this stage's parameters and its AdamW state (moments,
+// master weights of non-float32 parameters: from the parameter where the step
+// kept none) is taken by its global name; the optimizer's step count is the
+// shards'. Returns stage 0's metadata (its step, data position and job).
+// FailedPrecondition naming the step for a model of another shape, a
+// parameter or moment no shard holds or of another shape, or shards at
+// different optimizer step counts; DataLoss for a corrupt shard. On error
+// neither the model nor the optimizer changes.
+absl::StatusOr<ShardMeta> LoadRecut(const std::string& directory, int64_t step, int from_stages,
+                                    GptStage& model, AdamW& optimizer);
+
 // checkpoint.keep: removes the shards of `num_stages` stages (and their
 // temporary files) of every step older than the newest `keep` steps that
 // CheckStep finds whole (keep 0: nothing), and a step folder left empty
@@ -107,16 +130,19 @@ absl::StatusOr<std::vector<int64_t>> PruneSteps(const std::string& directory, in
                                                 int keep, std::set<int64_t>* whole = nullptr);
 
 // A shard read on its own, with no model to match: its metadata and every
-// parameter by its global name, on the CPU (the optimizer state is not read).
+// parameter by its global name, on the CPU; with_optimizer, its AdamW state
+// too (AdamW::State()'s names) and step count.
 struct ShardParameters {
   ShardMeta meta;
   std::map<std::string, torch::Tensor> parameters;
+  std::map<std::string, torch::Tensor> optimizer_state;  // with_optimizer only
+  int64_t optimizer_steps = 0;                            // with_optimizer only
 };
 
 // Reads the shard at `path` (blocking file I/O). DataLoss naming the file for
 // a corrupt, truncated or forged one (the checks of LoadShard);
 // FailedPrecondition naming it when it was written before shards recorded
 // their config and parameter names.
-absl::StatusOr<ShardParameters> ReadShard(const std::string& path);
+absl::StatusOr<ShardParameters> ReadShard(const std::string& path, bool with_optimizer = false);
 
 }  // namespace paci

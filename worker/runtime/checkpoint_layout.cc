@@ -158,6 +158,15 @@ absl::StatusOr<std::map<int64_t, std::set<int>>> StageCountsByStep(const std::st
 
 }  // namespace
 
+absl::StatusOr<std::set<int>> StageCounts(const std::string& directory) {
+  absl::StatusOr<std::map<int64_t, std::set<int>>> counts = StageCountsByStep(directory);
+  if (absl::IsNotFound(counts.status())) return std::set<int>();
+  if (!counts.ok()) return counts.status();
+  std::set<int> all;
+  for (const auto& [step, stage_counts] : *counts) all.insert(stage_counts.begin(), stage_counts.end());
+  return all;
+}
+
 absl::StatusOr<CheckpointStep> FindLatestCheckpoint(const std::string& directory) {
   ASSIGN_OR_RETURN(const auto counts, StageCountsByStep(directory));
   std::set<int> all_counts;

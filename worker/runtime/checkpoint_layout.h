@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,11 @@ absl::StatusOr<std::vector<int64_t>> RemoveStepsBefore(const std::string& direct
 
 // Whether `directory` holds any step-* folder.
 bool HoldsCheckpoints(const std::string& directory);
+
+// The stage counts P of the shards (stage-S-of-P.pt) in any step folder of
+// `directory`; none when it does not exist or holds no step. Pure file-system
+// scan.
+absl::StatusOr<std::set<int>> StageCounts(const std::string& directory);
 
 // A complete step of a checkpoint directory and the stage count that wrote it.
 struct CheckpointStep {

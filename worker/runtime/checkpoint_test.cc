@@ -1,5 +1,6 @@
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 #include <string>
@@ -416,6 +417,120 @@ TEST_F(CheckpointTest, PruningKeepsTheNewestCompleteStepsAndNothingOfAnotherStag
   ASSERT_TRUE(pruned.ok());
   EXPECT_TRUE(pruned->empty());
   EXPECT_TRUE(fs::exists(ShardPath(dir_, 30, 0, 2)));
+}
+
+// A job resumed at another shape: the step of P stages read into a cut of P'
+// stages carries every parameter and every AdamW moment over by its name,
+// and the step count; each stage then steps as the unsplit model would.
+void SaveStages(const std::string& dir, int64_t step, std::vector<Stage*> stages) {
+  for (size_t s = 0; s < stages.size(); ++s) {
+    ShardMeta meta = stages[s]->Meta(step);
+    meta.stage = static_cast<int>(s);
+    meta.num_stages = static_cast<int>(stages.size());
+    ASSERT_TRUE(SaveShard(ShardPath(dir, step, meta.stage, meta.num_stages), meta,
+                          stages[s]->model, *stages[s]->optimizer)
+                    .ok());
+  }
+}
+
+std::map<std::string, torch::Tensor> Everything(std::vector<Stage*> stages) {
+  std::map<std::string, torch::Tensor> all;
+  for (Stage* stage : stages) {
+    for (auto& item : stage->model->named_parameters()) all["param/" + item.key()] = item.value();
+    for (const auto& [name, t] : stage->optimizer->State()) all[name] = t;
+  }
+  return all;
+}
+
+void ExpectSame(const std::map<std::string, torch::Tensor>& a,
+                const std::map<std::string, torch::Tensor>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [name, t] : a) {
+    ASSERT_EQ(b.count(name), 1u) << name;
+    EXPECT_TRUE(torch::equal(t, b.at(name))) << name;
+  }
+}
+
+TEST_F(CheckpointTest, AStepOfTwoStagesResumesAsOneAndOneAsTwo) {
+  Stage s0(1, 2, 0), s1(1, 2, 1);
+  for (Stage* s : {&s0, &s1}) {
+    s->TrainOneStep();
+    s->TrainOneStep();
+  }
+  SaveStages(dir_, 20, {&s0, &s1});
+  Stage whole(99, 1, 0);  // other initial weights, the whole model
+  absl::StatusOr<ShardMeta> meta = LoadRecut(dir_, 20, 2, whole.model, *whole.optimizer);
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  EXPECT_EQ(meta->step, 20);
+  EXPECT_EQ(meta->next_micro_batch, 80u);
+  EXPECT_EQ(whole.optimizer->steps(), 2);
+  ExpectSame(Everything({&s0, &s1}), Everything({&whole}));
+
+  // And back: the whole model's step, one more taken, into two stages.
+  whole.TrainOneStep();
+  SaveStages(dir_, 30, {&whole});
+  Stage t0(7, 2, 0), t1(7, 2, 1);
+  for (Stage* t : {&t0, &t1}) {
+    ASSERT_TRUE(LoadRecut(dir_, 30, 1, t->model, *t->optimizer).ok());
+    EXPECT_EQ(t->optimizer->steps(), 3);
+  }
+  ExpectSame(Everything({&whole}), Everything({&t0, &t1}));
+}
+
+TEST_F(CheckpointTest, TheNewestWholeStepOfAnyStageCountIsWhereAJobResumes) {
+  Stage s0(1, 2, 0), s1(1, 2, 1), whole(1, 1, 0);
+  SaveStages(dir_, 10, {&s0, &s1});
+  SaveStages(dir_, 20, {&whole});
+  std::vector<std::string> passed_over;
+  absl::StatusOr<std::optional<CheckpointStep>> found = LatestSoundCheckpoint(dir_, 2, &passed_over);
+  ASSERT_TRUE(found.ok()) << found.status();
+  ASSERT_TRUE(found->has_value());
+  EXPECT_EQ((*found)->step, 20);
+  EXPECT_EQ((*found)->num_stages, 1);
+  // The same step of both counts: the job's own count.
+  SaveStages(dir_, 20, {&s0, &s1});
+  found = LatestSoundCheckpoint(dir_, 2, &passed_over);
+  ASSERT_TRUE(found.ok() && found->has_value());
+  EXPECT_EQ((*found)->num_stages, 2);
+  // A torn newest step of one count does not hide the other count's.
+  SaveStages(dir_, 30, {&whole});
+  const std::string torn = ShardPath(dir_, 30, 0, 1);
+  Truncate(torn, fs::file_size(torn) / 2);
+  found = LatestSoundCheckpoint(dir_, 2, &passed_over);
+  ASSERT_TRUE(found.ok() && found->has_value()) << found.status();
+  EXPECT_EQ((*found)->step, 20);
+  EXPECT_EQ((*found)->num_stages, 2);
+  ASSERT_FALSE(passed_over.empty());
+  EXPECT_NE(passed_over.back().find("step 30"), std::string::npos) << passed_over.back();
+  // Nothing at all: nothing to resume.
+  passed_over.clear();
+  found = LatestSoundCheckpoint(dir_ + "-none", 2, &passed_over);
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_FALSE(found->has_value());
+}
+
+TEST_F(CheckpointTest, AStepOfAnotherModelIsNotReCutAndNothingChanges) {
+  Stage s0(1, 2, 0), s1(1, 2, 1);
+  SaveStages(dir_, 10, {&s0, &s1});
+  GptConfig wider = Config(3);
+  wider.d_model = 32;
+  GptStage other(wider, PartitionStage(4, 1, 0));
+  std::vector<std::pair<std::string, torch::Tensor>> params;
+  for (auto& item : other->named_parameters()) params.emplace_back(item.key(), item.value());
+  AdamW optimizer(params, AdamWOptions{});
+  const torch::Tensor before = params.front().second.clone();
+  absl::StatusOr<ShardMeta> meta = LoadRecut(dir_, 10, 2, other, optimizer);
+  EXPECT_EQ(meta.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(meta.status().message().find("holds a model of another shape"), std::string::npos)
+      << meta.status();
+  EXPECT_TRUE(torch::equal(before, params.front().second));
+  EXPECT_EQ(optimizer.steps(), 0);
+  // A shard of the step gone missing: NotFound naming it.
+  fs::remove(ShardPath(dir_, 10, 1, 2));
+  Stage whole(99, 1, 0);
+  meta = LoadRecut(dir_, 10, 2, whole.model, *whole.optimizer);
+  EXPECT_FALSE(meta.ok());
+  EXPECT_NE(meta.status().message().find("stage-1-of-2.pt"), std::string::npos) << meta.status();
 }
 
 }  // namespace

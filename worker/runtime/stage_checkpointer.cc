@@ -37,7 +37,7 @@ absl::StatusOr<std::optional<StageCheckpointer::Source>> StageCheckpointer::Init
   const auto& ckpt = spec_.checkpoint();
   if (ckpt.init_from().empty()) return std::nullopt;
   if (ckpt.resume() && !ckpt.directory().empty()) {  // this job's own checkpoint wins
-    ASSIGN_OR_RETURN(std::optional<int64_t> latest, ResumeStep());
+    ASSIGN_OR_RETURN(std::optional<CheckpointStep> latest, ResumeStep());
     if (latest) return std::nullopt;
   }
   // Fine-tuning: the weights by name from a checkpoint of any cut, or from a
@@ -68,21 +68,30 @@ absl::StatusOr<std::optional<StageCheckpointer::Source>> StageCheckpointer::Init
 absl::StatusOr<StageCheckpointer::Start> StageCheckpointer::Restore(StageModel& model) const {
   const auto& ckpt = spec_.checkpoint();
   if (ckpt.directory().empty()) return Start{};
-  std::optional<int64_t> latest;
+  std::optional<CheckpointStep> latest;
   if (ckpt.resume()) {
     ASSIGN_OR_RETURN(latest, ResumeStep());
+  }
+  if (latest && latest->num_stages != num_stages_) {  // resumed at another shape
+    ASSIGN_OR_RETURN(ShardMeta meta, LoadRecut(ckpt.directory(), latest->step, latest->num_stages,
+                                               model.module(), model.optimizer()));
+    LOG(INFO) << "stage " << stage_ << " of " << num_stages_ << " resumed from step " << meta.step
+              << " of " << ckpt.directory() << ", written by " << latest->num_stages
+              << " stages: re-cut to this stage's parameters and AdamW state";
+    return Start{meta.step, meta.next_micro_batch};
   }
   if (latest) {  // this job's own checkpoint wins over init_from
     ShardMeta expected;
     expected.stage = stage_;
     expected.num_stages = num_stages_;
     expected.model_fingerprint = model.module()->Fingerprint();
-    const std::string path = ShardPath(ckpt.directory(), *latest, stage_, num_stages_);
+    const std::string path = ShardPath(ckpt.directory(), latest->step, stage_, num_stages_);
     ASSIGN_OR_RETURN(ShardMeta meta, LoadShard(path, expected, model.module(), model.optimizer()));
-    if (meta.step != *latest) {  // CheckStep read it as step *latest: it changed since
+    if (meta.step != latest->step) {  // CheckStep read it as that step: it changed since
       return absl::FailedPreconditionError(
           absl::StrCat("checkpoint ", path, " says it is at step ", meta.step,
-                       "; its folder says step ", *latest, " (it was replaced while resuming)"));
+                       "; its folder says step ", latest->step,
+                       " (it was replaced while resuming)"));
     }
     LOG(INFO) << "stage " << stage_ << " resumed from " << path << " at step " << meta.step;
     if (meta.job_name != spec_.name()) {  // a job the operator runs again after an eviction
@@ -100,16 +109,18 @@ absl::StatusOr<StageCheckpointer::Start> StageCheckpointer::Restore(StageModel& 
   return Start{};
 }
 
-absl::StatusOr<std::optional<int64_t>> StageCheckpointer::ResumeStep() const {
+absl::StatusOr<std::optional<CheckpointStep>> StageCheckpointer::ResumeStep() const {
   if (resume_step_) return *resume_step_;
   std::vector<std::string> passed_over;
-  const absl::StatusOr<std::optional<int64_t>>& found = resume_step_.emplace(
-      LatestSoundStep(spec_.checkpoint().directory(), num_stages_, &passed_over));
+  const absl::StatusOr<std::optional<CheckpointStep>>& found = resume_step_.emplace(
+      LatestSoundCheckpoint(spec_.checkpoint().directory(), num_stages_, &passed_over));
   for (const std::string& torn : passed_over) {  // only when a sound step was found
     LOG(WARNING) << "job=" << spec_.name() << " stage " << stage_ << ": checkpoint " << torn
-                 << "; resuming from step " << **found << " instead";
+                 << "; resuming from step " << (*found)->step << " instead";
   }
-  if (found.ok() && found->has_value()) whole_steps_.insert(**found);
+  if (found.ok() && found->has_value() && (*found)->num_stages == num_stages_) {
+    whole_steps_.insert((*found)->step);
+  }
   return found;
 }
 

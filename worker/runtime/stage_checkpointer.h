@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "paci/v1/job.pb.h"
 #include "worker/data/tokenizer.h"
+#include "worker/runtime/checkpoint_layout.h"
 #include "worker/runtime/checkpoint_reader.h"
 #include "worker/runtime/stage_model.h"
 
@@ -44,7 +45,11 @@ class StageCheckpointer {
   // verifies and records that step and one job) into `model` (weights,
   // AdamW); newer torn or mixed steps are logged, naming the shard and why,
   // and passed over. The whole step may be of a job of another name (the
-  // operator runs an evicted job again under a new name). Without
+  // operator runs an evicted job again under a new name), and of another
+  // number of stages (a job resumed at another shape): then every shard of
+  // it is read and re-cut to this stage (LoadRecut), so the weights, AdamW's
+  // moments and step count, the step and the data position all carry over.
+  // Without
   // resume, a directory that holds checkpoints is refused
   // (FailedPrecondition, nothing overwritten). LoadShard's errors name the file.
   absl::StatusOr<Start> Restore(StageModel& model) const;
@@ -56,11 +61,12 @@ class StageCheckpointer {
   absl::StatusOr<std::string> Save(int64_t step, uint64_t samples, StageModel& model) const;
 
  private:
-  // The step this job's own checkpoint resumes from (LatestSoundStep; the
-  // torn steps it passed over logged), nullopt when there is none. Found
-  // once: InitialWeights and Restore both ask, and it reads every shard.
-  absl::StatusOr<std::optional<int64_t>> ResumeStep() const;
-  mutable std::optional<absl::StatusOr<std::optional<int64_t>>> resume_step_;
+  // The step this job's own checkpoint resumes from and the stage count that
+  // wrote it (LatestSoundCheckpoint; the torn steps it passed over logged),
+  // nullopt when there is none. Found once: InitialWeights and Restore both
+  // ask, and it reads every shard.
+  absl::StatusOr<std::optional<CheckpointStep>> ResumeStep() const;
+  mutable std::optional<absl::StatusOr<std::optional<CheckpointStep>>> resume_step_;
   // The steps found whole (resume, PruneSteps), so that each save does not
   // read them again.
   mutable std::set<int64_t> whole_steps_;

@@ -1,0 +1,116 @@
+// A job resumed at another shape (LatestSoundCheckpoint, LoadRecut in
+// checkpoint.h): the newest whole step of any stage count, re-cut to this
+// stage's parameters by their global names.
+
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/status_macros.h"
+#include "worker/model/gpt_config.h"
+#include "worker/runtime/checkpoint.h"
+
+namespace paci {
+
+absl::StatusOr<std::optional<CheckpointStep>> LatestSoundCheckpoint(
+    const std::string& directory, int num_stages, std::vector<std::string>* passed_over) {
+  ASSIGN_OR_RETURN(std::set<int> counts, StageCounts(directory));
+  counts.insert(num_stages);  // its own count first among equals, and its error
+  std::optional<CheckpointStep> latest;
+  std::optional<absl::Status> own_error, other_error;
+  // Each count's steps passed over ("step 30: ..."), newer than its own whole one.
+  std::vector<std::string> passed;
+  for (int p : counts) {
+    absl::StatusOr<std::optional<int64_t>> step = LatestSoundStep(directory, p, &passed);
+    if (!step.ok()) {
+      (p == num_stages ? own_error : other_error) = step.status();
+      continue;
+    }
+    if (!step->has_value()) continue;
+    const bool newer = !latest || **step > latest->step ||
+                       (**step == latest->step && p == num_stages);
+    if (newer) latest = CheckpointStep{**step, p};
+  }
+  if (latest) {
+    for (const std::string& why : passed) {  // those newer than where the job resumes
+      int64_t step = 0;
+      std::vector<std::string> words = absl::StrSplit(why, absl::MaxSplits(absl::ByAnyChar(" :"), 2));
+      if (words.size() > 1 && absl::SimpleAtoi(words[1], &step) && step > latest->step) {
+        passed_over->push_back(why);
+      }
+    }
+    return latest;
+  }
+  if (own_error) return *own_error;
+  if (other_error) return *other_error;
+  return std::optional<CheckpointStep>();
+}
+
+absl::StatusOr<ShardMeta> LoadRecut(const std::string& directory, int64_t step, int from_stages,
+                                    GptStage& model, AdamW& optimizer) {
+  const std::string where = absl::StrCat("checkpoint ", StepDirectory(directory, step), " (",
+                                         from_stages, " stages)");
+  std::map<std::string, torch::Tensor> params, state;
+  ShardMeta first;
+  int64_t optimizer_steps = 0;
+  for (int s = 0; s < from_stages; ++s) {
+    ASSIGN_OR_RETURN(ShardParameters shard, ReadShard(ShardPath(directory, step, s, from_stages),
+                                                      /*with_optimizer=*/true));
+    if (s == 0) {
+      first = shard.meta;
+      optimizer_steps = shard.optimizer_steps;
+    } else if (shard.optimizer_steps != optimizer_steps) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          where, ": stage ", s, "'s optimizer took ", shard.optimizer_steps,
+          " steps, stage 0's ", optimizer_steps, " (shards of different points)"));
+    }
+    params.merge(shard.parameters);
+    state.merge(shard.optimizer_state);
+  }
+  if (first.config) {
+    if (auto difference = ShapeDifference(model->config(), *first.config)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(where, " holds a model of another shape: ", *difference));
+    }
+  }
+  const auto take = [&](const std::map<std::string, torch::Tensor>& from, const std::string& name,
+                        const torch::Tensor& like, const char* what) -> absl::StatusOr<torch::Tensor> {
+    auto it = from.find(name);
+    if (it == from.end()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(where, " holds no ", what, " ", name, " in any shard"));
+    }
+    if (it->second.sizes() != like.sizes()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          where, ": ", what, " ", name, " has shape ", c10::str(it->second.sizes()),
+          ", this stage's has ", c10::str(like.sizes())));
+    }
+    return it->second;
+  };
+  // Everything is read and checked before anything changes.
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> weights;
+  for (const auto& [name, p] : optimizer.parameters()) {
+    ASSIGN_OR_RETURN(torch::Tensor t, take(params, name, p, "parameter"));
+    weights.emplace_back(p, t);
+  }
+  std::vector<std::pair<std::string, torch::Tensor>> moments;
+  for (const auto& [name, t] : optimizer.State()) {
+    const bool master = name.rfind("master/", 0) == 0;
+    if (master && state.count(name) == 0) {  // written in float32: the weight is the master
+      ASSIGN_OR_RETURN(torch::Tensor w, take(params, name.substr(7), t, "parameter"));
+      moments.emplace_back(name, w.to(torch::kFloat32));
+      continue;
+    }
+    ASSIGN_OR_RETURN(torch::Tensor saved, take(state, name, t, "optimizer state"));
+    moments.emplace_back(name, saved);
+  }
+  torch::NoGradGuard no_grad;
+  for (auto& [p, t] : weights) p.data().copy_(t);
+  optimizer.SetState(optimizer_steps, moments);
+  return first;
+}
+
+}  // namespace paci
