@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "common/elastic_shape.h"
 #include "common/read_file.h"
 #include "common/schedule_kind.h"
 #include "common/status_macros.h"
@@ -199,6 +200,7 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec) {
   if (!pipeline->has_data_parallel()) pipeline->set_data_parallel(1);
   ApplyAccumulationDefault(pipeline);
   ApplyMethodDefaults(*spec->mutable_training(), pipeline);  // from the accumulation
+  ApplyElasticDefaults(pipeline);
 
   v1::OptimizerSpec* optimizer = spec->mutable_optimizer();
   if (!optimizer->has_beta1()) optimizer->set_beta1(0.9f);

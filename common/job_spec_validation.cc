@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/dns_label.h"
+#include "common/elastic_shape.h"
 #include "common/schedule_kind.h"
 #include "common/status_macros.h"
 
@@ -386,6 +387,7 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
       RequireBetween("runtime.trace_max_spans", spec.runtime().trace_max_spans(), 0, 1000000));
   RETURN_IF_ERROR(ValidateRuntimeDevices(spec.runtime(), spec.pipeline().num_stages(),
                                          spec.pipeline().data_parallel()));
+  RETURN_IF_ERROR(ValidateElastic(spec));
   const v1::RunPolicy& policy = spec.run_policy();
   RETURN_IF_ERROR(RequireBetween("run_policy.backoff_limit", policy.backoff_limit(), 0, 1000));
   RETURN_IF_ERROR(RequireBetween<int64_t>("run_policy.active_deadline_seconds",

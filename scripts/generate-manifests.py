@@ -117,6 +117,9 @@ def message_schema(name, messages, comments):
             else item
         description, marker = parse_comment(comments.get(path + (2, index), ""), where)
         field_schema = {"type": property_schema.pop("type")}
+        # The field's comment, else its message's.
+        description = description or property_schema.get("description", "")
+        property_schema.pop("description", None)
         if description:
             field_schema["description"] = description
         field_schema.update(property_schema)

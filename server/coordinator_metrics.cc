@@ -47,7 +47,24 @@ CoordinatorMetrics::CoordinatorMetrics(prometheus::Registry& r)
       job_validation_loss_(prometheus::BuildGauge()
                                .Name("paci_job_validation_loss")
                                .Help("Latest validation loss of a job")
-                               .Register(r)) {
+                               .Register(r)),
+      job_stages_(prometheus::BuildGauge()
+                      .Name("paci_job_stages")
+                      .Help("Pipeline stages P the job runs at (an elastic job's changes)")
+                      .Register(r)),
+      job_replicas_(prometheus::BuildGauge()
+                        .Name("paci_job_replicas")
+                        .Help("Data-parallel replicas R the job runs at")
+                        .Register(r)),
+      job_resizes_(prometheus::BuildCounter()
+                       .Name("paci_job_resizes_total")
+                       .Help("Changes of shape of an elastic job (pipeline.elastic)")
+                       .Register(r)),
+      job_resize_seconds_(prometheus::BuildCounter()
+                              .Name("paci_job_resize_seconds_total")
+                              .Help("Seconds from each resize decision to the placement at the "
+                                    "new shape")
+                              .Register(r)) {
   // Both reasons from the start, at 0, so the first removal is an increase.
   for (const char* reason : {"count", "age"}) removals_.Add({{"reason", reason}});
 }
@@ -61,7 +78,22 @@ void CoordinatorMetrics::SetWorkers(const std::string& state, double count) {
 }
 
 void CoordinatorMetrics::TrackJob(const std::string& training_job) {
-  job_restarts_.Add({{"training_job", training_job}});
+  for (auto* family : {&job_restarts_, &job_resizes_, &job_resize_seconds_}) {
+    family->Add({{"training_job", training_job}});
+  }
+}
+
+void CoordinatorMetrics::SetJobShape(const std::string& training_job, int stages, int replicas) {
+  job_stages_.Add({{"training_job", training_job}}).Set(stages);
+  job_replicas_.Add({{"training_job", training_job}}).Set(replicas);
+}
+
+void CoordinatorMetrics::AddResize(const std::string& training_job) {
+  job_resizes_.Add({{"training_job", training_job}}).Increment();
+}
+
+void CoordinatorMetrics::AddResizeSeconds(const std::string& training_job, double seconds) {
+  job_resize_seconds_.Add({{"training_job", training_job}}).Increment(seconds);
 }
 
 void CoordinatorMetrics::AddRestart(const std::string& training_job) {
@@ -71,8 +103,11 @@ void CoordinatorMetrics::AddRestart(const std::string& training_job) {
 void CoordinatorMetrics::RemoveJob(const std::string& training_job, const std::string& reason) {
   removals_.Add({{"reason", reason}}).Increment();
   const prometheus::Labels labels = {{"training_job", training_job}};
-  job_restarts_.Remove(&job_restarts_.Add(labels));
-  for (auto* family : {&job_step_, &job_train_loss_, &job_validation_loss_}) {
+  for (auto* family : {&job_restarts_, &job_resizes_, &job_resize_seconds_}) {
+    if (family->Has(labels)) family->Remove(&family->Add(labels));
+  }
+  for (auto* family :
+       {&job_step_, &job_train_loss_, &job_validation_loss_, &job_stages_, &job_replicas_}) {
     if (family->Has(labels)) family->Remove(&family->Add(labels));
   }
 }

@@ -37,6 +37,12 @@ class CoordinatorMetrics {
   // The latest progress of one job.
   void SetJobProgress(const std::string& training_job, double step, double train_loss,
                       double validation_loss);
+  // The shape a job runs at (P stages x R replicas), set at each placement;
+  // an elastic job's changes of shape and the seconds from each decision to
+  // its placement (created at 0 with the job's other series).
+  void SetJobShape(const std::string& training_job, int stages, int replicas);
+  void AddResize(const std::string& training_job);
+  void AddResizeSeconds(const std::string& training_job, double seconds);
 
  private:
   prometheus::Family<prometheus::Gauge>& jobs_;
@@ -49,6 +55,10 @@ class CoordinatorMetrics {
   prometheus::Family<prometheus::Gauge>& job_step_;
   prometheus::Family<prometheus::Gauge>& job_train_loss_;
   prometheus::Family<prometheus::Gauge>& job_validation_loss_;
+  prometheus::Family<prometheus::Gauge>& job_stages_;
+  prometheus::Family<prometheus::Gauge>& job_replicas_;
+  prometheus::Family<prometheus::Counter>& job_resizes_;
+  prometheus::Family<prometheus::Counter>& job_resize_seconds_;
 };
 
 }  // namespace paci

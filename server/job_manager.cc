@@ -7,6 +7,7 @@
 #include <google/protobuf/util/message_differencer.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/job_phase.h"
 #include "common/job_spec.h"
@@ -277,6 +278,9 @@ absl::StatusOr<v1::Job> JobManager::UpdateRunPolicy(const std::string& name,
     }
     if (!google::protobuf::util::MessageDifferencer::Equals(now, policy)) {
       *state->job.mutable_spec()->mutable_run_policy() = policy;
+      if (state->job.has_submitted_spec()) {  // an elastic job's other shapes too
+        *state->job.mutable_submitted_spec()->mutable_run_policy() = policy;
+      }
       ChangedLocked(*state, /*persist_now=*/true);
       ScheduleLocked();  // a higher priority may place it now
     }
@@ -336,6 +340,7 @@ void JobManager::CheckTimersLocked(JobState& state, absl::Time now) {
                  absl::StrCat("the job ran longer than activeDeadlineSeconds (", deadline, " s)"));
     return;
   }
+  CheckElasticLocked(state, now);
   if (status.phase() != v1::RUNNING || state.awaiting_reconnect) return;
   const std::vector<std::string> stalled = StalledStages(state, now, options_.stall_timeout);
   if (!stalled.empty()) {
@@ -397,6 +402,20 @@ void JobManager::PlaceLocked(JobState& state, const std::vector<std::string>& wo
   metrics_.ObserveSchedulingLatency(absl::ToDoubleSeconds(now - state.queued_since));
   if (!status.has_start_time()) *status.mutable_start_time() = ToProto(now);
   SetConditionLocked(state, "Unschedulable", false, "Placed", "");
+  const ElasticShape shape = ShapeOf(state.spec());
+  metrics_.SetJobShape(state.name(), shape.stages, shape.replicas);
+  state.seen_checkpoint = status.checkpoint_step();
+  if (state.resize_started != absl::InfinitePast()) {  // the resize is done
+    const double seconds = absl::ToDoubleSeconds(now - state.resize_started);
+    status.set_resize_seconds(status.resize_seconds() + seconds);
+    metrics_.AddResizeSeconds(state.name(), seconds);
+    SetConditionLocked(state, "Resizing", false, "Resized",
+                       absl::StrCat("running at ", ShapeName(shape), " from step ",
+                                    status.checkpoint_step(), ", ",
+                                    absl::StrFormat("%.1f", seconds), " s after the decision"));
+    state.resize_started = absl::InfinitePast();
+    state.last_resize = now;
+  }
   const std::string placed = absl::StrJoin(worker_ids, ", ");
   SetPhaseLocked(state, v1::RUNNING, "Placed",
                  absl::StrCat("attempt ", status.attempt(), " on workers ", placed));

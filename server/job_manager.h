@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "paci/v1/coordinator.pb.h"
 #include "common/clock.h"
+#include "common/elastic_shape.h"
 #include "server/coordinator_metrics.h"
 #include "server/group_commit_store.h"
 #include "server/job_queue.h"
@@ -207,6 +208,17 @@ class JobManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The reconnect grace, the deadline and stall detection of one job.
   void CheckTimersLocked(JobState& state, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // pipeline.elastic (job_manager_elastic.cc): a job waiting for lost workers
+  // past its grace runs at the largest shape the idle matching workers allow;
+  // a running one grows at a new checkpoint when more workers are idle, at
+  // most once per min_resize_interval_seconds.
+  void CheckElasticLocked(JobState& state, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job's spec becomes its submitted spec at `to`; the Resizing
+  // condition says from, to, why and the step; it is queued at the new shape.
+  void ResizeLocked(JobState& state, const ElasticShape& to, const std::string& reason,
+                    const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Idle registered workers that match the job's selector (AsPending).
+  int IdleMatchingWorkersLocked(const JobState& state) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // A stage failed or a worker died: stop the others; restart or fail.
   void FailAttemptLocked(JobState& state, const std::string& reason, const std::string& message,
                          bool permanent) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

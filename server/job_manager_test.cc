@@ -288,6 +288,104 @@ TEST_F(JobManagerTest, ALostWorkerRestartsTheJobFromItsCheckpointOnFreeWorkers) 
   EXPECT_EQ(manager_->Get("a")->status().attempt(), 2);
 }
 
+// pipeline.elastic: a lost worker not replaced within the grace, and the job
+// runs at the largest shape the workers left allow, from its checkpoint; when
+// workers come back it grows at a checkpoint taken after the least interval.
+TEST_F(JobManagerTest, AnElasticJobShrinksAfterItsGraceAndGrowsBackAtACheckpoint) {
+  v1::JobSpec spec = Spec("e", 4);
+  v1::ElasticSpec* elastic = spec.mutable_pipeline()->mutable_elastic();
+  elastic->set_min_stages(2);
+  elastic->set_max_stages(4);
+  elastic->set_grace_seconds(30);
+  elastic->set_min_resize_interval_seconds(60);
+  ApplyJobSpecDefaults(&spec);
+  ASSERT_TRUE(manager_->Submit(spec).ok());
+  for (const char* w : {"w0", "w1", "w2", "w3"}) ConnectWorker(w);
+  ASSERT_EQ(Phase("e"), v1::RUNNING);
+  for (const char* w : {"w0", "w1", "w2", "w3"}) Take(w);
+  // Each stage's end of an attempt that was stopped.
+  auto ended = [&](const char* worker, int64_t attempt, int stage) {
+    v1::StageReport end = Report("e", attempt, stage, 3);
+    end.set_error("cancelled");
+    end.set_error_code(static_cast<int>(absl::StatusCode::kCancelled));
+    manager_->OnReport(worker, end);
+  };
+  manager_->Disconnect("w3");
+  for (const char* w : {"w0", "w1", "w2"}) Take(w);  // stopped
+  ended("w0", 1, 0);
+  ended("w1", 1, 1);
+  ended("w2", 1, 2);
+  EXPECT_EQ(Phase("e"), v1::RESTARTING);  // 3 idle workers, 4 stages
+  // Time passes; the workers left keep beating.
+  auto advance = [&](absl::Duration by) {
+    clock_.Advance(by);
+    for (const char* w : {"w0", "w1", "w2", "w4"}) manager_->OnHeartbeat(w);
+    manager_->Tick();
+  };
+  advance(absl::Seconds(29));
+  EXPECT_EQ(Phase("e"), v1::RESTARTING);  // within the grace: the worker may come back
+  advance(absl::Seconds(2));
+  ASSERT_EQ(Phase("e"), v1::RUNNING);
+  v1::Job job = *manager_->Get("e");
+  EXPECT_EQ(job.spec().pipeline().num_stages(), 3);
+  EXPECT_EQ(job.spec().pipeline().accumulation(), 2);  // the same global batch
+  EXPECT_EQ(job.submitted_spec().pipeline().num_stages(), 4);
+  EXPECT_EQ(job.status().resizes(), 1);
+  const v1::JobCondition* resizing = nullptr;
+  for (const v1::JobCondition& c : job.status().conditions()) {
+    if (c.type() == "Resizing") resizing = &c;
+  }
+  ASSERT_NE(resizing, nullptr);
+  EXPECT_FALSE(resizing->status());
+  EXPECT_EQ(resizing->reason(), "Resized");
+  EXPECT_NE(resizing->message().find("running at 3 stages x 1 replica"), std::string::npos)
+      << resizing->message();
+  for (const char* w : {"w0", "w1", "w2"}) {
+    auto assign = Take(w);
+    ASSERT_EQ(assign.size(), 1u) << w;
+    EXPECT_EQ(assign[0].assign().attempt(), 2);
+    EXPECT_EQ(assign[0].assign().spec().pipeline().num_stages(), 3);
+    EXPECT_TRUE(assign[0].assign().spec().checkpoint().resume());
+  }
+  // Submitted again as it was written: the same job.
+  EXPECT_TRUE(manager_->Submit(spec).ok());
+
+  // w4 comes: no grow before a checkpoint, nor before the interval.
+  ConnectWorker("w4");
+  manager_->Tick();
+  EXPECT_EQ(Phase("e"), v1::RUNNING);
+  auto checkpoint = [&](int64_t step) {
+    for (int stage = 0; stage < 3; ++stage) {
+      v1::StageReport r = Report("e", 2, stage, step);
+      r.add_checkpoint_steps(step);
+      manager_->OnReport(std::string("w") + std::to_string(stage), r);
+    }
+    manager_->Tick();
+  };
+  checkpoint(5);
+  EXPECT_EQ(Phase("e"), v1::RUNNING);  // 5 s after the last resize, 60 s apart
+  advance(absl::Seconds(61));
+  EXPECT_EQ(Phase("e"), v1::RUNNING);  // and it waits for a new checkpoint
+  checkpoint(10);
+  job = *manager_->Get("e");
+  EXPECT_EQ(job.status().phase(), v1::RESTARTING);
+  EXPECT_EQ(job.status().reason(), "Resizing");
+  EXPECT_EQ(job.status().restarts(), 1);  // a resize is no failure
+  for (const char* w : {"w0", "w1", "w2"}) Take(w);  // stopped
+  ended("w0", 2, 0);
+  ended("w1", 2, 1);
+  ended("w2", 2, 2);
+  job = *manager_->Get("e");
+  ASSERT_EQ(job.status().phase(), v1::RUNNING);
+  EXPECT_EQ(job.spec().pipeline().num_stages(), 4);
+  EXPECT_EQ(job.status().resizes(), 2);
+  EXPECT_EQ(job.status().attempt(), 3);
+  EXPECT_EQ(Take("w4").size(), 1u);
+  const std::string metrics = Exposition();
+  EXPECT_NE(metrics.find("paci_job_stages{training_job=\"e\"} 4"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("paci_job_resizes_total{training_job=\"e\"} 2"), std::string::npos);
+}
+
 TEST_F(JobManagerTest, ReplicasAreOneGangPlacedTogetherAndRestartedTogether) {
   v1::JobSpec spec = Spec("dp");  // P = 2
   spec.mutable_pipeline()->set_data_parallel(2);

@@ -39,7 +39,9 @@ bool SameSubmission(const v1::Job& job, const v1::JobSpec& spec,
         auto it = job.labels().find(label.first);
         return it != job.labels().end() && it->second == label.second;
       });
-  return same_labels && google::protobuf::util::MessageDifferencer::Equals(job.spec(), spec);
+  // An elastic job that changed shape is compared as it was submitted.
+  const v1::JobSpec& submitted = job.has_submitted_spec() ? job.submitted_spec() : job.spec();
+  return same_labels && google::protobuf::util::MessageDifferencer::Equals(submitted, spec);
 }
 
 const char* PhaseName(v1::JobPhase phase) {

@@ -44,6 +44,12 @@ struct JobState {
   absl::Time finished_at = absl::InfinitePast();  // when it ended, for retention
   absl::Time expires_at = absl::InfiniteFuture();
   v1::JobTrace trace;  // this placement's spans, at most trace_max_spans per stage
+  // pipeline.elastic (job_manager_elastic.cc): when the resize under way was
+  // decided (InfinitePast: none), when the last one was placed, and the
+  // checkpoint step seen at the last look (a grow waits for a new one).
+  absl::Time resize_started = absl::InfinitePast();
+  absl::Time last_resize = absl::InfinitePast();
+  int64_t seen_checkpoint = 0;
 
   v1::JobStatus& status() { return *job.mutable_status(); }
   const v1::JobStatus& status() const { return job.status(); }

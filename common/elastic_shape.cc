@@ -1,0 +1,134 @@
+#include "common/elastic_shape.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
+
+namespace paci {
+
+std::string ShapeName(const ElasticShape& shape) {
+  return absl::StrCat(shape.stages, shape.stages == 1 ? " stage" : " stages", " x ",
+                      shape.replicas, shape.replicas == 1 ? " replica" : " replicas");
+}
+
+ElasticShape ShapeOf(const v1::JobSpec& spec) {
+  return {spec.pipeline().num_stages(), std::max(1, spec.pipeline().data_parallel())};
+}
+
+bool IsElastic(const v1::JobSpec& spec) { return spec.pipeline().has_elastic(); }
+
+void ApplyElasticDefaults(v1::PipelineSpec* pipeline) {
+  if (!pipeline->has_elastic()) return;
+  v1::ElasticSpec* elastic = pipeline->mutable_elastic();
+  if (!elastic->has_min_replicas()) elastic->set_min_replicas(1);
+  if (!elastic->has_max_replicas()) {
+    elastic->set_max_replicas(std::max(1, pipeline->data_parallel()));
+  }
+  if (!elastic->has_grace_seconds()) elastic->set_grace_seconds(60);
+  if (!elastic->has_min_resize_interval_seconds()) elastic->set_min_resize_interval_seconds(300);
+}
+
+v1::JobSpec ResizedJobSpec(const v1::JobSpec& spec, const ElasticShape& shape) {
+  v1::JobSpec resized = spec;
+  v1::PipelineSpec* pipeline = resized.mutable_pipeline();
+  const int64_t global_batch = GlobalBatch(spec.pipeline());
+  pipeline->set_num_stages(shape.stages);
+  pipeline->set_data_parallel(shape.replicas);
+  pipeline->set_global_batch(static_cast<int32_t>(global_batch));
+  pipeline->clear_accumulation();  // derived again from the global batch at R'
+  if (pipeline->partition() != "balanced" && pipeline->partition() != "even") {
+    pipeline->set_partition("balanced");
+  }
+  ApplyJobSpecDefaults(&resized);
+  return resized;
+}
+
+std::vector<ElasticShape> ElasticShapes(const v1::JobSpec& spec) {
+  if (!IsElastic(spec)) return {ShapeOf(spec)};
+  const v1::ElasticSpec& elastic = spec.pipeline().elastic();
+  std::vector<ElasticShape> shapes;
+  for (int p = elastic.min_stages(); p <= elastic.max_stages(); ++p) {
+    for (int r = std::max(1, elastic.min_replicas()); r <= std::max(1, elastic.max_replicas());
+         ++r) {
+      shapes.push_back({p, r});
+    }
+  }
+  std::sort(shapes.begin(), shapes.end(), [](const ElasticShape& a, const ElasticShape& b) {
+    return a.workers() != b.workers() ? a.workers() > b.workers() : a.stages > b.stages;
+  });
+  return shapes;
+}
+
+std::optional<ElasticShape> LargestShapeWithin(const v1::JobSpec& spec, int workers) {
+  for (const ElasticShape& shape : ElasticShapes(spec)) {
+    if (shape.workers() <= workers) return shape;
+  }
+  return std::nullopt;
+}
+
+absl::Status ValidateElastic(const v1::JobSpec& spec) {
+  if (!IsElastic(spec)) return absl::OkStatus();
+  const v1::PipelineSpec& pipeline = spec.pipeline();
+  const v1::ElasticSpec& elastic = pipeline.elastic();
+  const auto invalid = [](const std::string& field, const std::string& message) {
+    return absl::InvalidArgumentError(absl::StrCat("pipeline.elastic.", field, ": ", message));
+  };
+  if (elastic.min_stages() < 1 || elastic.min_stages() > pipeline.num_stages()) {
+    return invalid("min_stages", absl::StrCat("must be between 1 and pipeline.num_stages (",
+                                              pipeline.num_stages(), "), got ",
+                                              elastic.min_stages()));
+  }
+  if (elastic.max_stages() < pipeline.num_stages() || elastic.max_stages() > 64) {
+    return invalid("max_stages", absl::StrCat("must be between pipeline.num_stages (",
+                                              pipeline.num_stages(), ") and 64, got ",
+                                              elastic.max_stages()));
+  }
+  if (elastic.min_replicas() < 1 || elastic.min_replicas() > pipeline.data_parallel()) {
+    return invalid("min_replicas", absl::StrCat("must be between 1 and pipeline.data_parallel (",
+                                                pipeline.data_parallel(), "), got ",
+                                                elastic.min_replicas()));
+  }
+  if (elastic.max_replicas() < pipeline.data_parallel() || elastic.max_replicas() > 256) {
+    return invalid("max_replicas", absl::StrCat("must be between pipeline.data_parallel (",
+                                                pipeline.data_parallel(), ") and 256, got ",
+                                                elastic.max_replicas()));
+  }
+  if (elastic.grace_seconds() < 0 || elastic.grace_seconds() > 86400) {
+    return invalid("grace_seconds",
+                   absl::StrCat("must be between 0 and 86400, got ", elastic.grace_seconds()));
+  }
+  if (elastic.min_resize_interval_seconds() < 0 || elastic.min_resize_interval_seconds() > 86400) {
+    return invalid("min_resize_interval_seconds",
+                   absl::StrCat("must be between 0 and 86400, got ",
+                                elastic.min_resize_interval_seconds()));
+  }
+  if (spec.checkpoint().directory().empty()) {
+    return absl::InvalidArgumentError(
+        "pipeline.elastic: needs checkpoint.directory: a job changes shape by resuming from its "
+        "last checkpoint");
+  }
+  if (spec.runtime().stage_devices_size() > 0) {
+    return absl::InvalidArgumentError(
+        "pipeline.elastic: runtime.stage_devices names a device per stage of one shape; give "
+        "runtime.device instead");
+  }
+  const std::vector<ElasticShape> shapes = ElasticShapes(spec);
+  constexpr size_t kMostShapesChecked = 4096;
+  if (shapes.size() > kMostShapesChecked) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pipeline.elastic: ", shapes.size(), " shapes in range; at most ", kMostShapesChecked));
+  }
+  for (const ElasticShape& shape : shapes) {
+    v1::JobSpec resized = ResizedJobSpec(spec, shape);
+    resized.mutable_pipeline()->clear_elastic();  // its own rules, not this range again
+    if (absl::Status valid = ValidateJobSpec(resized); !valid.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("pipeline.elastic: at ", ShapeName(shape),
+                                                     ": ", valid.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace paci
