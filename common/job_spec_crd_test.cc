@@ -66,6 +66,16 @@ struct FieldSetUp {
   const char* patch_at_maximum = nullptr;
 };
 
+// An elastic range around the base spec's 2 stages, and the checkpoint it needs.
+constexpr char kElastic[] = R"({"pipeline": {"elastic": {"minStages": 1, "maxStages": 2}},
+                                 "checkpoint": {"directory": "ckpt"}})";
+// Its replicas at their maximum: 256 of them, the range's one replica count
+// (a global batch fits every count of a range only as their multiple).
+constexpr char kElasticReplicas[] = R"({
+  "pipeline": {"dataParallel": 256,
+               "elastic": {"minStages": 1, "maxStages": 2, "minReplicas": 256, "maxReplicas": 256}},
+  "checkpoint": {"directory": "ckpt"}})";
+
 const FieldSetUp kSetUps[] = {
     // At its minimum of 1 the base's 2 stages would need more layers.
     {"model.numLayers", R"({"pipeline": {"numStages": 1}})", std::nullopt},
@@ -89,6 +99,24 @@ const FieldSetUp kSetUps[] = {
     {"pipeline.globalBatch", R"({"pipeline": {"accumulation": null, "microBatchSize": 1, "globalBatch": 2}})", std::nullopt,
      R"({"pipeline": {"accumulation": null, "microBatchSize": 65536, "dataParallel": 4,
                       "globalBatch": 262144}})"},
+    // pipeline.elastic: a range that holds the spec's own shape, and a checkpoint
+    // to resume from; at their maxima the spec's shape is the range's end.
+    {"pipeline.elastic.minStages", kElastic, std::nullopt,
+     R"({"model": {"numLayers": 64},
+         "pipeline": {"numStages": 64, "elastic": {"minStages": 1, "maxStages": 64}},
+         "checkpoint": {"directory": "ckpt"}})"},
+    {"pipeline.elastic.maxStages",
+     R"({"pipeline": {"numStages": 1, "elastic": {"minStages": 1, "maxStages": 1}},
+         "checkpoint": {"directory": "ckpt"}})",
+     std::nullopt,
+     R"({"model": {"numLayers": 64}, "pipeline": {"elastic": {"minStages": 1, "maxStages": 64}},
+         "checkpoint": {"directory": "ckpt"}})"},
+    {"pipeline.elastic.minReplicas", kElastic, std::nullopt,
+     kElasticReplicas},
+    {"pipeline.elastic.maxReplicas", kElastic, std::nullopt,
+     kElasticReplicas},
+    {"pipeline.elastic.graceSeconds", kElastic, std::nullopt},
+    {"pipeline.elastic.minResizeIntervalSeconds", kElastic, std::nullopt},
 };
 
 const FieldSetUp* FieldSetUpOf(const std::string& path) {
