@@ -127,6 +127,43 @@ class CoordinatorTest(unittest.TestCase):
         self.assertEqual(steps[-1], 1500)
         self.assertGreaterEqual(done.status.checkpoint_step, checkpoint)
 
+    def test_an_elastic_job_shrinks_when_a_worker_is_lost_and_grows_back_when_one_returns(self):
+        # pipeline.elastic: 3 stages on 3 workers; one is killed and none takes its place
+        # within the grace, so the job goes on at 2 stages from its checkpoint (re-cut); a
+        # worker registers, and the job grows back to 3 at its next checkpoint.
+        c = self.start(workers=3)
+        ckpt = os.path.join(self.tmp.name, "elastic")
+        s = spec("elastic", P=3, steps=900, checkpoint=ckpt, checkpoint_interval=50)
+        s.pipeline.elastic.min_stages, s.pipeline.elastic.max_stages = 2, 3
+        s.pipeline.elastic.grace_seconds, s.pipeline.elastic.min_resize_interval_seconds = 1, 0
+        c.submit(s)
+        running = c.wait("elastic", lambda j: j.status.checkpoint_step >= 100)
+        victim = running.status.stages[1].worker_id
+        c.workers[victim].send_signal(signal.SIGKILL)
+        shrunk = c.wait("elastic", lambda j: j.status.resizes == 1 and phase(j) == "RUNNING")
+        self.assertEqual(shrunk.spec.pipeline.num_stages, 2)
+        self.assertEqual(shrunk.spec.pipeline.accumulation, 2)  # the same global batch
+        self.assertEqual(len(shrunk.status.stages), 2)
+        self.assertNotIn(victim, [st.worker_id for st in shrunk.status.stages])
+        resizing = {cond.type: cond for cond in shrunk.status.conditions}["Resizing"]
+        self.assertFalse(resizing.status)
+        self.assertEqual(resizing.reason, "Resized")
+        self.assertIn("running at 2 stages x 1 replica", resizing.message)
+        at_shrink = shrunk.status.checkpoint_step
+        c.add_worker("w-back")
+        grown = c.wait("elastic", lambda j: j.status.resizes == 2 and phase(j) == "RUNNING")
+        self.assertEqual(grown.spec.pipeline.num_stages, 3)
+        self.assertGreater(grown.status.checkpoint_step, at_shrink)
+        done = c.wait("elastic", lambda j: phase(j) == "SUCCEEDED")
+        self.assertEqual(done.status.restarts, 1)  # the loss; the resizes are none
+        self.assertEqual((done.status.resizes, done.status.attempt), (2, 3))
+        self.assertGreater(done.status.resize_seconds, 0)
+        steps = [p.step for p in done.status.train_loss_history]
+        self.assertEqual(steps, sorted(set(steps)))
+        self.assertEqual(steps[-1], 900)
+        losses = [p.loss for p in done.status.train_loss_history]
+        self.assertLess(sum(losses[-20:]) / 20, sum(losses[:20]) / 20 - 0.5)
+
     def test_a_killed_coordinator_comes_back_with_every_job(self):
         c = self.start(workers=2)
         c.submit(spec("survivor", steps=400))
