@@ -226,6 +226,7 @@ struct TrainingJobStatus {
   std::string start_time;  // RFC 3339
   std::string completion_time;
   std::string drift_correction;
+  std::string shape;  // an elastic job's: "3 stages x 1 replica"
   std::optional<int64_t> observed_generation;
   std::optional<int64_t> attempt;
   std::optional<int64_t> step;
@@ -238,6 +239,7 @@ struct TrainingJobStatus {
   std::optional<int64_t> accumulation;
   std::optional<int64_t> global_batch;
   std::optional<int64_t> warmup_steps;
+  std::optional<int64_t> resizes;  // an elastic job's changes of shape
   std::optional<double> train_loss;
   std::optional<double> validation_loss;
   std::optional<int64_t> tokens_per_second;  // whole tokens, as kubectl's column prints it

@@ -44,7 +44,8 @@ const Member<std::string> kStrings[] = {
     {"workload", &TrainingJobStatus::workload},
     {"startTime", &TrainingJobStatus::start_time},
     {"completionTime", &TrainingJobStatus::completion_time},
-    {"driftCorrection", &TrainingJobStatus::drift_correction}};
+    {"driftCorrection", &TrainingJobStatus::drift_correction},
+    {"shape", &TrainingJobStatus::shape}};
 const Member<std::optional<int64_t>> kInts[] = {
     {"observedGeneration", &TrainingJobStatus::observed_generation},
     {"attempt", &TrainingJobStatus::attempt},
@@ -58,6 +59,7 @@ const Member<std::optional<int64_t>> kInts[] = {
     {"accumulation", &TrainingJobStatus::accumulation},
     {"globalBatch", &TrainingJobStatus::global_batch},
     {"warmupSteps", &TrainingJobStatus::warmup_steps},
+    {"resizes", &TrainingJobStatus::resizes},
     {"tokensPerSecond", &TrainingJobStatus::tokens_per_second}};
 const Member<std::optional<double>> kNumbers[] = {
     {"trainLoss", &TrainingJobStatus::train_loss},

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/elastic_shape.h"
 #include "common/job_spec.h"
 #include "common/operator_job_name.h"
 #include "common/peer_identity.h"
@@ -81,6 +82,9 @@ void MirrorCoordinator(const v1::Job& job, TrainingJobStatus& status) {
   // the schedule's automatic default).
   status.drift_correction = job.spec().pipeline().drift_correction();
   status.warmup_steps = job.spec().pipeline().warmup_steps();
+  // pipeline.elastic: the shape it runs at now, and how often it changed.
+  status.shape = IsElastic(job.spec()) ? ShapeName(ShapeOf(job.spec())) : "";
+  status.resizes = s.resizes() > 0 ? std::optional<int64_t>(s.resizes()) : std::nullopt;
   if (s.has_start_time()) status.start_time = Rfc3339(FromTimestamp(s.start_time()));
   if (s.has_completion_time()) {
     status.completion_time = Rfc3339(FromTimestamp(s.completion_time()));

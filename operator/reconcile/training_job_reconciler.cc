@@ -300,13 +300,24 @@ void MirrorStatus(Reconciliation& r, int workers, const std::optional<ParityRun>
   r.SetCondition("Running", running,
                  running ? "Training" : (s.reason().empty() ? phase : s.reason()),
                  running ? absl::StrCat("attempt ", s.attempt(), " on ", workers, " workers") : "");
-  // The coordinator's Stalled condition: a stage without progress.
+  // The coordinator's Stalled condition (a stage without progress), and an
+  // elastic job's Resizing (an Event when a resize starts and when it is done).
   for (const v1::JobCondition& condition : s.conditions()) {
-    if (condition.type() != "Stalled") continue;
-    if (condition.status()) {
-      r.SetCondition("Stalled", true, condition.reason(), condition.message());
-    } else {
-      r.ClearCondition("Stalled", condition.reason().empty() ? "Progressing" : condition.reason());
+    if (condition.type() == "Stalled") {
+      if (condition.status()) {
+        r.SetCondition("Stalled", true, condition.reason(), condition.message());
+      } else {
+        r.ClearCondition("Stalled",
+                         condition.reason().empty() ? "Progressing" : condition.reason());
+      }
+    } else if (condition.type() == "Resizing") {
+      const kube::Condition* before = r.status.FindCondition("Resizing");
+      const bool changed = before == nullptr || before->reason != condition.reason() ||
+                           before->message != condition.message();
+      r.SetCondition("Resizing", condition.status(), condition.reason(), condition.message());
+      if (changed) {
+        r.Event("Normal", condition.status() ? "Resizing" : "Resized", condition.message());
+      }
     }
   }
   if (phase != r.phase_before && running) {

@@ -378,6 +378,44 @@ json ConditionOf(const json& status, const std::string& type) {
   return nullptr;
 }
 
+// pipeline.elastic: the coordinator's Resizing condition, its shape and
+// resizes in .status, with an Event when a resize starts and when it is done.
+TEST(TrainingJobReconcilerTest, AnElasticJobsResizesAreMirroredWithEvents) {
+  ObservedWorld world = Observed("Running", v1::RUNNING);
+  v1::Job& coordinator = *world.coordinator_job;
+  v1::ElasticSpec* elastic = coordinator.mutable_spec()->mutable_pipeline()->mutable_elastic();
+  elastic->set_min_stages(1);
+  elastic->set_max_stages(2);
+  coordinator.mutable_spec()->mutable_pipeline()->set_num_stages(1);  // shrunk
+  coordinator.mutable_status()->set_resizes(1);
+  v1::JobCondition* resizing = coordinator.mutable_status()->add_conditions();
+  resizing->set_type("Resizing");
+  resizing->set_status(true);
+  resizing->set_reason("WorkersLost");
+  resizing->set_message("from 2 stages x 1 replica to 1 stage x 1 replica at step 40: ...");
+  ReconcileActions actions = ReconcileTrainingJob(world, ReconcilerOptions{});
+  ASSERT_TRUE(actions.status.has_value());
+  EXPECT_EQ((*actions.status)["shape"], "1 stage x 1 replica");
+  EXPECT_EQ((*actions.status)["resizes"], 1);
+  EXPECT_EQ(ConditionOf(*actions.status, "Resizing")["status"], "True");
+  EXPECT_EQ(ConditionOf(*actions.status, "Resizing")["reason"], "WorkersLost");
+  ASSERT_EQ(actions.events.size(), 1u);
+  EXPECT_EQ(actions.events[0].reason, "Resizing");
+  EXPECT_EQ(actions.events[0].message, resizing->message());
+  // Seen once: no Event again.
+  world.job["status"] = *actions.status;
+  EXPECT_TRUE(ReconcileTrainingJob(world, ReconcilerOptions{}).events.empty());
+  // Placed at the new shape: the condition False, and one Event.
+  resizing->set_status(false);
+  resizing->set_reason("Resized");
+  resizing->set_message("running at 1 stage x 1 replica from step 40, 2.1 s after the decision");
+  actions = ReconcileTrainingJob(world, ReconcilerOptions{});
+  ASSERT_TRUE(actions.status.has_value());
+  EXPECT_EQ(ConditionOf(*actions.status, "Resizing")["status"], "False");
+  ASSERT_EQ(actions.events.size(), 1u);
+  EXPECT_EQ(actions.events[0].reason, "Resized");
+}
+
 TEST(TrainingJobReconcilerTest, ARunPolicyChangedWhileRunningIsSentToTheCoordinator) {
   ObservedWorld world = Observed("Running", v1::RUNNING);
   ReconcileActions actions = ReconcileTrainingJob(world, ReconcilerOptions{});
