@@ -31,6 +31,7 @@ void ApplyElasticDefaults(v1::PipelineSpec* pipeline) {
 }
 
 v1::JobSpec ResizedJobSpec(const v1::JobSpec& spec, const ElasticShape& shape) {
+  if (shape == ShapeOf(spec)) return spec;  // as submitted: its own partition and all
   v1::JobSpec resized = spec;
   v1::PipelineSpec* pipeline = resized.mutable_pipeline();
   const int64_t global_batch = GlobalBatch(spec.pipeline());
@@ -103,6 +104,11 @@ absl::Status ValidateElastic(const v1::JobSpec& spec) {
     return invalid("min_resize_interval_seconds",
                    absl::StrCat("must be between 0 and 86400, got ",
                                 elastic.min_resize_interval_seconds()));
+  }
+  if (GlobalBatch(pipeline) > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pipeline.elastic: the global batch, accumulation x micro_batch_size x data_parallel = ",
+        GlobalBatch(pipeline), ", must be at most 2^30 to stay fixed from shape to shape"));
   }
   if (spec.checkpoint().directory().empty()) {
     return absl::InvalidArgumentError(

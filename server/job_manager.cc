@@ -405,17 +405,23 @@ void JobManager::PlaceLocked(JobState& state, const std::vector<std::string>& wo
   const ElasticShape shape = ShapeOf(state.spec());
   metrics_.SetJobShape(state.name(), shape.stages, shape.replicas);
   state.seen_checkpoint = status.checkpoint_step();
-  if (state.resize_started != absl::InfinitePast()) {  // the resize is done
-    const double seconds = absl::ToDoubleSeconds(now - state.resize_started);
-    status.set_resize_seconds(status.resize_seconds() + seconds);
-    metrics_.AddResizeSeconds(state.name(), seconds);
+  const bool resizing = std::any_of(
+      status.conditions().begin(), status.conditions().end(),
+      [](const v1::JobCondition& c) { return c.type() == "Resizing" && c.status(); });
+  if (resizing) {  // the resize is done (decided before a coordinator restart, too)
+    std::string took;
+    if (state.resize_started != absl::InfinitePast()) {
+      const double seconds = absl::ToDoubleSeconds(now - state.resize_started);
+      status.set_resize_seconds(status.resize_seconds() + seconds);
+      metrics_.AddResizeSeconds(state.name(), seconds);
+      took = absl::StrFormat(", %.1f s after the decision", seconds);
+    }
     SetConditionLocked(state, "Resizing", false, "Resized",
                        absl::StrCat("running at ", ShapeName(shape), " from step ",
-                                    status.checkpoint_step(), ", ",
-                                    absl::StrFormat("%.1f", seconds), " s after the decision"));
-    state.resize_started = absl::InfinitePast();
+                                    status.checkpoint_step(), took));
     state.last_resize = now;
   }
+  state.resize_started = absl::InfinitePast();
   const std::string placed = absl::StrJoin(worker_ids, ", ");
   SetPhaseLocked(state, v1::RUNNING, "Placed",
                  absl::StrCat("attempt ", status.attempt(), " on workers ", placed));
@@ -463,6 +469,7 @@ void JobManager::FinishLocked(JobState& state, v1::JobPhase phase, const std::st
   *state.status().mutable_completion_time() = ToProto(clock_.Now());
   SetPhaseLocked(state, phase, reason, message);
   SetConditionLocked(state, "Stalled", false, "Finished", "");
+  SetConditionLocked(state, "Resizing", false, "Finished", "");
   LOG(INFO) << "job " << state.name() << " " << v1::JobPhase_Name(phase) << ": " << message;
   ChangedLocked(state, true);
 }

@@ -3,6 +3,8 @@
 // changes shape only by restarting from its last checkpoint, which the
 // workers re-cut to the new shape (worker/runtime/checkpoint.h, LoadRecut).
 
+#include <algorithm>
+
 #include <glog/logging.h>
 
 #include "absl/strings/str_cat.h"
@@ -26,11 +28,15 @@ void JobManager::CheckElasticLocked(JobState& state, absl::Time now) {
   const ElasticShape current = ShapeOf(state.spec());
   const v1::JobStatus& status = state.status();
   if (status.phase() == v1::RESTARTING && queue_.Contains(state.name())) {
-    // Waiting for workers: past the grace, run at what there is.
-    if (now - state.queued_since < absl::Seconds(elastic.grace_seconds())) return;
+    // Waiting for workers: past the grace, run at what there is. A shape
+    // decided before and not placed (its workers went to another job, or
+    // away) is decided again a grace after that decision.
+    const absl::Time since = state.resize_started != absl::InfinitePast() ? state.resize_started
+                                                                         : state.queued_since;
+    if (now - since < absl::Seconds(elastic.grace_seconds())) return;
     const std::optional<ElasticShape> fits =
         LargestShapeWithin(state.spec(), IdleMatchingWorkersLocked(state));
-    if (!fits || *fits == current || state.resize_started != absl::InfinitePast()) return;
+    if (!fits || *fits == current) return;
     ResizeLocked(state, *fits, "WorkersLost",
                  absl::StrCat("the lost workers were not replaced within ",
                               elastic.grace_seconds(), " s (pipeline.elastic.grace_seconds); ",
@@ -45,6 +51,13 @@ void JobManager::CheckElasticLocked(JobState& state, absl::Time now) {
   state.seen_checkpoint = status.checkpoint_step();
   if (!new_checkpoint ||
       now - state.last_resize < absl::Seconds(elastic.min_resize_interval_seconds())) {
+    return;
+  }
+  // Not at the end: a stage that finished let its worker go (it is idle, not
+  // free), and the last checkpoint leaves nothing to train at a larger shape.
+  if (status.checkpoint_step() >= state.spec().training().steps() ||
+      std::any_of(status.stages().begin(), status.stages().end(),
+                  [](const v1::StageStatus& stage) { return stage.finished(); })) {
     return;
   }
   const std::optional<ElasticShape> fits = LargestShapeWithin(

@@ -293,6 +293,7 @@ TEST_F(JobManagerTest, ALostWorkerRestartsTheJobFromItsCheckpointOnFreeWorkers) 
 // workers come back it grows at a checkpoint taken after the least interval.
 TEST_F(JobManagerTest, AnElasticJobShrinksAfterItsGraceAndGrowsBackAtACheckpoint) {
   v1::JobSpec spec = Spec("e", 4);
+  spec.mutable_training()->set_steps(100);  // checkpoints before the end
   v1::ElasticSpec* elastic = spec.mutable_pipeline()->mutable_elastic();
   elastic->set_min_stages(2);
   elastic->set_max_stages(4);
@@ -371,6 +372,16 @@ TEST_F(JobManagerTest, AnElasticJobShrinksAfterItsGraceAndGrowsBackAtACheckpoint
   EXPECT_EQ(job.status().phase(), v1::RESTARTING);
   EXPECT_EQ(job.status().reason(), "Resizing");
   EXPECT_EQ(job.status().restarts(), 1);  // a resize is no failure
+  bool resizing_now = false;
+  for (const v1::JobCondition& c : job.status().conditions()) {
+    if (c.type() != "Resizing") continue;
+    resizing_now = c.status();
+    EXPECT_EQ(c.reason(), "WorkersAvailable");
+    EXPECT_NE(c.message().find("from 3 stages x 1 replica to 4 stages x 1 replica at step 10"),
+              std::string::npos)
+        << c.message();
+  }
+  EXPECT_TRUE(resizing_now);
   for (const char* w : {"w0", "w1", "w2"}) Take(w);  // stopped
   ended("w0", 2, 0);
   ended("w1", 2, 1);

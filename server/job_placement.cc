@@ -99,6 +99,10 @@ JobState RecoveredJob(v1::Job job, absl::Time now) {
     state.attempt_started = now;
   }
   const int64_t checkpoint = state.status().checkpoint_step();
+  // An elastic job grows only at a checkpoint after this one, and not before
+  // its least interval from now (what it was before the restart is not kept).
+  state.seen_checkpoint = checkpoint;
+  state.last_resize = now;
   if (checkpoint > 0) {
     for (int s = 0; s < state.spec().pipeline().num_stages(); ++s) {
       state.shards[checkpoint].insert(s);

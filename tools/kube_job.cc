@@ -145,6 +145,10 @@ std::string FormatTrainingJob(const op::TrainingJob& job, absl::Time now) {
       status.drift_limit.value_or(pipeline.max_drift()),
       " (accumulation ", status.accumulation.value_or(pipeline.accumulation()), ")",
       "\nstages:      ", NumStages(pipeline), " x ", Replicas(pipeline), " replicas",
+      status.shape.empty()
+          ? ""
+          : absl::StrCat(" (pipeline.elastic: now ", status.shape, ", ",
+                         status.resizes.value_or(0), " resizes)"),
       "\ncreated:     ", Since(job.metadata.creation_timestamp, now),
       "\nstarted:     ", Since(status.start_time, now));
   if (!status.completion_time.empty()) {

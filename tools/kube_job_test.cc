@@ -74,6 +74,12 @@ TEST(KubeJobTest, TheDetailsSayWhereTheJobIsAndWhereItsStagesRun) {
   EXPECT_THAT(text, HasSubstr("Submitted       True  Submitted"));
   EXPECT_THAT(text, HasSubstr("stage 0 replica 0  pod kjv-worker-1"));
   EXPECT_THAT(text, HasSubstr("drift 1/1  idle 12.3%"));
+  // An elastic job says the shape it runs at now.
+  json elastic = RunningJob();
+  elastic["status"]["shape"] = "1 stage x 1 replica";
+  elastic["status"]["resizes"] = 1;
+  EXPECT_THAT(FormatTrainingJob(op::ParseTrainingJob(elastic), kNow),
+              HasSubstr(" replicas (pipeline.elastic: now 1 stage x 1 replica, 1 resizes)\n"));
 }
 
 // spec.parity: the run under way, then the result; nothing for a job without the check.

@@ -323,7 +323,7 @@ void MirrorStatus(Reconciliation& r, int workers, const std::optional<ParityRun>
   if (phase != r.phase_before && running) {
     r.Event("Normal", "Running",
             absl::StrCat("training on ", workers, " workers (attempt ", s.attempt(), ")"));
-  } else if (phase != r.phase_before && phase == kPhaseRestarting) {
+  } else if (phase != r.phase_before && phase == kPhaseRestarting && s.reason() != "Resizing") {
     r.Event("Warning", "Restarting",
             absl::StrCat("a stage failed; restart ", s.restarts(), ": ", s.message()));
   }

@@ -61,7 +61,11 @@ COORDINATOR_METRICS = {
     "paci_job_restarts_total": {"training_job"},
     "paci_job_step": {"training_job"},
     "paci_job_train_loss": {"training_job"},
-    "paci_job_validation_loss": {"training_job"}}
+    "paci_job_validation_loss": {"training_job"},
+    "paci_job_stages": {"training_job"},
+    "paci_job_replicas": {"training_job"},
+    "paci_job_resizes_total": {"training_job"},
+    "paci_job_resize_seconds_total": {"training_job"}}
 OPERATOR_METRICS = {
     "paci_operator_reconciles_total": {"result"},
     "paci_operator_reconcile_duration_seconds": set(),

@@ -2,7 +2,10 @@
 // checkpoint.h): the newest whole step of any stage count, re-cut to this
 // stage's parameters by their global names.
 
+#include <algorithm>
 #include <map>
+#include <optional>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -35,6 +38,10 @@ absl::StatusOr<std::optional<CheckpointStep>> LatestSoundCheckpoint(
     if (newer) latest = CheckpointStep{**step, p};
   }
   if (latest) {
+    if (own_error && latest->num_stages != num_stages) {
+      // This count's steps are all unusable: say so, not only where it resumes.
+      passed_over->push_back(absl::StrCat(num_stages, " stages: ", own_error->message()));
+    }
     for (const std::string& why : passed) {  // those newer than where the job resumes
       int64_t step = 0;
       std::vector<std::string> words = absl::StrSplit(why, absl::MaxSplits(absl::ByAnyChar(" :"), 2));
@@ -53,22 +60,40 @@ absl::StatusOr<ShardMeta> LoadRecut(const std::string& directory, int64_t step, 
                                     GptStage& model, AdamW& optimizer) {
   const std::string where = absl::StrCat("checkpoint ", StepDirectory(directory, step), " (",
                                          from_stages, " stages)");
+  // What this stage takes, by name: only these are kept of each shard read.
+  std::set<std::string> wanted;
+  for (const auto& [name, p] : optimizer.parameters()) wanted.insert(name);
+  std::set<std::string> wanted_state;
+  for (const auto& [name, t] : optimizer.State()) wanted_state.insert(name);
   std::map<std::string, torch::Tensor> params, state;
   ShardMeta first;
-  int64_t optimizer_steps = 0;
+  // The optimizer steps of the shards this stage takes from: a stage that
+  // skipped a non-finite step took one step fewer than the others, so they
+  // may differ; this stage goes on from the fewest.
+  std::optional<int64_t> optimizer_steps;
   for (int s = 0; s < from_stages; ++s) {
-    ASSIGN_OR_RETURN(ShardParameters shard, ReadShard(ShardPath(directory, step, s, from_stages),
-                                                      /*with_optimizer=*/true));
-    if (s == 0) {
-      first = shard.meta;
-      optimizer_steps = shard.optimizer_steps;
-    } else if (shard.optimizer_steps != optimizer_steps) {
+    const std::string path = ShardPath(directory, step, s, from_stages);
+    ASSIGN_OR_RETURN(ShardParameters shard, ReadShard(path, /*with_optimizer=*/true));
+    if (shard.meta.step != step || shard.meta.stage != s ||
+        shard.meta.num_stages != from_stages) {
       return absl::FailedPreconditionError(absl::StrCat(
-          where, ": stage ", s, "'s optimizer took ", shard.optimizer_steps,
-          " steps, stage 0's ", optimizer_steps, " (shards of different points)"));
+          "checkpoint ", path, " says it is stage ", shard.meta.stage, " of ",
+          shard.meta.num_stages, " at step ", shard.meta.step, " (it was replaced while resuming)"));
     }
-    params.merge(shard.parameters);
-    state.merge(shard.optimizer_state);
+    if (s == 0) first = shard.meta;
+    bool supplies = false;
+    for (auto& [name, t] : shard.parameters) {
+      if (wanted.count(name) == 0) continue;
+      params[name] = std::move(t);
+      supplies = true;
+    }
+    for (auto& [name, t] : shard.optimizer_state) {
+      if (wanted_state.count(name) > 0) state[name] = std::move(t);
+    }
+    if (supplies) {
+      optimizer_steps = std::min(optimizer_steps.value_or(shard.optimizer_steps),
+                                 shard.optimizer_steps);
+    }
   }
   if (first.config) {
     if (auto difference = ShapeDifference(model->config(), *first.config)) {
@@ -109,7 +134,7 @@ absl::StatusOr<ShardMeta> LoadRecut(const std::string& directory, int64_t step, 
   }
   torch::NoGradGuard no_grad;
   for (auto& [p, t] : weights) p.data().copy_(t);
-  optimizer.SetState(optimizer_steps, moments);
+  optimizer.SetState(optimizer_steps.value_or(0), moments);
   return first;
 }
 

@@ -477,6 +477,20 @@ TEST_F(CheckpointTest, AStepOfTwoStagesResumesAsOneAndOneAsTwo) {
   ExpectSame(Everything({&whole}), Everything({&t0, &t1}));
 }
 
+// A stage that skipped a non-finite step took one optimizer step fewer: the
+// re-cut goes on from the fewest of the shards it takes from, not a refusal.
+TEST_F(CheckpointTest, ShardsAtDifferentOptimizerStepsAreReCutFromTheFewest) {
+  Stage s0(1, 2, 0), s1(1, 2, 1);
+  s0.TrainOneStep();
+  s0.TrainOneStep();
+  for (int i = 0; i < 3; ++i) s1.TrainOneStep();
+  SaveStages(dir_, 30, {&s0, &s1});
+  Stage whole(99, 1, 0);
+  ASSERT_TRUE(LoadRecut(dir_, 30, 2, whole.model, *whole.optimizer).ok());
+  EXPECT_EQ(whole.optimizer->steps(), 2);
+  ExpectSame(Everything({&s0, &s1}), Everything({&whole}));
+}
+
 TEST_F(CheckpointTest, TheNewestWholeStepOfAnyStageCountIsWhereAJobResumes) {
   Stage s0(1, 2, 0), s1(1, 2, 1), whole(1, 1, 0);
   SaveStages(dir_, 10, {&s0, &s1});
