@@ -34,6 +34,19 @@ v1::JobSpec ResizedJobSpec(const v1::JobSpec& spec, const ElasticShape& shape) {
   if (shape == ShapeOf(spec)) return spec;  // as submitted: its own partition and all
   v1::JobSpec resized = spec;
   v1::PipelineSpec* pipeline = resized.mutable_pipeline();
+  // The drift correction and warm-up the defaults chose for the submitted
+  // shape are chosen again for this one; a value the job gave stays (one
+  // that equals the default is taken as the default).
+  v1::JobSpec defaulted = spec;
+  defaulted.mutable_pipeline()->clear_drift_correction();
+  defaulted.mutable_pipeline()->clear_warmup_steps();
+  ApplyJobSpecDefaults(&defaulted);
+  if (spec.pipeline().drift_correction() == defaulted.pipeline().drift_correction()) {
+    pipeline->clear_drift_correction();
+  }
+  if (spec.pipeline().warmup_steps() == defaulted.pipeline().warmup_steps()) {
+    pipeline->clear_warmup_steps();
+  }
   const int64_t global_batch = GlobalBatch(spec.pipeline());
   pipeline->set_num_stages(shape.stages);
   pipeline->set_data_parallel(shape.replicas);

@@ -43,9 +43,9 @@ void ApplyElasticDefaults(v1::PipelineSpec* pipeline);
 // The spec at `shape` (a spec with its defaults applied): num_stages and
 // data_parallel set, the same global batch with the accumulation it gives at
 // R', an explicit partition's boundaries (valid at one P only) replaced by
-// "balanced", the defaults applied again; the spec itself at its own shape.
-// The drift correction and warm-up the defaults chose for the submitted shape
-// stay (they are the spec's from then on). Not validated.
+// "balanced", the drift correction and warm-up the defaults chose for the
+// submitted shape chosen again for this one (a value the job gave stays), the
+// defaults applied again; the spec itself at its own shape. Not validated.
 v1::JobSpec ResizedJobSpec(const v1::JobSpec& spec, const ElasticShape& shape);
 
 // Every shape of the range, the most workers first (then the most stages).

@@ -79,6 +79,29 @@ TEST(ElasticShapeTest, AResizedSpecKeepsTheGlobalBatch) {
   }
 }
 
+// The method's defaults follow the shape: the correction and warm-up chosen
+// for 4 stages are chosen again at 1 (no drift, nothing to correct); values
+// the job gave stay.
+TEST(ElasticShapeTest, TheDefaultCorrectionAndWarmUpAreChosenAgainAtEachShape) {
+  const v1::JobSpec spec = WithDefaults(
+      Written(4, 1, ", accumulation: 3, elastic: {min_stages: 1, max_stages: 4}"));
+  EXPECT_EQ(spec.pipeline().drift_correction(), "predict");
+  EXPECT_GT(spec.pipeline().warmup_steps(), 0);
+  const v1::JobSpec one = ResizedJobSpec(spec, {1, 1});
+  EXPECT_EQ(one.pipeline().drift_correction(), "none");
+  EXPECT_EQ(one.pipeline().warmup_steps(), 0);
+  const v1::JobSpec back = ResizedJobSpec(one, {4, 1});
+  EXPECT_EQ(back.pipeline().drift_correction(), "predict");
+  EXPECT_EQ(back.pipeline().warmup_steps(), spec.pipeline().warmup_steps());
+  const v1::JobSpec given = WithDefaults(Written(
+      4, 1, ", accumulation: 3, drift_correction: staleness, warmup_steps: 7, "
+            "elastic: {min_stages: 2, max_stages: 4}"));
+  const v1::JobSpec two = ResizedJobSpec(given, {2, 1});
+  EXPECT_EQ(two.pipeline().drift_correction(), "staleness");
+  EXPECT_EQ(two.pipeline().warmup_steps(), 7);
+  EXPECT_TRUE(ValidateJobSpec(given).ok()) << ValidateJobSpec(given);
+}
+
 // What an elastic range may not be: each refusal names the field, or the
 // first shape of the range that is no valid job.
 TEST(ElasticShapeTest, ARangeThatCannotRunIsRefusedNamingTheFieldOrTheShape) {
