@@ -75,6 +75,8 @@ std::vector<ElasticShape> ElasticShapes(const v1::JobSpec& spec) {
   return shapes;
 }
 
+int MostWorkers(const v1::JobSpec& spec) { return ElasticShapes(spec).front().workers(); }
+
 std::optional<ElasticShape> LargestShapeWithin(const v1::JobSpec& spec, int workers) {
   for (const ElasticShape& shape : ElasticShapes(spec)) {
     if (shape.workers() <= workers) return shape;

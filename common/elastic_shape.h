@@ -52,6 +52,10 @@ v1::JobSpec ResizedJobSpec(const v1::JobSpec& spec, const ElasticShape& shape);
 // Only the spec's own shape without pipeline.elastic.
 std::vector<ElasticShape> ElasticShapes(const v1::JobSpec& spec);
 
+// The workers the job's largest shape runs on (P x R without pipeline.elastic):
+// the pods the operator makes for it.
+int MostWorkers(const v1::JobSpec& spec);
+
 // The largest shape of the range that `workers` workers can run; nullopt
 // when not even the smallest fits.
 std::optional<ElasticShape> LargestShapeWithin(const v1::JobSpec& spec, int workers);

@@ -81,6 +81,7 @@ void JobManager::EnqueueLocked(JobState& state) {
   // A restarting job waits until every worker of its last attempt let go.
   if (queue_.Contains(state.name()) || workers_.Holds(state.name())) return;
   queue_.Add(AsPending(state.job, state.sequence));
+  if (phase == v1::QUEUED && IsElastic(state.spec())) elastic_queued_.insert(state.name());
 }
 
 void JobManager::EnqueueLocked(const std::string& name) {
@@ -316,6 +317,15 @@ void JobManager::Tick() {
     // Only running and restarting jobs have timers; the others cost nothing here.
     for (const std::string& name : jobs_.Active()) {
       if (JobState* state = FindLocked(name)) CheckTimersLocked(*state, now);
+    }
+    for (auto it = elastic_queued_.begin(); it != elastic_queued_.end();) {
+      JobState* state = FindLocked(*it);
+      if (state == nullptr || state->status().phase() != v1::QUEUED) {
+        it = elastic_queued_.erase(it);
+        continue;
+      }
+      CheckElasticLocked(*state, now);
+      ++it;
     }
     ScheduleLocked();
     UpdateGaugesLocked();

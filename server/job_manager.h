@@ -208,8 +208,9 @@ class JobManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The reconnect grace, the deadline and stall detection of one job.
   void CheckTimersLocked(JobState& state, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // pipeline.elastic (job_manager_elastic.cc): a job waiting for lost workers
-  // past its grace runs at the largest shape the idle matching workers allow;
+  // pipeline.elastic (job_manager_elastic.cc): a job waiting for lost workers,
+  // or queued and never placed, past its grace runs at the largest shape the
+  // idle matching workers allow;
   // a running one grows at a new checkpoint when more workers are idle, at
   // most once per min_resize_interval_seconds.
   void CheckElasticLocked(JobState& state, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -259,6 +260,10 @@ class JobManager {
   // Of those, how many per namespace (max_jobs_per_namespace counts them).
   std::map<std::string, size_t> submitting_per_namespace_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> removing_ ABSL_GUARDED_BY(mu_);
+  // Elastic jobs queued and never placed: Tick looks at these too (the
+  // active jobs it looks at are running or restarting), so one that waits
+  // past its grace starts at the shape the workers there allow.
+  std::set<std::string> elastic_queued_ ABSL_GUARDED_BY(mu_);
   // Names this run's page tokens, so one from an earlier run is refused.
   const uint64_t instance_;
   WorkerRegistry workers_ ABSL_GUARDED_BY(mu_);

@@ -27,7 +27,8 @@ void JobManager::CheckElasticLocked(JobState& state, absl::Time now) {
   const v1::ElasticSpec& elastic = state.spec().pipeline().elastic();
   const ElasticShape current = ShapeOf(state.spec());
   const v1::JobStatus& status = state.status();
-  if (status.phase() == v1::RESTARTING && queue_.Contains(state.name())) {
+  const bool waiting = status.phase() == v1::QUEUED || status.phase() == v1::RESTARTING;
+  if (waiting && queue_.Contains(state.name())) {
     // Waiting for workers: past the grace, run at what there is. A shape
     // decided before and not placed (its workers went to another job, or
     // away) is decided again a grace after that decision.
@@ -37,10 +38,12 @@ void JobManager::CheckElasticLocked(JobState& state, absl::Time now) {
     const std::optional<ElasticShape> fits =
         LargestShapeWithin(state.spec(), IdleMatchingWorkersLocked(state));
     if (!fits || *fits == current) return;
-    ResizeLocked(state, *fits, "WorkersLost",
-                 absl::StrCat("the lost workers were not replaced within ",
+    const bool lost = status.phase() == v1::RESTARTING;
+    ResizeLocked(state, *fits, lost ? "WorkersLost" : "WorkersUnavailable",
+                 absl::StrCat(lost ? "the lost workers were not replaced within "
+                                   : "its workers were not all there within ",
                               elastic.grace_seconds(), " s (pipeline.elastic.grace_seconds); ",
-                              fits->workers(), " workers are left"));
+                              fits->workers(), " workers are"));
     return;
   }
   if (status.phase() != v1::RUNNING) return;

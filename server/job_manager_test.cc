@@ -397,6 +397,37 @@ TEST_F(JobManagerTest, AnElasticJobShrinksAfterItsGraceAndGrowsBackAtACheckpoint
   EXPECT_NE(metrics.find("paci_job_resizes_total{training_job=\"e\"} 2"), std::string::npos);
 }
 
+// An elastic job queued without its workers (pods that cannot all be placed)
+// starts at the shape the workers there allow, a grace after it was submitted.
+TEST_F(JobManagerTest, AnElasticJobQueuedWithoutItsWorkersStartsSmallerAfterItsGrace) {
+  v1::JobSpec spec = Spec("q", 4);
+  spec.mutable_pipeline()->mutable_elastic()->set_min_stages(2);
+  spec.mutable_pipeline()->mutable_elastic()->set_max_stages(4);
+  spec.mutable_pipeline()->mutable_elastic()->set_grace_seconds(30);
+  ApplyJobSpecDefaults(&spec);
+  ASSERT_TRUE(manager_->Submit(spec).ok());
+  ConnectWorker("w0");
+  ConnectWorker("w1");
+  auto advance = [&](absl::Duration by) {
+    clock_.Advance(by);
+    for (const char* w : {"w0", "w1"}) manager_->OnHeartbeat(w);
+    manager_->Tick();
+  };
+  advance(absl::Seconds(29));
+  EXPECT_EQ(Phase("q"), v1::QUEUED);  // its workers may still be starting
+  advance(absl::Seconds(2));
+  ASSERT_EQ(Phase("q"), v1::RUNNING);
+  const v1::Job job = *manager_->Get("q");
+  EXPECT_EQ(job.spec().pipeline().num_stages(), 2);
+  EXPECT_EQ(job.status().resizes(), 1);
+  EXPECT_EQ(job.status().attempt(), 1);
+  EXPECT_EQ(Take("w0").size(), 1u);
+  // A job without pipeline.elastic waits for its workers.
+  ASSERT_TRUE(manager_->Submit(Spec("fixed", 2)).ok());
+  advance(absl::Seconds(120));
+  EXPECT_EQ(Phase("fixed"), v1::QUEUED);
+}
+
 TEST_F(JobManagerTest, ReplicasAreOneGangPlacedTogetherAndRestartedTogether) {
   v1::JobSpec spec = Spec("dp");  // P = 2
   spec.mutable_pipeline()->set_data_parallel(2);

@@ -256,8 +256,11 @@ json WorkerPod(const TrainingJob& job, int index, const ReconcilerOptions& optio
   };
   json pod = TemplatePod(job, pod_name, kWorkerRole, std::move(container), options);
   pod["spec"]["hostname"] = pod_name;
-  // Held at the gang gate until every worker pod of the job fits (gang.h).
-  pod["spec"]["schedulingGates"] = json::array({{{"name", kGangGate}}});
+  // Held at the gang gate until every worker pod of the job fits (gang.h);
+  // an elastic job's start as they fit: it runs at the shape they allow.
+  if (!spec.job.ok() || !spec.job->pipeline().has_elastic()) {
+    pod["spec"]["schedulingGates"] = json::array({{{"name", kGangGate}}});
+  }
   pod["spec"]["subdomain"] = WorkerServiceName(name);
   pod["metadata"]["labels"][kWorkerIndexLabel] = std::to_string(index);
   json& annotations = pod["metadata"]["annotations"];

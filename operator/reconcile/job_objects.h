@@ -27,7 +27,8 @@ struct ReconcilerOptions;
 // 65532 (so claims and emptyDirs are writable), seccomp RuntimeDefault, no
 // privilege escalation, all capabilities dropped, a read-only root file
 // system with an emptyDir at /tmp. With options.worker_secret, that Secret is
-// mounted at kWorkerSecretPath for the worker's TLS and token flags.
+// mounted at kWorkerSecretPath for the worker's TLS and token flags. Behind
+// the gang gate (gang.h) unless the job is elastic (spec.pipeline.elastic).
 nlohmann::json WorkerPod(const TrainingJob& job, int index, const ReconcilerOptions& options);
 
 // The dataset initializer's pod (DatasetPodName): `pacictl prepare-data` of

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/elastic_shape.h"
 #include "common/job_spec.h"
 #include "common/job_token.h"
 #include "common/parity.h"
@@ -251,7 +252,7 @@ void ApplySubmitResult(Reconciliation& r, const absl::Status& submitted) {
 // Not submitted yet, or the coordinator lost it: submitting is idempotent.
 void SubmitToCoordinator(Reconciliation& r, v1::JobSpec job_spec) {
   const std::string submit_name = job_spec.name();
-  const int workers = WorkersOf(job_spec.pipeline());
+  const int workers = MostWorkers(job_spec);
   if (!r.world.submit_result) {
     r.actions.submit = std::move(job_spec);
     r.actions.submit_labels = {{kNamespaceLabel, r.job.metadata.namespace_name}};
@@ -289,8 +290,10 @@ void CoordinatorFinished(Reconciliation& r, const std::string& phase) {
 
 // The coordinator's view of the job in .status: the Running condition, an
 // Event when it starts running or restarts, and the end when it has finished.
-void MirrorStatus(Reconciliation& r, int workers, const std::optional<ParityRun>& parity) {
+void MirrorStatus(Reconciliation& r, const std::optional<ParityRun>& parity) {
   const v1::JobStatus& s = r.coordinator->status();
+  // The workers of the shape it runs at (an elastic job's may be fewer than its pods).
+  const int workers = WorkersOf(r.coordinator->spec().pipeline());
   MirrorCoordinator(*r.coordinator, r.desired);
   if (parity && parity->number > 1 && !r.status.start_time.empty()) {
     r.desired.start_time = r.status.start_time;  // the check's, its first run's
@@ -358,8 +361,10 @@ void FollowRunPolicy(Reconciliation& r, const v1::JobSpec& job_spec) {
 // A job that is to run: its dataset, its workers, and its job at the
 // coordinator.
 void ReconcileRunning(Reconciliation& r, Runnable runnable) {
-  // P x R pods: every stage of every replica (pipeline.data_parallel).
-  const int workers = WorkersOf(runnable.spec.pipeline());
+  // P x R pods: every stage of every replica (pipeline.data_parallel); for
+  // an elastic job, its largest shape's (the coordinator runs the shape the
+  // pods that start allow).
+  const int workers = MostWorkers(runnable.spec);
   if (!KueueAdmits(r, workers)) return;
   r.ClearCondition("Suspended", "Resumed");
   if (!DatasetReady(r)) return;
@@ -370,7 +375,7 @@ void ReconcileRunning(Reconciliation& r, Runnable runnable) {
     SubmitToCoordinator(r, std::move(runnable.spec));
   } else {
     FollowRunPolicy(r, runnable.spec);
-    MirrorStatus(r, workers, runnable.parity);
+    MirrorStatus(r, runnable.parity);
   }
 }
 

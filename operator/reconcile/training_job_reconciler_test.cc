@@ -378,6 +378,27 @@ json ConditionOf(const json& status, const std::string& type) {
   return nullptr;
 }
 
+// pipeline.elastic: pods for the largest shape of the range, none behind the
+// gang gate (the coordinator runs the shape those that start allow).
+TEST(TrainingJobReconcilerTest, AnElasticJobGetsPodsForItsLargestShapeOutsideTheGang) {
+  json job = Job();
+  job["spec"]["pipeline"]["elastic"] = {{"minStages", 1}, {"maxStages", 3}};
+  job["spec"]["model"]["numLayers"] = 4;
+  job["spec"]["checkpoint"] = {{"directory", "/ckpt"}, {"interval", 5}};
+  ReconcileActions actions = ReconcileTrainingJob(World(job), ReconcilerOptions{});
+  ASSERT_TRUE(actions.status.has_value()) << actions.events.size();
+  EXPECT_NE((*actions.status)["phase"], "Failed") << (*actions.status)["message"];
+  EXPECT_THAT(Names(actions.create_pods),
+              ElementsAre("kjv-worker-0", "kjv-worker-1", "kjv-worker-2"));
+  for (const json& pod : actions.create_pods) {
+    EXPECT_FALSE(pod["spec"].contains("schedulingGates")) << pod["metadata"]["name"];
+  }
+  // Without the range: behind the gate, the spec's own P x R.
+  actions = ReconcileTrainingJob(World(Job()), ReconcilerOptions{});
+  ASSERT_EQ(actions.create_pods.size(), 2u);
+  EXPECT_TRUE(actions.create_pods[0]["spec"].contains("schedulingGates"));
+}
+
 // pipeline.elastic: the coordinator's Resizing condition, its shape and
 // resizes in .status, with an Event when a resize starts and when it is done.
 TEST(TrainingJobReconcilerTest, AnElasticJobsResizesAreMirroredWithEvents) {
