@@ -415,10 +415,10 @@ void JobManager::PlaceLocked(JobState& state, const std::vector<std::string>& wo
   const ElasticShape shape = ShapeOf(state.spec());
   metrics_.SetJobShape(state.name(), shape.stages, shape.replicas);
   state.seen_checkpoint = status.checkpoint_step();
-  const bool resizing = std::any_of(
+  const auto resizing = std::find_if(
       status.conditions().begin(), status.conditions().end(),
       [](const v1::JobCondition& c) { return c.type() == "Resizing" && c.status(); });
-  if (resizing) {  // the resize is done (decided before a coordinator restart, too)
+  if (resizing != status.conditions().end()) {  // done (decided before a restart, too)
     std::string took;
     if (state.resize_started != absl::InfinitePast()) {
       const double seconds = absl::ToDoubleSeconds(now - state.resize_started);
@@ -426,9 +426,10 @@ void JobManager::PlaceLocked(JobState& state, const std::vector<std::string>& wo
       metrics_.AddResizeSeconds(state.name(), seconds);
       took = absl::StrFormat(", %.1f s after the decision", seconds);
     }
+    // What was decided (from, to, why, the step), and that it runs so now.
+    const std::string decided = resizing->message();
     SetConditionLocked(state, "Resizing", false, "Resized",
-                       absl::StrCat("running at ", ShapeName(shape), " from step ",
-                                    status.checkpoint_step(), took));
+                       absl::StrCat(decided, "; running at ", ShapeName(shape), took));
     state.last_resize = now;
   }
   state.resize_started = absl::InfinitePast();

@@ -314,11 +314,10 @@ void MirrorStatus(Reconciliation& r, const std::optional<ParityRun>& parity) {
                          condition.reason().empty() ? "Progressing" : condition.reason());
       }
     } else if (condition.type() == "Resizing") {
-      const kube::Condition* before = r.status.FindCondition("Resizing");
-      const bool changed = before == nullptr || before->reason != condition.reason() ||
-                           before->message != condition.message();
       r.SetCondition("Resizing", condition.status(), condition.reason(), condition.message());
-      if (changed) {
+      // One Event per resize the coordinator counts, seen under way or done
+      // (a poll may miss the short time between the decision and the placement).
+      if (s.resizes() > r.status.resizes.value_or(0)) {
         r.Event("Normal", condition.status() ? "Resizing" : "Resized", condition.message());
       }
     }

@@ -423,18 +423,24 @@ TEST(TrainingJobReconcilerTest, AnElasticJobsResizesAreMirroredWithEvents) {
   ASSERT_EQ(actions.events.size(), 1u);
   EXPECT_EQ(actions.events[0].reason, "Resizing");
   EXPECT_EQ(actions.events[0].message, resizing->message());
-  // Seen once: no Event again.
+  // Seen once: no Event again, when it is placed neither (the same resize).
   world.job["status"] = *actions.status;
   EXPECT_TRUE(ReconcileTrainingJob(world, ReconcilerOptions{}).events.empty());
-  // Placed at the new shape: the condition False, and one Event.
   resizing->set_status(false);
   resizing->set_reason("Resized");
-  resizing->set_message("running at 1 stage x 1 replica from step 40, 2.1 s after the decision");
+  resizing->set_message(resizing->message() + "; running at 1 stage x 1 replica, 2.1 s after");
   actions = ReconcileTrainingJob(world, ReconcilerOptions{});
   ASSERT_TRUE(actions.status.has_value());
   EXPECT_EQ(ConditionOf(*actions.status, "Resizing")["status"], "False");
+  EXPECT_TRUE(actions.events.empty());
+  // The next resize, decided and placed between two polls: one Event, Resized.
+  world.job["status"] = *actions.status;
+  coordinator.mutable_status()->set_resizes(2);
+  resizing->set_message("from 1 stage x 1 replica to 2 stages x 1 replica at step 60: ...");
+  actions = ReconcileTrainingJob(world, ReconcilerOptions{});
   ASSERT_EQ(actions.events.size(), 1u);
   EXPECT_EQ(actions.events[0].reason, "Resized");
+  EXPECT_EQ(actions.events[0].message, resizing->message());
 }
 
 TEST(TrainingJobReconcilerTest, ARunPolicyChangedWhileRunningIsSentToTheCoordinator) {

@@ -318,12 +318,14 @@ class OperatorEndToEnd(unittest.TestCase):
         at_coordinator = self.coordinator.GetJob(cpb.GetJobRequest(name=coordinator_job))
         self.assertEqual(at_coordinator.status.phase, cpb.CANCELLED)
 
-    def apply_variant(self, name, steps, checkpoint_interval=20):
-        """kubectl apply of the example, renamed, with more steps and checkpoints."""
+    def apply_variant(self, name, steps, checkpoint_interval=20, pipeline=None):
+        """kubectl apply of the example, renamed, with more steps and checkpoints (and
+        `pipeline` merged into its spec.pipeline)."""
         with open(os.path.join(SOURCE, "examples", "trainingjob.yaml")) as f:
             manifest = yaml.safe_load(f)
         manifest["metadata"]["name"] = name
         manifest["spec"]["training"]["steps"] = steps
+        manifest["spec"]["pipeline"].update(pipeline or {})
         manifest["spec"]["checkpoint"] = {"directory": "/shared/ckpt-" + name,
                                           "interval": checkpoint_interval, "resume": True}
         manifest["spec"]["worker"].update(SHARED_VOLUME)
@@ -829,6 +831,56 @@ class OperatorEndToEnd(unittest.TestCase):
         print("\n$ kubectl get trainingjob kjv-parity -o wide\n" + wide + "\n" + conditions["Succeeded"]["message"])
         print(json.dumps([{k: r[k] for k in ("seed", "role", "validationLoss", "tokensPerSecond")} for r in runs]))
         self.kubectl("delete", "trainingjob", "kjv-parity", "--timeout=60s")
+
+    def test_9b_an_elastic_job_shrinks_when_a_pod_cannot_come_back_and_grows_when_it_can(self):
+        """spec.pipeline.elastic: a worker's container is killed while the node is cordoned, so
+        its replacement pod cannot be placed; after the grace the job goes on at 1 stage from its
+        checkpoint; uncordoned, the replacement starts and the job grows back to 2 stages at its
+        next checkpoint. Both resizes show in status, the Resizing condition and Events."""
+        name = "kjv-elastic"
+        self.apply_variant(name, steps=3000, checkpoint_interval=20, pipeline={"elastic": {
+            "minStages": 1, "maxStages": 2, "graceSeconds": 3, "minResizeIntervalSeconds": 0}})
+        wait_until(name + " past a checkpoint", lambda: self.status_of(name).get("coordinatorJob") and
+                   self.coordinator_job(name).status.checkpoint_step >= 20, timeout=300, interval=0.5)
+        self.assertTrue(self.coordinator_job(name).spec.pipeline.HasField("elastic"))
+        node = json.loads(self.kubectl("get", "nodes", "-o", "json").stdout)["items"][0]["metadata"]["name"]
+        self.kubectl("cordon", node)
+        try:
+            victim = next(p for p in self.pods_of(name) if p["metadata"]["name"] == name + "-worker-1")
+            container = victim["status"]["containerStatuses"][0]["containerID"][len("podman://"):]
+            killed = subprocess.run(["podman", "kill", "--signal", "KILL", container],
+                                    capture_output=True, text=True, env=container_env())
+            self.assertEqual(killed.returncode, 0, killed.stderr)
+            shrunk = wait_until(name + " at 1 stage", lambda: (lambda s: s.get("shape") == "1 stage x 1 replica"
+                                and s.get("phase") == "Running" and s)(self.status_of(name)), timeout=120, interval=0.5)
+            self.assertEqual(shrunk["resizes"], 1)
+            resizing = {c["type"]: c for c in shrunk["conditions"]}["Resizing"]
+            self.assertEqual(resizing["reason"], "Resized", resizing)
+            self.assertEqual(self.coordinator_job(name).spec.pipeline.num_stages, 1)
+        finally:
+            self.kubectl("uncordon", node)
+        grown = wait_until(name + " back at 2 stages", lambda: (lambda s: s.get("shape") == "2 stages x 1 replica"
+                           and s.get("resizes") == 2 and s.get("phase") == "Running" and s)(self.status_of(name)),
+                           timeout=180, interval=0.5)
+        self.assertGreater(grown["step"], shrunk["step"])
+        status = self.finished(name, timeout=600)
+        self.assertEqual(status["phase"], "Succeeded", status)
+        self.assertEqual((status["step"], status["resizes"]), (3000, 2))
+        # An Event for each resize (from, to, why, at what step); no Restarting for the grow.
+        events = json.loads(self.kubectl("get", "events", "-o", "json").stdout)["items"]
+        mine = [e for e in events if e["involvedObject"]["name"] == name]
+        resizes = sorted({e["message"] for e in mine if e["reason"] in ("Resizing", "Resized")})
+        self.assertEqual(len(resizes), 2, resizes)
+        self.assertTrue(any(m.startswith("from 1 stage x 1 replica to 2 stages x 1 replica")
+                            for m in resizes), resizes)
+        self.assertTrue(any(m.startswith("from 2 stages x 1 replica to 1 stage x 1 replica")
+                            and "the lost workers were not replaced within 3 s" in m
+                            for m in resizes), resizes)
+        self.assertEqual([e["reason"] for e in mine].count("Restarting"), 1, [e["reason"] for e in mine])
+        described = self.kubectl("describe", "trainingjob", name).stdout
+        self.assertIn("Resizing", described)
+        print("\n$ kubectl describe trainingjob %s (events)\n%s" % (name, described[described.rfind("Events:"):]))
+        self.kubectl("delete", "trainingjob", name, "--timeout=60s")
 
 
 if __name__ == "__main__":
