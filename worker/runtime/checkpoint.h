@@ -129,6 +129,16 @@ absl::StatusOr<ShardMeta> LoadRecut(const std::string& directory, int64_t step, 
 absl::StatusOr<std::vector<int64_t>> PruneSteps(const std::string& directory, int num_stages,
                                                 int keep, std::set<int64_t>* whole = nullptr);
 
+// After a job changed its number of stages (checkpoint_recut.cc): once
+// `num_stages` has `keep` whole steps (`whole`, as PruneSteps leaves it), the
+// shards of every other stage count older than the oldest of them are
+// removed: a resume takes the newest whole step, which is then this count's.
+// keep 0 keeps everything. Returns the steps it removed shards of;
+// Unavailable naming a file it could not remove.
+absl::StatusOr<std::vector<int64_t>> PruneOtherStageCounts(const std::string& directory,
+                                                           int num_stages, int keep,
+                                                           const std::set<int64_t>& whole);
+
 // A shard read on its own, with no model to match: its metadata and every
 // parameter by its global name, on the CPU; with_optimizer, its AdamW state
 // too (AdamW::State()'s names) and step count.

@@ -3,6 +3,7 @@
 // stage's parameters by their global names.
 
 #include <algorithm>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <set>
@@ -54,6 +55,23 @@ absl::StatusOr<std::optional<CheckpointStep>> LatestSoundCheckpoint(
   if (own_error) return *own_error;
   if (other_error) return *other_error;
   return std::optional<CheckpointStep>();
+}
+
+absl::StatusOr<std::vector<int64_t>> PruneOtherStageCounts(const std::string& directory,
+                                                           int num_stages, int keep,
+                                                           const std::set<int64_t>& whole) {
+  std::vector<int64_t> removed;
+  if (keep <= 0 || static_cast<int>(whole.size()) < keep) return removed;
+  const int64_t oldest_kept = *std::prev(whole.end(), keep);
+  ASSIGN_OR_RETURN(const std::set<int> counts, StageCounts(directory));
+  for (int p : counts) {
+    if (p == num_stages) continue;
+    ASSIGN_OR_RETURN(std::vector<int64_t> steps, RemoveStepsBefore(directory, p, oldest_kept));
+    removed.insert(removed.end(), steps.begin(), steps.end());
+  }
+  std::sort(removed.begin(), removed.end());
+  removed.erase(std::unique(removed.begin(), removed.end()), removed.end());
+  return removed;
 }
 
 absl::StatusOr<ShardMeta> LoadRecut(const std::string& directory, int64_t step, int from_stages,

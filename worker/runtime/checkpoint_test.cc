@@ -523,6 +523,26 @@ TEST_F(CheckpointTest, TheNewestWholeStepOfAnyStageCountIsWhereAJobResumes) {
   EXPECT_FALSE(found->has_value());
 }
 
+// A job resumed at another count: the old count's steps go once the new
+// count has checkpoint.keep whole steps of its own, older ones only.
+TEST_F(CheckpointTest, StepsOfAnotherStageCountGoOnceThisCountHasKeepOfItsOwn) {
+  Stage s0(1, 2, 0), s1(1, 2, 1), whole(1, 1, 0);
+  SaveStages(dir_, 10, {&s0, &s1});
+  SaveStages(dir_, 20, {&s0, &s1});
+  SaveStages(dir_, 30, {&whole});
+  SaveStages(dir_, 40, {&whole});
+  absl::StatusOr<std::vector<int64_t>> removed = PruneOtherStageCounts(dir_, 1, 3, {30, 40});
+  ASSERT_TRUE(removed.ok()) << removed.status();
+  EXPECT_TRUE(removed->empty());  // only 2 of its own: the old count's stay
+  removed = PruneOtherStageCounts(dir_, 1, 2, {30, 40});
+  ASSERT_TRUE(removed.ok()) << removed.status();
+  EXPECT_EQ(*removed, (std::vector<int64_t>{10, 20}));
+  EXPECT_FALSE(fs::exists(ShardPath(dir_, 10, 0, 2)));
+  EXPECT_FALSE(fs::exists(ShardPath(dir_, 20, 1, 2)));
+  EXPECT_TRUE(fs::exists(ShardPath(dir_, 30, 0, 1)));
+  EXPECT_TRUE(PruneOtherStageCounts(dir_, 1, 0, {30, 40})->empty());  // keep 0: all stay
+}
+
 TEST_F(CheckpointTest, AStepOfAnotherModelIsNotReCutAndNothingChanges) {
   Stage s0(1, 2, 0), s1(1, 2, 1);
   SaveStages(dir_, 10, {&s0, &s1});

@@ -148,6 +148,17 @@ absl::StatusOr<std::string> StageCheckpointer::Save(int64_t step, uint64_t sampl
               << absl::StrJoin(*pruned, ", ") << " (checkpoint.keep "
               << spec_.checkpoint().keep() << ")";
   }
+  // Steps of a shape the job ran at before (an elastic resize) go too, once
+  // this shape has its own.
+  absl::StatusOr<std::vector<int64_t>> others = PruneOtherStageCounts(
+      spec_.checkpoint().directory(), num_stages_, spec_.checkpoint().keep(), whole_steps_);
+  if (!others.ok()) {
+    LOG(WARNING) << "job=" << spec_.name() << " stage " << stage_ << ": " << others.status();
+  } else if (!others->empty()) {
+    LOG(INFO) << "job=" << spec_.name() << " stage " << stage_ << ": removed steps "
+              << absl::StrJoin(*others, ", ") << " of other stage counts (checkpoint.keep "
+              << spec_.checkpoint().keep() << " steps of " << num_stages_ << " stages are whole)";
+  }
   return path;
 }
 
