@@ -84,42 +84,42 @@ std::optional<ElasticShape> LargestShapeWithin(const v1::JobSpec& spec, int work
   return std::nullopt;
 }
 
+namespace {
+
+// Each field of pipeline.elastic within its bounds: those the spec's own
+// shape sets, and the field's limits.
+absl::Status ValidateElasticRanges(const v1::PipelineSpec& pipeline) {
+  const v1::ElasticSpec& e = pipeline.elastic();
+  const std::string P = absl::StrCat("pipeline.num_stages (", pipeline.num_stages(), ")");
+  const std::string R = absl::StrCat("pipeline.data_parallel (", pipeline.data_parallel(), ")");
+  struct Range {
+    const char* field;
+    int value, low, high;
+    std::string low_name, high_name;
+  };
+  const Range ranges[] = {
+      {"min_stages", e.min_stages(), 1, pipeline.num_stages(), "1", P},
+      {"max_stages", e.max_stages(), pipeline.num_stages(), 64, P, "64"},
+      {"min_replicas", e.min_replicas(), 1, pipeline.data_parallel(), "1", R},
+      {"max_replicas", e.max_replicas(), pipeline.data_parallel(), 256, R, "256"},
+      {"grace_seconds", e.grace_seconds(), 0, 86400, "0", "86400"},
+      {"min_resize_interval_seconds", e.min_resize_interval_seconds(), 0, 86400, "0", "86400"}};
+  for (const Range& r : ranges) {
+    if (r.value < r.low || r.value > r.high) {
+      return absl::InvalidArgumentError(absl::StrCat("pipeline.elastic.", r.field,
+                                                     ": must be between ", r.low_name, " and ",
+                                                     r.high_name, ", got ", r.value));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status ValidateElastic(const v1::JobSpec& spec) {
   if (!IsElastic(spec)) return absl::OkStatus();
   const v1::PipelineSpec& pipeline = spec.pipeline();
-  const v1::ElasticSpec& elastic = pipeline.elastic();
-  const auto invalid = [](const std::string& field, const std::string& message) {
-    return absl::InvalidArgumentError(absl::StrCat("pipeline.elastic.", field, ": ", message));
-  };
-  if (elastic.min_stages() < 1 || elastic.min_stages() > pipeline.num_stages()) {
-    return invalid("min_stages", absl::StrCat("must be between 1 and pipeline.num_stages (",
-                                              pipeline.num_stages(), "), got ",
-                                              elastic.min_stages()));
-  }
-  if (elastic.max_stages() < pipeline.num_stages() || elastic.max_stages() > 64) {
-    return invalid("max_stages", absl::StrCat("must be between pipeline.num_stages (",
-                                              pipeline.num_stages(), ") and 64, got ",
-                                              elastic.max_stages()));
-  }
-  if (elastic.min_replicas() < 1 || elastic.min_replicas() > pipeline.data_parallel()) {
-    return invalid("min_replicas", absl::StrCat("must be between 1 and pipeline.data_parallel (",
-                                                pipeline.data_parallel(), "), got ",
-                                                elastic.min_replicas()));
-  }
-  if (elastic.max_replicas() < pipeline.data_parallel() || elastic.max_replicas() > 256) {
-    return invalid("max_replicas", absl::StrCat("must be between pipeline.data_parallel (",
-                                                pipeline.data_parallel(), ") and 256, got ",
-                                                elastic.max_replicas()));
-  }
-  if (elastic.grace_seconds() < 0 || elastic.grace_seconds() > 86400) {
-    return invalid("grace_seconds",
-                   absl::StrCat("must be between 0 and 86400, got ", elastic.grace_seconds()));
-  }
-  if (elastic.min_resize_interval_seconds() < 0 || elastic.min_resize_interval_seconds() > 86400) {
-    return invalid("min_resize_interval_seconds",
-                   absl::StrCat("must be between 0 and 86400, got ",
-                                elastic.min_resize_interval_seconds()));
-  }
+  if (absl::Status ranges = ValidateElasticRanges(pipeline); !ranges.ok()) return ranges;
   if (GlobalBatch(pipeline) > (int64_t{1} << 30)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "pipeline.elastic: the global batch, accumulation x micro_batch_size x data_parallel = ",
