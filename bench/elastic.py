@@ -71,20 +71,29 @@ def final_validation(job):
 
 
 def run_fixed(args, cluster, seed):
-    from harness.coordinator import phase
     name = "fixed-s%d" % seed
     cluster.submit(job_spec(args, name, seed, elastic=False))
-    done = cluster.wait(name, lambda j: phase(j) in ("SUCCEEDED", "FAILED"), timeout=1800)
-    assert phase(done) == "SUCCEEDED", done.status.message
+    done = succeeded(cluster, name)
     return {"seed": seed, "validation_loss": final_validation(done)}
 
 
-def kill_two(cluster, job):
-    """Kills the workers of stages 1 and 2; returns (their ids, the step reached)."""
-    victims = [job.status.stages[s].worker_id for s in (1, 2)]
+def submit_and_kill_two(args, cluster, name, seed, elastic):
+    """Submits the job and, at --kill_step, kills the workers of its stages 1 and 2; returns
+    (their ids, the job then, when, the step it had reached)."""
+    cluster.submit(job_spec(args, name, seed, elastic))
+    at_kill = cluster.wait(name, lambda j: j.status.step >= args.kill_step, timeout=1800)
+    killed_at = time.monotonic()
+    victims = [at_kill.status.stages[s].worker_id for s in (1, 2)]
     for victim in victims:
         cluster.workers[victim].send_signal(signal.SIGKILL)
-    return victims, job.status.step
+    return victims, at_kill, killed_at, at_kill.status.step
+
+
+def succeeded(cluster, name):
+    from harness.coordinator import phase
+    done = cluster.wait(name, lambda j: phase(j) in ("SUCCEEDED", "FAILED"), timeout=1800)
+    assert phase(done) == "SUCCEEDED", done.status.message
+    return done
 
 
 def training_again(cluster, name, attempt, timeout=1800):
@@ -105,10 +114,7 @@ def training_again(cluster, name, attempt, timeout=1800):
 def run_elastic(args, cluster, seed):
     from harness.coordinator import phase
     name = "elastic-s%d" % seed
-    cluster.submit(job_spec(args, name, seed, elastic=True))
-    at_kill = cluster.wait(name, lambda j: j.status.step >= args.kill_step, timeout=1800)
-    killed_at = time.monotonic()
-    victims, step_at_kill = kill_two(cluster, at_kill)
+    victims, at_kill, killed_at, step_at_kill = submit_and_kill_two(args, cluster, name, seed, True)
     shrunk, again_at, resumed = training_again(cluster, name, at_kill.status.attempt)
     assert shrunk.spec.pipeline.num_stages == 2, shrunk.spec.pipeline
     cluster.wait(name, lambda j: j.status.step >= args.return_step, timeout=1800)
@@ -117,8 +123,7 @@ def run_elastic(args, cluster, seed):
     grown = cluster.wait(name, lambda j: j.status.resizes >= 2 and phase(j) == "RUNNING",
                          timeout=1800)
     assert grown.spec.pipeline.num_stages == 4, grown.spec.pipeline
-    done = cluster.wait(name, lambda j: phase(j) in ("SUCCEEDED", "FAILED"), timeout=1800)
-    assert phase(done) == "SUCCEEDED", done.status.message
+    done = succeeded(cluster, name)
     return {"seed": seed, "validation_loss": final_validation(done),
             "seconds_to_training_again": round(again_at - killed_at, 2),
             "steps_retrained": step_at_kill - resumed, "resumed_from": resumed,
@@ -127,18 +132,13 @@ def run_elastic(args, cluster, seed):
 
 
 def run_today(args, cluster, seed):
-    from harness.coordinator import phase
     name = "today-s%d" % seed
-    cluster.submit(job_spec(args, name, seed, elastic=False))
-    at_kill = cluster.wait(name, lambda j: j.status.step >= args.kill_step, timeout=1800)
-    killed_at = time.monotonic()
-    victims, step_at_kill = kill_two(cluster, at_kill)
+    victims, at_kill, killed_at, step_at_kill = submit_and_kill_two(args, cluster, name, seed, False)
     time.sleep(args.replacement_seconds)
     for victim in victims:
         cluster.add_worker(victim + "-replacement")
     _, again_at, resumed = training_again(cluster, name, at_kill.status.attempt)
-    done = cluster.wait(name, lambda j: phase(j) in ("SUCCEEDED", "FAILED"), timeout=1800)
-    assert phase(done) == "SUCCEEDED", done.status.message
+    done = succeeded(cluster, name)
     return {"seed": seed, "validation_loss": final_validation(done),
             "seconds_to_training_again": round(again_at - killed_at, 2),
             "steps_retrained": step_at_kill - resumed}
