@@ -134,6 +134,8 @@ def run_elastic(args, cluster, seed):
 def run_today(args, cluster, seed):
     name = "today-s%d" % seed
     victims, at_kill, killed_at, step_at_kill = submit_and_kill_two(args, cluster, name, seed, False)
+    # The modelled time a replacement takes to come (a pod rescheduled and
+    # started): a delay the scenario sets, not a wait for an event.
     time.sleep(args.replacement_seconds)
     for victim in victims:
         cluster.add_worker(victim + "-replacement")

@@ -1,6 +1,7 @@
 #include "kube/object.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 
@@ -27,6 +28,21 @@ std::string StringField(const json& object, const char* key) {
 int64_t IntField(const json& object, const char* key, int64_t otherwise) {
   const json& value = Field(object, key);
   return value.is_number_integer() ? value.get<int64_t>() : otherwise;
+}
+
+std::optional<double> NumberField(const json& object, const char* key) {
+  const json& value = Field(object, key);
+  if (!value.is_number()) return std::nullopt;
+  return value.get<double>();
+}
+
+std::optional<int64_t> OptionalIntField(const json& object, const char* key) {
+  const json& value = Field(object, key);
+  if (value.is_number_integer()) return value.get<int64_t>();
+  if (value.is_number_float() && std::isfinite(value.get<double>())) {
+    return std::llround(value.get<double>());
+  }
+  return std::nullopt;
 }
 
 std::string MetaString(const json& object, const char* key) {

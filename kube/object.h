@@ -7,6 +7,7 @@
 // operator's API (operator/api/training_job.h).
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,10 @@ namespace paci::kube {
 const nlohmann::json& Field(const nlohmann::json& object, const char* key);
 std::string StringField(const nlohmann::json& object, const char* key);
 int64_t IntField(const nlohmann::json& object, const char* key, int64_t otherwise);
+// nullopt where the key holds no number. OptionalIntField reads a number
+// written with a fraction rounded (a float where the schema has integers).
+std::optional<double> NumberField(const nlohmann::json& object, const char* key);
+std::optional<int64_t> OptionalIntField(const nlohmann::json& object, const char* key);
 
 // Metadata. MetaString reads metadata.<key> ("name", "namespace", "uid",
 // "resourceVersion"); Label reads metadata.labels[label].

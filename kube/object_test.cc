@@ -19,6 +19,19 @@ TEST(ObjectTest, FieldsNeverThrow) {
   EXPECT_EQ(IntField(object, "missing", 7), 7);
 }
 
+TEST(ObjectTest, OptionalNumbersAreAbsentWhereNoNumberIs) {
+  const json object = {{"n", 2.5}, {"i", 7}, {"f", 1234.6}, {"s", "ten"}, {"null", nullptr}};
+  EXPECT_EQ(NumberField(object, "n"), 2.5);
+  EXPECT_EQ(NumberField(object, "i"), 7.0);
+  EXPECT_EQ(OptionalIntField(object, "i"), 7);
+  EXPECT_EQ(OptionalIntField(object, "f"), 1235);  // a fraction where an integer goes: rounded
+  for (const char* key : {"s", "null", "missing"}) {
+    EXPECT_EQ(NumberField(object, key), std::nullopt) << key;
+    EXPECT_EQ(OptionalIntField(object, key), std::nullopt) << key;
+  }
+  EXPECT_EQ(OptionalIntField(json::array(), "i"), std::nullopt);
+}
+
 TEST(ObjectTest, MetadataLabelsAndGeneration) {
   const json job = {{"metadata",
                      {{"name", "kjv"},

@@ -69,12 +69,6 @@ std::map<std::string, std::string> StringMap(const json& object) {
   return map;
 }
 
-std::optional<int64_t> OptionalInt(const json& object, const char* key) {
-  const json& value = Field(object, key);
-  if (!value.is_number_integer()) return std::nullopt;
-  return value.get<int64_t>();
-}
-
 bool IsTrue(const json& object, const char* key) { return Field(object, key) == json(true); }
 
 }  // namespace
@@ -126,7 +120,7 @@ RunPolicySpec ParseRunPolicy(const json& policy) {
   }
   p.active_deadline_seconds = IntField(policy, "activeDeadlineSeconds", 0);
   p.priority = static_cast<int32_t>(IntField(policy, "priority", 0));
-  p.ttl_seconds_after_finished = OptionalInt(policy, "ttlSecondsAfterFinished");
+  p.ttl_seconds_after_finished = kube::OptionalIntField(policy, "ttlSecondsAfterFinished");
   return p;
 }
 

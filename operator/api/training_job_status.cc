@@ -2,7 +2,6 @@
 // (training_job.h).
 
 #include <algorithm>
-#include <cmath>
 #include <iterator>
 #include <utility>
 
@@ -12,26 +11,12 @@ namespace paci::op {
 
 using kube::Field;
 using kube::IntField;
+using kube::NumberField;
+using kube::OptionalIntField;
 using kube::StringField;
 using nlohmann::json;
 
 namespace {
-
-// An integer; a number written with a fraction reads rounded.
-std::optional<int64_t> OptionalInt(const json& object, const char* key) {
-  const json& value = Field(object, key);
-  if (value.is_number_integer()) return value.get<int64_t>();
-  if (value.is_number_float() && std::isfinite(value.get<double>())) {
-    return std::llround(value.get<double>());
-  }
-  return std::nullopt;
-}
-
-std::optional<double> OptionalNumber(const json& object, const char* key) {
-  const json& value = Field(object, key);
-  if (!value.is_number()) return std::nullopt;
-  return value.get<double>();
-}
 
 // A typed member of .status: its key, how it reads and how it writes.
 template <typename T>
@@ -78,8 +63,8 @@ void PutOptional(json& object, const char* key, const std::optional<T>& value) {
 StageStatus ParseStage(const json& s) {
   return {IntField(s, "stage", 0),          IntField(s, "replica", 0),
           StringField(s, "pod"),            IntField(s, "maxDrift", 0),
-          IntField(s, "driftBound", 0),     OptionalNumber(s, "idleFraction"),
-          OptionalNumber(s, "tokensPerSecond")};
+          IntField(s, "driftBound", 0),     NumberField(s, "idleFraction"),
+          NumberField(s, "tokensPerSecond")};
 }
 
 json StageJson(const StageStatus& s) {
@@ -104,12 +89,12 @@ ParityRunStatus ParseParityRun(const json& r) {
   run.global_batch = IntField(r, "globalBatch", 0);
   run.drift_correction = StringField(r, "driftCorrection");
   run.warmup_steps = IntField(r, "warmupSteps", 0);
-  run.tokens_per_second = OptionalNumber(r, "tokensPerSecond");
-  run.validation_loss = OptionalNumber(r, "validationLoss");
+  run.tokens_per_second = NumberField(r, "tokensPerSecond");
+  run.validation_loss = NumberField(r, "validationLoss");
   if (const json& curve = Field(r, "curve"); curve.is_array()) {
     for (const json& point : curve) {
       run.curve.push_back(
-          {IntField(point, "step", 0), OptionalNumber(point, "seconds"), OptionalNumber(point, "loss")});
+          {IntField(point, "step", 0), NumberField(point, "seconds"), NumberField(point, "loss")});
     }
   }
   return run;
@@ -140,8 +125,8 @@ json ParityRunJson(const ParityRunStatus& run) {
 
 ParityStatus ParseParityStatus(const json& p) {
   ParityStatus parity;
-  parity.run = OptionalInt(p, "run");
-  parity.total_runs = OptionalInt(p, "totalRuns");
+  parity.run = OptionalIntField(p, "run");
+  parity.total_runs = OptionalIntField(p, "totalRuns");
   parity.spec_digest = StringField(p, "specDigest");
   if (const json& runs = Field(p, "runs"); runs.is_array()) {
     parity.runs.emplace();
@@ -150,19 +135,19 @@ ParityStatus ParseParityStatus(const json& p) {
   if (const json& seeds = Field(p, "seeds"); seeds.is_array()) {
     parity.seeds.emplace();
     for (const json& s : seeds) {
-      parity.seeds->push_back({IntField(s, "seed", 0), OptionalNumber(s, "gapPercent").value_or(0),
-                               OptionalNumber(s, "validationLoss").value_or(0),
-                               OptionalNumber(s, "flushValidationLoss").value_or(0),
-                               OptionalNumber(s, "speedupTo75"),
-                               OptionalNumber(s, "speedupToFinal")});
+      parity.seeds->push_back({IntField(s, "seed", 0), NumberField(s, "gapPercent").value_or(0),
+                               NumberField(s, "validationLoss").value_or(0),
+                               NumberField(s, "flushValidationLoss").value_or(0),
+                               NumberField(s, "speedupTo75"),
+                               NumberField(s, "speedupToFinal")});
     }
   }
-  parity.mean_gap_percent = OptionalNumber(p, "meanGapPercent");
-  parity.gap_spread_percent = OptionalNumber(p, "gapSpreadPercent");
-  parity.flush_loss_spread = OptionalNumber(p, "flushLossSpread");
-  parity.throughput_ratio = OptionalNumber(p, "throughputRatio");
-  parity.speedup_to_75 = OptionalNumber(p, "speedupTo75");
-  parity.speedup_to_final = OptionalNumber(p, "speedupToFinal");
+  parity.mean_gap_percent = NumberField(p, "meanGapPercent");
+  parity.gap_spread_percent = NumberField(p, "gapSpreadPercent");
+  parity.flush_loss_spread = NumberField(p, "flushLossSpread");
+  parity.throughput_ratio = NumberField(p, "throughputRatio");
+  parity.speedup_to_75 = NumberField(p, "speedupTo75");
+  parity.speedup_to_final = NumberField(p, "speedupToFinal");
   parity.summary = StringField(p, "summary");
   return parity;
 }
@@ -217,8 +202,8 @@ TrainingJobStatus ParseTrainingJobStatus(const json& object) {
   const json& status = Field(object, "status");
   TrainingJobStatus s;
   for (const auto& [key, member] : kStrings) s.*member = StringField(status, key);
-  for (const auto& [key, member] : kInts) s.*member = OptionalInt(status, key);
-  for (const auto& [key, member] : kNumbers) s.*member = OptionalNumber(status, key);
+  for (const auto& [key, member] : kInts) s.*member = OptionalIntField(status, key);
+  for (const auto& [key, member] : kNumbers) s.*member = NumberField(status, key);
   s.conditions = kube::ParseConditions(Field(status, "conditions"));
   if (const json& stages = Field(status, "stages"); stages.is_array()) {
     s.stages.emplace();

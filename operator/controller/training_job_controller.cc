@@ -280,10 +280,12 @@ absl::StatusOr<ObservedWorld> TrainingJobController::Observe(json job, const std
       world.dataset_progress = line;
     }
   }
-  const TrainingJob typed = ParseTrainingJob(job);
-  if (workloads_ && !QueueName(typed).empty()) {
-    world.workload = workloads_->Get(ns, WorkloadName(typed));
-    const std::string priority_class = PriorityClassName(typed);
+  // The metadata and status only: the reconcile reads the whole job (its
+  // spec's proto the most costly part) once, from world.job.
+  const ObjectMeta meta = ParseObjectMeta(job);
+  if (workloads_ && !QueueName(meta).empty()) {
+    world.workload = workloads_->Get(ns, WorkloadName(meta));
+    const std::string priority_class = PriorityClassName(meta);
     if (!world.workload && !priority_class.empty()) {
       // Read when the Workload is made: its priority is the class' value.
       absl::StatusOr<json> read = kube_.Get(
@@ -296,13 +298,13 @@ absl::StatusOr<ObservedWorld> TrainingJobController::Observe(json job, const std
       }
     }
   }
-  const std::string& coordinator_name = typed.status.coordinator_job;
+  const std::string coordinator_name = ParseTrainingJobStatus(job).coordinator_job;
   world.job = std::move(job);
   if (coordinator_name.empty()) return world;
   // Progress is mirrored without the loss histories; a parity run that has
   // ended is read again with them, once, to be recorded.
   absl::StatusOr<v1::Job> observed = coordinator_.Get(coordinator_name, false);
-  if (observed.ok() && IsTerminal(observed->status().phase()) && ReadsLossHistory(typed)) {
+  if (observed.ok() && IsTerminal(observed->status().phase()) && ReadsLossHistory(ParseTrainingJob(world.job))) {
     observed = coordinator_.Get(coordinator_name, true);
   }
   if (observed.ok()) {

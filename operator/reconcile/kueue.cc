@@ -37,15 +37,13 @@ void SetCondition(json& workload, const char* type, bool value, const std::strin
 
 }  // namespace
 
-std::string QueueName(const TrainingJob& job) { return job.metadata.Label(kQueueNameLabel); }
+std::string QueueName(const ObjectMeta& job) { return job.Label(kQueueNameLabel); }
 
-std::string PriorityClassName(const TrainingJob& job) {
-  return job.metadata.Label(kPriorityClassLabel);
-}
+std::string PriorityClassName(const ObjectMeta& job) { return job.Label(kPriorityClassLabel); }
 
-std::string WorkloadName(const TrainingJob& job) {
-  const std::string suffix = "-" + job.metadata.uid.substr(0, 8);
-  std::string name = job.metadata.name;
+std::string WorkloadName(const ObjectMeta& job) {
+  const std::string suffix = "-" + job.uid.substr(0, 8);
+  std::string name = job.name;
   constexpr size_t kMaxName = 253;  // a DNS subdomain
   if (name.size() + suffix.size() > kMaxName) name.resize(kMaxName - suffix.size());
   return name + suffix;
@@ -58,7 +56,8 @@ json JobWorkload(const TrainingJob& job, int workers, const json& worker_pod,
                   {"template",
                    {{"metadata", {{"labels", Field(Field(worker_pod, "metadata"), "labels")}}},
                     {"spec", Field(worker_pod, "spec")}}}};
-  json spec = {{"queueName", QueueName(job)}, {"podSets", json::array({std::move(pod_set)})}};
+  json spec = {{"queueName", QueueName(job.metadata)},
+               {"podSets", json::array({std::move(pod_set)})}};
   if (priority_class) {
     spec["priorityClassRef"] = {{"group", "kueue.x-k8s.io"},
                                 {"kind", "WorkloadPriorityClass"},
@@ -69,7 +68,7 @@ json JobWorkload(const TrainingJob& job, int workers, const json& worker_pod,
   }
   return {{"apiVersion", "kueue.x-k8s.io/v1beta2"},
           {"kind", "Workload"},
-          {"metadata", OwnedMetadata(job.metadata, WorkloadName(job))},
+          {"metadata", OwnedMetadata(job.metadata, WorkloadName(job.metadata))},
           {"spec", std::move(spec)}};
 }
 

@@ -27,13 +27,13 @@ inline constexpr char kQueueNameLabel[] = "kueue.x-k8s.io/queue-name";
 inline constexpr char kPriorityClassLabel[] = "kueue.x-k8s.io/priority-class";
 
 // The TrainingJob's kQueueNameLabel; "" when it is not queued.
-std::string QueueName(const TrainingJob& job);
+std::string QueueName(const ObjectMeta& job);
 // Its kPriorityClassLabel (a WorkloadPriorityClass); "" for none.
-std::string PriorityClassName(const TrainingJob& job);
+std::string PriorityClassName(const ObjectMeta& job);
 
 // The Workload of a TrainingJob: "<name>-<first 8 of its uid>", so a job
 // made again under the same name never takes the old one's.
-std::string WorkloadName(const TrainingJob& job);
+std::string WorkloadName(const ObjectMeta& job);
 
 // The Workload for `job`: owned by it (garbage-collected with it), labelled
 // as its other objects, queued in its LocalQueue, one pod set "workers" of

@@ -17,7 +17,7 @@ using kube::Label;
 namespace {
 
 bool Queued(const Reconciliation& r) {
-  return r.options.kueue && !QueueName(r.job).empty();
+  return r.options.kueue && !QueueName(r.job.metadata).empty();
 }
 
 // Whether a worker pod of the job is still there (leaving or not).
@@ -37,7 +37,7 @@ void Hold(Reconciliation& r, const std::string& reason, const std::string& messa
   r.DeleteAllPods(/*keep_dataset=*/true);
   r.desired.phase = kPhaseSuspended;
   r.desired.coordinator_job.clear();
-  r.desired.workload = WorkloadName(r.job);
+  r.desired.workload = WorkloadName(r.job.metadata);
   const std::string before = r.ObservedReason("Admitted", "False");
   r.SetCondition("Admitted", false, reason, message);
   r.SetCondition("Suspended", true, reason, message);
@@ -64,15 +64,15 @@ void Evict(Reconciliation& r, const Admission& admission, const std::string& wor
 
 bool KueueAdmits(Reconciliation& r, int workers) {
   if (!Queued(r)) return true;
-  const std::string name = WorkloadName(r.job);
-  const std::string queue = QueueName(r.job);
+  const std::string name = WorkloadName(r.job.metadata);
+  const std::string queue = QueueName(r.job.metadata);
   const json* workload = r.world.workload ? &*r.world.workload : nullptr;
   if (workload != nullptr && BeingDeleted(*workload)) {
     Hold(r, "Queued", absl::StrCat("waiting for the job's previous Workload ", name, " to go"));
     return false;
   }
   if (workload == nullptr) {
-    const std::string priority_class = PriorityClassName(r.job);
+    const std::string priority_class = PriorityClassName(r.job.metadata);
     if (!priority_class.empty() && !r.world.priority_class) {
       Hold(r, "PriorityClassNotFound",
            absl::StrCat("no WorkloadPriorityClass \"", priority_class, "\" (label ",
