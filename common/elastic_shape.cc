@@ -77,6 +77,12 @@ std::vector<ElasticShape> ElasticShapes(const v1::JobSpec& spec) {
 
 int MostWorkers(const v1::JobSpec& spec) { return ElasticShapes(spec).front().workers(); }
 
+int FewestWorkers(const v1::JobSpec& spec) {
+  int fewest = MostWorkers(spec);
+  for (const ElasticShape& shape : ElasticShapes(spec)) fewest = std::min(fewest, shape.workers());
+  return fewest;
+}
+
 std::optional<ElasticShape> LargestShapeWithin(const v1::JobSpec& spec, int workers) {
   for (const ElasticShape& shape : ElasticShapes(spec)) {
     if (shape.workers() <= workers) return shape;

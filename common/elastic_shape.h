@@ -56,6 +56,10 @@ std::vector<ElasticShape> ElasticShapes(const v1::JobSpec& spec);
 // the pods the operator makes for it.
 int MostWorkers(const v1::JobSpec& spec);
 
+// The workers its smallest shape runs on (P x R without pipeline.elastic):
+// the fewest pods it can run with (a Kueue Workload's minCount).
+int FewestWorkers(const v1::JobSpec& spec);
+
 // The largest shape of the range that `workers` workers can run; nullopt
 // when not even the smallest fits.
 std::optional<ElasticShape> LargestShapeWithin(const v1::JobSpec& spec, int workers);

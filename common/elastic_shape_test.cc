@@ -49,12 +49,16 @@ TEST(ElasticShapeTest, ShapesGoFromTheMostWorkersDownAndTheLargestThatFitsIsChos
   EXPECT_EQ(LargestShapeWithin(spec, 5), (ElasticShape{4, 1}));
   EXPECT_EQ(LargestShapeWithin(spec, 3), (ElasticShape{3, 1}));
   EXPECT_EQ(LargestShapeWithin(spec, 1), std::nullopt);
+  EXPECT_EQ(MostWorkers(spec), 8);
+  EXPECT_EQ(FewestWorkers(spec), 2);
   EXPECT_EQ(ShapeName({4, 1}), "4 stages x 1 replica");
   // Without pipeline.elastic: its own shape only.
   const v1::JobSpec fixed = WithDefaults(Written(2, 1, ", accumulation: 2"));
   EXPECT_FALSE(IsElastic(fixed));
   EXPECT_EQ(ElasticShapes(fixed), std::vector<ElasticShape>{(ElasticShape{2, 1})});
   EXPECT_EQ(LargestShapeWithin(fixed, 5), (ElasticShape{2, 1}));
+  EXPECT_EQ(MostWorkers(fixed), 2);
+  EXPECT_EQ(FewestWorkers(fixed), 2);
   EXPECT_TRUE(ValidateElastic(fixed).ok());
 }
 

@@ -20,6 +20,9 @@ using kube::StringField;
 
 namespace {
 
+// The Workload's one pod set.
+constexpr char kWorkerPodSet[] = "workers";
+
 // Kueue keeps a condition's message to 32 KiB (api.TruncateConditionMessage).
 constexpr size_t kMaxConditionMessage = 32 * 1024;
 
@@ -49,13 +52,14 @@ std::string WorkloadName(const ObjectMeta& job) {
   return name + suffix;
 }
 
-json JobWorkload(const TrainingJob& job, int workers, const json& worker_pod,
+json JobWorkload(const TrainingJob& job, WorkerCount workers, const json& worker_pod,
                  const std::optional<json>& priority_class) {
-  json pod_set = {{"name", "workers"},
-                  {"count", workers},
+  json pod_set = {{"name", kWorkerPodSet},
+                  {"count", workers.most},
                   {"template",
                    {{"metadata", {{"labels", Field(Field(worker_pod, "metadata"), "labels")}}},
                     {"spec", Field(worker_pod, "spec")}}}};
+  if (workers.fewest < workers.most) pod_set["minCount"] = workers.fewest;
   json spec = {{"queueName", QueueName(job.metadata)},
                {"podSets", json::array({std::move(pod_set)})}};
   if (priority_class) {
@@ -84,6 +88,15 @@ Admission ReadAdmission(const json& workload) {
   const bool reserved = status.is_object() && status.contains("admission") &&
                         status["admission"].is_object();
   admission.cluster_queue = StringField(Field(status, "admission"), "clusterQueue");
+  const json& assignments = Field(Field(status, "admission"), "podSetAssignments");
+  if (assignments.is_array()) {
+    for (const json& assignment : assignments) {
+      if (StringField(assignment, "name") != kWorkerPodSet) continue;
+      if (const std::optional<int64_t> count = kube::OptionalIntField(assignment, "count")) {
+        admission.admitted_workers = static_cast<int>(*count);
+      }
+    }
+  }
   if (const json* evicted = FindCondition(status, "Evicted"); reserved && IsTrue(evicted)) {
     admission.state = Admission::kEvicted;
     admission.reason = StringField(*evicted, "reason");

@@ -35,12 +35,24 @@ std::string PriorityClassName(const ObjectMeta& job);
 // made again under the same name never takes the old one's.
 std::string WorkloadName(const ObjectMeta& job);
 
+// The pods a Workload asks for: `most`, and for an elastic job
+// (spec.pipeline.elastic) the `fewest` it can run with, its smallest shape's.
+struct WorkerCount {
+  int most = 1;
+  int fewest = 1;
+};
+
 // The Workload for `job`: owned by it (garbage-collected with it), labelled
 // as its other objects, queued in its LocalQueue, one pod set "workers" of
-// `workers` pods shaped as `worker_pod`. Its priority is the priority class'
-// value (`priority_class`, the WorkloadPriorityClass read from the cluster)
-// when the job names one, else spec.runPolicy.priority.
-nlohmann::json JobWorkload(const TrainingJob& job, int workers, const nlohmann::json& worker_pod,
+// `workers.most` pods shaped as `worker_pod`. When `workers.fewest` is fewer,
+// the pod set's minCount says so: Kueue's partial admission (the
+// PartialAdmission feature, on by default since v0.5) then admits any count
+// from it up to the most when the most does not fit, and the job runs at the
+// largest shape the admitted count allows. Its priority is the priority
+// class' value (`priority_class`, the WorkloadPriorityClass read from the
+// cluster) when the job names one, else spec.runPolicy.priority.
+nlohmann::json JobWorkload(const TrainingJob& job, WorkerCount workers,
+                           const nlohmann::json& worker_pod,
                            const std::optional<nlohmann::json>& priority_class);
 
 // Where Kueue has the Workload.
@@ -57,6 +69,9 @@ struct Admission {
   std::string reason;
   std::string message;
   std::string cluster_queue;  // status.admission.clusterQueue once admitted
+  // The pods of "workers" Kueue admitted (status.admission.podSetAssignments'
+  // count); nullopt when it gave none (all of the pod set's count).
+  std::optional<int> admitted_workers;
 };
 Admission ReadAdmission(const nlohmann::json& workload);
 

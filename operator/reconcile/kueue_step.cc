@@ -1,5 +1,6 @@
 #include "operator/reconcile/kueue_step.h"
 
+#include <algorithm>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -62,14 +63,14 @@ void Evict(Reconciliation& r, const Admission& admission, const std::string& wor
 
 }  // namespace
 
-bool KueueAdmits(Reconciliation& r, int workers) {
-  if (!Queued(r)) return true;
+std::optional<int> KueueAdmits(Reconciliation& r, WorkerCount workers) {
+  if (!Queued(r)) return workers.most;
   const std::string name = WorkloadName(r.job.metadata);
   const std::string queue = QueueName(r.job.metadata);
   const json* workload = r.world.workload ? &*r.world.workload : nullptr;
   if (workload != nullptr && BeingDeleted(*workload)) {
     Hold(r, "Queued", absl::StrCat("waiting for the job's previous Workload ", name, " to go"));
-    return false;
+    return std::nullopt;
   }
   if (workload == nullptr) {
     const std::string priority_class = PriorityClassName(r.job.metadata);
@@ -79,14 +80,17 @@ bool KueueAdmits(Reconciliation& r, int workers) {
                         kPriorityClassLabel, "): create it, or take the label off"),
            "Warning");
       r.actions.requeue_after = r.options.poll_interval;  // no watch on the classes
-      return false;
+      return std::nullopt;
     }
     r.actions.create_workload = JobWorkload(r.job, workers, WorkerPod(r.job, 0, r.options),
                                             r.world.priority_class);
     Hold(r, "Queued",
-         absl::StrCat("Workload ", name, " queued in LocalQueue ", queue, " for ", workers,
+         absl::StrCat("Workload ", name, " queued in LocalQueue ", queue, " for ",
+                      workers.fewest < workers.most
+                          ? absl::StrCat(workers.fewest, " to ", workers.most)
+                          : absl::StrCat(workers.most),
                       " worker pods; waiting for Kueue to admit it"));
-    return false;
+    return std::nullopt;
   }
   const Admission admission = ReadAdmission(*workload);
   switch (admission.state) {
@@ -95,25 +99,33 @@ bool KueueAdmits(Reconciliation& r, int workers) {
       // spec after a failure): a Workload of its own for this run.
       r.actions.delete_workload = true;
       Hold(r, "Queued", absl::StrCat("Workload ", name, " ended with the job's last run; queueing a new one"));
-      return false;
+      return std::nullopt;
     case Admission::kEvicted:
       Evict(r, admission, name);
-      return false;
+      return std::nullopt;
     case Admission::kPending:
       Hold(r, admission.reason,
            absl::StrCat("Workload ", name, " in LocalQueue ", queue, ": ", admission.message),
            admission.reason == "Inadmissible" ? "Warning" : "Normal");
-      return false;
+      return std::nullopt;
     case Admission::kAdmitted:
       break;
   }
   const std::string before = r.ObservedReason("Admitted", "True");
-  const std::string message = absl::StrCat("Workload ", name, " admitted by ClusterQueue ",
-                                           admission.cluster_queue, " (LocalQueue ", queue, ")");
+  // Kueue's partial admission: fewer pods than asked for, never fewer than
+  // the minCount (nor more than the count) of the Workload.
+  const int admitted = std::clamp(admission.admitted_workers.value_or(workers.most),
+                                  workers.fewest, workers.most);
+  std::string message = absl::StrCat("Workload ", name, " admitted by ClusterQueue ",
+                                     admission.cluster_queue, " (LocalQueue ", queue, ")");
+  if (admitted < workers.most) {
+    absl::StrAppend(&message, " for ", admitted, " of its ", workers.most,
+                    " worker pods (partial admission)");
+  }
   r.desired.workload = name;
   r.SetCondition("Admitted", true, "Admitted", message);
   if (before.empty()) r.Event("Normal", "Admitted", message);
-  return true;
+  return admitted;
 }
 
 void FinishWorkload(Reconciliation& r) {

@@ -47,7 +47,7 @@ json Condition(const std::string& type, const std::string& status, const std::st
 // The job's Workload as Kueue leaves it: `conditions`, and an admission by
 // "cluster-queue" when `admitted`.
 json Workload(json conditions, bool admitted) {
-  json workload = JobWorkload(ParseTrainingJob(QueuedJob()), 2, json::object(), std::nullopt);
+  json workload = JobWorkload(ParseTrainingJob(QueuedJob()), {2, 2}, json::object(), std::nullopt);
   workload["metadata"]["resourceVersion"] = "20";
   workload["status"]["conditions"] = std::move(conditions);
   if (admitted) {
@@ -85,6 +85,7 @@ TEST(KueueTest, AQueuedJobGetsOneWorkloadForAllItsWorkersAndWaitsSuspended) {
   ASSERT_EQ(workload["spec"]["podSets"].size(), 1u);  // admitted as one unit
   const json& pod_set = workload["spec"]["podSets"][0];
   EXPECT_EQ(pod_set["count"], 2);
+  EXPECT_FALSE(pod_set.contains("minCount"));  // all or nothing
   EXPECT_EQ(pod_set["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"], "2");
   // Nothing runs yet: no pods, no coordinator job.
   EXPECT_THAT(actions.create_pods, IsEmpty());
@@ -157,6 +158,54 @@ TEST(KueueTest, AnAdmittedWorkloadStartsTheJob) {
   EXPECT_EQ(ConditionOf(*actions.status, "Suspended")["status"], "False");
   EXPECT_EQ((*actions.status)["phase"], "Pending");
   EXPECT_THAT(Reasons(actions), ElementsAre("Admitted", "Submitted"));
+}
+
+// spec.pipeline.elastic: the Workload asks for the largest shape's pods with
+// the smallest's as its minCount; admitted in part (Kueue's partial
+// admission), the job gets the pods of the largest shape the count allows
+// and is submitted at that shape.
+TEST(KueueTest, AnElasticJobAdmittedInPartRunsAtTheShapeTheAdmittedPodsAllow) {
+  json job = QueuedJob();
+  job["spec"]["model"]["numLayers"] = 4;
+  job["spec"]["pipeline"]["numStages"] = 3;
+  job["spec"]["pipeline"]["elastic"] = {{"minStages", 1}, {"maxStages", 3}};
+  ReconcileActions actions = ReconcileTrainingJob(World(job), WithKueue());
+  ASSERT_TRUE(actions.create_workload.has_value());
+  const json& pod_set = (*actions.create_workload)["spec"]["podSets"][0];
+  EXPECT_EQ(pod_set["count"], 3);
+  EXPECT_EQ(pod_set["minCount"], 1);
+  EXPECT_THAT(ConditionOf(*actions.status, "Admitted")["message"].get<std::string>(),
+              HasSubstr("for 1 to 3 worker pods"));
+
+  // Kueue admits 2 of the 3.
+  ObservedWorld world = World(job);
+  world.job["status"] = {{"phase", "Suspended"},
+                         {"conditions", json::array({Condition("Suspended", "True", "Pending"),
+                                                     Condition("Admitted", "False", "Pending")})}};
+  world.workload = *actions.create_workload;
+  world.workload->at("metadata")["resourceVersion"] = "20";
+  (*world.workload)["status"] = {
+      {"conditions", json::array({Condition("QuotaReserved", "True", "QuotaReserved"),
+                                  Condition("Admitted", "True", "Admitted")})},
+      {"admission",
+       {{"clusterQueue", "cluster-queue"},
+        {"podSetAssignments", json::array({{{"name", "workers"}, {"count", 2}}})}}}};
+  actions = ReconcileTrainingJob(world, WithKueue());
+  EXPECT_THAT(test::Names(actions.create_pods), ElementsAre("kjv-worker-0", "kjv-worker-1"));
+  ASSERT_TRUE(actions.submit.has_value());
+  EXPECT_EQ(actions.submit->pipeline().num_stages(), 2);
+  EXPECT_EQ(actions.submit->pipeline().elastic().max_stages(), 3);  // it may grow back
+  EXPECT_THAT(ConditionOf(*actions.status, "Admitted")["message"].get<std::string>(),
+              HasSubstr("for 2 of its 3 worker pods (partial admission)"));
+  EXPECT_THAT(Reasons(actions), ElementsAre("Admitted", "Submitted"));
+  EXPECT_THAT(actions.events[1].message, HasSubstr("for 2 worker pods"));
+
+  // Admitted whole: all three, at its own shape.
+  (*world.workload)["status"]["admission"]["podSetAssignments"][0]["count"] = 3;
+  actions = ReconcileTrainingJob(world, WithKueue());
+  EXPECT_EQ(actions.create_pods.size(), 3u);
+  ASSERT_TRUE(actions.submit.has_value());
+  EXPECT_EQ(actions.submit->pipeline().num_stages(), 3);
 }
 
 TEST(KueueTest, AnEvictedJobStopsGivesItsQuotaBackOnceItsPodsAreGoneAndResumesAsANewJob) {

@@ -1,7 +1,7 @@
 #pragma once
 
 // What the reconcile library's tests share: a fixed now, a TrainingJob, a
-// world around it, a worker pod, and the reasons of the Events a reconcile gave.
+// world around it, a worker pod, the names of objects, and the reasons of the Events a reconcile gave.
 
 #include <string>
 #include <vector>
@@ -51,6 +51,13 @@ inline nlohmann::json Pod(int index, const std::string& phase) {
            {{"name", "kjv-worker-" + std::to_string(index)},
             {"labels", {{kJobNameLabel, "kjv"}, {kWorkerIndexLabel, std::to_string(index)}}}}},
           {"status", {{"phase", phase}}}};
+}
+
+// The metadata.name of each object.
+inline std::vector<std::string> Names(const std::vector<nlohmann::json>& objects) {
+  std::vector<std::string> names;
+  for (const nlohmann::json& object : objects) names.push_back(object["metadata"]["name"]);
+  return names;
 }
 
 inline std::vector<std::string> Reasons(const ReconcileActions& actions) {

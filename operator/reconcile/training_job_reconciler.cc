@@ -250,9 +250,8 @@ void ApplySubmitResult(Reconciliation& r, const absl::Status& submitted) {
 }
 
 // Not submitted yet, or the coordinator lost it: submitting is idempotent.
-void SubmitToCoordinator(Reconciliation& r, v1::JobSpec job_spec) {
+void SubmitToCoordinator(Reconciliation& r, v1::JobSpec job_spec, int workers) {
   const std::string submit_name = job_spec.name();
-  const int workers = MostWorkers(job_spec);
   if (!r.world.submit_result) {
     r.actions.submit = std::move(job_spec);
     r.actions.submit_labels = {{kNamespaceLabel, r.job.metadata.namespace_name}};
@@ -362,16 +361,23 @@ void FollowRunPolicy(Reconciliation& r, const v1::JobSpec& job_spec) {
 void ReconcileRunning(Reconciliation& r, Runnable runnable) {
   // P x R pods: every stage of every replica (pipeline.data_parallel); for
   // an elastic job, its largest shape's (the coordinator runs the shape the
-  // pods that start allow).
-  const int workers = MostWorkers(runnable.spec);
-  if (!KueueAdmits(r, workers)) return;
+  // pods that start allow), or as many as Kueue admitted.
+  const std::optional<int> admitted =
+      KueueAdmits(r, {MostWorkers(runnable.spec), FewestWorkers(runnable.spec)});
+  if (!admitted) return;
   r.ClearCondition("Suspended", "Resumed");
   if (!DatasetReady(r)) return;
+  // Admitted in part: the pods and the job of the largest shape they allow.
+  const std::optional<ElasticShape> shape = LargestShapeWithin(runnable.spec, *admitted);
+  const int workers = shape ? shape->workers() : *admitted;
   EnsureWorkers(r, workers);
   r.actions.requeue_after = r.options.poll_interval;
   if (r.coordinator == nullptr) {
     if (runnable.parity) StartParityRun(r, *runnable.parity);
-    SubmitToCoordinator(r, std::move(runnable.spec));
+    if (workers < MostWorkers(runnable.spec)) {
+      runnable.spec = ResizedJobSpec(runnable.spec, *shape);
+    }
+    SubmitToCoordinator(r, std::move(runnable.spec), workers);
   } else {
     FollowRunPolicy(r, runnable.spec);
     MirrorStatus(r, runnable.parity);

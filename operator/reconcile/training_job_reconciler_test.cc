@@ -17,6 +17,7 @@ namespace {
 
 using nlohmann::json;
 using test::Job;
+using test::Names;
 using test::kNow;
 using test::Pod;
 using test::Reasons;
@@ -64,12 +65,6 @@ ObservedWorld Observed(const std::string& phase, v1::JobPhase coordinator_phase)
   world.network_policy_exists = true;
   world.coordinator_job = CoordinatorJob(coordinator_phase);
   return world;
-}
-
-std::vector<std::string> Names(const std::vector<json>& objects) {
-  std::vector<std::string> names;
-  for (const json& object : objects) names.push_back(object["metadata"]["name"]);
-  return names;
 }
 
 // The pure function as a table: each case is (object, observed world) -> actions.

@@ -170,19 +170,24 @@ class KubeClusterTest(unittest.TestCase):
         # kubectl shows them with -o wide only.
         current = self.ok("GET", TJ_PATH + "/kjv-tiny")
         current["status"] = {"phase": "Running", "step": 42, "trainLoss": 2.8258, "maxDrift": 1, "driftLimit": 1,
-                             "tokensPerSecond": 71891}
+                             "tokensPerSecond": 71891, "shape": "1 stage x 1 replica", "conditions": [
+                                 {"type": "Resizing", "status": "True", "reason": "WorkersLost",
+                                  "message": "from 2 stages x 1 replica to 1 stage x 1 replica at step 40",
+                                  "lastTransitionTime": "2026-12-05T10:00:00Z"}]}
         self.ok("PUT", TJ_PATH + "/kjv-tiny/status", current)
         table = self.kubectl("get", "trainingjobs")
         lines = table.splitlines()
-        self.assertEqual(lines[0].split(), ["NAME", "PHASE", "STEP", "LOSS", "AGE"])
+        self.assertEqual(lines[0].split(), ["NAME", "PHASE", "STEP", "LOSS", "RESIZING", "AGE"])
         row = next(line for line in lines if line.startswith("kjv-tiny"))
-        self.assertRegex(row, r"^kjv-tiny\s+Running\s+42\s+2\.8258\s+\d+s$")
-        self.assertIn("kjv-small", table)
+        self.assertRegex(row, r"^kjv-tiny\s+Running\s+42\s+2\.8258\s+True\s+\d+s$")
+        # A job with no status yet (and one that never resized) leaves those columns empty.
+        self.assertRegex(next(line for line in lines if line.startswith("kjv-small")), r"^kjv-small\s+\d+s$")
         wide = self.kubectl("get", "trainingjobs", "-o", "wide").splitlines()
-        self.assertEqual(wide[0].split(), ["NAME", "PHASE", "STEP", "LOSS", "MAX-DRIFT", "DRIFT-LIMIT", "TOKENS/S",
-                                           "PARITY-GAP", "AGE"])
+        self.assertEqual(wide[0].split(), ["NAME", "PHASE", "STEP", "LOSS", "RESIZING", "SHAPE", "MAX-DRIFT",
+                                           "DRIFT-LIMIT", "TOKENS/S", "PARITY-GAP", "AGE"])
         row = next(line for line in wide if line.startswith("kjv-tiny"))
-        self.assertRegex(row, r"^kjv-tiny\s+Running\s+42\s+2\.8258\s+1\s+1\s+71891\s+\d+s$")
+        self.assertRegex(row, r"^kjv-tiny\s+Running\s+42\s+2\.8258\s+True\s+1 stage x 1 replica\s+1\s+1\s+71891"
+                              r"\s+\d+s$")
         self.assertIn("kjv-tiny", self.kubectl("get", "ptj", "-A"))
 
         tiny = json.loads(self.kubectl("get", "trainingjob", "kjv-tiny", "-o", "json"))
@@ -642,7 +647,8 @@ class KubeClusterTest(unittest.TestCase):
         code, table = self.http("GET", TJ_PATH, accept="application/json;as=Table;v=v1;g=meta.k8s.io")
         self.assertEqual((code, table["kind"]), (200, "Table"))
         self.assertEqual([(c["name"], c["priority"]) for c in table["columnDefinitions"]],
-                         [("Name", 0), ("Phase", 0), ("Step", 0), ("Loss", 0), ("Max-Drift", 1),
+                         [("Name", 0), ("Phase", 0), ("Step", 0), ("Loss", 0), ("Resizing", 0), ("Shape", 1),
+                          ("Max-Drift", 1),
                           ("Drift-Limit", 1), ("Tokens/s", 1), ("Parity-Gap", 1), ("Age", 0)])
         groups = self.ok("GET", "/apis")["groups"]
         self.assertIn("paci.dev", [g["name"] for g in groups])

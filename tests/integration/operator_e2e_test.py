@@ -218,7 +218,7 @@ class OperatorEndToEnd(unittest.TestCase):
         table = self.kubectl("get", "trainingjobs").stdout
         header, row = table.splitlines()[0], next(line for line in table.splitlines()
                                                   if line.startswith("kjv-tiny"))
-        self.assertEqual(header.split(), ["NAME", "PHASE", "STEP", "LOSS", "AGE"])
+        self.assertEqual(header.split(), ["NAME", "PHASE", "STEP", "LOSS", "RESIZING", "AGE"])
         self.assertIn("Succeeded", row)
         self.assertIn("60", row.split())
         self.assertRegex(row.split()[3], r"^\d+(\.\d{1,4})?$")  # the loss, rounded
@@ -227,8 +227,8 @@ class OperatorEndToEnd(unittest.TestCase):
         wide = self.kubectl("get", "trainingjobs", "-o", "wide").stdout
         header, row = wide.splitlines()[0], next(line for line in wide.splitlines()
                                                  if line.startswith("kjv-tiny"))
-        self.assertEqual(header.split(), ["NAME", "PHASE", "STEP", "LOSS", "MAX-DRIFT", "DRIFT-LIMIT",
-                                          "TOKENS/S", "PARITY-GAP", "AGE"])
+        self.assertEqual(header.split(), ["NAME", "PHASE", "STEP", "LOSS", "RESIZING", "SHAPE", "MAX-DRIFT",
+                                          "DRIFT-LIMIT", "TOKENS/S", "PARITY-GAP", "AGE"])
         # The example: 2 stages, a = 2, so the drift limit ceil(1/2) = 1; whole tokens/s.
         self.assertEqual(row.split()[5], "1")
         self.assertRegex(row.split()[6], r"^\d+$")
@@ -526,14 +526,10 @@ class OperatorEndToEnd(unittest.TestCase):
         for name in names:
             self.kubectl("delete", "trainingjob", name, "--timeout=60s")
 
-    def test_8_kueue_queues_jobs_for_quota_and_a_higher_priority_preempts_one_that_resumes(self):
-        """A ClusterQueue with 4 cpu: each job's two workers ask 2 cpu, so one job runs at a
-        time. The second low-priority job waits Suspended saying so; a job for a LocalQueue
-        that does not exist says that; a high-priority job preempts the running one, which
-        stops, gives its quota back, and later resumes from its checkpoint as a new
-        coordinator job; all three queued jobs Succeed."""
-        kueue = self.cluster.kueue
-        kueue.apply(
+    def team_queue(self):
+        """Kueue's objects for the queued tests (applied again as they are): ClusterQueue team-cq of 4 cpu
+        that preempts a lower priority, LocalQueue team-queue, WorkloadPriorityClasses low and high."""
+        self.cluster.kueue.apply(
             {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
              "metadata": {"name": "default-flavor"}},
             {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
@@ -551,28 +547,42 @@ class OperatorEndToEnd(unittest.TestCase):
              "metadata": {"name": "low"}, "value": 10},
             {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
              "metadata": {"name": "high"}, "value": 1000})
+
+    def apply_queued(self, name, priority, steps=60, queue="team-queue", pipeline=None):
+        """The example, renamed, in `queue` at `priority`, checkpointing every 20 steps on the claim,
+        each worker asking 2 cpu (`pipeline` merged into its spec.pipeline)."""
         with open(os.path.join(SOURCE, "examples", "trainingjob.yaml")) as f:
-            example = yaml.safe_load(f)
+            manifest = yaml.safe_load(f)
+        manifest["metadata"]["name"] = name
+        manifest["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": queue,
+                                          "kueue.x-k8s.io/priority-class": priority}
+        manifest["spec"]["training"]["steps"] = steps
+        manifest["spec"]["pipeline"].update(pipeline or {})
+        manifest["spec"]["checkpoint"] = {"directory": "/shared/ckpt-" + name, "interval": 20,
+                                          "resume": True}
+        manifest["spec"]["worker"].update(SHARED_VOLUME)
+        manifest["spec"]["worker"]["resources"] = {"requests": {"cpu": "2", "memory": "256Mi"}}
+        self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(manifest))
 
-        def apply(name, priority, steps=60, queue="team-queue"):
-            manifest = json.loads(json.dumps(example))
-            manifest["metadata"]["name"] = name
-            manifest["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": queue,
-                                              "kueue.x-k8s.io/priority-class": priority}
-            manifest["spec"]["training"]["steps"] = steps
-            manifest["spec"]["checkpoint"] = {"directory": "/shared/ckpt-" + name, "interval": 20,
-                                              "resume": True}
-            manifest["spec"]["worker"].update(SHARED_VOLUME)
-            manifest["spec"]["worker"]["resources"] = {"requests": {"cpu": "2", "memory": "256Mi"}}
-            self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(manifest))
+    def condition_of(self, name, kind):
+        return {c["type"]: c for c in self.status_of(name).get("conditions", [])}.get(kind) or {}
 
-        def condition(name, kind):
-            return {c["type"]: c for c in self.status_of(name).get("conditions", [])}.get(kind) or {}
+    def pods_running(self, name, count):
+        pods = self.pods_of(name)
+        return len(pods) == count and all(p["status"].get("phase") == "Running" for p in pods)
+
+    def test_8_kueue_queues_jobs_for_quota_and_a_higher_priority_preempts_one_that_resumes(self):
+        """A ClusterQueue with 4 cpu: each job's two workers ask 2 cpu, so one job runs at a
+        time. The second low-priority job waits Suspended saying so; a job for a LocalQueue
+        that does not exist says that; a high-priority job preempts the running one, which
+        stops, gives its quota back, and later resumes from its checkpoint as a new
+        coordinator job; all three queued jobs Succeed."""
+        self.team_queue()
+        apply, condition = self.apply_queued, self.condition_of
 
         applied = time.monotonic()
         apply("queue-a", "low", steps=300)
-        running = wait_until("queue-a's pods running", lambda: len(self.pods_of("queue-a")) == 2 and all(
-            p["status"].get("phase") == "Running" for p in self.pods_of("queue-a")) and time.monotonic(),
+        running = wait_until("queue-a's pods running", lambda: self.pods_running("queue-a", 2) and time.monotonic(),
             timeout=120, interval=0.2)
         print("\nkueue: apply to both of queue-a's pods running: %.1f s" % (running - applied))
         self.assertEqual(condition("queue-a", "Admitted").get("status"), "True")
@@ -613,9 +623,8 @@ class OperatorEndToEnd(unittest.TestCase):
         checkpoint = stopped.status.checkpoint_step
         self.assertGreaterEqual(checkpoint, 20)
         # queue-high runs on the quota queue-a gave back; the two low jobs wait.
-        high_running = wait_until("queue-high's pods running", lambda: len(self.pods_of("queue-high")) == 2
-                                  and all(p["status"].get("phase") == "Running" for p in self.pods_of(
-                                      "queue-high")) and time.monotonic(), timeout=120, interval=0.2)
+        high_running = wait_until("queue-high's pods running", lambda: self.pods_running("queue-high", 2)
+                                  and time.monotonic(), timeout=120, interval=0.2)
         print("kueue: apply of queue-high to queue-a Suspended: %.1f s, to queue-high's pods running: "
               "%.1f s" % (stopped_at - preempting, high_running - preempting))
         self.assertEqual(self.pods_of("queue-b"), [])
@@ -643,6 +652,54 @@ class OperatorEndToEnd(unittest.TestCase):
         self.assertEqual(reasons["queue-lost"].count("Inadmissible"), 1, reasons)
         for name in ("queue-a", "queue-b", "queue-high"):
             self.kubectl("delete", "trainingjob", name, "--timeout=60s")
+
+    def test_8b_kueue_admits_an_evicted_elastic_job_again_at_the_shape_that_still_fits(self):
+        """spec.pipeline.elastic with Kueue: the Workload asks for 2 worker pods with a minCount of 1.
+        A high-priority job of 1 stage preempts it; instead of waiting for its whole quota, Kueue's
+        partial admission admits it again for the 1 pod that still fits, and it trains on at 1 stage
+        from its checkpoint beside the high-priority job. How long that takes, and the steps
+        trained again, are printed beside the wait of a job without the range (test_8)."""
+        self.team_queue()
+        name = "queue-elastic"
+        self.apply_queued(name, "low", steps=3000, pipeline={"elastic": {
+            "minStages": 1, "maxStages": 2, "graceSeconds": 3, "minResizeIntervalSeconds": 0}})
+        wait_until(name + "'s two pods running", lambda: self.pods_running(name, 2), timeout=120, interval=0.2)
+        pod_set = self.cluster.get("workload", self.status_of(name)["workload"])["spec"]["podSets"][0]
+        self.assertEqual((pod_set["count"], pod_set["minCount"]), (2, 1))
+        wait_until(name + " past a checkpoint", lambda: self.status_of(name).get("coordinatorJob") and
+                   self.coordinator_job(name).status.checkpoint_step >= 20, timeout=300, interval=0.5)
+
+        first = self.status_of(name)["coordinatorJob"]
+        preempting = time.monotonic()
+        self.apply_queued("queue-high-1", "high", steps=400, pipeline={"numStages": 1})
+        wait_until(name + " evicted", lambda: self.status_of(name).get("evictions") == 1, timeout=60, interval=0.2)
+        # Admitted again for the one pod left, while queue-high-1 runs: training at 1 stage.
+        again = wait_until(name + " training again at 1 stage", lambda: (lambda s: s.get("phase") == "Running"
+                           and s.get("coordinatorJob", "").endswith("-e1") and s.get("step", 0) > 0 and s)(
+                               self.status_of(name)), timeout=120, interval=0.2)
+        training_again = time.monotonic()
+        self.assertTrue(self.pods_running("queue-high-1", 1), self.pods_of("queue-high-1"))
+        self.assertEqual(len(self.pods_of(name)), 1)
+        admitted = self.condition_of(name, "Admitted")
+        self.assertIn("for 1 of its 2 worker pods (partial admission)", admitted["message"])
+        resumed = self.coordinator.GetJob(cpb.GetJobRequest(name=again["coordinatorJob"]))
+        self.assertEqual(resumed.spec.pipeline.num_stages, 1)
+        self.assertTrue(resumed.spec.checkpoint.resume)
+        self.assertEqual(again["shape"], "1 stage x 1 replica")
+        stopped = self.coordinator.GetJob(cpb.GetJobRequest(name=first))
+        retrained = stopped.status.step - stopped.status.checkpoint_step
+        print("\nkueue elastic: apply of a preempting job to training again at 1 stage: %.1f s; steps "
+              "trained again: %d (stopped at step %d, checkpoint %d)" % (
+                  training_again - preempting, retrained, stopped.status.step, stopped.status.checkpoint_step))
+        self.assertEqual(self.finished("queue-high-1")["phase"], "Succeeded")
+        step = self.status_of(name)["step"]
+        self.assertGreater(step, stopped.status.checkpoint_step)
+        wait_until(name + " training on", lambda: self.status_of(name)["step"] > step, timeout=60)
+        events = json.loads(self.kubectl("get", "events", "-o", "json").stdout)["items"]
+        mine = [e["reason"] for e in events if e["involvedObject"]["name"] == name]
+        self.assertEqual((mine.count("Preempted"), mine.count("Admitted")), (1, 2), mine)
+        for job in (name, "queue-high-1"):
+            self.kubectl("delete", "trainingjob", job, "--timeout=60s")
 
     def dataset_job(self, name, source, steps=60, folder="/shared/genesis-dataset", **settings):
         """The example, renamed, training on a dataset its initializer prepares on the claim."""
