@@ -75,6 +75,10 @@ ABSL_FLAG(std::string, worker_token_key_file, "",
 ABSL_FLAG(bool, kueue, false,
           "Kueue runs on the cluster (its CRDs installed): a TrainingJob labelled "
           "kueue.x-k8s.io/queue-name runs once Kueue admits the Workload made for it");
+ABSL_FLAG(bool, kueue_workload_slices, false,
+          "with --kueue, Kueue runs with its ElasticJobsViaWorkloadSlices feature gate: an "
+          "elastic TrainingJob admitted in part asks for its largest shape again with a workload "
+          "slice, and grows once Kueue admits it");
 ABSL_FLAG(bool, leader_election, true, "elect one active replica with a Lease");
 ABSL_FLAG(std::string, leader_election_namespace, "", "namespace of the Lease; default: own");
 ABSL_FLAG(std::string, lease_name, "paci-operator", "name of the Lease");
@@ -128,6 +132,7 @@ absl::StatusOr<ControllerOptions> ControllerOptionsFromFlags() {
   reconciler.metrics_port = absl::GetFlag(FLAGS_worker_metrics_port);
   reconciler.network_policies = absl::GetFlag(FLAGS_network_policies);
   reconciler.kueue = absl::GetFlag(FLAGS_kueue);
+  reconciler.kueue_workload_slices = absl::GetFlag(FLAGS_kueue_workload_slices);
   if (const std::string path = absl::GetFlag(FLAGS_worker_token_key_file); !path.empty()) {
     absl::StatusOr<std::string> key = paci::ReadTokenFile(path);
     if (!key.ok()) {

@@ -113,6 +113,10 @@ absl::Status ActionExecutor::MakeChanges(const ObservedWorld& world,
     RETURN_IF_ERROR(IgnoreNotFound(
         kube_.Delete(absl::StrCat(workloads, "/", MetaString(*world.workload, "name")))));
   }
+  if (actions.delete_workload_slice && world.workload_slice) {
+    RETURN_IF_ERROR(IgnoreNotFound(
+        kube_.Delete(absl::StrCat(workloads, "/", MetaString(*world.workload_slice, "name")))));
+  }
   if (actions.workload_status && world.workload) {
     const WorkloadStatusEdit& edit = *actions.workload_status;
     const absl::Time now = clock_.Now();

@@ -283,8 +283,20 @@ absl::StatusOr<ObservedWorld> TrainingJobController::Observe(json job, const std
   // The metadata and status only: the reconcile reads the whole job (its
   // spec's proto the most costly part) once, from world.job.
   const ObjectMeta meta = ParseObjectMeta(job);
+  const TrainingJobStatus status = ParseTrainingJobStatus(job);
   if (workloads_ && !QueueName(meta).empty()) {
-    world.workload = workloads_->Get(ns, WorkloadName(meta));
+    // The Workload the status names, and the slice that would replace it.
+    // Once Kueue has finished the old one and admitted the slice, the slice
+    // is the job's Workload.
+    std::string name = CurrentWorkloadName(meta, status.workload);
+    world.workload = workloads_->Get(ns, name);
+    world.workload_slice = workloads_->Get(ns, NextWorkloadName(meta, name));
+    if (world.workload && world.workload_slice && ReplacedBySlice(*world.workload) &&
+        ReadAdmission(*world.workload_slice).state == Admission::kAdmitted) {
+      world.workload = std::move(world.workload_slice);
+      name = NextWorkloadName(meta, name);
+      world.workload_slice = workloads_->Get(ns, NextWorkloadName(meta, name));
+    }
     const std::string priority_class = PriorityClassName(meta);
     if (!world.workload && !priority_class.empty()) {
       // Read when the Workload is made: its priority is the class' value.
@@ -298,7 +310,7 @@ absl::StatusOr<ObservedWorld> TrainingJobController::Observe(json job, const std
       }
     }
   }
-  const std::string coordinator_name = ParseTrainingJobStatus(job).coordinator_job;
+  const std::string coordinator_name = status.coordinator_job;
   world.job = std::move(job);
   if (coordinator_name.empty()) return world;
   // Progress is mirrored without the loss histories; a parity run that has

@@ -1,7 +1,9 @@
 #include "operator/reconcile/kueue.h"
 
+#include <algorithm>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "operator/reconcile/job_objects.h"
 #include "kube/object.h"
@@ -22,6 +24,12 @@ namespace {
 
 // The Workload's one pod set.
 constexpr char kWorkerPodSet[] = "workers";
+
+// Kueue's workloadslicing.WorkloadSliceReplacementFor: "<namespace>/<name>"
+// of the slice a Workload replaces.
+constexpr char kWorkloadSliceReplacementFor[] = "kueue.x-k8s.io/workload-slice-replacement-for";
+// The Finished reason of a slice another replaced (kueue.WorkloadSliceReplaced).
+constexpr char kWorkloadSliceReplaced[] = "WorkloadSliceReplaced";
 
 // Kueue keeps a condition's message to 32 KiB (api.TruncateConditionMessage).
 constexpr size_t kMaxConditionMessage = 32 * 1024;
@@ -44,15 +52,71 @@ std::string QueueName(const ObjectMeta& job) { return job.Label(kQueueNameLabel)
 
 std::string PriorityClassName(const ObjectMeta& job) { return job.Label(kPriorityClassLabel); }
 
-std::string WorkloadName(const ObjectMeta& job) {
-  const std::string suffix = "-" + job.uid.substr(0, 8);
+namespace {
+
+// "<name>-<uid8><slice>", the name cut so the whole is a DNS subdomain.
+std::string WorkloadNameWith(const ObjectMeta& job, const std::string& slice) {
+  const std::string suffix = "-" + job.uid.substr(0, 8) + slice;
   std::string name = job.name;
   constexpr size_t kMaxName = 253;  // a DNS subdomain
   if (name.size() + suffix.size() > kMaxName) name.resize(kMaxName - suffix.size());
   return name + suffix;
 }
 
-json JobWorkload(const TrainingJob& job, WorkerCount workers, const json& worker_pod,
+// The slice number of `workload`, a Workload name of the job: 1 for
+// WorkloadName, n for its n-th slice, 0 for a name of no slice of the job.
+int SliceNumber(const ObjectMeta& job, const std::string& workload) {
+  if (workload == WorkloadName(job)) return 1;
+  const std::string uid = "-" + job.uid.substr(0, 8) + "-";
+  const size_t at = workload.rfind(uid);
+  int n = 0;
+  if (at == std::string::npos || !absl::SimpleAtoi(workload.substr(at + uid.size()), &n) ||
+      n < 2 || WorkloadNameWith(job, absl::StrCat("-", n)) != workload) {
+    return 0;
+  }
+  return n;
+}
+
+}  // namespace
+
+std::string WorkloadName(const ObjectMeta& job) { return WorkloadNameWith(job, ""); }
+
+std::string CurrentWorkloadName(const ObjectMeta& job, const std::string& status_workload) {
+  return SliceNumber(job, status_workload) > 0 ? status_workload : WorkloadName(job);
+}
+
+std::string NextWorkloadName(const ObjectMeta& job, const std::string& current) {
+  return WorkloadNameWith(job, absl::StrCat("-", std::max(SliceNumber(job, current), 1) + 1));
+}
+
+json WorkloadSlice(const json& workload, const std::string& name, int workers) {
+  const json& meta = Field(workload, "metadata");
+  json slice = {{"apiVersion", workload.value("apiVersion", "kueue.x-k8s.io/v1beta2")},
+                {"kind", "Workload"},
+                {"metadata",
+                 {{"name", name},
+                  {"namespace", MetaString(workload, "namespace")},
+                  {"labels", Field(meta, "labels")},
+                  {"ownerReferences", Field(meta, "ownerReferences")},
+                  {"annotations",
+                   {{kWorkloadSliceReplacementFor,
+                     absl::StrCat(MetaString(workload, "namespace"), "/",
+                                  MetaString(workload, "name"))}}}}},
+                {"spec", Field(workload, "spec")}};
+  for (json& pod_set : slice["spec"]["podSets"]) {
+    if (StringField(pod_set, "name") != kWorkerPodSet) continue;
+    pod_set["count"] = workers;
+    pod_set.erase("minCount");
+  }
+  return slice;
+}
+
+bool ReplacedBySlice(const json& workload) {
+  return ReadAdmission(workload).state == Admission::kReplaced;
+}
+
+json JobWorkload(const TrainingJob& job, const std::string& name, WorkerCount workers,
+                 const json& worker_pod,
                  const std::optional<json>& priority_class) {
   json pod_set = {{"name", kWorkerPodSet},
                   {"count", workers.most},
@@ -72,19 +136,13 @@ json JobWorkload(const TrainingJob& job, WorkerCount workers, const json& worker
   }
   return {{"apiVersion", "kueue.x-k8s.io/v1beta2"},
           {"kind", "Workload"},
-          {"metadata", OwnedMetadata(job.metadata, WorkloadName(job.metadata))},
+          {"metadata", OwnedMetadata(job.metadata, name)},
           {"spec", std::move(spec)}};
 }
 
 Admission ReadAdmission(const json& workload) {
   Admission admission;
   const json& status = Field(workload, "status");
-  if (const json* finished = FindCondition(status, "Finished"); IsTrue(finished)) {
-    admission.state = Admission::kFinished;
-    admission.reason = StringField(*finished, "reason");
-    admission.message = StringField(*finished, "message");
-    return admission;
-  }
   const bool reserved = status.is_object() && status.contains("admission") &&
                         status["admission"].is_object();
   admission.cluster_queue = StringField(Field(status, "admission"), "clusterQueue");
@@ -96,6 +154,13 @@ Admission ReadAdmission(const json& workload) {
         admission.admitted_workers = static_cast<int>(*count);
       }
     }
+  }
+  if (const json* finished = FindCondition(status, "Finished"); IsTrue(finished)) {
+    admission.reason = StringField(*finished, "reason");
+    admission.message = StringField(*finished, "message");
+    admission.state = admission.reason == kWorkloadSliceReplaced ? Admission::kReplaced
+                                                                 : Admission::kFinished;
+    return admission;
   }
   if (const json* evicted = FindCondition(status, "Evicted"); reserved && IsTrue(evicted)) {
     admission.state = Admission::kEvicted;

@@ -32,8 +32,28 @@ std::string QueueName(const ObjectMeta& job);
 std::string PriorityClassName(const ObjectMeta& job);
 
 // The Workload of a TrainingJob: "<name>-<first 8 of its uid>", so a job
-// made again under the same name never takes the old one's.
+// made again under the same name never takes the old one's. The workload
+// slices that replace it as an elastic job grows (WorkloadSlice) are
+// "<name>-<first 8 of its uid>-<n>", n = 2, 3, ...
 std::string WorkloadName(const ObjectMeta& job);
+
+// The Workload the job has now: the one its status.workload names (a slice
+// after it grew), else WorkloadName.
+std::string CurrentWorkloadName(const ObjectMeta& job, const std::string& status_workload);
+
+// The name of the slice that would replace Workload `current` of the job.
+std::string NextWorkloadName(const ObjectMeta& job, const std::string& current);
+
+// Kueue's elastic workloads (the ElasticJobsViaWorkloadSlices feature, alpha
+// in v0.17): a Workload that replaces `workload` once admitted, asking for
+// `workers` pods (no minCount: the whole of the larger shape, or nothing),
+// named `name` and annotated kueue.x-k8s.io/workload-slice-replacement-for.
+// Kueue admits it when the pods beyond the old slice's fit, and marks the old
+// one Finished (reason WorkloadSliceReplaced) as it does.
+nlohmann::json WorkloadSlice(const nlohmann::json& workload, const std::string& name, int workers);
+
+// Whether Kueue finished `workload` because a slice replaced it.
+bool ReplacedBySlice(const nlohmann::json& workload);
 
 // The pods a Workload asks for: `most`, and for an elastic job
 // (spec.pipeline.elastic) the `fewest` it can run with, its smallest shape's.
@@ -42,7 +62,7 @@ struct WorkerCount {
   int fewest = 1;
 };
 
-// The Workload for `job`: owned by it (garbage-collected with it), labelled
+// The Workload `name` for `job`: owned by it (garbage-collected with it), labelled
 // as its other objects, queued in its LocalQueue, one pod set "workers" of
 // `workers.most` pods shaped as `worker_pod`. When `workers.fewest` is fewer,
 // the pod set's minCount says so: Kueue's partial admission (the
@@ -51,7 +71,7 @@ struct WorkerCount {
 // largest shape the admitted count allows. Its priority is the priority
 // class' value (`priority_class`, the WorkloadPriorityClass read from the
 // cluster) when the job names one, else spec.runPolicy.priority.
-nlohmann::json JobWorkload(const TrainingJob& job, WorkerCount workers,
+nlohmann::json JobWorkload(const TrainingJob& job, const std::string& name, WorkerCount workers,
                            const nlohmann::json& worker_pod,
                            const std::optional<nlohmann::json>& priority_class);
 
@@ -62,6 +82,8 @@ struct Admission {
     kAdmitted,  // quota reserved and every admission check passed: it may run
     kEvicted,   // evicted while admitted: stop it, then ReleaseQuota
     kFinished,  // marked Finished (by MarkFinished)
+    kReplaced,  // Finished as a slice that replaces it is admitted (Kueue
+                // finishes the old slice just before it admits the new one)
   };
   State state = kPending;
   // Kueue's reason and message: QuotaReserved's while pending ("Pending",
@@ -70,7 +92,8 @@ struct Admission {
   std::string message;
   std::string cluster_queue;  // status.admission.clusterQueue once admitted
   // The pods of "workers" Kueue admitted (status.admission.podSetAssignments'
-  // count); nullopt when it gave none (all of the pod set's count).
+  // count, kept once Finished); nullopt when it gave none (all of the pod
+  // set's count).
   std::optional<int> admitted_workers;
 };
 Admission ReadAdmission(const nlohmann::json& workload);

@@ -14,6 +14,7 @@ namespace paci::op {
 using nlohmann::json;
 using kube::BeingDeleted;
 using kube::Label;
+using kube::MetaString;
 
 namespace {
 
@@ -29,6 +30,21 @@ bool WorkerPodsLeft(const Reconciliation& r) {
   return false;
 }
 
+// The job's Workload: the one observed (a slice once one replaced the
+// first), else the one its status names or WorkloadName.
+std::string JobWorkloadName(const Reconciliation& r) {
+  return r.world.workload ? kube::MetaString(*r.world.workload, "name")
+                          : CurrentWorkloadName(r.job.metadata, r.status.workload);
+}
+
+// A slice asked for and not admitted goes with the job's run: Kueue must not
+// admit it for a job that no longer runs.
+void DropWorkloadSlice(Reconciliation& r) {
+  if (r.world.workload_slice && !BeingDeleted(*r.world.workload_slice)) {
+    r.actions.delete_workload_slice = true;
+  }
+}
+
 // Nothing of the job runs while Kueue has not admitted it: Suspended, with
 // the Admitted and Suspended conditions saying why, and an Event when that
 // changes (a Normal one unless `event_type` says otherwise).
@@ -36,9 +52,10 @@ void Hold(Reconciliation& r, const std::string& reason, const std::string& messa
           const char* event_type = "Normal") {
   if (r.CoordinatorActive()) r.actions.cancel = r.coordinator_name;
   r.DeleteAllPods(/*keep_dataset=*/true);
+  DropWorkloadSlice(r);
   r.desired.phase = kPhaseSuspended;
   r.desired.coordinator_job.clear();
-  r.desired.workload = WorkloadName(r.job.metadata);
+  r.desired.workload = JobWorkloadName(r);
   const std::string before = r.ObservedReason("Admitted", "False");
   r.SetCondition("Admitted", false, reason, message);
   r.SetCondition("Suspended", true, reason, message);
@@ -61,11 +78,23 @@ void Evict(Reconciliation& r, const Admission& admission, const std::string& wor
   if (!stopping) r.actions.workload_status = WorkloadStatusEdit{true, "", ""};
 }
 
+// Admitted in part: with Kueue's elastic workloads, a slice asking for the
+// largest shape's pods, which replaces the Workload when Kueue admits it.
+void AskToGrow(Reconciliation& r, const json& workload, int most) {
+  if (!r.options.kueue_workload_slices || r.world.workload_slice) return;
+  const std::string slice = NextWorkloadName(r.job.metadata, MetaString(workload, "name"));
+  r.actions.create_workload = WorkloadSlice(workload, slice, most);
+  r.Event("Normal", "GrowthQueued",
+          absl::StrCat("Workload slice ", slice, " asks Kueue for all ", most,
+                       " worker pods; it replaces Workload ", MetaString(workload, "name"),
+                       " when admitted, and the job grows at its next checkpoint"));
+}
+
 }  // namespace
 
 std::optional<int> KueueAdmits(Reconciliation& r, WorkerCount workers) {
   if (!Queued(r)) return workers.most;
-  const std::string name = WorkloadName(r.job.metadata);
+  const std::string name = JobWorkloadName(r);
   const std::string queue = QueueName(r.job.metadata);
   const json* workload = r.world.workload ? &*r.world.workload : nullptr;
   if (workload != nullptr && BeingDeleted(*workload)) {
@@ -82,7 +111,7 @@ std::optional<int> KueueAdmits(Reconciliation& r, WorkerCount workers) {
       r.actions.requeue_after = r.options.poll_interval;  // no watch on the classes
       return std::nullopt;
     }
-    r.actions.create_workload = JobWorkload(r.job, workers, WorkerPod(r.job, 0, r.options),
+    r.actions.create_workload = JobWorkload(r.job, name, workers, WorkerPod(r.job, 0, r.options),
                                             r.world.priority_class);
     Hold(r, "Queued",
          absl::StrCat("Workload ", name, " queued in LocalQueue ", queue, " for ",
@@ -94,6 +123,15 @@ std::optional<int> KueueAdmits(Reconciliation& r, WorkerCount workers) {
   }
   const Admission admission = ReadAdmission(*workload);
   switch (admission.state) {
+    case Admission::kReplaced:
+      // Between Kueue finishing it and admitting the slice that replaces it:
+      // the job runs on as it was admitted.
+      if (r.world.workload_slice) {
+        r.actions.requeue_after = r.options.poll_interval;
+        return std::clamp(admission.admitted_workers.value_or(workers.fewest), workers.fewest,
+                          workers.most);
+      }
+      [[fallthrough]];
     case Admission::kFinished:
       // It ended with the job's last run, and the job runs again (a changed
       // spec after a failure): a Workload of its own for this run.
@@ -124,19 +162,27 @@ std::optional<int> KueueAdmits(Reconciliation& r, WorkerCount workers) {
   }
   r.desired.workload = name;
   r.SetCondition("Admitted", true, "Admitted", message);
-  if (before.empty()) r.Event("Normal", "Admitted", message);
+  // An Event when admitted, and when a slice replaced the Workload (the job grows).
+  if (before.empty() || name != r.status.workload) r.Event("Normal", "Admitted", message);
+  if (admitted < workers.most) AskToGrow(r, *workload, workers.most);
   return admitted;
 }
 
 void FinishWorkload(Reconciliation& r) {
-  if (!Queued(r) || !r.world.workload || BeingDeleted(*r.world.workload)) return;
-  if (ReadAdmission(*r.world.workload).state == Admission::kFinished) return;
+  if (!Queued(r)) return;
+  DropWorkloadSlice(r);
+  if (!r.world.workload || BeingDeleted(*r.world.workload)) return;
+  if (const Admission::State state = ReadAdmission(*r.world.workload).state;
+      state == Admission::kFinished || state == Admission::kReplaced) {
+    return;
+  }
   const std::string& phase = r.status.phase;
   r.actions.workload_status =
       WorkloadStatusEdit{false, phase, absl::StrCat("TrainingJob ", phase, ": ", r.status.message)};
 }
 
 void DropWorkload(Reconciliation& r) {
+  DropWorkloadSlice(r);
   if (r.world.workload && !BeingDeleted(*r.world.workload)) r.actions.delete_workload = true;
 }
 

@@ -47,7 +47,8 @@ json Condition(const std::string& type, const std::string& status, const std::st
 // The job's Workload as Kueue leaves it: `conditions`, and an admission by
 // "cluster-queue" when `admitted`.
 json Workload(json conditions, bool admitted) {
-  json workload = JobWorkload(ParseTrainingJob(QueuedJob()), {2, 2}, json::object(), std::nullopt);
+  json workload = JobWorkload(ParseTrainingJob(QueuedJob()), "kjv-01234567", {2, 2}, json::object(),
+                              std::nullopt);
   workload["metadata"]["resourceVersion"] = "20";
   workload["status"]["conditions"] = std::move(conditions);
   if (admitted) {
@@ -206,6 +207,105 @@ TEST(KueueTest, AnElasticJobAdmittedInPartRunsAtTheShapeTheAdmittedPodsAllow) {
   EXPECT_EQ(actions.create_pods.size(), 3u);
   ASSERT_TRUE(actions.submit.has_value());
   EXPECT_EQ(actions.submit->pipeline().num_stages(), 3);
+}
+
+// Kueue's elastic workloads: admitted in part, the job asks for its largest
+// shape with a workload slice that replaces its Workload once admitted; the
+// slice goes when the job stops before that.
+TEST(KueueTest, AnElasticJobAdmittedInPartAsksToGrowWithAWorkloadSlice) {
+  json job = QueuedJob();
+  job["spec"]["pipeline"]["elastic"] = {{"minStages", 1}, {"maxStages", 2}};
+  ReconcilerOptions options = WithKueue();
+  options.kueue_workload_slices = true;
+  ObservedWorld world = World(job);
+  world.job["status"] = {{"phase", "Running"},
+                         {"workload", "kjv-01234567"},
+                         {"coordinatorJob", "kjv-01234567-g1"},
+                         {"conditions", json::array({Condition("Admitted", "True", "Admitted")})}};
+  world.workload = JobWorkload(ParseTrainingJob(job), "kjv-01234567", {2, 1}, json::object(),
+                               std::nullopt);
+  (*world.workload)["metadata"]["resourceVersion"] = "20";
+  (*world.workload)["status"] = {
+      {"conditions", json::array({Condition("QuotaReserved", "True", "QuotaReserved"),
+                                  Condition("Admitted", "True", "Admitted")})},
+      {"admission",
+       {{"clusterQueue", "cluster-queue"},
+        {"podSetAssignments", json::array({{{"name", "workers"}, {"count", 1}}})}}}};
+  world.pods = {Pod(0, "Running")};
+
+  ReconcileActions actions = ReconcileTrainingJob(world, options);
+  ASSERT_TRUE(actions.create_workload.has_value());
+  const json slice = *actions.create_workload;
+  EXPECT_EQ(slice["metadata"]["name"], "kjv-01234567-2");
+  EXPECT_EQ(slice["metadata"]["annotations"]["kueue.x-k8s.io/workload-slice-replacement-for"],
+            "team-a/kjv-01234567");
+  EXPECT_EQ(slice["metadata"]["ownerReferences"][0]["uid"], "0123456789abcdef");
+  EXPECT_FALSE(slice["metadata"].contains("resourceVersion"));
+  EXPECT_FALSE(slice.contains("status"));
+  EXPECT_EQ(slice["spec"]["podSets"][0]["count"], 2);
+  EXPECT_FALSE(slice["spec"]["podSets"][0].contains("minCount"));  // all of it, or wait
+  EXPECT_EQ(slice["spec"]["queueName"], "team-queue");
+  EXPECT_THAT(Reasons(actions), ElementsAre("GrowthQueued"));
+  EXPECT_TRUE(actions.create_pods.empty());  // the one admitted pod runs
+  // Without the feature gate's flag: no slice (Kueue would count it twice).
+  EXPECT_FALSE(ReconcileTrainingJob(world, WithKueue()).create_workload.has_value());
+
+  // The slice waits: asked for once; it goes if Kueue evicts the job meanwhile.
+  world.workload_slice = slice;
+  actions = ReconcileTrainingJob(world, options);
+  EXPECT_FALSE(actions.create_workload.has_value());
+  EXPECT_FALSE(actions.delete_workload_slice);
+  ObservedWorld evicted = world;
+  (*evicted.workload)["status"]["conditions"].push_back(Condition("Evicted", "True", "Preempted"));
+  actions = ReconcileTrainingJob(evicted, options);
+  EXPECT_TRUE(actions.delete_workload_slice);
+  EXPECT_EQ((*actions.status)["phase"], "Suspended");
+  EXPECT_EQ((*actions.status)["workload"], "kjv-01234567");
+
+  // Kueue finishes the old Workload just before it admits the slice: the job
+  // runs on as it was meanwhile.
+  ObservedWorld between = world;
+  (*between.workload)["status"]["conditions"].push_back(
+      Condition("Finished", "True", "WorkloadSliceReplaced"));
+  actions = ReconcileTrainingJob(between, options);
+  EXPECT_FALSE(actions.cancel.has_value());
+  EXPECT_TRUE(actions.delete_pods.empty());
+  EXPECT_TRUE(actions.create_pods.empty());
+  EXPECT_FALSE(actions.delete_workload || actions.delete_workload_slice);
+  EXPECT_TRUE(Reasons(actions).empty());
+  EXPECT_TRUE(!actions.status.has_value() || (*actions.status)["phase"] == "Running");
+
+  // Kueue admitted the slice and finished the old Workload: the job's
+  // Workload is the slice now, and both pods run.
+  ObservedWorld grown = world;
+  grown.workload = slice;
+  (*grown.workload)["metadata"]["resourceVersion"] = "30";
+  (*grown.workload)["status"] = {
+      {"conditions", json::array({Condition("QuotaReserved", "True", "QuotaReserved"),
+                                  Condition("Admitted", "True", "Admitted")})},
+      {"admission",
+       {{"clusterQueue", "cluster-queue"},
+        {"podSetAssignments", json::array({{{"name", "workers"}, {"count", 2}}})}}}};
+  grown.workload_slice.reset();
+  actions = ReconcileTrainingJob(grown, options);
+  EXPECT_THAT(test::Names(actions.create_pods), ElementsAre("kjv-worker-1"));
+  EXPECT_FALSE(actions.create_workload.has_value());
+  EXPECT_EQ((*actions.status)["workload"], "kjv-01234567-2") << actions.status->dump();
+  EXPECT_THAT(Reasons(actions), ElementsAre("Admitted"));
+}
+
+TEST(KueueTest, WorkloadSlicesAreNamedInTurnAndAReplacedOneReadsSo) {
+  const ObjectMeta job = ParseObjectMeta(QueuedJob());
+  EXPECT_EQ(CurrentWorkloadName(job, ""), "kjv-01234567");
+  EXPECT_EQ(CurrentWorkloadName(job, "kjv-01234567-3"), "kjv-01234567-3");
+  EXPECT_EQ(CurrentWorkloadName(job, "other-01234567-3"), "kjv-01234567");  // not this job's
+  EXPECT_EQ(CurrentWorkloadName(job, "kjv-01234567-x"), "kjv-01234567");
+  EXPECT_EQ(NextWorkloadName(job, "kjv-01234567"), "kjv-01234567-2");
+  EXPECT_EQ(NextWorkloadName(job, "kjv-01234567-2"), "kjv-01234567-3");
+  json workload = AdmittedWorkload();
+  EXPECT_FALSE(ReplacedBySlice(workload));
+  workload["status"]["conditions"].push_back(Condition("Finished", "True", "WorkloadSliceReplaced"));
+  EXPECT_TRUE(ReplacedBySlice(workload));
 }
 
 TEST(KueueTest, AnEvictedJobStopsGivesItsQuotaBackOnceItsPodsAreGoneAndResumesAsANewJob) {

@@ -83,6 +83,12 @@ struct ReconcilerOptions {
   // only once its Workload is admitted (kueue.h). Without it the label is
   // not looked at.
   bool kueue = false;
+  // Kueue runs with its elastic workloads (the ElasticJobsViaWorkloadSlices
+  // feature gate): an elastic job Kueue admitted in part asks for its
+  // largest shape again with a workload slice (kueue.h, WorkloadSlice), and
+  // grows once Kueue admits it. Without the gate Kueue would take the slice
+  // for a Workload of its own, so this is off unless the cluster says so.
+  bool kueue_workload_slices = false;
   // The Secrets a TrainingJob's spec.worker may name (in volumes, env and
   // envFrom): ValidateWorkerTemplate refuses any other. Never the operator's
   // own (its worker Secret, a job's token): the operator refuses to start so.
@@ -137,8 +143,9 @@ struct ReconcileActions {
   // the spec.schedulingGates it keeps.
   std::vector<std::pair<std::string, nlohmann::json>> release_pods;
   // The job's Workload (kueue.h): made, deleted, or its status written.
-  std::optional<nlohmann::json> create_workload;
+  std::optional<nlohmann::json> create_workload;  // the Workload, or a slice to replace it
   bool delete_workload = false;
+  bool delete_workload_slice = false;  // the slice that has not replaced it yet
   std::optional<WorkloadStatusEdit> workload_status;
   // SubmitJob (idempotent by spec.name); its answer goes back in
   // ObservedWorld::submit_result (see the top of this file).
@@ -180,6 +187,9 @@ struct ObservedWorld {
   // nullopt when there is none.
   std::optional<nlohmann::json> workload;
   std::optional<nlohmann::json> priority_class;
+  // The workload slice that would replace the Workload (NextWorkloadName),
+  // when there is one.
+  std::optional<nlohmann::json> workload_slice;
   // The coordinator's answer to the submit the reconcile of this same world
   // asked for; nullopt until the caller calls again with it.
   std::optional<absl::Status> submit_result;

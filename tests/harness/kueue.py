@@ -76,7 +76,8 @@ class Kueue:
             "internalCertManagement": {"enable": False},
             "manageJobsWithoutQueueName": False,
             "integrations": {"frameworks": ["batch/job"]},
-            "featureGates": {"VisibilityOnDemand": False},
+            # ElasticJobsViaWorkloadSlices: an elastic TrainingJob grows with a workload slice.
+            "featureGates": {"VisibilityOnDemand": False, "ElasticJobsViaWorkloadSlices": True},
         }
         config_path = os.path.join(self.dir, "config.yaml")
         with open(config_path, "w") as f:

@@ -85,7 +85,8 @@ class LocalCluster:
         """node: "agent", the node agent; or "kubelet", a real kubelet with containerd
         (tests/harness/kubelet_node.py; pods on a CNI bridge, the coordinator reached at its
         gateway). kueue: Kueue runs on the control plane (tests/harness/kueue.py), the chart's
-        RBAC is rendered with kueue.enabled and the operators run with --kueue."""
+        RBAC is rendered with kueue.enabled and the operators run with --kueue and
+        --kueue_workload_slices (Kueue runs with its elastic workloads)."""
         self.dir = workdir
         self.node = node
         self.kubelet_node = None
@@ -103,7 +104,7 @@ class LocalCluster:
         self.kueue = None
         self.with_kueue = kueue
         if kueue:
-            self.operator_args.append("--kueue")
+            self.operator_args += ["--kueue", "--kueue_workload_slices"]
 
     def spawn(self, name, args, env=None, append=False):
         log = open(os.path.join(self.dir, name + ".log"), "a" if append else "w")

@@ -392,6 +392,12 @@ class RenderTest(unittest.TestCase):
         kinds = by_kind(render("--set", "operator.watchNamespace=team-a", "--set", "kueue.enabled=true",
                                release="alpha"))
         self.assertEqual(flags(container(kinds["Deployment"]["alpha-paci-operator"])["args"])["kueue"], "true")
+        self.assertEqual(flags(container(kinds["Deployment"]["alpha-paci-operator"])["args"])[
+            "kueue_workload_slices"], "false")
+        sliced = by_kind(render("--set", "operator.watchNamespace=team-a", "--set", "kueue.enabled=true",
+                                "--set", "kueue.workloadSlices=true", release="alpha"))
+        self.assertEqual(flags(container(sliced["Deployment"]["alpha-paci-operator"])["args"])[
+            "kueue_workload_slices"], "true")
         role = [r for r in kinds["Role"]["alpha-paci-operator"]["rules"] if "kueue.x-k8s.io" in r["apiGroups"]]
         self.assertEqual(role, [
             {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"], "verbs": ["get", "list", "watch"]},

@@ -657,8 +657,10 @@ class OperatorEndToEnd(unittest.TestCase):
         """spec.pipeline.elastic with Kueue: the Workload asks for 2 worker pods with a minCount of 1.
         A high-priority job of 1 stage preempts it; instead of waiting for its whole quota, Kueue's
         partial admission admits it again for the 1 pod that still fits, and it trains on at 1 stage
-        from its checkpoint beside the high-priority job. How long that takes, and the steps
-        trained again, are printed beside the wait of a job without the range (test_8)."""
+        from its checkpoint beside the high-priority job. It asks for both pods again with a
+        workload slice; when the high-priority job ends Kueue admits the slice and the job grows
+        back to 2 stages. How long each takes, and the steps trained again, are printed (test_8
+        shows the wait of a job without the range)."""
         self.team_queue()
         name = "queue-elastic"
         self.apply_queued(name, "low", steps=3000, pipeline={"elastic": {
@@ -691,13 +693,31 @@ class OperatorEndToEnd(unittest.TestCase):
         print("\nkueue elastic: apply of a preempting job to training again at 1 stage: %.1f s; steps "
               "trained again: %d (stopped at step %d, checkpoint %d)" % (
                   training_again - preempting, retrained, stopped.status.step, stopped.status.checkpoint_step))
+        # Kueue's elastic workloads: a slice for both pods waits for the quota queue-high-1 holds.
+        first_workload = self.status_of(name)["workload"]
+        slice_name = first_workload + "-2"
+        pending = self.cluster.get("workload", slice_name)
+        self.assertEqual(pending["metadata"]["annotations"]["kueue.x-k8s.io/workload-slice-replacement-for"],
+                         "default/" + first_workload)
+        self.assertEqual(pending["spec"]["podSets"][0]["count"], 2)
         self.assertEqual(self.finished("queue-high-1")["phase"], "Succeeded")
-        step = self.status_of(name)["step"]
-        self.assertGreater(step, stopped.status.checkpoint_step)
-        wait_until(name + " training on", lambda: self.status_of(name)["step"] > step, timeout=60)
+        high_done = time.monotonic()
+        # Once it ends, Kueue admits the slice, finishes the old Workload as replaced, and the job
+        # grows back to 2 stages at its next checkpoint.
+        grown = wait_until(name + " grown to 2 stages", lambda: (lambda s: s.get("shape") == "2 stages x 1 replica"
+                           and s.get("phase") == "Running" and s)(self.status_of(name)), timeout=180, interval=0.5)
+        print("kueue elastic: the preempting job's end to training at 2 stages again: %.1f s" % (
+            time.monotonic() - high_done))
+        self.assertEqual(grown["workload"], slice_name)
+        self.assertEqual(len(self.pods_of(name)), 2)
+        replaced = self.cluster.get("workload", first_workload)
+        self.assertIn(("Finished", "True", "WorkloadSliceReplaced"), [
+            (c["type"], c["status"], c["reason"]) for c in replaced["status"]["conditions"]])
+        self.assertGreater(grown["step"], stopped.status.checkpoint_step)
         events = json.loads(self.kubectl("get", "events", "-o", "json").stdout)["items"]
         mine = [e["reason"] for e in events if e["involvedObject"]["name"] == name]
-        self.assertEqual((mine.count("Preempted"), mine.count("Admitted")), (1, 2), mine)
+        self.assertEqual((mine.count("Preempted"), mine.count("GrowthQueued"), mine.count("Admitted")), (1, 1, 3),
+                         mine)
         for job in (name, "queue-high-1"):
             self.kubectl("delete", "trainingjob", job, "--timeout=60s")
 
@@ -905,11 +925,19 @@ class OperatorEndToEnd(unittest.TestCase):
         try:
             victim = next(p for p in self.pods_of(name) if p["metadata"]["name"] == name + "-worker-1")
             container = victim["status"]["containerStatuses"][0]["containerID"][len("podman://"):]
+            before = self.coordinator_job(name)
+            kill_time = time.monotonic()
             killed = subprocess.run(["podman", "kill", "--signal", "KILL", container],
                                     capture_output=True, text=True, env=container_env())
             self.assertEqual(killed.returncode, 0, killed.stderr)
             shrunk = wait_until(name + " at 1 stage", lambda: (lambda s: s.get("shape") == "1 stage x 1 replica"
                                 and s.get("phase") == "Running" and s)(self.status_of(name)), timeout=120, interval=0.5)
+            training = wait_until(name + " training at 1 stage", lambda: (lambda j: j.status.step > j.status.checkpoint_step
+                                  and time.monotonic())(self.coordinator_job(name)), timeout=120, interval=0.2)
+            print("\nelastic: a worker killed (node cordoned) to training again at 1 stage: %.1f s (grace 3 s); "
+                  "steps trained again: at most %d (step %d at the kill, checkpoint %d)" % (
+                      training - kill_time, before.status.step - before.status.checkpoint_step,
+                      before.status.step, before.status.checkpoint_step))
             self.assertEqual(shrunk["resizes"], 1)
             resizing = {c["type"]: c for c in shrunk["conditions"]}["Resizing"]
             self.assertEqual(resizing["reason"], "Resized", resizing)
