@@ -58,6 +58,15 @@ json Workload(json conditions, bool admitted) {
   return workload;
 }
 
+// A Workload's status once Kueue admitted `workers` of its pods.
+json AdmittedStatus(int workers) {
+  return {{"conditions", json::array({Condition("QuotaReserved", "True", "QuotaReserved"),
+                                      Condition("Admitted", "True", "Admitted")})},
+          {"admission",
+           {{"clusterQueue", "cluster-queue"},
+            {"podSetAssignments", json::array({{{"name", "workers"}, {"count", workers}}})}}}};
+}
+
 json AdmittedWorkload() {
   return Workload(json::array({Condition("QuotaReserved", "True", "QuotaReserved"),
                                Condition("Admitted", "True", "Admitted")}),
@@ -185,12 +194,7 @@ TEST(KueueTest, AnElasticJobAdmittedInPartRunsAtTheShapeTheAdmittedPodsAllow) {
                                                      Condition("Admitted", "False", "Pending")})}};
   world.workload = *actions.create_workload;
   world.workload->at("metadata")["resourceVersion"] = "20";
-  (*world.workload)["status"] = {
-      {"conditions", json::array({Condition("QuotaReserved", "True", "QuotaReserved"),
-                                  Condition("Admitted", "True", "Admitted")})},
-      {"admission",
-       {{"clusterQueue", "cluster-queue"},
-        {"podSetAssignments", json::array({{{"name", "workers"}, {"count", 2}}})}}}};
+  (*world.workload)["status"] = AdmittedStatus(2);
   actions = ReconcileTrainingJob(world, WithKueue());
   EXPECT_THAT(test::Names(actions.create_pods), ElementsAre("kjv-worker-0", "kjv-worker-1"));
   ASSERT_TRUE(actions.submit.has_value());
@@ -225,12 +229,7 @@ TEST(KueueTest, AnElasticJobAdmittedInPartAsksToGrowWithAWorkloadSlice) {
   world.workload = JobWorkload(ParseTrainingJob(job), "kjv-01234567", {2, 1}, json::object(),
                                std::nullopt);
   (*world.workload)["metadata"]["resourceVersion"] = "20";
-  (*world.workload)["status"] = {
-      {"conditions", json::array({Condition("QuotaReserved", "True", "QuotaReserved"),
-                                  Condition("Admitted", "True", "Admitted")})},
-      {"admission",
-       {{"clusterQueue", "cluster-queue"},
-        {"podSetAssignments", json::array({{{"name", "workers"}, {"count", 1}}})}}}};
+  (*world.workload)["status"] = AdmittedStatus(1);
   world.pods = {Pod(0, "Running")};
 
   ReconcileActions actions = ReconcileTrainingJob(world, options);
@@ -280,12 +279,7 @@ TEST(KueueTest, AnElasticJobAdmittedInPartAsksToGrowWithAWorkloadSlice) {
   ObservedWorld grown = world;
   grown.workload = slice;
   (*grown.workload)["metadata"]["resourceVersion"] = "30";
-  (*grown.workload)["status"] = {
-      {"conditions", json::array({Condition("QuotaReserved", "True", "QuotaReserved"),
-                                  Condition("Admitted", "True", "Admitted")})},
-      {"admission",
-       {{"clusterQueue", "cluster-queue"},
-        {"podSetAssignments", json::array({{{"name", "workers"}, {"count", 2}}})}}}};
+  (*grown.workload)["status"] = AdmittedStatus(2);
   grown.workload_slice.reset();
   actions = ReconcileTrainingJob(grown, options);
   EXPECT_THAT(test::Names(actions.create_pods), ElementsAre("kjv-worker-1"));
