@@ -286,12 +286,12 @@ absl::StatusOr<ObservedWorld> TrainingJobController::Observe(json job, const std
   const TrainingJobStatus status = ParseTrainingJobStatus(job);
   if (workloads_ && !QueueName(meta).empty()) {
     // The Workload the status names, and the slice that would replace it.
-    // Once Kueue has finished the old one and admitted the slice, the slice
-    // is the job's Workload.
+    // Once Kueue has finished the old one (or it is gone, deleted by Kueue's
+    // retention policy) and admitted the slice, the slice is the job's Workload.
     std::string name = CurrentWorkloadName(meta, status.workload);
     world.workload = workloads_->Get(ns, name);
     world.workload_slice = workloads_->Get(ns, NextWorkloadName(meta, name));
-    if (world.workload && world.workload_slice && ReplacedBySlice(*world.workload) &&
+    if ((!world.workload || ReplacedBySlice(*world.workload)) && world.workload_slice &&
         ReadAdmission(*world.workload_slice).state == Admission::kAdmitted) {
       world.workload = std::move(world.workload_slice);
       name = NextWorkloadName(meta, name);

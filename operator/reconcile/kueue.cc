@@ -115,6 +115,12 @@ bool ReplacedBySlice(const json& workload) {
   return ReadAdmission(workload).state == Admission::kReplaced;
 }
 
+bool IsWorkloadSlice(const json& workload) {
+  return !StringField(Field(Field(workload, "metadata"), "annotations"),
+                      kWorkloadSliceReplacementFor)
+              .empty();
+}
+
 json JobWorkload(const TrainingJob& job, const std::string& name, WorkerCount workers,
                  const json& worker_pod,
                  const std::optional<json>& priority_class) {
@@ -158,6 +164,7 @@ Admission ReadAdmission(const json& workload) {
   if (const json* finished = FindCondition(status, "Finished"); IsTrue(finished)) {
     admission.reason = StringField(*finished, "reason");
     admission.message = StringField(*finished, "message");
+    kube::ParseRfc3339(StringField(*finished, "lastTransitionTime"), &admission.since);
     admission.state = admission.reason == kWorkloadSliceReplaced ? Admission::kReplaced
                                                                  : Admission::kFinished;
     return admission;
@@ -166,6 +173,7 @@ Admission ReadAdmission(const json& workload) {
     admission.state = Admission::kEvicted;
     admission.reason = StringField(*evicted, "reason");
     admission.message = StringField(*evicted, "message");
+    kube::ParseRfc3339(StringField(*evicted, "lastTransitionTime"), &admission.since);
     return admission;
   }
   if (const json* admitted = FindCondition(status, "Admitted"); reserved && IsTrue(admitted)) {

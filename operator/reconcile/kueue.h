@@ -55,6 +55,9 @@ nlohmann::json WorkloadSlice(const nlohmann::json& workload, const std::string& 
 // Whether Kueue finished `workload` because a slice replaced it.
 bool ReplacedBySlice(const nlohmann::json& workload);
 
+// Whether `workload` is a slice (WorkloadSlice made it).
+bool IsWorkloadSlice(const nlohmann::json& workload);
+
 // The pods a Workload asks for: `most`, and for an elastic job
 // (spec.pipeline.elastic) the `fewest` it can run with, its smallest shape's.
 struct WorkerCount {
@@ -91,6 +94,9 @@ struct Admission {
   std::string reason;
   std::string message;
   std::string cluster_queue;  // status.admission.clusterQueue once admitted
+  // When the condition that gives the state last changed (Finished's when
+  // finished or replaced, Evicted's when evicted); InfinitePast when unknown.
+  absl::Time since = absl::InfinitePast();
   // The pods of "workers" Kueue admitted (status.admission.podSetAssignments'
   // count, kept once Finished); nullopt when it gave none (all of the pod
   // set's count).

@@ -66,7 +66,11 @@ void Hold(Reconciliation& r, const std::string& reason, const std::string& messa
 // and it resumes from the newest when admitted again under a new
 // coordinator job, status.evictions in its name), and once its workers are
 // gone the quota goes back to the ClusterQueue.
-void Evict(Reconciliation& r, const Admission& admission, const std::string& workload) {
+// A slice (the job grew before) is deleted instead: it asks for all of the
+// largest shape and names a Workload that has ended, so the job queues again
+// with a Workload of its own that Kueue may admit in part.
+void Evict(Reconciliation& r, const Admission& admission, const json& evicted) {
+  const std::string workload = MetaString(evicted, "name");
   const bool stopping = r.CoordinatorActive() || WorkerPodsLeft(r);
   const std::string message =
       absl::StrCat("Kueue evicted Workload ", workload, " (", admission.reason, "): ",
@@ -75,15 +79,28 @@ void Evict(Reconciliation& r, const Admission& admission, const std::string& wor
     r.desired.evictions = r.status.evictions.value_or(0) + 1;
   }
   Hold(r, admission.reason, message, "Warning");
-  if (!stopping) r.actions.workload_status = WorkloadStatusEdit{true, "", ""};
+  if (stopping) return;
+  if (IsWorkloadSlice(evicted)) {
+    r.actions.delete_workload = true;
+  } else {
+    r.actions.workload_status = WorkloadStatusEdit{true, "", ""};
+  }
 }
 
+// How long a job runs on after Kueue finished its Workload for a slice that
+// replaces it, waiting to see the slice admitted (Kueue writes one just
+// before the other; should the second write not come, the job queues again).
+constexpr absl::Duration kSliceAdmissionWait = absl::Seconds(10);
+
 // Admitted in part: with Kueue's elastic workloads, a slice asking for the
-// largest shape's pods, which replaces the Workload when Kueue admits it.
-void AskToGrow(Reconciliation& r, const json& workload, int most) {
+// largest shape's pods, which replaces the Workload when Kueue admits it
+// (made again until the cache has it; the Event once per admission, when
+// `announce`).
+void AskToGrow(Reconciliation& r, const json& workload, int most, bool announce) {
   if (!r.options.kueue_workload_slices || r.world.workload_slice) return;
   const std::string slice = NextWorkloadName(r.job.metadata, MetaString(workload, "name"));
   r.actions.create_workload = WorkloadSlice(workload, slice, most);
+  if (!announce) return;
   r.Event("Normal", "GrowthQueued",
           absl::StrCat("Workload slice ", slice, " asks Kueue for all ", most,
                        " worker pods; it replaces Workload ", MetaString(workload, "name"),
@@ -125,9 +142,9 @@ std::optional<int> KueueAdmits(Reconciliation& r, WorkerCount workers) {
   switch (admission.state) {
     case Admission::kReplaced:
       // Between Kueue finishing it and admitting the slice that replaces it:
-      // the job runs on as it was admitted.
-      if (r.world.workload_slice) {
-        r.actions.requeue_after = r.options.poll_interval;
+      // the job runs on as it was admitted, for a while.
+      if (r.world.workload_slice && r.world.now - admission.since < kSliceAdmissionWait) {
+        r.actions.requeue_after = absl::Seconds(1);
         return std::clamp(admission.admitted_workers.value_or(workers.fewest), workers.fewest,
                           workers.most);
       }
@@ -136,10 +153,15 @@ std::optional<int> KueueAdmits(Reconciliation& r, WorkerCount workers) {
       // It ended with the job's last run, and the job runs again (a changed
       // spec after a failure): a Workload of its own for this run.
       r.actions.delete_workload = true;
-      Hold(r, "Queued", absl::StrCat("Workload ", name, " ended with the job's last run; queueing a new one"));
+      Hold(r, "Queued",
+           admission.state == Admission::kReplaced
+               ? absl::StrCat("Workload ", name, " was replaced by a slice that Kueue did not admit; ",
+                              "queueing a new one")
+               : absl::StrCat("Workload ", name,
+                              " ended with the job's last run; queueing a new one"));
       return std::nullopt;
     case Admission::kEvicted:
-      Evict(r, admission, name);
+      Evict(r, admission, *workload);
       return std::nullopt;
     case Admission::kPending:
       Hold(r, admission.reason,
@@ -160,11 +182,13 @@ std::optional<int> KueueAdmits(Reconciliation& r, WorkerCount workers) {
     absl::StrAppend(&message, " for ", admitted, " of its ", workers.most,
                     " worker pods (partial admission)");
   }
+  const kube::Condition* observed = r.status.FindCondition("Admitted");
+  const bool new_admission = observed == nullptr || observed->message != message;
   r.desired.workload = name;
   r.SetCondition("Admitted", true, "Admitted", message);
   // An Event when admitted, and when a slice replaced the Workload (the job grows).
   if (before.empty() || name != r.status.workload) r.Event("Normal", "Admitted", message);
-  if (admitted < workers.most) AskToGrow(r, *workload, workers.most);
+  if (admitted < workers.most) AskToGrow(r, *workload, workers.most, new_admission);
   return admitted;
 }
 

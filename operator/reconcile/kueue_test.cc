@@ -5,6 +5,7 @@
 
 #include "kube/object.h"
 #include "operator/api/training_job.h"
+#include "operator/reconcile/coordinator_view.h"
 #include "operator/reconcile/reconcile_test_util.h"
 #include "operator/reconcile/training_job_reconciler.h"
 
@@ -221,16 +222,27 @@ TEST(KueueTest, AnElasticJobAdmittedInPartAsksToGrowWithAWorkloadSlice) {
   job["spec"]["pipeline"]["elastic"] = {{"minStages", 1}, {"maxStages", 2}};
   ReconcilerOptions options = WithKueue();
   options.kueue_workload_slices = true;
+  // Running at 1 stage on the 1 pod Kueue admitted.
   ObservedWorld world = World(job);
-  world.job["status"] = {{"phase", "Running"},
-                         {"workload", "kjv-01234567"},
-                         {"coordinatorJob", "kjv-01234567-g1"},
-                         {"conditions", json::array({Condition("Admitted", "True", "Admitted")})}};
+  world.job["status"] = {
+      {"phase", "Running"},
+      {"workload", "kjv-01234567"},
+      {"coordinatorJob", "kjv-01234567-g1"},
+      {"conditions", json::array({Condition("Admitted", "True", "Admitted",
+                                            "Workload kjv-01234567 admitted by ClusterQueue "
+                                            "cluster-queue (LocalQueue team-queue)")})}};
   world.workload = JobWorkload(ParseTrainingJob(job), "kjv-01234567", {2, 1}, json::object(),
                                std::nullopt);
   (*world.workload)["metadata"]["resourceVersion"] = "20";
   (*world.workload)["status"] = AdmittedStatus(1);
   world.pods = {Pod(0, "Running")};
+  world.service_exists = world.network_policy_exists = true;
+  v1::Job running;
+  running.set_name("kjv-01234567-g1");
+  *running.mutable_spec() = *JobSpecFromTrainingJob(ParseTrainingJob(job), running.name());
+  running.mutable_spec()->mutable_pipeline()->set_num_stages(1);
+  running.mutable_status()->set_phase(v1::RUNNING);
+  world.coordinator_job = running;
 
   ReconcileActions actions = ReconcileTrainingJob(world, options);
   ASSERT_TRUE(actions.create_workload.has_value());
@@ -244,10 +256,20 @@ TEST(KueueTest, AnElasticJobAdmittedInPartAsksToGrowWithAWorkloadSlice) {
   EXPECT_EQ(slice["spec"]["podSets"][0]["count"], 2);
   EXPECT_FALSE(slice["spec"]["podSets"][0].contains("minCount"));  // all of it, or wait
   EXPECT_EQ(slice["spec"]["queueName"], "team-queue");
+  EXPECT_TRUE(IsWorkloadSlice(slice));
+  EXPECT_FALSE(IsWorkloadSlice(*world.workload));
   EXPECT_THAT(Reasons(actions), ElementsAre("GrowthQueued"));
   EXPECT_TRUE(actions.create_pods.empty());  // the one admitted pod runs
+  EXPECT_FALSE(actions.submit.has_value());
   // Without the feature gate's flag: no slice (Kueue would count it twice).
   EXPECT_FALSE(ReconcileTrainingJob(world, WithKueue()).create_workload.has_value());
+  // Before the cache has the slice, it is made again (AlreadyExists is no
+  // error) but the Event is not given again: the status already says this admission.
+  ObservedWorld again = world;
+  again.job["status"] = *actions.status;
+  ReconcileActions repeated = ReconcileTrainingJob(again, options);
+  EXPECT_TRUE(repeated.create_workload.has_value());
+  EXPECT_TRUE(Reasons(repeated).empty());
 
   // The slice waits: asked for once; it goes if Kueue evicts the job meanwhile.
   world.workload_slice = slice;
@@ -260,12 +282,20 @@ TEST(KueueTest, AnElasticJobAdmittedInPartAsksToGrowWithAWorkloadSlice) {
   EXPECT_TRUE(actions.delete_workload_slice);
   EXPECT_EQ((*actions.status)["phase"], "Suspended");
   EXPECT_EQ((*actions.status)["workload"], "kjv-01234567");
+  // ... and when the job is suspended, or ends.
+  ObservedWorld suspended = world;
+  suspended.job["spec"]["runPolicy"]["suspend"] = true;
+  EXPECT_TRUE(ReconcileTrainingJob(suspended, options).delete_workload_slice);
+  ObservedWorld ended = world;
+  ended.job["status"]["phase"] = "Succeeded";
+  EXPECT_TRUE(ReconcileTrainingJob(ended, options).delete_workload_slice);
 
   // Kueue finishes the old Workload just before it admits the slice: the job
-  // runs on as it was meanwhile.
+  // runs on as it was meanwhile ...
   ObservedWorld between = world;
-  (*between.workload)["status"]["conditions"].push_back(
-      Condition("Finished", "True", "WorkloadSliceReplaced"));
+  json finished = Condition("Finished", "True", "WorkloadSliceReplaced");
+  finished["lastTransitionTime"] = Rfc3339(kNow - absl::Seconds(2));
+  (*between.workload)["status"]["conditions"].push_back(finished);
   actions = ReconcileTrainingJob(between, options);
   EXPECT_FALSE(actions.cancel.has_value());
   EXPECT_TRUE(actions.delete_pods.empty());
@@ -273,9 +303,17 @@ TEST(KueueTest, AnElasticJobAdmittedInPartAsksToGrowWithAWorkloadSlice) {
   EXPECT_FALSE(actions.delete_workload || actions.delete_workload_slice);
   EXPECT_TRUE(Reasons(actions).empty());
   EXPECT_TRUE(!actions.status.has_value() || (*actions.status)["phase"] == "Running");
+  // ... but not for long: a slice Kueue did not admit goes, and the job queues again.
+  (*between.workload)["status"]["conditions"].back()["lastTransitionTime"] =
+      Rfc3339(kNow - absl::Seconds(30));
+  actions = ReconcileTrainingJob(between, options);
+  EXPECT_EQ(actions.cancel, "kjv-01234567-g1");
+  EXPECT_TRUE(actions.delete_workload && actions.delete_workload_slice);
+  EXPECT_EQ((*actions.status)["phase"], "Suspended");
 
   // Kueue admitted the slice and finished the old Workload: the job's
-  // Workload is the slice now, and both pods run.
+  // Workload is the slice now (the controller follows the chain), and both
+  // pods run; the coordinator grows the job at its next checkpoint.
   ObservedWorld grown = world;
   grown.workload = slice;
   (*grown.workload)["metadata"]["resourceVersion"] = "30";
@@ -284,8 +322,31 @@ TEST(KueueTest, AnElasticJobAdmittedInPartAsksToGrowWithAWorkloadSlice) {
   actions = ReconcileTrainingJob(grown, options);
   EXPECT_THAT(test::Names(actions.create_pods), ElementsAre("kjv-worker-1"));
   EXPECT_FALSE(actions.create_workload.has_value());
-  EXPECT_EQ((*actions.status)["workload"], "kjv-01234567-2") << actions.status->dump();
+  EXPECT_FALSE(actions.submit.has_value());
+  EXPECT_EQ((*actions.status)["workload"], "kjv-01234567-2");
   EXPECT_THAT(Reasons(actions), ElementsAre("Admitted"));
+
+  // Evicted once grown: the slice is deleted once the pods are gone (not
+  // given back: it asks for all of the largest shape and names a Workload
+  // that has ended), so the job queues with a Workload Kueue may admit in part.
+  ObservedWorld evicted_grown = grown;
+  evicted_grown.job["status"]["workload"] = "kjv-01234567-2";
+  (*evicted_grown.workload)["status"]["conditions"].push_back(
+      Condition("Evicted", "True", "Preempted"));
+  evicted_grown.pods.clear();
+  evicted_grown.coordinator_job.reset();
+  evicted_grown.job["status"].erase("coordinatorJob");
+  actions = ReconcileTrainingJob(evicted_grown, options);
+  EXPECT_TRUE(actions.delete_workload);
+  EXPECT_FALSE(actions.workload_status.has_value());
+  ObservedWorld requeued = evicted_grown;
+  requeued.job["status"] = *actions.status;
+  requeued.workload.reset();
+  actions = ReconcileTrainingJob(requeued, options);
+  ASSERT_TRUE(actions.create_workload.has_value());
+  EXPECT_EQ((*actions.create_workload)["metadata"]["name"], "kjv-01234567-2");
+  EXPECT_EQ((*actions.create_workload)["spec"]["podSets"][0]["minCount"], 1);
+  EXPECT_FALSE(IsWorkloadSlice(*actions.create_workload));
 }
 
 TEST(KueueTest, WorkloadSlicesAreNamedInTurnAndAReplacedOneReadsSo) {

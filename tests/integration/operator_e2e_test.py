@@ -718,6 +718,19 @@ class OperatorEndToEnd(unittest.TestCase):
         mine = [e["reason"] for e in events if e["involvedObject"]["name"] == name]
         self.assertEqual((mine.count("Preempted"), mine.count("GrowthQueued"), mine.count("Admitted")), (1, 1, 3),
                          mine)
+
+        # Preempted again once grown: the slice goes with its pods, and a Workload of the job's own
+        # (minCount 1, no longer a slice) is admitted for what fits, as the first time.
+        self.apply_queued("queue-high-2", "high", steps=400, pipeline={"numStages": 1})
+        again = wait_until(name + " at 1 stage again", lambda: (lambda s: s.get("phase") == "Running"
+                           and s.get("coordinatorJob", "").endswith("-e2") and s.get("step", 0) > 0 and s)(
+                               self.status_of(name)), timeout=120, interval=0.2)
+        self.assertEqual(again["shape"], "1 stage x 1 replica")
+        workload = self.cluster.get("workload", again["workload"])
+        self.assertEqual((workload["spec"]["podSets"][0]["count"], workload["spec"]["podSets"][0]["minCount"]), (2, 1))
+        self.assertNotIn("kueue.x-k8s.io/workload-slice-replacement-for",
+                         workload["metadata"].get("annotations", {}))
+        self.kubectl("delete", "trainingjob", "queue-high-2", "--timeout=60s")
         for job in (name, "queue-high-1"):
             self.kubectl("delete", "trainingjob", job, "--timeout=60s")
 
