@@ -52,11 +52,6 @@ std::vector<json> Informer::List(const std::function<bool(const json&)>& filter)
   return out;
 }
 
-void Informer::Visit(const std::function<void(const json&)>& visit) const {
-  absl::MutexLock lock(&mutex_);
-  for (const auto& [key, object] : objects_) visit(object);
-}
-
 Informer::Stats Informer::stats() const {
   absl::MutexLock lock(&mutex_);
   return stats_;

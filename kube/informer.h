@@ -67,9 +67,6 @@ class Informer {
   std::optional<nlohmann::json> Get(const std::string& ns, const std::string& name) const;
   std::vector<nlohmann::json> List(
       const std::function<bool(const nlohmann::json&)>& filter = nullptr) const;
-  // Calls `visit` on every cached object under the cache's lock, copying
-  // nothing; `visit` must not call back into the informer.
-  void Visit(const std::function<void(const nlohmann::json&)>& visit) const;
   Stats stats() const;
 
  private:

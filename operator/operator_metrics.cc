@@ -87,28 +87,31 @@ void OperatorMetrics::SetLeader(bool leader) { leader_.Set(leader ? 1 : 0); }
 
 void OperatorMetrics::SetQueueDepth(size_t depth) { queue_depth_.Set(static_cast<double>(depth)); }
 
-void OperatorMetrics::SetTrainingJobs(const std::vector<TrainingJob>& jobs) {
-  std::map<std::string, TrainingJob> next;
-  for (const TrainingJob& job : jobs) next[job.ns + "/" + job.name] = job;
+void OperatorMetrics::SetTrainingJob(const TrainingJob& job) {
   absl::MutexLock lock(&jobs_mutex_);
-  for (const auto& [key, old] : jobs_) {
-    auto it = next.find(key);
-    if (it == next.end() || it->second.coordinator_job != old.coordinator_job) {
-      job_info_.Remove(&job_info_.Add(InfoLabels(old)));
+  auto [it, added] = jobs_.try_emplace(job.ns + "/" + job.name, job);
+  if (!added) {
+    if (it->second.coordinator_job == job.coordinator_job && it->second.phase == job.phase) return;
+    if (it->second.coordinator_job != job.coordinator_job) {
+      job_info_.Remove(&job_info_.Add(InfoLabels(it->second)));
     }
-    if (it == next.end()) {
-      for (const std::string& phase : Phases()) {
-        job_phase_.Remove(&job_phase_.Add(PhaseLabels(old, phase)));
-      }
-    }
+    it->second = job;
   }
-  for (const auto& [key, job] : next) {
-    job_info_.Add(InfoLabels(job)).Set(1);
-    for (const std::string& phase : Phases()) {
-      job_phase_.Add(PhaseLabels(job, phase)).Set(phase == job.phase ? 1 : 0);
-    }
+  job_info_.Add(InfoLabels(job)).Set(1);
+  for (const std::string& phase : Phases()) {
+    job_phase_.Add(PhaseLabels(job, phase)).Set(phase == job.phase ? 1 : 0);
   }
-  jobs_ = std::move(next);
+}
+
+void OperatorMetrics::RemoveTrainingJob(const std::string& ns, const std::string& name) {
+  absl::MutexLock lock(&jobs_mutex_);
+  auto it = jobs_.find(ns + "/" + name);
+  if (it == jobs_.end()) return;
+  job_info_.Remove(&job_info_.Add(InfoLabels(it->second)));
+  for (const std::string& phase : Phases()) {
+    job_phase_.Remove(&job_phase_.Add(PhaseLabels(it->second, phase)));
+  }
+  jobs_.erase(it);
 }
 
 }  // namespace paci::op

@@ -45,12 +45,15 @@ class OperatorMetrics : public kube::KubeRequestObserver {
     std::string phase;            // "Pending" before the first status
     std::string coordinator_job;  // .status.coordinatorJob; empty before the submission
   };
-  // Replaces the per-TrainingJob series with those of jobs (every TrainingJob
-  // the operator sees): paci_operator_trainingjob_info{namespace,trainingjob,
-  // training_job} 1 and paci_operator_trainingjob_status_phase{namespace,
-  // trainingjob,phase}, 1 for its phase and 0 for the others. Series of jobs
-  // no longer listed are removed.
-  void SetTrainingJobs(const std::vector<TrainingJob>& jobs);
+  // The series of one TrainingJob, as the operator last reconciled it:
+  // paci_operator_trainingjob_info{namespace,trainingjob,training_job} 1 (the
+  // series of its previous coordinator job removed) and
+  // paci_operator_trainingjob_status_phase{namespace,trainingjob,phase}, 1
+  // for its phase and 0 for the others. Per job, so that a reconcile costs
+  // the same however many jobs there are.
+  void SetTrainingJob(const TrainingJob& job);
+  // A TrainingJob that is gone leaves no series.
+  void RemoveTrainingJob(const std::string& ns, const std::string& name);
 
   // The phases of a TrainingJob's status.
   static const std::vector<std::string>& Phases();

@@ -19,8 +19,8 @@ bool Has(const std::string& text, const std::string& line) {
 
 TEST(OperatorMetricsTest, EachTrainingJobHasAnInfoSeriesAndOneSeriesPerPhase) {
   OperatorMetrics metrics;
-  metrics.SetTrainingJobs({{"research", "kjv", "Running", "kjv-0123abcd-g1"},
-                           {"default", "new", "Pending", ""}});
+  metrics.SetTrainingJob({"research", "kjv", "Running", "kjv-0123abcd-g1"});
+  metrics.SetTrainingJob({"default", "new", "Pending", ""});
   std::string text = Exposition(metrics);
   EXPECT_TRUE(Has(text, R"(paci_operator_trainingjob_info{namespace="research",training_job="kjv-0123abcd-g1",trainingjob="kjv"} 1)"))
       << text;
@@ -41,9 +41,11 @@ TEST(OperatorMetricsTest, EachTrainingJobHasAnInfoSeriesAndOneSeriesPerPhase) {
 
 TEST(OperatorMetricsTest, ANewCoordinatorJobReplacesTheInfoAndADeletedJobLeavesNoSeries) {
   OperatorMetrics metrics;
-  metrics.SetTrainingJobs({{"research", "kjv", "Running", "kjv-0123abcd-g1"},
-                           {"research", "gone", "Failed", "gone-89abcdef-g1"}});
-  metrics.SetTrainingJobs({{"research", "kjv", "Failed", "kjv-0123abcd-g2"}});
+  metrics.SetTrainingJob({"research", "kjv", "Running", "kjv-0123abcd-g1"});
+  metrics.SetTrainingJob({"research", "gone", "Failed", "gone-89abcdef-g1"});
+  metrics.SetTrainingJob({"research", "kjv", "Failed", "kjv-0123abcd-g2"});
+  metrics.RemoveTrainingJob("research", "gone");
+  metrics.RemoveTrainingJob("research", "never-seen");  // nothing to remove
   const std::string text = Exposition(metrics);
   EXPECT_TRUE(Has(text, R"(paci_operator_trainingjob_info{namespace="research",training_job="kjv-0123abcd-g2",trainingjob="kjv"} 1)"))
       << text;
@@ -53,7 +55,7 @@ TEST(OperatorMetricsTest, ANewCoordinatorJobReplacesTheInfoAndADeletedJobLeavesN
       << text;
   EXPECT_TRUE(Has(text, R"(paci_operator_trainingjob_status_phase{namespace="research",phase="Running",trainingjob="kjv"} 0)"))
       << text;
-  metrics.SetTrainingJobs({});
+  metrics.RemoveTrainingJob("research", "kjv");
   EXPECT_EQ(Exposition(metrics).find("trainingjob="), std::string::npos) << Exposition(metrics);
 }
 

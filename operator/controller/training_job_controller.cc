@@ -150,22 +150,23 @@ void TrainingJobController::Work() {
       metrics_.RecordReconcile("error", took);
       queue_.AddRateLimited(key);
     }
+    UpdateJobSeries(key);
     queue_.Done(key);
     metrics_.SetQueueDepth(queue_.Depth());
-    UpdateJobSeries();
   }
 }
 
-void TrainingJobController::UpdateJobSeries() {
-  absl::MutexLock lock(&series_mutex_);
-  std::vector<OperatorMetrics::TrainingJob> jobs;
-  jobs_->Visit([&](const json& object) {
-    const ObjectMeta meta = ParseObjectMeta(object);
-    const TrainingJobStatus status = ParseTrainingJobStatus(object);
-    jobs.push_back({meta.namespace_name, meta.name,
-                    status.phase.empty() ? "Pending" : status.phase, status.coordinator_job});
-  });
-  metrics_.SetTrainingJobs(jobs);
+void TrainingJobController::UpdateJobSeries(const std::string& key) {
+  const std::vector<std::string> parts = absl::StrSplit(key, absl::MaxSplits('/', 1));
+  if (parts.size() != 2) return;
+  const std::optional<json> job = LatestJob(key, parts[0], parts[1]);
+  if (!job) {
+    metrics_.RemoveTrainingJob(parts[0], parts[1]);
+    return;
+  }
+  const TrainingJobStatus status = ParseTrainingJobStatus(*job);
+  metrics_.SetTrainingJob({parts[0], parts[1], status.phase.empty() ? "Pending" : status.phase,
+                           status.coordinator_job});
 }
 
 absl::Status TrainingJobController::ReconcileKey(const std::string& key,

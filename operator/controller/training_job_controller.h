@@ -81,8 +81,10 @@ class TrainingJobController final : public LeaderRunnable {
   absl::Status ReconcileWorld(const std::string& key, const nlohmann::json& job,
                               ObservedWorld world, std::optional<absl::Duration>* requeue_after,
                               std::vector<std::string>* released);
-  // The per-TrainingJob series (phase, coordinator job) from the informer's cache.
-  void UpdateJobSeries();
+  // The series (phase, coordinator job) of the job just reconciled, as last
+  // written or cached; none once it is gone. Called before the queue's Done,
+  // so no other worker has the key meanwhile.
+  void UpdateJobSeries(const std::string& key);
 
   kube::KubeClient& kube_;
   CoordinatorJobs& coordinator_;
@@ -114,9 +116,6 @@ class TrainingJobController final : public LeaderRunnable {
   // phase and repeat its Events).
   absl::Mutex written_mutex_;
   std::map<std::string, nlohmann::json> written_ ABSL_GUARDED_BY(written_mutex_);
-  // Held from reading the cache to setting the series, so an older view of
-  // the cache never replaces a newer one (workers reconcile in parallel).
-  absl::Mutex series_mutex_;
   std::atomic<bool> synced_{false};
   std::atomic<bool> stopped_{false};
 };
