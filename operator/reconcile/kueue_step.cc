@@ -107,6 +107,58 @@ void AskToGrow(Reconciliation& r, const json& workload, int most, bool announce)
                        " when admitted, and the job grows at its next checkpoint"));
 }
 
+// No Workload yet: it is made (for an elastic job, with its minCount), and
+// the job waits Suspended; or the WorkloadPriorityClass its label names is
+// missing, which is said.
+void QueueWorkload(Reconciliation& r, const std::string& name, WorkerCount workers) {
+  const std::string queue = QueueName(r.job.metadata);
+  const std::string priority_class = PriorityClassName(r.job.metadata);
+  if (!priority_class.empty() && !r.world.priority_class) {
+    Hold(r, "PriorityClassNotFound",
+         absl::StrCat("no WorkloadPriorityClass \"", priority_class, "\" (label ",
+                      kPriorityClassLabel, "): create it, or take the label off"),
+         "Warning");
+    r.actions.requeue_after = r.options.poll_interval;  // no watch on the classes
+    return;
+  }
+  r.actions.create_workload = JobWorkload(r.job, name, workers, WorkerPod(r.job, 0, r.options),
+                                          r.world.priority_class);
+  Hold(r, "Queued",
+       absl::StrCat("Workload ", name, " queued in LocalQueue ", queue, " for ",
+                    workers.fewest < workers.most
+                        ? absl::StrCat(workers.fewest, " to ", workers.most)
+                        : absl::StrCat(workers.most),
+                    " worker pods; waiting for Kueue to admit it"));
+}
+
+// Admitted: the pods Kueue admitted (all, or for an elastic job as many as
+// partial admission gave, asking to grow with a slice), the condition, and
+// an Event when admitted or grown.
+int Admitted(Reconciliation& r, const json& workload, const Admission& admission,
+             WorkerCount workers) {
+  const std::string name = MetaString(workload, "name");
+  const std::string queue = QueueName(r.job.metadata);
+  const std::string before = r.ObservedReason("Admitted", "True");
+  // Kueue's partial admission: fewer pods than asked for, never fewer than
+  // the minCount (nor more than the count) of the Workload.
+  const int admitted = std::clamp(admission.admitted_workers.value_or(workers.most),
+                                  workers.fewest, workers.most);
+  std::string message = absl::StrCat("Workload ", name, " admitted by ClusterQueue ",
+                                     admission.cluster_queue, " (LocalQueue ", queue, ")");
+  if (admitted < workers.most) {
+    absl::StrAppend(&message, " for ", admitted, " of its ", workers.most,
+                    " worker pods (partial admission)");
+  }
+  const kube::Condition* observed = r.status.FindCondition("Admitted");
+  const bool new_admission = observed == nullptr || observed->message != message;
+  r.desired.workload = name;
+  r.SetCondition("Admitted", true, "Admitted", message);
+  // An Event when admitted, and when a slice replaced the Workload (the job grows).
+  if (before.empty() || name != r.status.workload) r.Event("Normal", "Admitted", message);
+  if (admitted < workers.most) AskToGrow(r, workload, workers.most, new_admission);
+  return admitted;
+}
+
 }  // namespace
 
 std::optional<int> KueueAdmits(Reconciliation& r, WorkerCount workers) {
@@ -119,23 +171,7 @@ std::optional<int> KueueAdmits(Reconciliation& r, WorkerCount workers) {
     return std::nullopt;
   }
   if (workload == nullptr) {
-    const std::string priority_class = PriorityClassName(r.job.metadata);
-    if (!priority_class.empty() && !r.world.priority_class) {
-      Hold(r, "PriorityClassNotFound",
-           absl::StrCat("no WorkloadPriorityClass \"", priority_class, "\" (label ",
-                        kPriorityClassLabel, "): create it, or take the label off"),
-           "Warning");
-      r.actions.requeue_after = r.options.poll_interval;  // no watch on the classes
-      return std::nullopt;
-    }
-    r.actions.create_workload = JobWorkload(r.job, name, workers, WorkerPod(r.job, 0, r.options),
-                                            r.world.priority_class);
-    Hold(r, "Queued",
-         absl::StrCat("Workload ", name, " queued in LocalQueue ", queue, " for ",
-                      workers.fewest < workers.most
-                          ? absl::StrCat(workers.fewest, " to ", workers.most)
-                          : absl::StrCat(workers.most),
-                      " worker pods; waiting for Kueue to admit it"));
+    QueueWorkload(r, name, workers);
     return std::nullopt;
   }
   const Admission admission = ReadAdmission(*workload);
@@ -171,25 +207,7 @@ std::optional<int> KueueAdmits(Reconciliation& r, WorkerCount workers) {
     case Admission::kAdmitted:
       break;
   }
-  const std::string before = r.ObservedReason("Admitted", "True");
-  // Kueue's partial admission: fewer pods than asked for, never fewer than
-  // the minCount (nor more than the count) of the Workload.
-  const int admitted = std::clamp(admission.admitted_workers.value_or(workers.most),
-                                  workers.fewest, workers.most);
-  std::string message = absl::StrCat("Workload ", name, " admitted by ClusterQueue ",
-                                     admission.cluster_queue, " (LocalQueue ", queue, ")");
-  if (admitted < workers.most) {
-    absl::StrAppend(&message, " for ", admitted, " of its ", workers.most,
-                    " worker pods (partial admission)");
-  }
-  const kube::Condition* observed = r.status.FindCondition("Admitted");
-  const bool new_admission = observed == nullptr || observed->message != message;
-  r.desired.workload = name;
-  r.SetCondition("Admitted", true, "Admitted", message);
-  // An Event when admitted, and when a slice replaced the Workload (the job grows).
-  if (before.empty() || name != r.status.workload) r.Event("Normal", "Admitted", message);
-  if (admitted < workers.most) AskToGrow(r, *workload, workers.most, new_admission);
-  return admitted;
+  return Admitted(r, *workload, admission, workers);
 }
 
 void FinishWorkload(Reconciliation& r) {
