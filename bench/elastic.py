@@ -10,9 +10,11 @@ For each seed it trains, one job after the other:
            place, so after graceSeconds it goes on at 2 stages from its last
            checkpoint (re-cut); at --return_step two workers register again and
            it grows back to 4 stages at its next checkpoint.
-Then, once, today's behaviour without pipeline.elastic: the same kill, and the
-two replacements register --replacement_seconds later (a pod rescheduled and
-started), when the job restarts at its 4 stages.
+Then, once, today's behaviour without pipeline.elastic: the same kill, two
+replacements register at once, and the job restarts at its 4 stages; its time
+to training again is that restart, measured, plus --replacement_seconds, the
+time a replacement takes to come (a pod rescheduled and started), modelled: no
+process waits on it, so the bench does not either.
 
 It reports, in one run: each job's final validation loss, and the elastic
 runs' mean against the fixed runs' mean with the fixed runs' seed spread
@@ -134,15 +136,14 @@ def run_elastic(args, cluster, seed):
 def run_today(args, cluster, seed):
     name = "today-s%d" % seed
     victims, at_kill, killed_at, step_at_kill = submit_and_kill_two(args, cluster, name, seed, False)
-    # The modelled time a replacement takes to come (a pod rescheduled and
-    # started): a delay the scenario sets, not a wait for an event.
-    time.sleep(args.replacement_seconds)
     for victim in victims:
         cluster.add_worker(victim + "-replacement")
     _, again_at, resumed = training_again(cluster, name, at_kill.status.attempt)
+    restart = again_at - killed_at
     done = succeeded(cluster, name)
     return {"seed": seed, "validation_loss": final_validation(done),
-            "seconds_to_training_again": round(again_at - killed_at, 2),
+            "restart_seconds_measured": round(restart, 2),
+            "seconds_to_training_again": round(args.replacement_seconds + restart, 2),
             "steps_retrained": step_at_kill - resumed}
 
 
@@ -180,9 +181,11 @@ def main():
     for r in elastic:
         lines.append("| elastic 4 -> 2 -> 4 | %d | %.4f | %.1f | %d |" % (
             r["seed"], r["validation_loss"], r["seconds_to_training_again"], r["steps_retrained"]))
-    lines.append("| today: wait for the replacements (%.0f s), restart at 4 | %d | %.4f | %.1f | %d |"
-                 % (args.replacement_seconds, today["seed"], today["validation_loss"],
-                    today["seconds_to_training_again"], today["steps_retrained"]))
+    lines.append("| today: the replacements after %.0f s (modelled), restart at 4 (%.1f s measured) "
+                 "| %d | %.4f | %.1f | %d |" % (
+                     args.replacement_seconds, today["restart_seconds_measured"], today["seed"],
+                     today["validation_loss"], today["seconds_to_training_again"],
+                     today["steps_retrained"]))
     lines.append("")
     lines.append("elastic - fixed mean validation loss: %+.4f; the fixed runs' seed spread %.4f "
                  "(%s)" % (gap, spread, "within" if abs(gap) <= spread else "outside"))

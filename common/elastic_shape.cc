@@ -77,11 +77,7 @@ std::vector<ElasticShape> ElasticShapes(const v1::JobSpec& spec) {
 
 int MostWorkers(const v1::JobSpec& spec) { return ElasticShapes(spec).front().workers(); }
 
-int FewestWorkers(const v1::JobSpec& spec) {
-  int fewest = MostWorkers(spec);
-  for (const ElasticShape& shape : ElasticShapes(spec)) fewest = std::min(fewest, shape.workers());
-  return fewest;
-}
+int FewestWorkers(const v1::JobSpec& spec) { return ElasticShapes(spec).back().workers(); }
 
 std::optional<ElasticShape> LargestShapeWithin(const v1::JobSpec& spec, int workers) {
   for (const ElasticShape& shape : ElasticShapes(spec)) {

@@ -150,23 +150,9 @@ void TrainingJobController::Work() {
       metrics_.RecordReconcile("error", took);
       queue_.AddRateLimited(key);
     }
-    UpdateJobSeries(key);
     queue_.Done(key);
     metrics_.SetQueueDepth(queue_.Depth());
   }
-}
-
-void TrainingJobController::UpdateJobSeries(const std::string& key) {
-  const std::vector<std::string> parts = absl::StrSplit(key, absl::MaxSplits('/', 1));
-  if (parts.size() != 2) return;
-  const std::optional<json> job = LatestJob(key, parts[0], parts[1]);
-  if (!job) {
-    metrics_.RemoveTrainingJob(parts[0], parts[1]);
-    return;
-  }
-  const TrainingJobStatus status = ParseTrainingJobStatus(*job);
-  metrics_.SetTrainingJob({parts[0], parts[1], status.phase.empty() ? "Pending" : status.phase,
-                           status.coordinator_job});
 }
 
 absl::Status TrainingJobController::ReconcileKey(const std::string& key,
@@ -176,7 +162,10 @@ absl::Status TrainingJobController::ReconcileKey(const std::string& key,
   const std::string& ns = parts[0];
   const std::string& name = parts[1];
   std::optional<json> job = LatestJob(key, ns, name);
-  if (!job) return absl::OkStatus();  // deleted; its pods go with it (owner references)
+  if (!job) {  // deleted; its pods go with it (owner references)
+    metrics_.RemoveTrainingJob(ns, name);
+    return absl::OkStatus();
+  }
   absl::StatusOr<ObservedWorld> world = Observe(*job, ns, name);
   if (!world.ok()) return world.status();
   if (std::none_of(world->pods.begin(), world->pods.end(), HasGangGate)) {
@@ -207,7 +196,14 @@ absl::Status TrainingJobController::ReconcileWorld(const std::string& key, const
   }
   ActionExecutor::Result executed = executor_.Execute(std::move(world), std::move(actions));
   *requeue_after = executed.requeue_after;
-  if (ParseObjectMeta(executed.written).resource_version != ParseObjectMeta(job).resource_version) {
+  // Its series as this reconcile left it (per job: a reconcile costs the same
+  // however many jobs there are; a key is one worker's at a time).
+  const ObjectMeta written = ParseObjectMeta(executed.written);
+  const TrainingJobStatus status = ParseTrainingJobStatus(executed.written);
+  metrics_.SetTrainingJob({written.namespace_name, written.name,
+                           status.phase.empty() ? "Pending" : status.phase,
+                           status.coordinator_job});
+  if (written.resource_version != ParseObjectMeta(job).resource_version) {
     absl::MutexLock lock(&written_mutex_);
     written_[key] = std::move(executed.written);
   }

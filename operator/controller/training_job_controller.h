@@ -81,10 +81,6 @@ class TrainingJobController final : public LeaderRunnable {
   absl::Status ReconcileWorld(const std::string& key, const nlohmann::json& job,
                               ObservedWorld world, std::optional<absl::Duration>* requeue_after,
                               std::vector<std::string>* released);
-  // The series (phase, coordinator job) of the job just reconciled, as last
-  // written or cached; none once it is gone. Called before the queue's Done,
-  // so no other worker has the key meanwhile.
-  void UpdateJobSeries(const std::string& key);
 
   kube::KubeClient& kube_;
   CoordinatorJobs& coordinator_;

@@ -46,14 +46,6 @@ void SetCondition(json& workload, const char* type, bool value, const std::strin
   SetStatusCondition(workload["status"], type, value, reason, message, Generation(workload), now);
 }
 
-}  // namespace
-
-std::string QueueName(const ObjectMeta& job) { return job.Label(kQueueNameLabel); }
-
-std::string PriorityClassName(const ObjectMeta& job) { return job.Label(kPriorityClassLabel); }
-
-namespace {
-
 // "<name>-<uid8><slice>", the name cut so the whole is a DNS subdomain.
 std::string WorkloadNameWith(const ObjectMeta& job, const std::string& slice) {
   const std::string suffix = "-" + job.uid.substr(0, 8) + slice;
@@ -79,6 +71,10 @@ int SliceNumber(const ObjectMeta& job, const std::string& workload) {
 
 }  // namespace
 
+std::string QueueName(const ObjectMeta& job) { return job.Label(kQueueNameLabel); }
+
+std::string PriorityClassName(const ObjectMeta& job) { return job.Label(kPriorityClassLabel); }
+
 std::string WorkloadName(const ObjectMeta& job) { return WorkloadNameWith(job, ""); }
 
 std::string CurrentWorkloadName(const ObjectMeta& job, const std::string& status_workload) {
@@ -89,20 +85,14 @@ std::string NextWorkloadName(const ObjectMeta& job, const std::string& current) 
   return WorkloadNameWith(job, absl::StrCat("-", std::max(SliceNumber(job, current), 1) + 1));
 }
 
-json WorkloadSlice(const json& workload, const std::string& name, int workers) {
-  const json& meta = Field(workload, "metadata");
-  json slice = {{"apiVersion", workload.value("apiVersion", "kueue.x-k8s.io/v1beta2")},
+json WorkloadSlice(const TrainingJob& job, const json& workload, const std::string& name,
+                   int workers) {
+  json slice = {{"apiVersion", "kueue.x-k8s.io/v1beta2"},
                 {"kind", "Workload"},
-                {"metadata",
-                 {{"name", name},
-                  {"namespace", MetaString(workload, "namespace")},
-                  {"labels", Field(meta, "labels")},
-                  {"ownerReferences", Field(meta, "ownerReferences")},
-                  {"annotations",
-                   {{kWorkloadSliceReplacementFor,
-                     absl::StrCat(MetaString(workload, "namespace"), "/",
-                                  MetaString(workload, "name"))}}}}},
+                {"metadata", OwnedMetadata(job.metadata, name)},
                 {"spec", Field(workload, "spec")}};
+  slice["metadata"]["annotations"][kWorkloadSliceReplacementFor] =
+      absl::StrCat(job.metadata.namespace_name, "/", MetaString(workload, "name"));
   for (json& pod_set : slice["spec"]["podSets"]) {
     if (StringField(pod_set, "name") != kWorkerPodSet) continue;
     pod_set["count"] = workers;
@@ -173,7 +163,6 @@ Admission ReadAdmission(const json& workload) {
     admission.state = Admission::kEvicted;
     admission.reason = StringField(*evicted, "reason");
     admission.message = StringField(*evicted, "message");
-    kube::ParseRfc3339(StringField(*evicted, "lastTransitionTime"), &admission.since);
     return admission;
   }
   if (const json* admitted = FindCondition(status, "Admitted"); reserved && IsTrue(admitted)) {

@@ -45,12 +45,14 @@ std::string CurrentWorkloadName(const ObjectMeta& job, const std::string& status
 std::string NextWorkloadName(const ObjectMeta& job, const std::string& current);
 
 // Kueue's elastic workloads (the ElasticJobsViaWorkloadSlices feature, alpha
-// in v0.17): a Workload that replaces `workload` once admitted, asking for
+// in v0.17): a Workload of `job` (owned and labelled as its other objects)
+// that replaces `workload` once admitted, asking for
 // `workers` pods (no minCount: the whole of the larger shape, or nothing),
 // named `name` and annotated kueue.x-k8s.io/workload-slice-replacement-for.
 // Kueue admits it when the pods beyond the old slice's fit, and marks the old
 // one Finished (reason WorkloadSliceReplaced) as it does.
-nlohmann::json WorkloadSlice(const nlohmann::json& workload, const std::string& name, int workers);
+nlohmann::json WorkloadSlice(const TrainingJob& job, const nlohmann::json& workload,
+                             const std::string& name, int workers);
 
 // Whether Kueue finished `workload` because a slice replaced it.
 bool ReplacedBySlice(const nlohmann::json& workload);
@@ -94,8 +96,8 @@ struct Admission {
   std::string reason;
   std::string message;
   std::string cluster_queue;  // status.admission.clusterQueue once admitted
-  // When the condition that gives the state last changed (Finished's when
-  // finished or replaced, Evicted's when evicted); InfinitePast when unknown.
+  // When it was finished or replaced (the Finished condition's
+  // lastTransitionTime); InfinitePast otherwise or when unknown.
   absl::Time since = absl::InfinitePast();
   // The pods of "workers" Kueue admitted (status.admission.podSetAssignments'
   // count, kept once Finished); nullopt when it gave none (all of the pod

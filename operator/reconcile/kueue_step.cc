@@ -99,7 +99,7 @@ constexpr absl::Duration kSliceAdmissionWait = absl::Seconds(10);
 void AskToGrow(Reconciliation& r, const json& workload, int most, bool announce) {
   if (!r.options.kueue_workload_slices || r.world.workload_slice) return;
   const std::string slice = NextWorkloadName(r.job.metadata, MetaString(workload, "name"));
-  r.actions.create_workload = WorkloadSlice(workload, slice, most);
+  r.actions.create_workload = WorkloadSlice(r.job, workload, slice, most);
   if (!announce) return;
   r.Event("Normal", "GrowthQueued",
           absl::StrCat("Workload slice ", slice, " asks Kueue for all ", most,

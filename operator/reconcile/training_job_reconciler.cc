@@ -362,8 +362,8 @@ void ReconcileRunning(Reconciliation& r, Runnable runnable) {
   // P x R pods: every stage of every replica (pipeline.data_parallel); for
   // an elastic job, its largest shape's (the coordinator runs the shape the
   // pods that start allow), or as many as Kueue admitted.
-  const std::optional<int> admitted =
-      KueueAdmits(r, {MostWorkers(runnable.spec), FewestWorkers(runnable.spec)});
+  const int most = MostWorkers(runnable.spec);
+  const std::optional<int> admitted = KueueAdmits(r, {most, FewestWorkers(runnable.spec)});
   if (!admitted) return;
   r.ClearCondition("Suspended", "Resumed");
   if (!DatasetReady(r)) return;
@@ -374,9 +374,7 @@ void ReconcileRunning(Reconciliation& r, Runnable runnable) {
   r.actions.requeue_after = r.options.poll_interval;
   if (r.coordinator == nullptr) {
     if (runnable.parity) StartParityRun(r, *runnable.parity);
-    if (workers < MostWorkers(runnable.spec)) {
-      runnable.spec = ResizedJobSpec(runnable.spec, *shape);
-    }
+    if (workers < most) runnable.spec = ResizedJobSpec(runnable.spec, *shape);
     SubmitToCoordinator(r, std::move(runnable.spec), workers);
   } else {
     FollowRunPolicy(r, runnable.spec);
