@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Chaos soak: a stream of small checkpointed TrainingJobs through the local
 cluster of tests/harness/local_cluster.py (the real control plane enforcing the
-restricted Pod Security level, the node agent running worker pods as containers,
+restricted Pod Security level, a real kubelet running worker pods as containers,
 a real coordinator, two operator replicas electing a leader), while SIGKILLs
 hit, at random moments, worker pods, the coordinator (started again on its
 address and store, as its Deployment would) and the leading operator (started
@@ -42,7 +42,7 @@ import yaml
 
 from _paths import ROOT, use_build
 from bench_results import write_result
-from harness.local_cluster import LocalCluster, container_env, wait_until
+from harness.local_cluster import LocalCluster, wait_until
 from harness.pki import make_pki, mutual_tls_args, worker_secret
 
 KINDS = ("worker", "coordinator", "operator")
@@ -57,7 +57,7 @@ def parse_args():
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--keep", metavar="DIR",
                         help="run the cluster in DIR and keep it afterwards: every process's log "
-                             "(coordinator.log, operator-*.log, the node agent's pod logs)")
+                             "(coordinator.log, operator-*.log, paci-node/ with the kubelet's and containerd's)")
     parser.add_argument("--concurrent", type=int, default=2, help="TrainingJobs in flight")
     parser.add_argument("--steps", type=int, default=1500, help="steps of each job")
     parser.add_argument("--interval", type=int, default=100, help="checkpoint.interval of each job")
@@ -217,13 +217,8 @@ class Soak:
         if not pods:
             return
         pod = self.rng.choice(pods)
-        container = pod["status"]["containerStatuses"][0]["containerID"]
         self.record_kill("worker", pod["metadata"]["name"])
-        if container.startswith("podman://"):
-            subprocess.run(["podman", "kill", "--signal", "KILL", container[len("podman://"):]],
-                           capture_output=True, env=container_env(), timeout=60)
-        else:
-            os.kill(int(container.split("://")[1]), 9)
+        self.cluster.kill_container(pod)
 
     def kill_coordinator(self):
         self.record_kill("coordinator", self.cluster.coordinator_address)

@@ -2,8 +2,8 @@
 """What the Kubernetes path costs: kubectl apply of a TrainingJob against a
 direct SubmitJob to the coordinator, and how fast the operator reconciles.
 
-Starts the local cluster of tests/harness/local_cluster.py (the real control plane, the
-node agent, a real coordinator, one operator) and measures, in one run:
+Starts the local cluster of tests/harness/local_cluster.py (the real control plane, a
+real Node (kubelet and containerd), a real coordinator, one operator) and measures, in one run:
   1. baseline: SubmitJob over gRPC with two workers already registered, to the
      job RUNNING and to its first optimizer step;
   2. the operator: `kubectl apply` of the same job (kubectl's own start-up

@@ -3,8 +3,8 @@
 and how long a new leader takes to catch up.
 
 Starts the local cluster of tests/harness/local_cluster.py (the real control plane, a
-real coordinator, two operator replicas electing a leader; pods as processes,
-though none is made: the jobs are suspended, so each reconcile reads, decides
+real coordinator, two operator replicas electing a leader; a Node, though no
+pod is made: the jobs are suspended, so each reconcile reads, decides
 and writes status with no pod and no training) and, in one run:
   1. applies --jobs suspended TrainingJobs with kubectl in batches of 100, until
      every one shows phase Suspended: the reconcile latency p50/p99 of that
@@ -341,7 +341,7 @@ def table(r):
 def main():
     args = parse_args()
     with tempfile.TemporaryDirectory(prefix="paci-operator-scale-") as workdir, \
-            LocalCluster(workdir, args.build, ROOT, runtime="process") as cluster:
+            LocalCluster(workdir, args.build, ROOT) as cluster:
         probe = Probe(cluster)
         leader = wait_until("a leader", probe.leader, timeout=60)
         print("applying %d suspended TrainingJobs ..." % args.jobs, file=sys.stderr)

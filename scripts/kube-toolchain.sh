@@ -9,8 +9,8 @@
 #
 #   scripts/kube-toolchain.sh [--node] [BUILD_DIR]      (default: build)
 #
-# --node also builds what a real node needs, for the full-node test
-# (tests/integration/full_node_e2e.py): kubelet, containerd with its runc shim
+# --node also builds what a real node needs, for the suite's test Nodes
+# (tests/harness/kubelet_node.py): kubelet, containerd with its runc shim
 # and ctr (third_party/containerd), and the pause image's program from the
 # Kubernetes module's pause.c (gcc, static).
 #

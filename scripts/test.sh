@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: install, build, build the real Kubernetes components
 # from their Go modules (scripts/kube-toolchain.sh; cached by version), build
-# the container images (the node agent runs worker pods as containers of them;
-# cached by content), run every test with ctest, then the unit tests under
+# the container images (the test Nodes' kubelets run worker pods as containers
+# of them; cached by content), run every test with ctest, then the unit tests under
 # ASan+UBSan and the fuzzers (scripts/sanitize.sh).
 #
 # From a fresh machine two builds run beside the others, to fill what those
@@ -37,7 +37,7 @@ finish() {  # finish PID LOG NAME: waits for a background step; shows its log if
 }
 
 scripts/install-deps.sh
-background build/kube-toolchain.log scripts/kube-toolchain.sh build
+background build/kube-toolchain.log scripts/kube-toolchain.sh --node build
 kube=$!
 scripts/build.sh
 background build-asan/background-build.log nice -n 19 scripts/sanitize.sh --build

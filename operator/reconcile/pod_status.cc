@@ -15,8 +15,12 @@ using kube::IntField;
 using kube::StringField;
 
 std::pair<std::string, std::string> PodTrouble(const json& pod) {
+  // The kubelet's waiting reasons that do not pass by themselves (pkg/kubelet/images and
+  // kuberuntime): ErrImageNeverPull is what a real kubelet says of an image that is not on
+  // the node under imagePullPolicy Never.
   static const std::set<std::string> kWaiting = {
-      "ErrImagePull",          "ImagePullBackOff",      "InvalidImageName", "CrashLoopBackOff",
+      "ErrImagePull",       "ImagePullBackOff",     "ErrImageNeverPull",
+      "InvalidImageName",   "ImageInspectError",    "CrashLoopBackOff",
       "CreateContainerConfigError", "CreateContainerError", "RunContainerError"};
   const json& status = Field(pod, "status");
   const json& containers = Field(status, "containerStatuses");

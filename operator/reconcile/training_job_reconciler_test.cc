@@ -310,6 +310,25 @@ TEST(TrainingJobReconcilerTest, AWorkerKilledForMemorySaysSo) {
             "worker pod kjv-worker-1 ended (Failed, OOMKilled, exit code 137); replacing it");
 }
 
+TEST(TrainingJobReconcilerTest, AnImageNotOnTheNodeUnderPullPolicyNeverBlocksTheWorkers) {
+  ObservedWorld world = Observed("Running", v1::RUNNING);
+  world.pods[1]["status"] = json::parse(R"({"phase": "Pending", "containerStatuses": [
+      {"name": "worker", "state": {"waiting": {"reason": "ErrImageNeverPull", "message":
+       "Container image \"example/worker:2\" is not present with pull policy of Never"}}}]})");
+  ReconcileActions actions = ReconcileTrainingJob(world, ReconcilerOptions{});
+  ASSERT_TRUE(actions.status.has_value());
+  const json* blocked = nullptr;
+  for (const json& c : (*actions.status)["conditions"]) {
+    if (c["type"] == "WorkersBlocked") blocked = &c;
+  }
+  ASSERT_NE(blocked, nullptr);
+  EXPECT_EQ((*blocked)["reason"], "ErrImageNeverPull");
+  EXPECT_EQ((*blocked)["message"],
+            "pod kjv-worker-1: ErrImageNeverPull: Container image \"example/worker:2\" is not "
+            "present with pull policy of Never");
+  EXPECT_THAT(Reasons(actions), ElementsAre("ErrImageNeverPull"));
+}
+
 TEST(TrainingJobReconcilerTest, APodThatCannotStartIsAConditionAndOneWarning) {
   ObservedWorld world = Observed("Running", v1::RUNNING);
   world.pods[1]["status"] = json::parse(R"({"phase": "Pending", "containerStatuses": [

@@ -9,15 +9,13 @@ benchmarks (bench/) start and drive, and no test of its own.
     monitoring     a real Prometheus, the dashboards' queries, promtool
     control_plane  the real Kubernetes control plane on 127.0.0.1
     fault_proxy    a fault-injecting proxy in front of its API server
-    node_agent     the node agent (pods as containers or processes)
-    kubelet_node   a real kubelet with containerd
+    kubelet_node   real Nodes: a kubelet with containerd each, local volumes
     local_cluster  a whole paci cluster on the control plane
     pki            certificates for mutual TLS, its flags and the worker Secret
 
 Import it with tests/ on the module path (ctest sets PYTHONPATH to tests/ and
 BUILD/python, where the paci.v1 stubs are generated; bench/_paths.py does the same
-for the benchmarks): `from harness.local_cluster import LocalCluster`. Two modules
-also run as programs under /usr/bin/python3, by path: node_agent.py (started by
-local_cluster and kube_cluster_test) and control_plane.py (started by
-kube/test_api_server.h).
+for the benchmarks): `from harness.local_cluster import LocalCluster`. One module
+also runs as a program under /usr/bin/python3, by path: control_plane.py (started
+by kube/test_api_server.h).
 """

@@ -15,8 +15,10 @@ would give them):
     admin        user "paci-test:admin" in system:masters
     controller   system:kube-controller-manager (its bootstrap role)
     scheduler    system:kube-scheduler
-    node         system:node:NODE in system:nodes (the node agent)
-    provisioner  "paci-test:provisioner", bound to system:persistent-volume-provisioner
+    NODE         system:node:NODE in system:nodes, for each of NODE_NAMES (a kubelet)
+The API server reaches a kubelet (logs, exec) with a client certificate of the
+CA in system:masters, which the kubelet authenticates and authorizes by asking
+the API server (webhook), as a kubeadm cluster's do.
 The controller manager uses a service account per controller
 (--use-service-account-credentials), so garbage collection, namespace deletion,
 tokens and the root CA ConfigMap run as on a cluster.
@@ -36,7 +38,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-NODE_NAME = "paci-node"
+NODE_NAMES = ("paci-node", "paci-node-2")  # the Nodes tests/harness/kubelet_node.py may run
 
 
 _LIBC = ctypes.CDLL(None, use_errno=True)  # loaded before any fork: the child only calls into it
@@ -96,7 +98,8 @@ def _openssl(*args, cwd):
 
 def make_pki(folder):
     """A CA, the API server's certificate (127.0.0.1, localhost and the kubernetes
-    Service's names) and the service-account signing key pair, in `folder`."""
+    Service's names), its client certificate for kubelets and the service-account
+    signing key pair, in `folder`."""
     os.makedirs(folder, exist_ok=True)
     _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt",
              "-days", "3", "-subj", "/CN=paci-test-ca", cwd=folder)
@@ -109,6 +112,12 @@ def make_pki(folder):
              "apiserver.csr", "-subj", "/CN=kube-apiserver", cwd=folder)
     _openssl("x509", "-req", "-in", "apiserver.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
              "-CAcreateserial", "-out", "apiserver.crt", "-days", "3", "-extfile", "san.cnf", cwd=folder)
+    with open(os.path.join(folder, "client.cnf"), "w") as f:
+        f.write("extendedKeyUsage=clientAuth\n")
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "kubelet-client.key", "-out",
+             "kubelet-client.csr", "-subj", "/O=system:masters/CN=kube-apiserver-kubelet-client", cwd=folder)
+    _openssl("x509", "-req", "-in", "kubelet-client.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+             "-CAcreateserial", "-out", "kubelet-client.crt", "-days", "3", "-extfile", "client.cnf", cwd=folder)
     _openssl("genrsa", "-out", "sa.key", "2048", cwd=folder)
     _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=folder)
 
@@ -119,9 +128,8 @@ class ControlPlane:
         "admin": ("paci-test:admin", ["system:masters"]),
         "controller": ("system:kube-controller-manager", []),
         "scheduler": ("system:kube-scheduler", []),
-        "node": ("system:node:" + NODE_NAME, ["system:nodes"]),
-        "provisioner": ("paci-test:provisioner", []),
     }
+    IDENTITIES.update({node: ("system:node:" + node, ["system:nodes"]) for node in NODE_NAMES})
 
     def __init__(self, workdir, build_dir, log=sys.stderr, controllers=True, apiserver_args=()):
         """controllers=False: etcd and kube-apiserver only (no controller manager, scheduler)."""
@@ -134,7 +142,6 @@ class ControlPlane:
         self.procs = {}
         self.tokens = {}
         self.kubeconfigs = {}
-        self.node_name = NODE_NAME
         self._log = log
 
     # -- processes -------------------------------------------------------------
@@ -212,8 +219,10 @@ class ControlPlane:
             "--service-account-key-file=" + pki("sa.pub"),
             "--service-account-signing-key-file=" + pki("sa.key"),
             "--service-cluster-ip-range=10.96.0.0/16",
-            # pods/log reaches a node at its address (the node agent's Hostname resolves nowhere).
+            # pods/log reaches a node at its address (a test Node's name resolves nowhere).
             "--kubelet-preferred-address-types=InternalIP,Hostname",
+            "--kubelet-client-certificate=" + pki("kubelet-client.crt"),
+            "--kubelet-client-key=" + pki("kubelet-client.key"),
             "--profiling=false", "--v=1"] + self.apiserver_args)
         self.kubeconfig = self.kubeconfig_for("admin")
         self._wait("kube-apiserver /readyz", "kube-apiserver", lambda: self.request("GET", "/readyz"),
@@ -239,9 +248,6 @@ class ControlPlane:
             "--authentication-kubeconfig=" + self.kubeconfig_for("scheduler"),
             "--authorization-kubeconfig=" + self.kubeconfig_for("scheduler"),
             "--bind-address=127.0.0.1", "--secure-port=0", "--leader-elect=false", "--v=1"])
-        self.kubectl("create", "clusterrolebinding", "paci-test:provisioner",
-                     "--clusterrole=system:persistent-volume-provisioner",
-                     "--user=" + self.IDENTITIES["provisioner"][0])
         # The controller manager made the default namespace's ServiceAccount: pods can be created.
         self._wait("the default ServiceAccount", "kube-controller-manager",
                    lambda: self.request("GET", "/api/v1/namespaces/default/serviceaccounts/default"))

@@ -1,11 +1,18 @@
-"""A real node for the test control plane: kubelet and containerd with runc and a
-CNI bridge (Debian's containernetworking-plugins), the binaries that
-`scripts/kube-toolchain.sh --node` built. Pods get addresses on the bridge
-10.88.0.0/16; the host is its gateway, 10.88.0.1.
+"""Real nodes for the test control plane: a kubelet and its own containerd (with
+runc and a CNI bridge from Debian's containernetworking-plugins) per Node, the
+binaries that `scripts/kube-toolchain.sh --node` built. Node i's pods get
+addresses on its bridge paci<i>, 10.88.<i>.0/24, whose gateway 10.88.<i>.1 is
+the host; the host routes between the bridges (ip_forward), so a pod reaches a
+pod of the other Node through the host, as through a cluster's pod network.
 
-    node = KubeletNode(workdir, plane, ["localhost/paci-worker:..."]).start()
+    node = KubeletNode(workdir, plane, 0, ["localhost/paci-worker:..."]).start()
     ...
     node.stop()
+
+Two Nodes on one host share its address (their InternalIP) and tell apart by
+name (paci-node, paci-node-2), kubelet port (10250, 10251), containerd socket,
+root, bridge and subnet. Each advertises 2 cpu and 8 GiB (systemReserved takes
+the rest of the host), so what fits on a Node is the same on every machine.
 
 What this sandbox needs beyond a plain set-up (each found by running it here):
 * the host has cgroup v1 and no systemd: kubelet runs with failCgroupV1: false,
@@ -17,34 +24,79 @@ What this sandbox needs beyond a plain set-up (each found by running it here):
   base runtime spec has no rlimits;
 * no image registry: the pause image is made from the Kubernetes module's
   pause.c, and images are imported into containerd from podman (`podman save`,
-  `ctr -n k8s.io images import`).
+  `ctr -n k8s.io images import`). containerd's root (its content and unpacked
+  snapshots) is kept between runs in the cache folder, one per Node, so an image
+  is imported once per content (the worker image's tag is its content hash);
+  containers never outlive a run there: they are removed at stop and at start.
 """
+import fcntl
 import json
 import os
 import subprocess
 import time
 
-from .control_plane import NODE_NAME, stop_process
+from .control_plane import NODE_NAMES, _die_with_parent, stop_process
 
 PAUSE_IMAGE = "localhost/paci-pause:3.10"
-GATEWAY = "10.88.0.1"
+GATEWAY = "10.88.0.1"  # the host on the first Node's bridge: where pods reach host processes
+ALLOCATABLE_CPU = 2
+ALLOCATABLE_MEMORY_MI = 8192
+EVICTION_MEMORY_MI = 100
+
+
+def _cache_root():
+    return os.path.join(os.environ.get("PACI_CACHE_DIR") or os.path.join(
+        os.environ.get("HOME") or "/root", ".cache", "paci"), "containerd")
+
+
+def _reserved():
+    """systemReserved that leaves ALLOCATABLE_* of this host (kubelet: allocatable =
+    capacity - reserved - hard eviction)."""
+    with open("/proc/meminfo") as f:
+        total_ki = int(next(line for line in f if line.startswith("MemTotal:")).split()[1])
+    memory_mi = total_ki // 1024 - ALLOCATABLE_MEMORY_MI - EVICTION_MEMORY_MI
+    cpu = os.cpu_count() - ALLOCATABLE_CPU
+    if memory_mi < 0 or cpu < 0:
+        raise AssertionError("a test Node advertises %d cpu and %d MiB: this host has %d cpu and %d MiB" % (
+            ALLOCATABLE_CPU, ALLOCATABLE_MEMORY_MI, os.cpu_count(), total_ki // 1024))
+    reserved = {"memory": "%dMi" % memory_mi} if memory_mi else {}
+    if cpu:
+        reserved["cpu"] = str(cpu)
+    return reserved
+
+
+def _ip(*args):
+    return subprocess.run(["ip", *args], capture_output=True, text=True)
 
 
 class KubeletNode:
-    def __init__(self, workdir, plane, images=(), podman_env=None):
-        self.dir = os.path.join(workdir, "node")
+    def __init__(self, workdir, plane, index=0, images=(), podman_env=None, aliases=None):
+        """images: podman's images to import; aliases: {name: image of `images`}, more names
+        for them in containerd (as `kind load docker-image` gives an image its name on the
+        nodes), set again at each start."""
+        self.index = index
+        self.name = NODE_NAMES[index]
+        self.dir = os.path.join(workdir, self.name)
         self.plane = plane
         self.bin = plane.bin
         self.images = list(images)
+        self.aliases = dict(aliases or {})
         self.podman_env = podman_env or dict(os.environ)
         self.procs = {}
+        self.root = os.path.join(_cache_root(), self.name)
         self.socket = os.path.join(self.dir, "containerd.sock")
+        self.bridge = "paci%d" % index
+        self.gateway = "10.88.%d.1" % index
+        self.subnet = "10.88.%d.0/24" % index
+        self.port = 10250 + index
         self.env = dict(os.environ, PATH=self.bin + ":" + os.environ.get("PATH", ""))
+        self._lock = None
 
     def spawn(self, name, args):
         with open(os.path.join(self.dir, name + ".log"), "w") as log:
             self.procs[name] = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
-                                                start_new_session=True, env=self.env)
+                                                start_new_session=True, env=self.env,
+                                                preexec_fn=_die_with_parent)
 
     def ctr(self, *args, timeout=600):
         return subprocess.run([os.path.join(self.bin, "ctr"), "--address", self.socket, "-n", "k8s.io", *args],
@@ -63,19 +115,28 @@ class KubeletNode:
             if not os.path.exists(os.path.join(self.bin, tool)):
                 raise AssertionError("%s/%s is missing: run scripts/kube-toolchain.sh --node" % (self.bin, tool))
         os.makedirs(os.path.join(self.dir, "cni"), exist_ok=True)
-        spec = json.loads(self.ctr("oci", "spec").stdout)
+        os.makedirs(self.root, exist_ok=True)
+        self._lock = open(os.path.join(self.root, "lock"), "w")
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise AssertionError("%s is in use: another test cluster runs Node %s" % (self.root, self.name))
+        self.make_bridge()
+        spec = json.loads(subprocess.run([os.path.join(self.bin, "ctr"), "oci", "spec"], capture_output=True,
+                                         text=True, check=True).stdout)
         spec["process"].pop("rlimits", None)
         with open(os.path.join(self.dir, "base-spec.json"), "w") as f:
             json.dump(spec, f)
         with open(os.path.join(self.dir, "cni", "10-paci.conflist"), "w") as f:
-            json.dump({"cniVersion": "1.0.0", "name": "paci", "plugins": [
-                {"type": "bridge", "bridge": "paci0", "isGateway": True, "ipMasq": False, "hairpinMode": True,
-                 "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.88.0.0/16", "gateway": GATEWAY}]],
+            json.dump({"cniVersion": "1.0.0", "name": self.bridge, "plugins": [
+                {"type": "bridge", "bridge": self.bridge, "isGateway": True, "ipMasq": False, "hairpinMode": True,
+                 "ipam": {"type": "host-local", "dataDir": os.path.join(self.dir, "ipam"),
+                          "ranges": [[{"subnet": self.subnet, "gateway": self.gateway}]],
                           "routes": [{"dst": "0.0.0.0/0"}]}},
                 {"type": "portmap", "capabilities": {"portMappings": True}}]}, f)
         with open(os.path.join(self.dir, "containerd.toml"), "w") as f:
             f.write('''version = 3
-root = "%(d)s/containerd-root"
+root = "%(root)s"
 state = "%(d)s/containerd-state"
 [grpc]
   address = "%(sock)s"
@@ -83,6 +144,7 @@ state = "%(d)s/containerd-state"
   sandbox = "%(pause)s"
 [plugins."io.containerd.cri.v1.runtime"]
   restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
 [plugins."io.containerd.cri.v1.runtime".cni]
   bin_dirs = ["/usr/lib/cni"]
   conf_dir = "%(d)s/cni"
@@ -92,14 +154,15 @@ state = "%(d)s/containerd-state"
 [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
   BinaryName = "/usr/sbin/runc"
   SystemdCgroup = false
-''' % {"d": self.dir, "sock": self.socket, "pause": PAUSE_IMAGE})
+''' % {"root": self.root, "d": self.dir, "sock": self.socket, "pause": PAUSE_IMAGE})
         self.spawn("containerd", [os.path.join(self.bin, "containerd"), "--config",
                                   os.path.join(self.dir, "containerd.toml")])
         deadline = time.monotonic() + 60
         while self.ctr("version").returncode != 0:
             if time.monotonic() > deadline or self.procs["containerd"].poll() is not None:
                 raise AssertionError("containerd did not start; see %s/containerd.log" % self.dir)
-            time.sleep(0.5)
+            time.sleep(0.2)  # polling interval
+        self.remove_containers()
         self.import_images()
         with open(os.path.join(self.dir, "kubelet.json"), "w") as f:
             json.dump({"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
@@ -108,26 +171,46 @@ state = "%(d)s/containerd-state"
                        "containerRuntimeEndpoint": "unix://" + self.socket,
                        "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
                                           "x509": {"clientCAFile": self.plane.ca_file}},
-                       "authorization": {"mode": "Webhook"}, "readOnlyPort": 0, "port": 10250,
-                       "resolvConf": "/etc/resolv.conf",
+                       "authorization": {"mode": "Webhook"}, "readOnlyPort": 0, "port": self.port,
+                       "healthzPort": 0, "resolvConf": "/etc/resolv.conf",
+                       "systemReserved": _reserved(),
                        # The node shares the host's disk, whose free share is not the test's to
                        # keep: evict only when it is nearly full, not at kubelet's default 10 %.
                        "evictionHard": {"nodefs.available": "1Gi", "imagefs.available": "1Gi",
-                                        "memory.available": "100Mi"}}, f)
+                                        "memory.available": "%dMi" % EVICTION_MEMORY_MI}}, f)
         self.spawn("kubelet", [os.path.join(self.bin, "kubelet"), "--config", os.path.join(self.dir, "kubelet.json"),
-                               "--kubeconfig", self.plane.kubeconfig_for("node"),
-                               "--hostname-override=" + NODE_NAME, "--root-dir", os.path.join(self.dir, "kubelet"),
+                               "--kubeconfig", self.plane.kubeconfig_for(self.name),
+                               "--hostname-override=" + self.name, "--root-dir", os.path.join(self.dir, "kubelet"),
                                "--cert-dir", os.path.join(self.dir, "kubelet-pki"), "--v=1"])
         return self
 
+    def make_bridge(self):
+        """The Node's bridge with the gateway's address, made before any pod so that the host
+        answers there from the start (the CNI bridge plugin takes a bridge that exists);
+        and the host routing between the Nodes' bridges."""
+        _ip("link", "del", self.bridge)  # one a killed run left
+        for args in (("link", "add", self.bridge, "type", "bridge"),
+                     ("addr", "add", self.gateway + "/24", "dev", self.bridge),
+                     ("link", "set", self.bridge, "up")):
+            out = _ip(*args)
+            if out.returncode != 0:
+                raise AssertionError("ip %s: %s" % (" ".join(args), out.stderr.strip()))
+        with open("/proc/sys/net/ipv4/ip_forward", "w") as f:
+            f.write("1")
+
     def import_images(self):
-        pause_root = os.path.join(self.dir, "pause-root")
-        os.makedirs(pause_root, exist_ok=True)
-        subprocess.run(["cp", os.path.join(self.bin, "pause"), pause_root], check=True)
-        tar = subprocess.run(["tar", "-C", pause_root, "-c", "pause"], capture_output=True, check=True).stdout
-        subprocess.run(["podman", "import", "--change", 'ENTRYPOINT ["/pause"]', "-", PAUSE_IMAGE], input=tar,
-                       capture_output=True, check=True, env=self.podman_env)
+        """The pause image and self.images into containerd, each unless its root has it."""
+        have = set(self.ctr("images", "ls", "-q").stdout.split())
+        if PAUSE_IMAGE not in have:
+            pause_root = os.path.join(self.dir, "pause-root")
+            os.makedirs(pause_root, exist_ok=True)
+            subprocess.run(["cp", os.path.join(self.bin, "pause"), pause_root], check=True)
+            tar = subprocess.run(["tar", "-C", pause_root, "-c", "pause"], capture_output=True, check=True).stdout
+            subprocess.run(["podman", "import", "--change", 'ENTRYPOINT ["/pause"]', "-", PAUSE_IMAGE], input=tar,
+                           capture_output=True, check=True, env=self.podman_env)
         for image in [PAUSE_IMAGE] + self.images:
+            if image in have:
+                continue
             archive = os.path.join(self.dir, "image.tar")
             if os.path.exists(archive):
                 os.remove(archive)
@@ -137,12 +220,35 @@ state = "%(d)s/containerd-state"
             os.remove(archive)
             if out.returncode != 0:
                 raise AssertionError("ctr images import %s: %s" % (image, out.stderr))
+        for alias, image in self.aliases.items():
+            out = self.ctr("images", "tag", "--force", image, alias)
+            if out.returncode != 0:
+                raise AssertionError("ctr images tag %s %s: %s" % (image, alias, out.stderr))
+
+    def kill_container(self, container_id):
+        """SIGKILL of a container of this Node's pods ("containerd://ID", as a pod's status has it),
+        through containerd, as an out-of-memory kill or a crash would end it."""
+        out = self.ctr("tasks", "kill", "--signal", "SIGKILL", container_id.split("://", 1)[-1])
+        if out.returncode != 0:
+            raise AssertionError("ctr tasks kill %s: %s" % (container_id, out.stderr))
+
+    def remove_containers(self):
+        """Kills and removes every container of the root (a run's pods never outlive it)."""
+        for task in self.ctr("tasks", "ls", "-q").stdout.split():
+            self.ctr("tasks", "kill", "--signal", "SIGKILL", task)
+        deadline = time.monotonic() + 10
+        while self.ctr("tasks", "ls", "-q").stdout.split() and time.monotonic() < deadline:
+            time.sleep(0.1)  # polling interval: SIGKILL is delivered, the shim reports the exit
+        for container in self.ctr("containers", "ls", "-q").stdout.split():
+            self.ctr("tasks", "delete", "--force", container)
+            self.ctr("containers", "delete", container)
 
     def stop(self):
+        """Stops the kubelet and containerd with every container of the Node, as a machine that
+        goes down; removes its bridge."""
         stop_process(self.procs.get("kubelet"), timeout=30)
         if self.procs.get("containerd") and self.procs["containerd"].poll() is None:
-            for task in self.ctr("tasks", "ls", "-q").stdout.split():
-                self.ctr("tasks", "kill", "--signal", "SIGKILL", task)
+            self.remove_containers()
         stop_process(self.procs.get("containerd"), timeout=30)
         # The pods' processes: containerd's shims outlive it by design.
         subprocess.run(["pkill", "-f", "containerd-shim-runc-v2 -namespace k8s.io -id .* -address " + self.socket],
@@ -150,8 +256,38 @@ state = "%(d)s/containerd-state"
         # What the kubelet and containerd mounted (volumes, root file systems, network namespaces).
         for _ in range(5):  # mounts may be stacked
             with open("/proc/mounts") as f:
-                mounts = [line.split()[1] for line in f if line.split()[1].startswith(self.dir + "/")]
+                mounts = [line.split()[1] for line in f
+                          if line.split()[1].startswith((self.dir + "/", self.root + "/"))]
             if not mounts:
                 break
             for mount in sorted(mounts, key=len, reverse=True):
                 subprocess.run(["umount", "-l", mount], capture_output=True)
+        if self._lock is not None:
+            _ip("link", "del", self.bridge)
+            self._lock.close()
+            self._lock = None
+
+
+def make_local_volumes(plane, folder, nodes, count=24):
+    """`count` PersistentVolumes of the `local` kind, each a folder of `folder` (root's, 0755)
+    that every Node in `nodes` has (they share this host's disk), with no StorageClass: a claim
+    that names none binds one of them, as a cluster's pre-made volumes are bound. Unlike a
+    hostPath volume, the local volume plugin gives a pod's fsGroup the folder."""
+    volumes = []
+    for i in range(count):
+        path = os.path.join(folder, "local-%02d" % i)
+        os.makedirs(path, mode=0o755, exist_ok=True)
+        volumes.append({
+            "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "local-%02d" % i},
+            "spec": {"capacity": {"storage": "10Gi"}, "accessModes": ["ReadWriteOnce", "ReadWriteMany"],
+                     "persistentVolumeReclaimPolicy": "Retain", "volumeMode": "Filesystem",
+                     "local": {"path": path},
+                     "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [{
+                         "key": "kubernetes.io/hostname", "operator": "In", "values": list(nodes)}]}]}}}})
+    plane.kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": volumes}))
+
+
+def claim_path(plane, namespace, claim):
+    """The host folder of the local volume bound to a PersistentVolumeClaim."""
+    volume = json.loads(plane.kubectl("get", "pvc", claim, "-n", namespace, "-o", "json").stdout)["spec"]["volumeName"]
+    return json.loads(plane.kubectl("get", "pv", volume, "-o", "json").stdout)["spec"]["local"]["path"]

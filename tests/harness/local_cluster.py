@@ -1,20 +1,22 @@
-"""A whole paci cluster on 127.0.0.1 for tests and benchmarks: the real
+"""A whole paci cluster on this host for tests and benchmarks: the real
 Kubernetes control plane (etcd, kube-apiserver with TLS, RBAC and its admission
 plugins, kube-controller-manager, kube-scheduler: tests/harness/control_plane.py),
-the node agent (tests/harness/node_agent.py: the pods the scheduler binds to its
-Node run as containers of the images that scripts/build-images.sh built, each on
-its own loopback IP; or as plain processes with runtime="process"), a real
-paci_coordinator and paci_operator replicas that elect a leader. The TrainingJob
-CRD, the operator's ServiceAccount and its RBAC are the chart's, rendered by the
-real helm (`helm template`, release "paci" in "paci-system", TrainingJobs in
-"default") and applied with the
-real kubectl; the operators run with a token the API server issued to that
-ServiceAccount, so they can do exactly what the chart grants. The coordinator
-and the operators run as processes of the host (tests kill and restart them;
+one or two real Nodes (a kubelet with its own containerd each:
+tests/harness/kubelet_node.py; the pods the scheduler binds there run as
+containers of the images that scripts/build-images.sh built, on the Node's CNI
+bridge), PersistentVolumes for claims (local volumes, pre-made as an admin
+would), a real paci_coordinator and paci_operator replicas that elect a leader.
+The TrainingJob CRD, the operator's ServiceAccount and its RBAC are the chart's,
+rendered by the real helm (`helm template`, release "paci" in "paci-system",
+TrainingJobs in "default") and applied with the real kubectl; the operators run
+with a token the API server issued to that ServiceAccount, so they can do
+exactly what the chart grants. The coordinator and the operators run as
+processes of the host (tests kill and restart them;
 tests/integration/helm_chart_test.py installs the whole chart as pods); the
-worker pods reach the coordinator on 127.0.0.1.
+worker pods reach the coordinator at the host's address on the first Node's
+bridge.
 
-    cluster = LocalCluster(workdir, build_dir, source_dir).start()
+    cluster = LocalCluster(workdir, build_dir, source_dir, nodes=2).start()
     cluster.kubectl("apply", "-f", "examples/trainingjob.yaml")
     ...
     cluster.stop()
@@ -37,9 +39,9 @@ OPERATOR_ACCOUNT = "paci-operator"  # the chart's operator ServiceAccount for th
 # The release's own namespace (its operator's account and Lease): TrainingJobs run in "default",
 # as the chart's tls.workerNamespaces says; never in the release's namespace.
 RELEASE_NAMESPACE = "paci-system"
-# The node agent is a program of its own, run by path under /usr/bin/python3 (it needs only
-# the standard library): `/usr/bin/python3 NODE_AGENT --server ...`.
-NODE_AGENT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "node_agent.py")
+# The worker image as the examples name it (paci-worker:latest), as containerd has a short name:
+# the Nodes have the image built from this tree under that name too.
+EXAMPLE_WORKER_IMAGE = "docker.io/library/paci-worker:latest"
 
 
 def wait_until(what, predicate, timeout=120, interval=0.2):
@@ -81,20 +83,17 @@ def container_env():
 
 class LocalCluster:
     def __init__(self, workdir, build_dir, source_dir, replicas=("operator-a", "operator-b"),
-                 runtime="container", operator_args=(), coordinator_args=(), node="agent", kueue=False):
-        """node: "agent", the node agent; or "kubelet", a real kubelet with containerd
-        (tests/harness/kubelet_node.py; pods on a CNI bridge, the coordinator reached at its
-        gateway). kueue: Kueue runs on the control plane (tests/harness/kueue.py), the chart's
-        RBAC is rendered with kueue.enabled and the operators run with --kueue and
-        --kueue_workload_slices (Kueue runs with its elastic workloads)."""
+                 operator_args=(), coordinator_args=(), nodes=1, kueue=False):
+        """nodes: how many Nodes (1 or 2) run pods. kueue: Kueue runs on the control plane
+        (tests/harness/kueue.py), the chart's RBAC is rendered with kueue.enabled and the
+        operators run with --kueue and --kueue_workload_slices (Kueue runs with its elastic
+        workloads)."""
         self.dir = workdir
-        self.node = node
-        self.kubelet_node = None
-        self.runtime = runtime
+        self.node_count = nodes
+        self.nodes = []
         self.operator_args = list(operator_args)
         self.coordinator_args = list(coordinator_args)
-        self.worker_image = images(build_dir)["worker"] if runtime == "container" else "paci-worker:latest"
-        self.claims_dir = os.path.join(workdir, "claims")
+        self.worker_image = images(build_dir)["worker"]
         self.build = build_dir
         self.source = source_dir
         self.replicas = list(replicas)
@@ -169,59 +168,41 @@ class LocalCluster:
         with open(os.open(self.worker_token_key, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
             f.write(os.urandom(32).hex())
         self.coordinator_metrics_port = _free_port()
-        if self.node == "kubelet":
-            # On every address, so that pods on the CNI bridge reach it: plaintext there is
-            # refused without --insecure (this test's host has no other tenants).
-            self.spawn("coordinator", self.coordinator_command("0.0.0.0:0") + ["--insecure"])
-            self.coordinator_port = self.read_port("coordinator")
-            self.coordinator_address = "127.0.0.1:%d" % self.coordinator_port
-            self.worker_coordinator = "%s:%d" % (kubelet_node.GATEWAY, self.coordinator_port)
-        else:
-            self.spawn("coordinator", self.coordinator_command("127.0.0.1:0"))
-            self.coordinator_port = self.read_port("coordinator")
-            self.coordinator_address = "127.0.0.1:%d" % self.coordinator_port
-            self.worker_coordinator = self.coordinator_address
+        self.spawn("coordinator", self.coordinator_command("0.0.0.0:0"))
+        self.coordinator_port = self.read_port("coordinator")
+        self.coordinator_address = "127.0.0.1:%d" % self.coordinator_port
+        self.worker_coordinator = "%s:%d" % (kubelet_node.GATEWAY, self.coordinator_port)
         self.coordinator_metrics = re.search(
             r"metrics=http://([\d.:]+)/metrics",
             wait_until("coordinator metrics address", lambda: open(
                 os.path.join(self.dir, "coordinator.log")).read(), timeout=10)).group(1)
-        if self.node == "kubelet":
-            self.kubelet_node = kubelet_node.KubeletNode(self.dir, self.plane, [self.worker_image],
-                                                         container_env())
-            self.kubelet_node.start()
-        else:
-            self.start_node_agent()
-        wait_until("node %s Ready" % self.plane.node_name, lambda: any(
-            c["type"] == "Ready" and c["status"] == "True"
-            for c in self.get("node", self.plane.node_name)["status"].get("conditions", [])), timeout=120)
+        for index in range(self.node_count):
+            self.nodes.append(kubelet_node.KubeletNode(
+                self.dir, self.plane, index, [self.worker_image], container_env(),
+                aliases={EXAMPLE_WORKER_IMAGE: self.worker_image}).start())
+        for node in self.nodes:
+            wait_until("node %s Ready" % node.name, lambda: any(
+                c["type"] == "Ready" and c["status"] == "True"
+                for c in self.get("node", node.name)["status"].get("conditions", [])), timeout=120)
+        kubelet_node.make_local_volumes(self.plane, os.path.join(self.dir, "volumes"),
+                                        [node.name for node in self.nodes])
         for replica in self.replicas:
             self.start_operator(replica)
 
-    def start_node_agent(self):
-        tokens = {}
-        for identity in ("node", "provisioner"):
-            tokens[identity] = os.path.join(self.dir, identity + ".token")
-            with open(os.open(tokens[identity], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
-                f.write(self.plane.tokens[identity])
-        agent = ["/usr/bin/python3", NODE_AGENT, "--server", self.api_url,
-                 "--ca-file", self.plane.ca_file, "--token-file", tokens["node"],
-                 "--provisioner-token-file", tokens["provisioner"], "--node-name", self.plane.node_name,
-                 "--work-dir", os.path.join(self.dir, "pods"), "--runtime", self.runtime,
-                 "--claims-dir", self.claims_dir]
-        if self.runtime == "process":
-            agent += ["--bin-dir", os.path.join(self.build, "worker"), "--pod-cwd", self.source]
-        self.spawn("node-agent", agent, env=container_env())
-
     def coordinator_command(self, listen):
+        """On every address, so that pods on the Nodes' bridges reach it; plaintext there (no
+        --tls_cert in coordinator_args) is refused without --insecure, which a test host with no
+        other tenants may give."""
+        tls = any(arg.startswith("--tls_cert") for arg in self.coordinator_args)
         return [os.path.join(self.build, "server", "paci_coordinator"), "--listen=" + listen,
                 "--db=" + os.path.join(self.dir, "jobs.db"),
                 "--port_file=" + os.path.join(self.dir, "coordinator.port"),
                 "--metrics_address=127.0.0.1:%d" % self.coordinator_metrics_port,
-                "--heartbeat_timeout_seconds=3"] + self.coordinator_args
+                "--heartbeat_timeout_seconds=3"] + ([] if tls else ["--insecure"]) + self.coordinator_args
 
     def process(self, name):
-        """A process of the cluster by name: the coordinator, an operator replica, the node agent,
-        or one of the control plane's (etcd, kube-apiserver, ...)."""
+        """A process of the cluster by name: the coordinator, an operator replica, or one of the
+        control plane's (etcd, kube-apiserver, ...)."""
         return self.procs.get(name) or self.plane.procs[name]
 
     def kill(self, name):
@@ -235,7 +216,7 @@ class LocalCluster:
         """Starts the coordinator again on its address and store, as a Deployment would after
         its pod died; its log goes on in coordinator.log. Returns once it serves."""
         os.remove(os.path.join(self.dir, "coordinator.port"))
-        self.spawn("coordinator", self.coordinator_command(self.coordinator_address), append=True)
+        self.spawn("coordinator", self.coordinator_command("0.0.0.0:%d" % self.coordinator_port), append=True)
         self.read_port("coordinator")
 
     def start_operator(self, replica, append=False):
@@ -258,9 +239,9 @@ class LocalCluster:
         self.operator_ports[replica] = self.read_port(replica)
 
     def logs(self, lines=30):
-        """The last lines of every process' and pod's log, for a failing test's message."""
+        """The last lines of every process' and Node's log, for a failing test's message."""
         out = []
-        for folder in (self.dir, os.path.join(self.dir, "pods")):
+        for folder in [self.dir] + [node.dir for node in self.nodes]:
             if not os.path.isdir(folder):
                 continue
             for name in sorted(os.listdir(folder)):
@@ -270,15 +251,43 @@ class LocalCluster:
         return "\n".join(out)
 
     def claim_path(self, namespace, claim):
-        """The host folder of the volume the node agent provisioned for a PersistentVolumeClaim."""
-        return os.path.join(self.claims_dir, namespace, claim)
+        """The host folder of the volume bound to a PersistentVolumeClaim."""
+        return kubelet_node.claim_path(self.plane, namespace, claim)
+
+    def node(self, name):
+        """The KubeletNode named `name` (a pod's spec.nodeName)."""
+        return next(node for node in self.nodes if node.name == name)
+
+    def kill_container(self, pod):
+        """SIGKILL of a pod's (first) container through its Node's containerd."""
+        self.node(pod["spec"]["nodeName"]).kill_container(pod["status"]["containerStatuses"][0]["containerID"])
+
+    def lose_node(self, name):
+        """A Node goes down and is taken out, as an admin does with a machine that died: its
+        kubelet, containerd and every container of its pods stop; the Node is deleted and its
+        pods with it (force: no kubelet is left to confirm)."""
+        self.node(name).stop()
+        self.kubectl("delete", "node", name, "--timeout=60s")
+        pods = json.loads(self.kubectl("get", "pods", "-A", "--field-selector", "spec.nodeName=" + name,
+                                       "-o", "json").stdout)["items"]
+        for pod in pods:
+            self.kubectl("delete", "pod", pod["metadata"]["name"], "-n", pod["metadata"]["namespace"],
+                         "--force", "--grace-period=0", check=False)
+
+    def restore_node(self, name):
+        """A lost Node's machine back: its kubelet registers the Node again; returns once it is Ready."""
+        node = self.node(name).start()
+        wait_until("node %s Ready" % name, lambda: any(
+            c["type"] == "Ready" and c["status"] == "True"
+            for c in self.get("node", name)["status"].get("conditions", [])), timeout=120)
+        return node
 
     def get(self, kind, name):
         return json.loads(self.kubectl("get", kind, name, "-o", "json").stdout)
 
     def stop(self):
         # What spawn() started beside the cluster first, then the cluster.
-        named = self.replicas + ["node-agent", "coordinator"]
+        named = self.replicas + ["coordinator"]
         for name in [n for n in self.procs if n not in named] + named:
             proc = self.procs.get(name)
             if proc and proc.poll() is None:
@@ -288,8 +297,8 @@ class LocalCluster:
                 except subprocess.TimeoutExpired:
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
-        if self.kubelet_node is not None:
-            self.kubelet_node.stop()
+        for node in self.nodes:
+            node.stop()
         if self.kueue is not None:
             self.kueue.stop()
         if self.plane is not None:

@@ -26,7 +26,7 @@ def make_pki(directory, worker_namespace="default"):
     openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=paci test CA",
             "-keyout", path["ca.key"], "-out", path["ca.crt"])
     for who, cn, san, usage in (
-            ("server", "paci-coordinator", "DNS:localhost,IP:127.0.0.1", "serverAuth"),
+            ("server", "paci-coordinator", "DNS:localhost,IP:127.0.0.1,IP:10.88.0.1", "serverAuth"),
             ("operator", "system:paci:operator", "DNS:paci-operator", "clientAuth"),
             # paci-worker.<namespace>: the name workers check each other for on the stage links.
             ("worker", "system:paci:worker:" + worker_namespace, "DNS:paci-worker." + worker_namespace,

@@ -1,13 +1,12 @@
 #!/usr/bin/python3
 """paci's Kubernetes objects on the real control plane (tests/harness/control_plane.py:
 etcd, kube-apiserver, kube-controller-manager and kube-scheduler built from their Go
-modules by scripts/kube-toolchain.sh) and the node agent (tests/harness/node_agent.py),
-driven by the real kubectl and by HTTPS: the TrainingJob CRD and the examples, its
-schema and CEL validation as the server judges them, printer columns, the status
-subresource, garbage collection of what a TrainingJob owns, Pod Security admission
-of the deployment's namespace, RBAC of the chart's operator account, and pods that
-the real scheduler binds to the node agent's Node, run as processes and as
-containers.
+modules by scripts/kube-toolchain.sh), driven by the real kubectl and by HTTPS: the
+TrainingJob CRD and the examples, its schema and CEL validation as the server judges
+them, printer columns, the status subresource, garbage collection of what a
+TrainingJob owns, Pod Security admission of the deployment's namespace, RBAC of the
+chart's operator account, and pods that the real scheduler binds to a real kubelet
+with containerd (tests/harness/kubelet_node.py).
 
 Run by ctest with PACI_BUILD_DIR and PACI_SOURCE_DIR set.
 """
@@ -16,7 +15,6 @@ import http.client
 import json
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -27,7 +25,8 @@ import urllib.request
 import yaml
 
 from harness.control_plane import ControlPlane, kube_bin
-from harness.local_cluster import NODE_AGENT, container_env, images
+from harness.kubelet_node import KubeletNode, make_local_volumes
+from harness.local_cluster import container_env, images
 from harness.paths import BUILD, SOURCE
 
 CRD = os.path.join(SOURCE, "helm", "paci", "crds", "paci.dev_trainingjobs.yaml")
@@ -35,23 +34,12 @@ EXAMPLE = os.path.join(SOURCE, "examples", "trainingjob.yaml")
 EXAMPLE_KJV = os.path.join(SOURCE, "examples", "trainingjob-kjv.yaml")
 EXAMPLE_GPU = os.path.join(SOURCE, "examples", "trainingjob-gpu.yaml")
 NAMESPACE_YAML = os.path.join(SOURCE, "deploy", "namespace.yaml")
-PYTHON = "/usr/bin/python3"
 
 TJ_PATH = "/apis/paci.dev/v1alpha1/namespaces/default/trainingjobs"
 POD_PATH = "/api/v1/namespaces/default/pods"
 
 # A pod's program: binds its pod IP on a fixed port (two pods at once must both
 # manage), prints what it was given, exits 3.
-SAY = """#!/usr/bin/python3
-import os, socket, sys
-s = socket.socket()
-s.bind((os.environ["POD_IP"], 7000))
-print("say: args=%s ip=%s msg=%s bound" % (" ".join(sys.argv[1:]), os.environ["POD_IP"], os.environ["MSG"]),
-      flush=True)
-sys.exit(3)
-"""
-
-
 def wait_until(predicate, timeout=10.0, what="condition"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -661,63 +649,30 @@ class KubeClusterTest(unittest.TestCase):
 
     # -- the kubelet ---------------------------------------------------------
 
-    def test_the_node_agent_runs_pods_as_processes(self):
-        bin_dir = os.path.join(self.dir, "bin")
-        work_dir = os.path.join(self.dir, "pods")
-        os.makedirs(bin_dir, exist_ok=True)
-        with open(os.path.join(bin_dir, "say"), "w") as f:
-            f.write(SAY)
-        os.chmod(os.path.join(bin_dir, "say"), 0o755)
-        # The process runtime: what this checks (command lookup in --bin-dir, the process group
-        # killed on delete, PR_SET_PDEATHSIG) is that runtime's own; containers are checked below.
-        self.run_agent("kubelet", ["--runtime", "process", "--bin-dir", "/nonexistent:" + bin_dir,
-                                     "--work-dir", work_dir, "--pod-cwd", SOURCE, "--max-grace", "5"],
-                         lambda: self.check_process_pods(work_dir))
-        # Nothing it started outlives it.
-        pid = int(_read(os.path.join(self.dir, "left.pid")))
-        wait_until(lambda: not _alive(pid), timeout=5, what="the pod left running to be killed")
-
-    def run_agent(self, name, args, check, env=None):
-        """Runs the node agent against this server while check() runs; a failure carries its log.
-        Stops it, checks it logged no traceback, and returns its pid."""
-        log_file = open(os.path.join(self.dir, name + ".log"), "w+")
-        token_file = os.path.join(self.dir, "node.token")
-        with open(token_file, "w") as f:
-            f.write(self.plane.tokens["node"])
-        provisioner_file = os.path.join(self.dir, "provisioner.token")
-        with open(provisioner_file, "w") as f:
-            f.write(self.plane.tokens["provisioner"])
-        kubelet = subprocess.Popen([PYTHON, NODE_AGENT, "--server", self.url,
-                                    "--ca-file", self.plane.ca_file, "--token-file", token_file,
-                                    "--provisioner-token-file", provisioner_file,
-                                    "--claims-dir", os.path.join(self.dir, name + "-claims")] + args,
-                                   stdout=log_file, stderr=subprocess.STDOUT, env=env)
+    def test_a_real_kubelet_runs_pods_with_volumes_security_and_its_refusals(self):
+        """Pods the real scheduler binds to a real kubelet (tests/harness/kubelet_node.py) on this
+        plane: every volume kind the worker pods use, the restricted securityContext, logs through
+        the API server, and the kubelet's own refusals and reasons."""
+        node = KubeletNode(self.dir, self.plane, 0, [images(BUILD)["worker"]], container_env()).start()
         try:
-            check()
+            def ready():
+                code, got = self.http("GET", "/api/v1/nodes/" + node.name)
+                return code == 200 and any(c["type"] == "Ready" and c["status"] == "True"
+                                           for c in got.get("status", {}).get("conditions", []))
+            wait_until(ready, timeout=120, what="the Node Ready")
+            make_local_volumes(self.plane, os.path.join(self.dir, "volumes"), [node.name])
+            self.check_kubelet_pods(images(BUILD)["worker"], node)
         except AssertionError as error:
-            log_file.seek(0)
-            raise AssertionError("%s\n--- node agent:\n%s" % (error, log_file.read()[-6000:])) from None
+            with open(os.path.join(node.dir, "kubelet.log"), errors="replace") as f:
+                raise AssertionError("%s\n--- kubelet:\n%s" % (error, f.read()[-6000:])) from None
         finally:
-            kubelet.send_signal(signal.SIGTERM)
-            kubelet.wait(timeout=60)
-            log_file.seek(0)
-            log = log_file.read()
-            log_file.close()
-        self.assertNotIn("Traceback", log)
-        return kubelet.pid
-
-    def test_the_node_agent_runs_pods_as_containers_with_volumes_and_security(self):
-        image = images(BUILD)["worker"]
-        work_dir = os.path.join(self.dir, "container-pods")
-        pid = self.run_agent("container-kubelet", ["--work-dir", work_dir, "--max-grace", "3",
-                                                     ],
-                               lambda: self.check_container_pods(image, work_dir), env=container_env())
+            node.stop()
         # Nothing it started outlives it.
-        left = subprocess.run(["podman", "ps", "--filter", "label=io.paci.test-kubelet=%d" % pid,
-                               "--format", "{{.Names}}"], capture_output=True, text=True, env=container_env())
+        left = subprocess.run(["pgrep", "-f", "containerd-shim-runc-v2 .* -address " + node.socket],
+                              capture_output=True, text=True)
         self.assertEqual(left.stdout.strip(), "", "containers left running")
 
-    def check_container_pods(self, image, work_dir):
+    def check_kubelet_pods(self, image, node):
         ns = "box"
         self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all([
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
@@ -764,7 +719,7 @@ class KubeClusterTest(unittest.TestCase):
             return p if p and p.get("status", {}).get("phase") in ("Succeeded", "Failed") else None
 
         def log(name):
-            return _read(os.path.join(work_dir, "%s_%s.log" % (ns, name)))
+            return self.kubectl("logs", "-n", ns, name)
 
         host_secret = os.path.join(self.dir, "host-only")
         with open(host_secret, "w") as f:
@@ -787,7 +742,7 @@ class KubeClusterTest(unittest.TestCase):
         self.assertIn("rootfs-read-only", out)
         self.assertIn("host-hidden", out, "a container must not see the host's files")
         self.assertIn("corpus-in-image", out)
-        self.assertTrue(p["status"]["containerStatuses"][0]["containerID"].startswith("podman://"))
+        self.assertTrue(p["status"]["containerStatuses"][0]["containerID"].startswith("containerd://"))
         code, claim = self.http("GET", "/api/v1/namespaces/%s/persistentvolumeclaims/shared" % ns)
         self.assertEqual(claim["status"]["phase"], "Bound")
 
@@ -842,8 +797,10 @@ class KubeClusterTest(unittest.TestCase):
                                                    imagePullPolicy="Never")]))
 
         def waiting(name):
+            """The container's waiting state once the kubelet gives a reason past ContainerCreating."""
             statuses = (get(name) or {}).get("status", {}).get("containerStatuses") or [{}]
-            return statuses[0].get("state", {}).get("waiting")
+            state = statuses[0].get("state", {}).get("waiting") or {}
+            return state if state.get("reason", "ContainerCreating") != "ContainerCreating" else None
         state = wait_until(lambda: waiting("as-root"), timeout=30, what="as-root to be refused")
         self.assertEqual(state["reason"], "CreateContainerConfigError")
         self.assertIn("container's runAsUser breaks non-root policy", state["message"])
@@ -851,94 +808,34 @@ class KubeClusterTest(unittest.TestCase):
         self.assertEqual(state["reason"], "ErrImageNeverPull")
         self.assertIn('"example.invalid/none:1" is not present', state["message"])
 
-        # Deleting a running pod stops its container within the grace period (capped at 3 s here).
+        # A container that keeps failing under restartPolicy Always: the kubelet backs off.
+        self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(pod(
+            "crasher", "echo about to fail; exit 3", extra_spec={"restartPolicy": "Always"})))
+        state = wait_until(lambda: (lambda w: w if w and w["reason"] == "CrashLoopBackOff" else None)(
+            waiting("crasher")), timeout=60, what="crasher in CrashLoopBackOff")
+        self.assertIn("back-off", state["message"])
+        last = get("crasher")["status"]["containerStatuses"][0]["lastState"]["terminated"]
+        self.assertEqual((last["reason"], last["exitCode"]), ("Error", 3))
+        self.assertIn("about to fail", log("crasher"))
+
+        # Past its memory limit, the kernel kills the container and the kubelet says so.
+        self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(pod(
+            "hog", "head -c 200m /dev/zero | tail > /dev/null",
+            resources={"limits": {"memory": "32Mi"}, "requests": {"memory": "32Mi"}})))
+        p = wait_until(lambda: ended("hog"), timeout=60, what="the hog to be killed")
+        terminated = p["status"]["containerStatuses"][0]["state"]["terminated"]
+        self.assertEqual((p["status"]["phase"], terminated["reason"], terminated["exitCode"]),
+                         ("Failed", "OOMKilled", 137), terminated)
+
+        # Deleting a running pod stops its container within the grace period asked for.
         self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(pod("sleeper", "sleep 600")))
-        wait_until(lambda: (get("sleeper") or {}).get("status", {}).get("phase") == "Running", timeout=60,
-                   what="the sleeper to run")
-        started = time.monotonic()
-        self.kubectl("delete", "pod", "sleeper", "-n", ns, "--timeout=30s")
-
-        def container_gone():
-            out = subprocess.run(["podman", "ps", "-a", "--filter", "label=io.kubernetes.pod.name=sleeper",
-                                  "--format", "{{.Names}}"], capture_output=True, text=True, env=container_env())
-            return out.returncode == 0 and out.stdout.strip() == ""
-        wait_until(container_gone, timeout=30, what="the deleted pod's container to go")
-        self.assertLess(time.monotonic() - started, 30)
-
-    def check_process_pods(self, work_dir):
-        def say_pod(name):
-            return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-                    "spec": {"restartPolicy": "Never", "containers": [{
-                        "name": "main", "image": "test", "command": ["say"],
-                        "args": ["$(MSG)", "$$(MSG)", "$(UNDEFINED)", "$(NAME).$(NS)"],
-                        "env": [{"name": "MSG", "value": "hello"},
-                                {"name": "NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-                                {"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-                                {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]}]}}
-
-        def sleeper(name, pid_file):
-            # $$$$ is the kubelet's escape for the shell's $$.
-            return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-                    "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 30, "containers": [{
-                        "name": "main", "image": "test", "command": ["/bin/sh", "-c"],
-                        "args": ["echo $$$$ > %s; sleep 600 & wait" % pid_file]}]}}
-
-        manifest = "---\n".join(yaml.safe_dump(p) for p in (
-            say_pod("say-a"), say_pod("say-b"), sleeper("sleeper", os.path.join(self.dir, "sleeper.pid"))))
-        self.kubectl("apply", "-f", "-", stdin=manifest)
-
-        def phase(name, wanted):
-            code, pod = self.http("GET", POD_PATH + "/" + name)
-            return pod if code == 200 and pod.get("status", {}).get("phase") == wanted else None
-
-        ips = set()
-        for name in ("say-a", "say-b"):
-            pod = wait_until(lambda: phase(name, "Failed"), what="%s to fail" % name)
-            ip = pod["status"]["podIP"]
-            self.assertRegex(ip, r"^127\.\d+\.\d+\.\d+$")
-            self.assertEqual(pod["status"]["podIPs"], [{"ip": ip}])
-            ips.add(ip)
-            terminated = pod["status"]["containerStatuses"][0]["state"]["terminated"]
-            self.assertEqual((terminated["exitCode"], terminated["reason"]), (3, "Error"))
-            with open(os.path.join(work_dir, "default_%s.log" % name)) as f:
-                self.assertEqual(f.read().strip(), "say: args=hello $(MSG) $(UNDEFINED) %s.default ip=%s "
-                                 "msg=hello bound" % (name, ip))
-        self.assertEqual(len(ips), 2, "pods must get IPs of their own")
-
-        pod = wait_until(lambda: phase("sleeper", "Running"), what="the sleeper to run")
-        self.assertEqual({c["type"]: c["status"] for c in pod["status"]["conditions"]}["Ready"], "True")
-        self.assertTrue(pod["status"]["containerStatuses"][0]["state"]["running"]["startedAt"])
-        pid_file = os.path.join(self.dir, "sleeper.pid")
-        pid = int(wait_until(lambda: os.path.exists(pid_file) and _read(pid_file).strip(),
-                             what="the sleeper's pid"))
-        self.assertTrue(_alive(pid))
-        self.assertRegex(self.kubectl("get", "pods", "-o", "wide"), r"sleeper\s+1/1\s+Running\s+0\s+\S+\s+127\.")
-        started = time.monotonic()
-        self.kubectl("delete", "pod", "sleeper", "--timeout=20s")
-        wait_until(lambda: not _alive(pid), timeout=8, what="the deleted pod's process to end")
-        self.assertLess(time.monotonic() - started, 8)
-        self.assertIn("NotFound", self.kubectl_fails("get", "pod", "sleeper"))
-
-        # A pod still running when the kubelet stops (checked by the caller).
-        self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(sleeper("left", os.path.join(self.dir, "left.pid"))))
-        wait_until(lambda: phase("left", "Running"), what="the last pod to run")
-        wait_until(lambda: os.path.exists(os.path.join(self.dir, "left.pid")), what="the last pod's pid")
-        for name in ("say-a", "say-b"):
-            self.kubectl("delete", "pod", name)
-
-
-def _read(path):
-    with open(path) as f:
-        return f.read()
-
-
-def _alive(pid):
-    """True while `pid` runs (a zombie counts as ended)."""
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError):
-        return False
+        running = wait_until(lambda: (lambda p: p if p and p.get("status", {}).get("phase") == "Running" else None)(
+            get("sleeper")), timeout=60, what="the sleeper to run")
+        container = running["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
+        self.assertIn(container, node.ctr("tasks", "ls", "-q").stdout.split())
+        self.kubectl("delete", "pod", "sleeper", "-n", ns, "--grace-period=3", "--timeout=30s")
+        wait_until(lambda: container not in node.ctr("tasks", "ls", "-q").stdout.split(), timeout=30,
+                   what="the deleted pod's container to stop")
 
 
 if __name__ == "__main__":

@@ -2,9 +2,9 @@
 """The operator end to end on one machine, driven with the real kubectl.
 
 Starts the real Kubernetes control plane (tests/harness/local_cluster.py) enforcing
-the restricted Pod Security level on the jobs' namespace, the node agent (which
-runs the pods the real scheduler binds to its Node as containers of the worker
-image that scripts/build-images.sh built, each on its own loopback IP,
+the restricted Pod Security level on the jobs' namespace, two real Nodes (a kubelet
+with containerd each, running the pods the real scheduler binds there as containers
+of the worker image that scripts/build-images.sh built, on the pod network;
 checkpoints on a ReadWriteMany claim), a real paci_coordinator, two paci_operator
 replicas that elect a leader with a Lease, running with the chart's RBAC, and a
 real Prometheus scraping all of them. Then:
@@ -39,7 +39,7 @@ from paci.v1 import coordinator_pb2 as cpb
 from paci.v1 import coordinator_pb2_grpc as cgrpc
 
 from harness import monitoring
-from harness.local_cluster import RELEASE_NAMESPACE, LocalCluster, container_env, wait_until
+from harness.local_cluster import RELEASE_NAMESPACE, LocalCluster, wait_until
 from harness.paths import BUILD, SOURCE
 
 # The claim every worker pod of the longer jobs mounts for its checkpoints.
@@ -58,7 +58,7 @@ class OperatorEndToEnd(unittest.TestCase):
         cls.tmp = tempfile.TemporaryDirectory(prefix="paci-operator-e2e-")
         cls.dir = cls.tmp.name
         cls.prom = None
-        cls.cluster = LocalCluster(cls.dir, BUILD, SOURCE, kueue=True)
+        cls.cluster = LocalCluster(cls.dir, BUILD, SOURCE, nodes=2, kueue=True)
         try:
             cls.cluster.start()
             # The jobs' namespace enforces the restricted Pod Security level, as
@@ -348,12 +348,10 @@ class OperatorEndToEnd(unittest.TestCase):
                    timeout=300, interval=0.5)
         victim = next(p for p in self.pods_of("kjv-small") if p["metadata"]["name"] == "kjv-small-worker-1")
         victim_container = victim["status"]["containerStatuses"][0]["containerID"]
-        self.assertTrue(victim_container.startswith("podman://"), victim_container)
+        self.assertTrue(victim_container.startswith("containerd://"), victim_container)
         # The pods met the restricted level (the namespace enforces it) and run as the image's user.
         self.assertEqual(victim["spec"]["securityContext"]["seccompProfile"]["type"], "RuntimeDefault")
-        killed = subprocess.run(["podman", "kill", "--signal", "KILL", victim_container[len("podman://"):]],
-                                capture_output=True, text=True, env=container_env())
-        self.assertEqual(killed.returncode, 0, killed.stderr)
+        self.cluster.kill_container(victim)
         # The last step reported before the restart, and the checkpoint it resumes from, as the
         # coordinator's watch stream tells them.
         last_step = 0
@@ -446,8 +444,8 @@ class OperatorEndToEnd(unittest.TestCase):
         self.kubectl("delete", "trainingjob", "kjv-fix", "--timeout=60s")
 
     def test_7_two_jobs_that_overfill_the_node_together_run_one_after_the_other(self):
-        """Each worker asks 6 of the node's 16 cores: one job's two pods fit, both jobs' four do
-        not. Without a gang both jobs could each hold one running pod and wait for the other
+        """Each worker asks 1.5 of a node's 2 cores: one job's two pods fit, one on each Node; both
+        jobs' four do not. Without a gang both jobs could each hold one running pod and wait for the other
         forever; with the gang gate one job's pods are released together, the other's wait at
         the gate saying why, and run when the first is done. A job no node could hold is
         reported Unschedulable."""
@@ -466,8 +464,8 @@ class OperatorEndToEnd(unittest.TestCase):
         names = ("gang-a", "gang-b")
         applied = time.monotonic()
         for name in names:
-            apply(name, "6")
-        apply("gang-huge", "20")
+            apply(name, "1500m")
+        apply("gang-huge", "3")
 
         def split():
             """(released job, gated job) once each has its two pods, the release settled (a
@@ -493,8 +491,8 @@ class OperatorEndToEnd(unittest.TestCase):
             return c if c and c["status"] == status else None
         waiting = wait_until(second + " waiting", lambda: admitted(second), timeout=60)
         self.assertEqual(waiting["reason"], "WaitingForCapacity", waiting)
-        self.assertIn("2 worker pods at the gate ask for cpu 12, memory 512Mi together", waiting["message"])
-        self.assertIn("free now on the 1 nodes they may use: cpu 4,", waiting["message"])
+        self.assertIn("2 worker pods at the gate ask for cpu 3, memory 512Mi together", waiting["message"])
+        self.assertIn("free now on the 2 nodes they may use: cpu 1,", waiting["message"])
         # An edit of its runPolicy while it waits reaches its job at the coordinator.
         self.kubectl("patch", "trainingjob", second, "--type=merge",
                      "-p", json.dumps({"spec": {"runPolicy": {"backoffLimit": 5}}}))
@@ -502,10 +500,10 @@ class OperatorEndToEnd(unittest.TestCase):
             second).spec.run_policy.backoff_limit == 5, timeout=30, interval=0.2)
         huge = wait_until("gang-huge unschedulable", lambda: admitted("gang-huge"), timeout=60)
         self.assertEqual(huge["reason"], "Unschedulable", huge)
-        self.assertIn("could not hold them all even if empty (cpu 16,", huge["message"])
+        self.assertIn("could not hold them all even if empty (cpu 4,", huge["message"])
         described = self.kubectl("describe", "trainingjob", second).stdout
         self.assertIn("WaitingForCapacity", described)
-        self.assertIn("ask for cpu 12", described)
+        self.assertIn("ask for cpu 3", described)
         self.assertEqual(self.status_of("gang-huge").get("phase"), "Pending")
         self.kubectl("delete", "trainingjob", "gang-huge", "--timeout=60s")
 
@@ -527,7 +525,7 @@ class OperatorEndToEnd(unittest.TestCase):
             self.kubectl("delete", "trainingjob", name, "--timeout=60s")
 
     def team_queue(self):
-        """Kueue's objects for the queued tests (applied again as they are): ClusterQueue team-cq of 4 cpu
+        """Kueue's objects for the queued tests (applied again as they are): ClusterQueue team-cq of 2 cpu
         that preempts a lower priority, LocalQueue team-queue, WorkloadPriorityClasses low and high."""
         self.cluster.kueue.apply(
             {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
@@ -538,7 +536,7 @@ class OperatorEndToEnd(unittest.TestCase):
                       "preemption": {"withinClusterQueue": "LowerPriority"},
                       "resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [{
                           "name": "default-flavor", "resources": [
-                              {"name": "cpu", "nominalQuota": "4"},
+                              {"name": "cpu", "nominalQuota": "2"},
                               {"name": "memory", "nominalQuota": "4Gi"}]}]}]}},
             {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
              "metadata": {"name": "team-queue", "namespace": "default"},
@@ -550,7 +548,7 @@ class OperatorEndToEnd(unittest.TestCase):
 
     def apply_queued(self, name, priority, steps=60, queue="team-queue", pipeline=None):
         """The example, renamed, in `queue` at `priority`, checkpointing every 20 steps on the claim,
-        each worker asking 2 cpu (`pipeline` merged into its spec.pipeline)."""
+        each worker asking 1 cpu (`pipeline` merged into its spec.pipeline)."""
         with open(os.path.join(SOURCE, "examples", "trainingjob.yaml")) as f:
             manifest = yaml.safe_load(f)
         manifest["metadata"]["name"] = name
@@ -561,7 +559,7 @@ class OperatorEndToEnd(unittest.TestCase):
         manifest["spec"]["checkpoint"] = {"directory": "/shared/ckpt-" + name, "interval": 20,
                                           "resume": True}
         manifest["spec"]["worker"].update(SHARED_VOLUME)
-        manifest["spec"]["worker"]["resources"] = {"requests": {"cpu": "2", "memory": "256Mi"}}
+        manifest["spec"]["worker"]["resources"] = {"requests": {"cpu": "1", "memory": "256Mi"}}
         self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(manifest))
 
     def condition_of(self, name, kind):
@@ -572,7 +570,7 @@ class OperatorEndToEnd(unittest.TestCase):
         return len(pods) == count and all(p["status"].get("phase") == "Running" for p in pods)
 
     def test_8_kueue_queues_jobs_for_quota_and_a_higher_priority_preempts_one_that_resumes(self):
-        """A ClusterQueue with 4 cpu: each job's two workers ask 2 cpu, so one job runs at a
+        """A ClusterQueue with 2 cpu: each job's two workers ask 1 cpu, so one job runs at a
         time. The second low-priority job waits Suspended saying so; a job for a LocalQueue
         that does not exist says that; a high-priority job preempts the running one, which
         stops, gives its quota back, and later resumes from its checkpoint as a new
@@ -923,7 +921,7 @@ class OperatorEndToEnd(unittest.TestCase):
         self.kubectl("delete", "trainingjob", "kjv-parity", "--timeout=60s")
 
     def test_9b_an_elastic_job_shrinks_when_a_pod_cannot_come_back_and_grows_when_it_can(self):
-        """spec.pipeline.elastic: a worker's container is killed while the node is cordoned, so
+        """spec.pipeline.elastic: a worker's container is killed while the nodes are cordoned, so
         its replacement pod cannot be placed; after the grace the job goes on at 1 stage from its
         checkpoint; uncordoned, the replacement starts and the job grows back to 2 stages at its
         next checkpoint. Both resizes show in status, the Resizing condition and Events."""
@@ -933,21 +931,18 @@ class OperatorEndToEnd(unittest.TestCase):
         wait_until(name + " past a checkpoint", lambda: self.status_of(name).get("coordinatorJob") and
                    self.coordinator_job(name).status.checkpoint_step >= 20, timeout=300, interval=0.5)
         self.assertTrue(self.coordinator_job(name).spec.pipeline.HasField("elastic"))
-        node = json.loads(self.kubectl("get", "nodes", "-o", "json").stdout)["items"][0]["metadata"]["name"]
-        self.kubectl("cordon", node)
+        nodes = [node.name for node in self.cluster.nodes]
+        self.kubectl("cordon", *nodes)
         try:
             victim = next(p for p in self.pods_of(name) if p["metadata"]["name"] == name + "-worker-1")
-            container = victim["status"]["containerStatuses"][0]["containerID"][len("podman://"):]
             before = self.coordinator_job(name)
             kill_time = time.monotonic()
-            killed = subprocess.run(["podman", "kill", "--signal", "KILL", container],
-                                    capture_output=True, text=True, env=container_env())
-            self.assertEqual(killed.returncode, 0, killed.stderr)
+            self.cluster.kill_container(victim)
             shrunk = wait_until(name + " at 1 stage", lambda: (lambda s: s.get("shape") == "1 stage x 1 replica"
                                 and s.get("phase") == "Running" and s)(self.status_of(name)), timeout=120, interval=0.5)
             training = wait_until(name + " training at 1 stage", lambda: (lambda j: j.status.step > j.status.checkpoint_step
                                   and time.monotonic())(self.coordinator_job(name)), timeout=120, interval=0.2)
-            print("\nelastic: a worker killed (node cordoned) to training again at 1 stage: %.1f s (grace 3 s); "
+            print("\nelastic: a worker killed (nodes cordoned) to training again at 1 stage: %.1f s (grace 3 s); "
                   "steps trained again: at most %d (step %d at the kill, checkpoint %d)" % (
                       training - kill_time, before.status.step - before.status.checkpoint_step,
                       before.status.step, before.status.checkpoint_step))
@@ -956,7 +951,7 @@ class OperatorEndToEnd(unittest.TestCase):
             self.assertEqual(resizing["reason"], "Resized", resizing)
             self.assertEqual(self.coordinator_job(name).spec.pipeline.num_stages, 1)
         finally:
-            self.kubectl("uncordon", node)
+            self.kubectl("uncordon", *nodes)
         grown = wait_until(name + " back at 2 stages", lambda: (lambda s: s.get("shape") == "2 stages x 1 replica"
                            and s.get("resizes") == 2 and s.get("phase") == "Running" and s)(self.status_of(name)),
                            timeout=180, interval=0.5)
@@ -980,6 +975,84 @@ class OperatorEndToEnd(unittest.TestCase):
         print("\n$ kubectl describe trainingjob %s (events)\n%s" % (name, described[described.rfind("Events:"):]))
         self.kubectl("delete", "trainingjob", name, "--timeout=60s")
 
+
+    def test_9c_a_job_with_a_stage_on_each_node_succeeds_and_resumes_on_the_node_left_when_one_is_lost(self):
+        """Two stages the real scheduler puts on the two Nodes (a preferred anti-affinity, as a user
+        spreads a job): they train through the pod network, from one Node's bridge to the other's.
+        Past a checkpoint the second Node is lost (its kubelet, containerd and containers stop; the
+        Node and its pods are deleted, as an admin does with a dead machine): the job restarts from
+        its checkpoint with both stages on the Node left, and Succeeds."""
+        name = "two-nodes"
+        with open(os.path.join(SOURCE, "examples", "trainingjob.yaml")) as f:
+            manifest = yaml.safe_load(f)
+        manifest["metadata"]["name"] = name
+        manifest["spec"]["training"]["steps"] = 600
+        manifest["spec"]["checkpoint"] = {"directory": "/shared/ckpt-" + name, "interval": 20, "resume": True}
+        manifest["spec"]["worker"].update(SHARED_VOLUME)
+        manifest["spec"]["worker"]["resources"] = {"requests": {"cpu": "500m", "memory": "256Mi"}}
+        manifest["spec"]["worker"]["affinity"] = {"podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": {
+                "labelSelector": {"matchLabels": {"paci.dev/job-name": name}},
+                "topologyKey": "kubernetes.io/hostname"}}]}}
+        self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(manifest))
+        pods = wait_until(name + "'s pods running", lambda: self.pods_running(name, 2) and self.pods_of(name),
+                          timeout=120, interval=0.2)
+        placed = {p["metadata"]["name"]: (p["spec"]["nodeName"], p["status"]["podIP"]) for p in pods}
+        print("\n$ kubectl get pods -o wide\n" + self.kubectl("get", "pods", "-o", "wide").stdout)
+        self.assertEqual({node for node, _ in placed.values()}, {n.name for n in self.cluster.nodes}, placed)
+        self.assertEqual(len({ip.rsplit(".", 2)[1] for _, ip in placed.values()}), 2,
+                         "each Node's pods are on its own bridge's subnet: %s" % placed)
+        wait_until(name + " past a checkpoint", lambda: self.status_of(name).get("coordinatorJob") and
+                   self.coordinator_job(name).status.checkpoint_step >= 20, timeout=300, interval=0.5)
+
+        lost = self.cluster.nodes[1].name
+        before = self.coordinator_job(name)
+        self.cluster.lose_node(lost)
+        try:
+            resumed = wait_until(name + " training again on " + self.cluster.nodes[0].name, lambda: (
+                lambda j: j.status.restarts >= 1 and j.status.step > j.status.checkpoint_step and j)(
+                    self.coordinator_job(name)), timeout=180, interval=0.5)
+            self.assertGreaterEqual(resumed.status.checkpoint_step, 20)
+            self.assertLessEqual(before.status.checkpoint_step, resumed.status.checkpoint_step)
+            self.assertEqual({p["spec"]["nodeName"] for p in self.pods_of(name)}, {self.cluster.nodes[0].name})
+            status = self.finished(name, timeout=600)
+            self.assertEqual(status["phase"], "Succeeded", status)
+            self.assertEqual(status["step"], 600)
+            self.assertGreaterEqual(status["restarts"], 1)
+        finally:
+            self.cluster.restore_node(lost)
+        self.kubectl("delete", "trainingjob", name, "--timeout=60s")
+
+    def test_9d_the_kubelets_reasons_reach_the_trainingjob(self):
+        """What the real kubelet says of a worker pod is what the TrainingJob says: an image not on
+        the node under imagePullPolicy Never blocks the workers (WorkersBlocked, ErrImageNeverPull);
+        a worker past its memory limit is OOMKilled, and the job's WorkerExited Event names it."""
+        with open(os.path.join(SOURCE, "examples", "trainingjob.yaml")) as f:
+            example = yaml.safe_load(f)
+        no_image = json.loads(json.dumps(example))
+        no_image["metadata"]["name"] = "no-image"
+        no_image["spec"]["worker"]["image"] = "localhost/paci-worker:not-built"
+        no_image["spec"]["worker"]["imagePullPolicy"] = "Never"
+        small = json.loads(json.dumps(example))
+        small["metadata"]["name"] = "too-small"
+        small["spec"]["worker"]["resources"] = {"requests": {"cpu": "100m", "memory": "16Mi"},
+                                                "limits": {"memory": "16Mi"}}
+        self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all([no_image, small]))
+        blocked = wait_until("no-image's workers blocked", lambda: (lambda c: c.get("status") == "True" and c)(
+            self.condition_of("no-image", "WorkersBlocked")), timeout=120, interval=0.5)
+        self.assertEqual(blocked["reason"], "ErrImageNeverPull", blocked)
+        self.assertIn('"localhost/paci-worker:not-built" is not present with pull policy of Never',
+                      blocked["message"])
+
+        def exited():
+            events = json.loads(self.kubectl("get", "events", "--field-selector",
+                                             "involvedObject.name=too-small", "-o", "json").stdout)["items"]
+            return [e["message"] for e in events if e["reason"] == "WorkerExited"]
+        messages = wait_until("too-small's worker OOMKilled", exited, timeout=120, interval=0.5)
+        self.assertIn("OOMKilled, exit code 137", messages[0])
+        described = self.kubectl("describe", "trainingjob", "no-image").stdout
+        self.assertIn("ErrImageNeverPull", described)
+        self.kubectl("delete", "trainingjob", "no-image", "too-small", "--timeout=60s")
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

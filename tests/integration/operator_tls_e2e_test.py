@@ -71,9 +71,9 @@ class OperatorTlsEndToEnd(unittest.TestCase):
         self.assertEqual(job["status"]["phase"], "Succeeded", job["status"])
         self.assertEqual(job["status"]["step"], 60)
         self.assertIn("mutual TLS", self.log("coordinator"))
-        for pod in ("kjv-tiny-worker-0", "kjv-tiny-worker-1"):  # their output, as the node agent kept it
-            with open(os.path.join(self.tmp.name, "pods", "default_%s.log" % pod), errors="replace") as f:
-                self.assertIn("links=mutual TLS (peers named paci-worker.default)", f.read())
+        for pod in ("kjv-tiny-worker-0", "kjv-tiny-worker-1"):  # their output, as the kubelet kept it
+            self.assertIn("links=mutual TLS (peers named paci-worker.default)",
+                          self.cluster.kubectl("logs", pod).stdout)
         self.assertNotIn("peer did not return a certificate", self.log("coordinator"))
         self.assertNotIn("refused: PERMISSION_DENIED", self.log("coordinator"))  # bound, and in its namespace
 
