@@ -11,8 +11,9 @@
 #
 # --node also builds what a real node needs, for the suite's test Nodes
 # (tests/harness/kubelet_node.py): kubelet, containerd with its runc shim
-# and ctr (third_party/containerd), and the pause image's program from the
-# Kubernetes module's pause.c (gcc, static).
+# and ctr (third_party/containerd), kube-router (third_party/kube-router: its
+# NetworkPolicy controller), and the pause image's program from the Kubernetes
+# module's pause.c (gcc, static).
 #
 # The cache is ${PACI_CACHE_DIR:-$HOME/.cache/paci}/kube-toolchain/KEY. Go's
 # own module and build caches make a rebuild after a change of pins quick.
@@ -33,6 +34,7 @@ ETCD_VERSION=v3.6.16
 HELM_VERSION=v3.22.0
 CONTAINERD_VERSION=v2.2.9
 KUEUE_VERSION=v0.17.0
+KUBE_ROUTER_VERSION=v2.1.0
 
 CACHE_ROOT=${PACI_CACHE_DIR:-${HOME:-/root}/.cache/paci}
 GO_TOOLCHAIN=go1.26.8
@@ -64,7 +66,8 @@ export CGO_ENABLED=${CGO_ENABLED:-0}
 GCFLAGS=all=-dwarf=false
 
 key=$(cat scripts/kube-toolchain.sh third_party/kubernetes/go.{mod,sum} third_party/etcd/go.{mod,sum} \
-        third_party/helm/go.{mod,sum} third_party/containerd/go.{mod,sum} third_party/kueue/go.{mod,sum} |
+        third_party/helm/go.{mod,sum} third_party/containerd/go.{mod,sum} third_party/kueue/go.{mod,sum} \
+        third_party/kube-router/go.{mod,sum} |
         sha256sum | cut -c1-16)
 cache=$CACHE_ROOT/kube-toolchain/$key
 bin=$cache/bin
@@ -116,6 +119,9 @@ if ((NODE)); then
   for cmd in containerd containerd-shim-runc-v2 ctr; do
     build containerd "$cmd" "github.com/containerd/containerd/v2/cmd/$cmd" "$ctd_ldflags"
   done
+  # kube-router's network policy controller (its firewall alone), for the NetworkPolicy test.
+  build kube-router kube-router github.com/cloudnativelabs/kube-router/v2/cmd/kube-router \
+    "-s -w -X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=$KUBE_ROUTER_VERSION"
   if [[ ! -x $bin/pause ]]; then
     k8s_dir=$(cd third_party/kubernetes && go mod download -json k8s.io/kubernetes |
                 sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
@@ -128,4 +134,4 @@ fi
 mkdir -p "$BUILD_DIR"
 ln -sfn "$bin" "$BUILD_DIR/kube-bin"
 echo "kube-toolchain: Kubernetes $KUBERNETES_VERSION, etcd $ETCD_VERSION, helm $HELM_VERSION, Kueue $KUEUE_VERSION$( ((NODE)) &&
-  echo ", containerd $CONTAINERD_VERSION") in $BUILD_DIR/kube-bin"
+  echo ", containerd $CONTAINERD_VERSION, kube-router $KUBE_ROUTER_VERSION") in $BUILD_DIR/kube-bin"

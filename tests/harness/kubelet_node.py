@@ -253,11 +253,12 @@ state = "%(d)s/containerd-state"
         # The pods' processes: containerd's shims outlive it by design.
         subprocess.run(["pkill", "-f", "containerd-shim-runc-v2 -namespace k8s.io -id .* -address " + self.socket],
                        capture_output=True)
-        # What the kubelet and containerd mounted (volumes, root file systems, network namespaces).
+        # What the kubelet and containerd mounted (volumes, root file systems, network namespaces):
+        # under containerd's root only while this run holds it (another run's pods may be there).
+        ours = (self.dir + "/", self.root + "/") if self._lock is not None else (self.dir + "/",)
         for _ in range(5):  # mounts may be stacked
             with open("/proc/mounts") as f:
-                mounts = [line.split()[1] for line in f
-                          if line.split()[1].startswith((self.dir + "/", self.root + "/"))]
+                mounts = [line.split()[1] for line in f if line.split()[1].startswith(ours)]
             if not mounts:
                 break
             for mount in sorted(mounts, key=len, reverse=True):

@@ -93,7 +93,8 @@ class LocalCluster:
         self.nodes = []
         self.operator_args = list(operator_args)
         self.coordinator_args = list(coordinator_args)
-        self.worker_image = images(build_dir)["worker"]
+        self.images = images(build_dir)
+        self.worker_image = self.images["worker"]
         self.build = build_dir
         self.source = source_dir
         self.replicas = list(replicas)
@@ -178,7 +179,7 @@ class LocalCluster:
                 os.path.join(self.dir, "coordinator.log")).read(), timeout=10)).group(1)
         for index in range(self.node_count):
             self.nodes.append(kubelet_node.KubeletNode(
-                self.dir, self.plane, index, [self.worker_image], container_env(),
+                self.dir, self.plane, index, [self.worker_image, self.images["coordinator"]], container_env(),
                 aliases={EXAMPLE_WORKER_IMAGE: self.worker_image}).start())
         for node in self.nodes:
             wait_until("node %s Ready" % node.name, lambda: any(

@@ -20,6 +20,7 @@ which resumes from its checkpoint when admitted again.
 
 Run by ctest with PACI_BUILD_DIR and PACI_SOURCE_DIR set.
 """
+import concurrent.futures
 import gzip
 import json
 import os
@@ -39,6 +40,7 @@ from paci.v1 import coordinator_pb2 as cpb
 from paci.v1 import coordinator_pb2_grpc as cgrpc
 
 from harness import monitoring
+from harness.kube_router import KubeRouter
 from harness.local_cluster import RELEASE_NAMESPACE, LocalCluster, wait_until
 from harness.paths import BUILD, SOURCE
 
@@ -828,11 +830,14 @@ class OperatorEndToEnd(unittest.TestCase):
                                  capture_output=True, text=True, timeout=60)
         self.assertNotEqual(refused.returncode, 0)
         self.assertIn("--stage: 2 is not a stage of kjv-data-again, which has 2", refused.stderr)
-        # --follow: the log as it grows, until the pod's container ends with the job.
+        # --follow: the log as it grows, until the pod's container ends with the job. Read as it
+        # comes, as a terminal does: a reader that stops reading holds the kubelet's stream back
+        # (TCP), and the pod, deleted when the job ends, takes the rest of its log with it.
         follow = subprocess.Popen(self.pacictl("logs", "kjv-data-again", "--stage=1", "--follow"),
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        reader = concurrent.futures.ThreadPoolExecutor(1).submit(follow.communicate, timeout=600)
         status = self.finished("kjv-data-again")
-        followed, errors = follow.communicate(timeout=120)
+        followed, errors = reader.result(timeout=120)
         self.assertEqual(follow.returncode, 0, errors)
         self.assertTrue(followed.startswith(stage_log[:200]), followed[:400])
         self.assertRegex(followed, r"job=kjv-data-again-\S+ step=3000 validation_loss=")  # the last one
@@ -1053,6 +1058,109 @@ class OperatorEndToEnd(unittest.TestCase):
         described = self.kubectl("describe", "trainingjob", "no-image").stdout
         self.assertIn("ErrImageNeverPull", described)
         self.kubectl("delete", "trainingjob", "no-image", "too-small", "--timeout=60s")
+
+    def probe(self, namespace, pod, address, port):
+        """Whether a TCP connection from `pod` to address:port opens within 3 s ("open"/"closed")."""
+        return self.kubectl("exec", "-n", namespace, pod, "--", "bash", "-c",
+                            'timeout 3 bash -c "exec 3<>/dev/tcp/%s/%d" 2>/dev/null && echo open || echo closed'
+                            % (address, port), timeout=60).stdout.strip()
+
+    def test_9e_networkpolicies_fence_the_stages_and_the_coordinator_on_a_real_network_plugin(self):
+        """kube-router's network policy controller (tests/harness/kube_router.py) enforces the
+        NetworkPolicies the operator makes for a job and the chart makes for its coordinator (the
+        chart's own Deployment, rendered by helm, running on a Node): a pod of another namespace
+        cannot open a job's stage link port nor the coordinator's gRPC or metrics port; the job's
+        own pods reach each other's link port (across the two Nodes) and train; a worker pod of any
+        namespace and the release's operator pod reach the coordinator's gRPC port; everyone reaches
+        a worker's metrics port, as the job's policy says; host processes (this cluster's operators)
+        reach the pods as their Node does."""
+        ns = RELEASE_NAMESPACE
+        coordinator_image, tag = self.cluster.images["coordinator"].rsplit(":", 1)
+        chart = self.cluster.helm("template", "paci", os.path.join(SOURCE, "helm", "paci"), "--namespace", ns,
+                                  "--set", "tls.enabled=false", "--set", "insecure=true",
+                                  "--set", "coordinator.image.repository=" + coordinator_image,
+                                  "--set", "coordinator.image.tag=" + tag,
+                                  "--show-only", "templates/coordinator.yaml",
+                                  "--show-only", "templates/networkpolicy.yaml").stdout
+        self.kubectl("apply", "-f", "-", stdin=chart)
+
+        def prober(name, namespace, labels):
+            return {"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": name, "namespace": namespace, "labels": labels},
+                    "spec": {"terminationGracePeriodSeconds": 0, "containers": [{
+                        "name": "probe", "image": self.cluster.worker_image, "imagePullPolicy": "Never",
+                        "command": ["sleep", "3600"]}]}}
+        probers = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "stranger"}},
+                   prober("stranger", "stranger", {}),
+                   prober("worker-elsewhere", "stranger", {"app.kubernetes.io/name": "paci-worker"}),
+                   prober("operator-like", ns, {"app.kubernetes.io/name": "paci", "app.kubernetes.io/instance": "paci",
+                                                "app.kubernetes.io/component": "operator"})]
+        self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(probers))
+        name = "fenced"
+        with open(os.path.join(SOURCE, "examples", "trainingjob.yaml")) as f:
+            manifest = yaml.safe_load(f)
+        manifest["metadata"]["name"] = name
+        manifest["spec"]["training"]["steps"] = 100000
+        manifest["spec"]["worker"]["resources"] = {"requests": {"cpu": "250m", "memory": "256Mi"}}
+        manifest["spec"]["worker"]["affinity"] = {"podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [{
+                "labelSelector": {"matchLabels": {"paci.dev/job-name": name}},
+                "topologyKey": "kubernetes.io/hostname"}]}}
+        router = None
+        try:
+            def coordinator_pod():
+                pods = json.loads(self.kubectl("get", "pods", "-n", ns, "-l", "app.kubernetes.io/component=coordinator",
+                                               "-o", "json").stdout)["items"]
+                return pods[0] if pods and any(c["type"] == "Ready" and c["status"] == "True"
+                                               for c in pods[0]["status"].get("conditions", [])) else None
+            coordinator = wait_until("the chart's coordinator pod Ready", coordinator_pod, timeout=120)["status"]["podIP"]
+            for namespace, pod in (("stranger", "stranger"), ("stranger", "worker-elsewhere"), (ns, "operator-like")):
+                wait_until(pod + " running", lambda: self.cluster.plane.kubectl(
+                    "get", "pod", pod, "-n", namespace, "-o", "jsonpath={.status.phase}").stdout == "Running",
+                    timeout=120)
+            # Before any plugin runs, nothing is fenced: the policies alone do nothing.
+            self.assertEqual(self.probe("stranger", "stranger", coordinator, 7070), "open")
+
+            router = KubeRouter(self.dir, self.cluster.plane, self.cluster.nodes[0].name).start()
+            self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(manifest))
+            workers = wait_until(name + "'s pods running", lambda: self.pods_running(name, 2) and self.pods_of(name),
+                                 timeout=120, interval=0.2)
+            ip = {p["metadata"]["name"]: p["status"]["podIP"] for p in workers}
+            self.assertEqual(len({p["spec"]["nodeName"] for p in workers}), 2)
+            # One firewall chain per pod a policy selects: the coordinator and the two workers.
+            wait_until("kube-router's chains for the fenced pods", lambda: len(router.pod_chains()) >= 3, timeout=60)
+            wait_until(name + " training", lambda: self.status_of(name).get("step", 0) >= 40, timeout=120)
+            link, metrics = 7000, 9100
+            worker_1 = ip[name + "-worker-1"]
+            matrix = {
+                ("stranger", "stranger", worker_1, link): "closed",
+                ("stranger", "stranger", worker_1, metrics): "open",
+                ("stranger", "stranger", coordinator, 7070): "closed",
+                ("stranger", "stranger", coordinator, 9090): "closed",
+                ("default", name + "-worker-0", worker_1, link): "open",
+                ("stranger", "worker-elsewhere", coordinator, 7070): "open",
+                ("stranger", "worker-elsewhere", worker_1, link): "closed",
+                (ns, "operator-like", coordinator, 7070): "open",
+                (ns, "operator-like", coordinator, 9090): "open",
+            }
+            seen = {key: self.probe(*key) for key in matrix}
+            print("\nNetworkPolicy with kube-router: " + ", ".join(
+                "%s/%s -> %s:%d %s" % (k[0], k[1], k[2], k[3], v) for k, v in seen.items()))
+            self.assertEqual(seen, matrix)
+            # The host (where this cluster's operators run) reaches a worker's metrics.
+            with urllib.request.urlopen("http://%s:%d/metrics" % (worker_1, metrics), timeout=10) as response:
+                self.assertIn("paci_", response.read().decode())
+            # The job trained on through the fenced links.
+            before = self.status_of(name)["step"]
+            wait_until(name + " training on", lambda: self.status_of(name).get("step", 0) > before, timeout=60)
+        finally:
+            if router is not None:
+                router.stop()
+            self.kubectl("delete", "trainingjob", name, "--ignore-not-found", "--timeout=60s")
+            self.kubectl("delete", "namespace", "stranger", "--wait=false")
+            self.kubectl("delete", "pod", "operator-like", "-n", ns, "--grace-period=0", "--force")
+            self.kubectl("delete", "-f", "-", "--wait=false", stdin=chart)
+        self.assertEqual(KubeRouter.chains(), set(), "kube-router's chains left on the host")
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

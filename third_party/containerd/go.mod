@@ -1,5 +1,5 @@
 // A wrapper module that builds containerd, its runc shim and ctr for the
-// full-node test (scripts/kube-toolchain.sh --node).
+// test Nodes (scripts/kube-toolchain.sh --node).
 module paci.dev/third_party/containerd
 
 go 1.26.0

@@ -1,0 +1,103 @@
+"""NetworkPolicy enforced on the test Nodes by a real network plugin: kube-router's
+network policy controller (github.com/cloudnativelabs/kube-router, the release
+scripts/kube-toolchain.sh --node builds), its firewall alone (no routing, no
+service proxy: the host routes between the Nodes' bridges).
+
+    router = KubeRouter(workdir, plane, "paci-node").start()   # the host's filter table is its
+    ...
+    router.stop()                                              # and is given back clean
+
+One instance serves both test Nodes: they share this host's address, and kube-router
+takes as its own every pod whose hostIP is its Node's address. It writes the
+host's iptables filter table (chains KUBE-ROUTER-*, KUBE-POD-FW-*, KUBE-NWPLCY-*)
+and ipsets (KUBE-SRC-*, KUBE-DST-*, kube-router-*), catching bridged pod traffic
+with `physdev --physdev-is-bridged`; so it runs only while a test asks for it, and
+stop() removes every chain, rule and set it made (not `--cleanup-config`, which also
+tears down the routing and proxy state it never made here). It admits a pod's
+traffic from its own Node's addresses, as it must for the kubelet's probes: host
+processes (the test's coordinator and operators) are not fenced.
+
+Uses the standard library, iptables and ipset.
+"""
+import os
+import shlex
+import subprocess
+import time
+
+from .control_plane import _die_with_parent, stop_process
+
+CHAIN_PREFIXES = ("KUBE-ROUTER-", "KUBE-POD-FW-", "KUBE-NWPLCY-")
+SET_PREFIXES = ("KUBE-SRC-", "KUBE-DST-", "kube-router-")
+
+
+def _run(*args):
+    return subprocess.run(list(args), capture_output=True, text=True)
+
+
+class KubeRouter:
+    def __init__(self, workdir, plane, node_name, service_range="10.96.0.0/16"):
+        self.dir = workdir
+        self.plane = plane
+        self.node_name = node_name
+        self.service_range = service_range
+        self.proc = None
+
+    def start(self):
+        """Starts kube-router; returns once its chains are in the filter table."""
+        binary = os.path.join(self.plane.bin, "kube-router")
+        if not os.path.exists(binary):
+            raise AssertionError("%s is missing: run scripts/kube-toolchain.sh --node" % binary)
+        for tool in ("iptables", "ipset"):
+            if _run("sh", "-c", "command -v " + tool).returncode != 0:
+                raise AssertionError("kube-router needs %s (scripts/install-deps.sh installs it)" % tool)
+        self.clean()  # what a killed run left
+        with open(os.path.join(self.dir, "kube-router.log"), "w") as log:
+            self.proc = subprocess.Popen(
+                [binary, "--kubeconfig=" + self.plane.kubeconfig, "--hostname-override=" + self.node_name,
+                 "--run-firewall=true", "--run-router=false", "--run-service-proxy=false",
+                 "--service-cluster-ip-range=" + self.service_range, "--health-port=0", "--metrics-port=0",
+                 "--v=1"], stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                preexec_fn=_die_with_parent)
+        deadline = time.monotonic() + 60
+        while "KUBE-ROUTER-FORWARD" not in self.chains():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                with open(os.path.join(self.dir, "kube-router.log"), errors="replace") as f:
+                    tail = "".join(f.readlines()[-20:])
+                self.stop()
+                raise AssertionError("kube-router did not set up its chains:\n" + tail)
+            time.sleep(0.2)  # polling interval
+        return self
+
+    @staticmethod
+    def chains():
+        """The filter table's chains kube-router made."""
+        out = _run("iptables", "-t", "filter", "-S").stdout
+        return {line.split()[1] for line in out.splitlines()
+                if line.startswith("-N ") and line.split()[1].startswith(CHAIN_PREFIXES)}
+
+    def pod_chains(self):
+        """The per-pod firewall chains: one for each pod a policy selects, once it is synced."""
+        return {c for c in self.chains() if c.startswith("KUBE-POD-FW-")}
+
+    @classmethod
+    def clean(cls):
+        """Removes kube-router's rules, chains and sets from the host."""
+        rules = _run("iptables", "-t", "filter", "-S").stdout.splitlines()
+        chains = cls.chains()
+        for rule in rules:  # the jumps from the built-in chains into its own
+            parts = shlex.split(rule)
+            if parts[0] == "-A" and not parts[1].startswith(CHAIN_PREFIXES) and any(
+                    p in chains for p in parts[2:]):
+                _run("iptables", "-t", "filter", "-D", *parts[1:])
+        for chain in chains:
+            _run("iptables", "-t", "filter", "-F", chain)
+        for chain in chains:
+            _run("iptables", "-t", "filter", "-X", chain)
+        for _ in range(2):  # a list set goes before the sets it names
+            for name in _run("ipset", "list", "-n").stdout.split():
+                if name.startswith(SET_PREFIXES):
+                    _run("ipset", "destroy", name)
+
+    def stop(self):
+        stop_process(self.proc, timeout=10)
+        self.clean()
