@@ -743,8 +743,9 @@ class RenderTest(unittest.TestCase):
 
 
 class ClusterTest(unittest.TestCase):
-    """The chart installed with the real helm on the real control plane. No node agent runs
-    here: the chart's pods stay Pending (operator_e2e_test.py runs pods)."""
+    """The chart installed with the real helm on the real control plane. No Node runs here:
+    the chart's pods stay Pending (operator_e2e_test.py runs pods on real kubelets, the chart's
+    coordinator Deployment among them)."""
 
     @classmethod
     def setUpClass(cls):

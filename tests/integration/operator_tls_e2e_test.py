@@ -23,6 +23,7 @@ from harness.pki import make_pki, mutual_tls_args, worker_secret
 
 SECRET = "paci-worker-credentials"
 MOUNT = "/etc/paci/coordinator"
+STEPS = 3000
 
 
 class OperatorTlsEndToEnd(unittest.TestCase):
@@ -53,7 +54,10 @@ class OperatorTlsEndToEnd(unittest.TestCase):
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default", "labels": {
                 "pod-security.kubernetes.io/enforce": "restricted"}}},
             worker_secret(self.pki, SECRET, "default")]))
-        self.cluster.kubectl("apply", "-f", os.path.join(SOURCE, "examples", "trainingjob.yaml"))
+        with open(os.path.join(SOURCE, "examples", "trainingjob.yaml")) as f:
+            job = yaml.safe_load(f)
+        job["spec"]["training"]["steps"] = STEPS  # long enough to read its pods' logs while they run
+        self.cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(job))
         pods = wait_until("worker pods", lambda: json.loads(self.cluster.kubectl(
             "get", "pods", "-l", "paci.dev/job-name=kjv-tiny", "-o", "json").stdout)["items"], timeout=60)
         container = pods[0]["spec"]["containers"][0]
@@ -66,14 +70,15 @@ class OperatorTlsEndToEnd(unittest.TestCase):
         for flag in ("--tls_ca=%s/ca.crt" % MOUNT, "--tls_cert=%s/tls.crt" % MOUNT, "--tls_key=%s/tls.key" % MOUNT,
                      "--link_tls_server_name=paci-worker.default"):
             self.assertIn(flag, container["args"])
+        # Their output, as the kubelet keeps it while the pods exist (they go when the job ends).
+        for pod in ("kjv-tiny-worker-0", "kjv-tiny-worker-1"):
+            wait_until(pod + "'s log", lambda: "links=mutual TLS (peers named paci-worker.default)" in
+                       self.cluster.kubectl("logs", pod, check=False).stdout, timeout=120)
         job = wait_until("kjv-tiny finished", lambda: (lambda j: j.get("status", {}).get("phase") in (
-            "Succeeded", "Failed") and j)(self.cluster.get("trainingjob", "kjv-tiny")), timeout=120, interval=0.5)
+            "Succeeded", "Failed") and j)(self.cluster.get("trainingjob", "kjv-tiny")), timeout=300, interval=0.5)
         self.assertEqual(job["status"]["phase"], "Succeeded", job["status"])
-        self.assertEqual(job["status"]["step"], 60)
+        self.assertEqual(job["status"]["step"], STEPS)
         self.assertIn("mutual TLS", self.log("coordinator"))
-        for pod in ("kjv-tiny-worker-0", "kjv-tiny-worker-1"):  # their output, as the kubelet kept it
-            self.assertIn("links=mutual TLS (peers named paci-worker.default)",
-                          self.cluster.kubectl("logs", pod).stdout)
         self.assertNotIn("peer did not return a certificate", self.log("coordinator"))
         self.assertNotIn("refused: PERMISSION_DENIED", self.log("coordinator"))  # bound, and in its namespace
 
