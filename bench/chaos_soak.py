@@ -201,7 +201,7 @@ class Soak:
             kind = self.rng.choices(KINDS, weights)[0]
             try:
                 getattr(self, "kill_" + kind)()
-            except (OSError, ValueError, subprocess.SubprocessError) as e:
+            except (OSError, ValueError, AssertionError, subprocess.SubprocessError) as e:
                 print("  kill of a %s not done: %s" % (kind, e), flush=True)
 
     def record_kill(self, kind, target):

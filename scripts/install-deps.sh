@@ -26,7 +26,8 @@ BUILD_PACKAGES=(
 # Tests, tools and images: plots, the Python test servers, certificates (the
 # test control plane's PKI), Prometheus, podman with runc and debootstrap for
 # scripts/build-images.sh, the CNI plugins and ip(8) for the test Nodes' pod network
-# and ipset for kube-router (tests/harness/kubelet_node.py), and clang (with its sanitizer runtime, which clang only
+# (tests/harness/kubelet_node.py), iptables and ipset for kube-router
+# (tests/harness/kube_router.py), and clang (with its sanitizer runtime, which clang only
 # recommends, for scripts/sanitize.sh) for its thread-safety analysis of the lock
 # annotations (tests/static). Kubernetes and helm are built from their Go
 # modules by scripts/kube-toolchain.sh (Go: see below).
@@ -34,7 +35,7 @@ HOST_PACKAGES=(
   gnuplot-nox clang libclang-rt-14-dev
   python3-grpcio python3-protobuf python3-yaml openssl
   prometheus
-  podman runc debootstrap containernetworking-plugins iproute2 ipset
+  podman runc debootstrap containernetworking-plugins iproute2 iptables ipset
 )
 # Go for scripts/kube-toolchain.sh: the machine's own when it has one, else Debian's
 # (which fetches the newer toolchain the modules name).

@@ -10,6 +10,7 @@ benchmarks (bench/) start and drive, and no test of its own.
     control_plane  the real Kubernetes control plane on 127.0.0.1
     fault_proxy    a fault-injecting proxy in front of its API server
     kubelet_node   real Nodes: a kubelet with containerd each, local volumes
+    kube_router    kube-router's NetworkPolicy controller on the Nodes
     local_cluster  a whole paci cluster on the control plane
     pki            certificates for mutual TLS, its flags and the worker Secret
 

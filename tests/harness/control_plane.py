@@ -4,7 +4,7 @@ scripts/kube-toolchain.sh built from their Go modules (BUILD_DIR/kube-bin).
 
     plane = ControlPlane(workdir, build_dir).start()
     plane.kubectl("get", "nodes")               # as cluster-admin
-    plane.kubeconfig_for("node")                # a kubeconfig of another identity
+    plane.kubeconfig_for("paci-node")           # a kubeconfig of another identity (a Node's)
     plane.stop()
 
 The API server serves TLS with a certificate of a CA made for the run, has RBAC

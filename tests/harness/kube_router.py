@@ -51,6 +51,16 @@ class KubeRouter:
             if _run("sh", "-c", "command -v " + tool).returncode != 0:
                 raise AssertionError("kube-router needs %s (scripts/install-deps.sh installs it)" % tool)
         self.clean()  # what a killed run left
+        # Bridged pod traffic must pass the filter table (kube-router sets this only in its routing
+        # controller, which does not run here).
+        path = "/proc/sys/net/bridge/bridge-nf-call-iptables"
+        if not os.path.exists(path):
+            _run("modprobe", "br_netfilter")
+        try:
+            with open(path, "w") as f:
+                f.write("1")
+        except OSError as error:
+            raise AssertionError("kube-router needs bridged traffic in iptables (%s): %s" % (path, error))
         with open(os.path.join(self.dir, "kube-router.log"), "w") as log:
             self.proc = subprocess.Popen(
                 [binary, "--kubeconfig=" + self.plane.kubeconfig, "--hostname-override=" + self.node_name,
@@ -78,6 +88,15 @@ class KubeRouter:
     def pod_chains(self):
         """The per-pod firewall chains: one for each pod a policy selects, once it is synced."""
         return {c for c in self.chains() if c.startswith("KUBE-POD-FW-")}
+
+    @staticmethod
+    def leftovers():
+        """What of kube-router the host still has: filter rules or chains naming its chains, and
+        its ipsets (empty once stop() or clean() ran)."""
+        rules = [line for line in _run("iptables", "-t", "filter", "-S").stdout.splitlines()
+                 if any(prefix in line for prefix in CHAIN_PREFIXES)]
+        sets = [name for name in _run("ipset", "list", "-n").stdout.split() if name.startswith(SET_PREFIXES)]
+        return rules + sets
 
     @classmethod
     def clean(cls):

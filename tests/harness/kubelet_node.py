@@ -25,9 +25,10 @@ What this sandbox needs beyond a plain set-up (each found by running it here):
 * no image registry: the pause image is made from the Kubernetes module's
   pause.c, and images are imported into containerd from podman (`podman save`,
   `ctr -n k8s.io images import`). containerd's root (its content and unpacked
-  snapshots) is kept between runs in the cache folder, one per Node, so an image
-  is imported once per content (the worker image's tag is its content hash);
-  containers never outlive a run there: they are removed at stop and at start.
+  snapshots) and state are kept between runs in the cache folder, one per Node, so
+  an image is imported once per content (the worker image's tag is its content
+  hash); containers never outlive a run there: they are removed at stop, and at
+  the next start after a run that was killed.
 """
 import fcntl
 import json
@@ -38,7 +39,8 @@ import time
 from .control_plane import NODE_NAMES, _die_with_parent, stop_process
 
 PAUSE_IMAGE = "localhost/paci-pause:3.10"
-GATEWAY = "10.88.0.1"  # the host on the first Node's bridge: where pods reach host processes
+GATEWAY = "10.88.0.1"
+LOCK_DIR = "/run/lock" if os.path.isdir("/run/lock") else "/tmp"  # the host on the first Node's bridge: where pods reach host processes
 ALLOCATABLE_CPU = 2
 ALLOCATABLE_MEMORY_MI = 8192
 EVICTION_MEMORY_MI = 100
@@ -83,7 +85,11 @@ class KubeletNode:
         self.aliases = dict(aliases or {})
         self.podman_env = podman_env or dict(os.environ)
         self.procs = {}
-        self.root = os.path.join(_cache_root(), self.name)
+        # containerd's root (content, snapshots) and state (tasks, shims' bundles, network
+        # namespaces) kept between runs: a run killed before its stop() leaves containers
+        # the next containerd of this Node finds again, and removes.
+        self.root = os.path.join(_cache_root(), self.name, "root")
+        self.state = os.path.join(_cache_root(), self.name, "state")
         self.socket = os.path.join(self.dir, "containerd.sock")
         self.bridge = "paci%d" % index
         self.gateway = "10.88.%d.1" % index
@@ -116,11 +122,16 @@ class KubeletNode:
                 raise AssertionError("%s/%s is missing: run scripts/kube-toolchain.sh --node" % (self.bin, tool))
         os.makedirs(os.path.join(self.dir, "cni"), exist_ok=True)
         os.makedirs(self.root, exist_ok=True)
-        self._lock = open(os.path.join(self.root, "lock"), "w")
+        # What a Node holds of this host (its bridge and subnet, its kubelet port, its containerd
+        # root and state, and for the first Node kube-router's rules) is one run's at a time.
+        lock = open(os.path.join(LOCK_DIR, "paci-test-%s.lock" % self.name), "w")
         try:
-            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise AssertionError("%s is in use: another test cluster runs Node %s" % (self.root, self.name))
+            lock.close()
+            raise AssertionError("another test cluster on this host runs Node %s (%s/paci-test-%s.lock)" % (
+                self.name, LOCK_DIR, self.name)) from None
+        self._lock = lock
         self.make_bridge()
         spec = json.loads(subprocess.run([os.path.join(self.bin, "ctr"), "oci", "spec"], capture_output=True,
                                          text=True, check=True).stdout)
@@ -137,7 +148,7 @@ class KubeletNode:
         with open(os.path.join(self.dir, "containerd.toml"), "w") as f:
             f.write('''version = 3
 root = "%(root)s"
-state = "%(d)s/containerd-state"
+state = "%(state)s"
 [grpc]
   address = "%(sock)s"
 [plugins."io.containerd.cri.v1.images".pinned_images]
@@ -154,7 +165,7 @@ state = "%(d)s/containerd-state"
 [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
   BinaryName = "/usr/sbin/runc"
   SystemdCgroup = false
-''' % {"root": self.root, "d": self.dir, "sock": self.socket, "pause": PAUSE_IMAGE})
+''' % {"root": self.root, "state": self.state, "d": self.dir, "sock": self.socket, "pause": PAUSE_IMAGE})
         self.spawn("containerd", [os.path.join(self.bin, "containerd"), "--config",
                                   os.path.join(self.dir, "containerd.toml")])
         deadline = time.monotonic() + 60
@@ -255,7 +266,7 @@ state = "%(d)s/containerd-state"
                        capture_output=True)
         # What the kubelet and containerd mounted (volumes, root file systems, network namespaces):
         # under containerd's root only while this run holds it (another run's pods may be there).
-        ours = (self.dir + "/", self.root + "/") if self._lock is not None else (self.dir + "/",)
+        ours = (self.dir + "/", self.root + "/", self.state + "/") if self._lock is not None else (self.dir + "/",)
         for _ in range(5):  # mounts may be stacked
             with open("/proc/mounts") as f:
                 mounts = [line.split()[1] for line in f if line.split()[1].startswith(ours)]

@@ -32,6 +32,7 @@ import sys
 import time
 
 from . import kubelet_node
+from .kube_router import KubeRouter
 from .control_plane import ControlPlane, free_port as _free_port
 from .kueue import Kueue
 
@@ -181,6 +182,9 @@ class LocalCluster:
             self.nodes.append(kubelet_node.KubeletNode(
                 self.dir, self.plane, index, [self.worker_image, self.images["coordinator"]], container_env(),
                 aliases={EXAMPLE_WORKER_IMAGE: self.worker_image}).start())
+        # kube-router's rules a killed run left would fence this run's pods (the Nodes' locks are
+        # this run's now: tests/harness/kube_router.py).
+        KubeRouter.clean()
         for node in self.nodes:
             wait_until("node %s Ready" % node.name, lambda: any(
                 c["type"] == "Ready" and c["status"] == "True"

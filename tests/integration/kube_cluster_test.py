@@ -668,9 +668,9 @@ class KubeClusterTest(unittest.TestCase):
         finally:
             node.stop()
         # Nothing it started outlives it.
-        left = subprocess.run(["pgrep", "-f", "containerd-shim-runc-v2 .* -address " + node.socket],
-                              capture_output=True, text=True)
-        self.assertEqual(left.stdout.strip(), "", "containers left running")
+        wait_until(lambda: subprocess.run(["pgrep", "-f", "containerd-shim-runc-v2 .* -address " + node.socket],
+                                          capture_output=True).returncode == 1,
+                   timeout=10, what="the Node's containers to end with it")
 
     def check_kubelet_pods(self, image, node):
         ns = "box"
@@ -827,7 +827,8 @@ class KubeClusterTest(unittest.TestCase):
         self.assertEqual((p["status"]["phase"], terminated["reason"], terminated["exitCode"]),
                          ("Failed", "OOMKilled", 137), terminated)
 
-        # Deleting a running pod stops its container within the grace period asked for.
+        # Deleting a running pod stops its container (SIGTERM, which `sh -c` as PID 1 ignores, then
+        # SIGKILL after the grace period asked for, 3 s).
         self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(pod("sleeper", "sleep 600")))
         running = wait_until(lambda: (lambda p: p if p and p.get("status", {}).get("phase") == "Running" else None)(
             get("sleeper")), timeout=60, what="the sleeper to run")
