@@ -31,7 +31,11 @@ SET_PREFIXES = ("KUBE-SRC-", "KUBE-DST-", "kube-router-")
 
 
 def _run(*args):
-    return subprocess.run(list(args), capture_output=True, text=True)
+    """The command's CompletedProcess; exit status 127 when it is not installed."""
+    try:
+        return subprocess.run(list(args), capture_output=True, text=True)
+    except FileNotFoundError as error:
+        return subprocess.CompletedProcess(list(args), 127, "", str(error))
 
 
 class KubeRouter:
