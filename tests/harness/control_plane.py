@@ -62,6 +62,21 @@ def stop_process(proc, timeout=20):
         proc.wait()
 
 
+def wait_until(what, predicate, timeout=120, interval=0.2):
+    """Polls predicate() until it returns something truthy; returns that."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = predicate()
+            if last:
+                return last
+        except (subprocess.CalledProcessError, OSError, ValueError, KeyError) as e:
+            last = e
+        time.sleep(interval)  # polling interval
+    raise AssertionError("timed out waiting for %s (last: %r)" % (what, last))
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -22,9 +22,8 @@ Uses the standard library, iptables and ipset.
 import os
 import shlex
 import subprocess
-import time
 
-from .control_plane import _die_with_parent, stop_process
+from .control_plane import _die_with_parent, stop_process, wait_until
 
 CHAIN_PREFIXES = ("KUBE-ROUTER-", "KUBE-POD-FW-", "KUBE-NWPLCY-")
 SET_PREFIXES = ("KUBE-SRC-", "KUBE-DST-", "kube-router-")
@@ -72,15 +71,21 @@ class KubeRouter:
                  "--service-cluster-ip-range=" + self.service_range, "--health-port=0", "--metrics-port=0",
                  "--v=1"], stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                 preexec_fn=_die_with_parent)
-        deadline = time.monotonic() + 60
-        while "KUBE-ROUTER-FORWARD" not in self.chains():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                with open(os.path.join(self.dir, "kube-router.log"), errors="replace") as f:
-                    tail = "".join(f.readlines()[-20:])
-                self.stop()
-                raise AssertionError("kube-router did not set up its chains:\n" + tail)
-            time.sleep(0.2)  # polling interval
+        try:
+            wait_until("kube-router's chains (see %s/kube-router.log)" % self.dir, lambda: self.alive()
+                       and "KUBE-ROUTER-FORWARD" in self.chains(), timeout=60)
+        except AssertionError:
+            self.stop()
+            raise
         return self
+
+    def alive(self):
+        """True while kube-router runs; AssertionError with its log's end once it has exited."""
+        if self.proc.poll() is not None:
+            with open(os.path.join(self.dir, "kube-router.log"), errors="replace") as f:
+                raise AssertionError("kube-router exited with %s:\n%s" % (
+                    self.proc.returncode, "".join(f.readlines()[-20:])))
+        return True
 
     @staticmethod
     def chains():

@@ -34,9 +34,8 @@ import fcntl
 import json
 import os
 import subprocess
-import time
 
-from .control_plane import NODE_NAMES, _die_with_parent, stop_process
+from .control_plane import NODE_NAMES, _die_with_parent, stop_process, wait_until
 
 PAUSE_IMAGE = "localhost/paci-pause:3.10"
 GATEWAY = "10.88.0.1"
@@ -168,11 +167,8 @@ state = "%(state)s"
 ''' % {"root": self.root, "state": self.state, "d": self.dir, "sock": self.socket, "pause": PAUSE_IMAGE})
         self.spawn("containerd", [os.path.join(self.bin, "containerd"), "--config",
                                   os.path.join(self.dir, "containerd.toml")])
-        deadline = time.monotonic() + 60
-        while self.ctr("version").returncode != 0:
-            if time.monotonic() > deadline or self.procs["containerd"].poll() is not None:
-                raise AssertionError("containerd did not start; see %s/containerd.log" % self.dir)
-            time.sleep(0.2)  # polling interval
+        wait_until("containerd serving (see %s/containerd.log)" % self.dir, lambda: self.alive("containerd")
+                   and self.ctr("version").returncode == 0, timeout=60)
         self.remove_containers()
         self.import_images()
         with open(os.path.join(self.dir, "kubelet.json"), "w") as f:
@@ -243,13 +239,16 @@ state = "%(state)s"
         if out.returncode != 0:
             raise AssertionError("ctr tasks kill %s: %s" % (container_id, out.stderr))
 
+    def alive(self, name):
+        """True while the process `name` runs; AssertionError naming its log once it has exited."""
+        if self.procs[name].poll() is not None:
+            raise AssertionError("%s exited with %s; see %s/%s.log" % (
+                name, self.procs[name].returncode, self.dir, name))
+        return True
+
     def remove_containers(self):
-        """Kills and removes every container of the root (a run's pods never outlive it)."""
-        for task in self.ctr("tasks", "ls", "-q").stdout.split():
-            self.ctr("tasks", "kill", "--signal", "SIGKILL", task)
-        deadline = time.monotonic() + 10
-        while self.ctr("tasks", "ls", "-q").stdout.split() and time.monotonic() < deadline:
-            time.sleep(0.1)  # polling interval: SIGKILL is delivered, the shim reports the exit
+        """Kills and removes every container of the root (a run's pods never outlive it):
+        `tasks delete --force` kills a task and returns once it has exited."""
         for container in self.ctr("containers", "ls", "-q").stdout.split():
             self.ctr("tasks", "delete", "--force", container)
             self.ctr("containers", "delete", container)

@@ -29,11 +29,10 @@ import re
 import signal
 import subprocess
 import sys
-import time
 
 from . import kubelet_node
 from .kube_router import KubeRouter
-from .control_plane import ControlPlane, free_port as _free_port
+from .control_plane import ControlPlane, free_port as _free_port, wait_until
 from .kueue import Kueue
 
 OPERATOR_ACCOUNT = "paci-operator"  # the chart's operator ServiceAccount for the release "paci"
@@ -43,21 +42,6 @@ RELEASE_NAMESPACE = "paci-system"
 # The worker image as the examples name it (paci-worker:latest), as containerd has a short name:
 # the Nodes have the image built from this tree under that name too.
 EXAMPLE_WORKER_IMAGE = "docker.io/library/paci-worker:latest"
-
-
-def wait_until(what, predicate, timeout=120, interval=0.2):
-    """Polls predicate() until it returns something truthy; returns that."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = predicate()
-            if last:
-                return last
-        except (subprocess.CalledProcessError, OSError, ValueError, KeyError) as e:
-            last = e
-        time.sleep(interval)  # polling interval
-    raise AssertionError("timed out waiting for %s (last: %r)" % (what, last))
 
 
 def images(build_dir):
@@ -186,9 +170,7 @@ class LocalCluster:
         # this run's now: tests/harness/kube_router.py).
         KubeRouter.clean()
         for node in self.nodes:
-            wait_until("node %s Ready" % node.name, lambda: any(
-                c["type"] == "Ready" and c["status"] == "True"
-                for c in self.get("node", node.name)["status"].get("conditions", [])), timeout=120)
+            self.wait_node_ready(node.name)
         kubelet_node.make_local_volumes(self.plane, os.path.join(self.dir, "volumes"),
                                         [node.name for node in self.nodes])
         for replica in self.replicas:
@@ -282,10 +264,13 @@ class LocalCluster:
     def restore_node(self, name):
         """A lost Node's machine back: its kubelet registers the Node again; returns once it is Ready."""
         node = self.node(name).start()
+        self.wait_node_ready(name)
+        return node
+
+    def wait_node_ready(self, name):
         wait_until("node %s Ready" % name, lambda: any(
             c["type"] == "Ready" and c["status"] == "True"
             for c in self.get("node", name)["status"].get("conditions", [])), timeout=120)
-        return node
 
     def get(self, kind, name):
         return json.loads(self.kubectl("get", kind, name, "-o", "json").stdout)
