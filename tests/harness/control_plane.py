@@ -62,8 +62,9 @@ def stop_process(proc, timeout=20):
         proc.wait()
 
 
-def wait_until(what, predicate, timeout=120, interval=0.2):
-    """Polls predicate() until it returns something truthy; returns that."""
+def wait_until(what, predicate, timeout=120, interval=0.2, explain=None):
+    """Polls predicate() until it returns something truthy; returns that. On a timeout the
+    error carries what explain() returns, if given (say, the pods' description and events)."""
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
@@ -74,7 +75,13 @@ def wait_until(what, predicate, timeout=120, interval=0.2):
         except (subprocess.CalledProcessError, OSError, ValueError, KeyError) as e:
             last = e
         time.sleep(interval)  # polling interval
-    raise AssertionError("timed out waiting for %s (last: %r)" % (what, last))
+    message = "timed out waiting for %s (last: %r)" % (what, last)
+    if explain is not None:
+        try:
+            message += "\n" + explain()
+        except (subprocess.CalledProcessError, OSError) as e:
+            message += "\n(no explanation: %s)" % e
+    raise AssertionError(message)
 
 
 def free_port():

@@ -27,7 +27,8 @@ What this sandbox needs beyond a plain set-up (each found by running it here):
   `ctr -n k8s.io images import`). containerd's root (its content and unpacked
   snapshots) and state are kept between runs in the cache folder, one per Node, so
   an image is imported once per content (the worker image's tag is its content
-  hash); containers never outlive a run there: they are removed at stop, and at
+  hash), and the kubelet's image garbage collection is off (no registry would bring
+  a collected image back); containers never outlive a run there: they are removed at stop, and at
   the next start after a run that was killed.
 """
 import fcntl
@@ -184,7 +185,12 @@ state = "%(state)s"
                        # The node shares the host's disk, whose free share is not the test's to
                        # keep: evict only when it is nearly full, not at kubelet's default 10 %.
                        "evictionHard": {"nodefs.available": "1Gi", "imagefs.available": "1Gi",
-                                        "memory.available": "%dMi" % EVICTION_MEMORY_MI}}, f)
+                                        "memory.available": "%dMi" % EVICTION_MEMORY_MI},
+                       # Nor collect images: at kubelet's default (85 % of the disk used) it
+                       # deletes every image no container uses, such as the coordinator's,
+                       # imported at start and first run minutes later, and no registry here
+                       # could bring it back. 100 turns image collection off.
+                       "imageGCHighThresholdPercent": 100}, f)
         self.spawn("kubelet", [os.path.join(self.bin, "kubelet"), "--config", os.path.join(self.dir, "kubelet.json"),
                                "--kubeconfig", self.plane.kubeconfig_for(self.name),
                                "--hostname-override=" + self.name, "--root-dir", os.path.join(self.dir, "kubelet"),

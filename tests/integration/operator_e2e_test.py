@@ -1129,7 +1129,10 @@ class OperatorEndToEnd(unittest.TestCase):
                                                "-o", "json").stdout)["items"]
                 return pods[0] if pods and any(c["type"] == "Ready" and c["status"] == "True"
                                                for c in pods[0]["status"].get("conditions", [])) else None
-            coordinator = wait_until("the chart's coordinator pod Ready", coordinator_pod, timeout=120)["status"]["podIP"]
+            coordinator = wait_until(
+                "the chart's coordinator pod Ready", coordinator_pod, timeout=120,
+                explain=lambda: self.kubectl("describe", "pods", "-n", ns, "-l", "app.kubernetes.io/component=coordinator",
+                                             check=False).stdout)["status"]["podIP"]
             for namespace, pod in (("stranger", "stranger"), ("stranger", "worker-elsewhere"), (ns, "operator-like")):
                 wait_until(pod + " running", lambda: self.cluster.plane.kubectl(
                     "get", "pod", pod, "-n", namespace, "-o", "jsonpath={.status.phase}").stdout == "Running",
