@@ -22,6 +22,8 @@ What this sandbox needs beyond a plain set-up (each found by running it here):
   "can't get final child's PID from pipe: EOF"; so containerd restricts
   oom_score_adj to its own (restrict_oom_score_adj, as rootless set-ups do) and its
   base runtime spec has no rlimits;
+* two Nodes on one host: each has its own pod log folder (podLogsDir), since a
+  kubelet deletes the logs of every pod in its folder that it does not run;
 * no image registry: the pause image is made from the Kubernetes module's
   pause.c, and images are imported into containerd from podman (`podman save`,
   `ctr -n k8s.io images import`). containerd's root (its content and unpacked
@@ -121,6 +123,7 @@ class KubeletNode:
             if not os.path.exists(os.path.join(self.bin, tool)):
                 raise AssertionError("%s/%s is missing: run scripts/kube-toolchain.sh --node" % (self.bin, tool))
         os.makedirs(os.path.join(self.dir, "cni"), exist_ok=True)
+        os.makedirs(os.path.join(self.dir, "pod-logs"), exist_ok=True)
         os.makedirs(self.root, exist_ok=True)
         # What a Node holds of this host (its bridge and subnet, its kubelet port, its containerd
         # root and state, and for the first Node kube-router's rules) is one run's at a time.
@@ -181,6 +184,10 @@ state = "%(state)s"
                                           "x509": {"clientCAFile": self.plane.ca_file}},
                        "authorization": {"mode": "Webhook"}, "readOnlyPort": 0, "port": self.port,
                        "healthzPort": 0, "resolvConf": "/etc/resolv.conf",
+                       # Its own pods' log folder: a kubelet's container GC deletes every
+                       # folder of /var/log/pods (the default) whose pod it does not run, so
+                       # two Nodes sharing it deleted each other's pods' logs, a minute apart.
+                       "podLogsDir": os.path.join(self.dir, "pod-logs"),
                        "systemReserved": _reserved(),
                        # The node shares the host's disk, whose free share is not the test's to
                        # keep: evict only when it is nearly full, not at kubelet's default 10 %.
