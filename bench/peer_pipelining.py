@@ -77,13 +77,21 @@ PACI_SPEC = """
 name: peer-{tag}
 model: {{vocab_size: {vocab}, num_layers: {layers}, d_model: {d_model}, num_heads: {heads},
         seq_len: {seq_len}, init_seed: {init_seed}}}
-pipeline: {{num_stages: 2, schedule: {schedule}, accumulation: {a}, micro_batch_size: {mbs},
+pipeline: {{num_stages: {stages}, schedule: {schedule}, accumulation: {a}, micro_batch_size: {mbs},
             partition: even{method}}}
 optimizer: {{lr: {lr}, warmup_fraction: 0.05}}
 training: {{steps: {steps}, eval_interval: {steps}, eval_micro_batches: {eval_mb}}}
 data: {{corpus_path: {corpus}, seed: {seed}}}
-runtime: {{threads_per_stage: 1}}
+runtime: {{threads_per_stage: 1, precision: {precision}}}
 """
+
+
+def autocast(cfg):
+    """bf16 autocast on the CPU for --precision bf16-autocast (paci's runtime.precision of
+    the same name); a context that does nothing for fp32."""
+    import torch
+    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.get("precision") == "bf16-autocast")
+
 
 
 def log(message):
@@ -295,10 +303,11 @@ def worker_main(args):
         kwargs = {}
         if holds_last:
             kwargs.update(target=y, losses=losses)
-        if holds_first:
-            schedule.step(x, **kwargs)
-        else:
-            schedule.step(**kwargs)
+        with autocast(cfg):
+            if holds_first:
+                schedule.step(x, **kwargs)
+            else:
+                schedule.step(**kwargs)
         optimizer.step()
         lr.step()
         if holds_last:
@@ -366,7 +375,8 @@ def run_eager(cfg):
         optimizer.zero_grad(set_to_none=True)
         total = 0.0
         for xm, ym in zip(x.chunk(cfg["a"]), y.chunk(cfg["a"])):
-            loss = F.cross_entropy(model(xm).reshape(-1, cfg["vocab"]), ym.reshape(-1))
+            with autocast(cfg):
+                loss = F.cross_entropy(model(xm).float().reshape(-1, cfg["vocab"]), ym.reshape(-1))
             (loss / cfg["a"]).backward()
             total += loss.item()
         optimizer.step()
@@ -379,15 +389,16 @@ def run_eager(cfg):
                 wall_seconds=wall)
 
 
-def run_paci(args, cfg, schedule, workdir, automatic=False):
+def run_paci(args, cfg, schedule, workdir, automatic=False, stages=2, tag=None):
     """pacictl train: plain (drift_correction none, no warm-up), or with the schedule's
     automatic default (both fields left out)."""
-    tag = schedule + ("-auto" if automatic else "")
+    tag = tag or schedule + ("-auto" if automatic else "")
     spec = os.path.join(workdir, "paci-%s.yaml" % tag)
     with open(spec, "w") as f:
         f.write(PACI_SPEC.format(tag=tag, vocab=cfg["vocab"], layers=cfg["layers"],
                                  d_model=cfg["d_model"], heads=cfg["heads"], seq_len=cfg["seq_len"],
-                                 schedule=schedule, a=cfg["a"], mbs=cfg["micro_batch"],
+                                 schedule=schedule, a=cfg["a"], mbs=cfg["micro_batch"], stages=stages,
+                                 precision=cfg.get("precision", "fp32"),
                                  method="" if automatic else ", drift_correction: none, warmup_steps: 0",
                                  lr=cfg["lr"], steps=cfg["steps"],
                                  eval_mb=cfg["eval_sequences"] // cfg["micro_batch"],

@@ -18,6 +18,15 @@ from harness.paths import BUILD, PACICTL
 from harness.pipeline import Run, metric_values, pacictl, spec_text, wait_for_training
 
 
+def cpu_has_bf16():
+    """Whether this CPU has bfloat16 instructions (worker/model/precision.h's CpuHasBf16):
+    without them the workers refuse runtime.precision bf16-*."""
+    with open("/proc/cpuinfo") as f:
+        flags = next((line.split(":", 1)[1].split() for line in f
+                      if line.startswith(("flags", "Features"))), [])
+    return bool({"avx512_bf16", "amx_bf16", "bf16"} & set(flags))
+
+
 def assert_gone(test, pids, timeout=30):
     """Every pid has exited (and been reaped), within `timeout` seconds."""
     deadline = time.monotonic() + timeout
@@ -135,6 +144,7 @@ class PipelineTest(unittest.TestCase):
                 self.assertAlmostEqual(ref["loss"], got["loss"], delta=1e-4 * ref["loss"])
             self.assertEqual([st["drift_max"] for st in s["stages"]], [0] * P)
 
+    @unittest.skipUnless(cpu_has_bf16(), "this CPU has no bfloat16 instructions: the workers refuse bf16 here")
     def test_bf16_precisions_train_over_processes(self):
         """bf16 autocast, and bf16 weights whose activations and gradients cross
         the links as bf16: half the bytes of float32."""

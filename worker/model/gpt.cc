@@ -5,6 +5,7 @@
 #include <limits>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/autocast_mode.h>
 #include <torch/version.h>
 
 #include "absl/strings/str_cat.h"
@@ -170,6 +171,18 @@ void GptStageImpl::InitParameters() {
 }
 
 torch::Tensor GptStageImpl::forward(torch::Tensor x) {
+  x = Trunk(std::move(x));
+  if (partition_.has_head()) x = head_(ln_f_(x));
+  return x;
+}
+
+torch::Tensor GptStageImpl::Loss(torch::Tensor x, const torch::Tensor& targets) {
+  const torch::Tensor hidden = ln_f_(Trunk(std::move(x)));
+  return LinearCrossEntropy(hidden.reshape({-1, hidden.size(-1)}), head_->weight,
+                            targets.reshape({-1}));
+}
+
+torch::Tensor GptStageImpl::Trunk(torch::Tensor x) {
   if (partition_.has_embedding()) {
     if (config_.llama()) {
       x = wte_(x);
@@ -179,7 +192,6 @@ torch::Tensor GptStageImpl::forward(torch::Tensor x) {
     x = torch::dropout(x, config_.dropout, is_training());
   }
   for (auto& block : blocks_) x = block(x);
-  if (partition_.has_head()) x = head_(ln_f_(x));
   return x;
 }
 
@@ -204,6 +216,82 @@ std::string GptStageImpl::Fingerprint() const {
 torch::Tensor LanguageModelLoss(const torch::Tensor& logits, const torch::Tensor& targets) {
   return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}),
                                               targets.reshape({-1}));
+}
+
+namespace {
+
+// The rows of logits that the loss's element-wise passes take at once: 1 MiB
+// of float32 (8 rows of a 32,768-word vocabulary), within a core's L2 cache, so
+// that the log-softmax, the gather and the gradient read the rows from the
+// cache rather than memory. The matmuls stay whole: smaller ones run slower
+// and read the head's weight again for each piece (measured on one thread).
+constexpr int64_t kLossChunkBytes = int64_t{1} << 20;
+
+class LinearCrossEntropyFunction
+    : public torch::autograd::Function<LinearCrossEntropyFunction> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& hidden,
+                               const torch::Tensor& weight, const torch::Tensor& targets,
+                               bool gradients) {
+    const int64_t N = hidden.size(0), V = weight.size(0);
+    // The matmuls' type: bfloat16 under autocast (as the head's Linear would run),
+    // else the weights'. The casts are the ones autocast would make.
+    const torch::ScalarType compute =
+        at::autocast::is_autocast_enabled(hidden.device().type())
+            ? at::autocast::get_autocast_dtype(hidden.device().type())
+            : weight.scalar_type();
+    const torch::Tensor h = hidden.to(compute), w = weight.to(compute);
+    torch::Tensor logits = torch::mm(h, w.t());
+    if (logits.scalar_type() != torch::kFloat) logits = logits.to(torch::kFloat);
+    const int64_t rows = std::max<int64_t>(1, kLossChunkBytes / (V * int64_t{sizeof(float)}));
+    torch::Tensor losses = torch::empty({N}, logits.options());
+    torch::Tensor scratch = torch::empty({std::min(rows, N), V}, logits.options());
+    const double inverse_n = 1.0 / static_cast<double>(N);
+    for (int64_t start = 0; start < N; start += rows) {
+      const int64_t n = std::min(rows, N - start);
+      torch::Tensor x = logits.narrow(0, start, n);
+      const torch::Tensor t = targets.narrow(0, start, n).unsqueeze(1);
+      torch::Tensor log_p = scratch.narrow(0, 0, n);
+      at::_log_softmax_out(log_p, x, 1, false);
+      losses.narrow(0, start, n).copy_(log_p.gather(1, t).squeeze(1).neg());
+      if (!gradients) continue;
+      // The loss's gradient in the logits' place: (softmax - one-hot) / N.
+      at::exp_out(x, log_p);
+      x.scatter_add_(1, t, torch::full({n, 1}, -1.0, x.options()));
+      x.mul_(inverse_n);
+    }
+    if (gradients) {
+      // The backward computes the two matmuls from these, in the forward's type.
+      ctx->save_for_backward({logits.to(compute), h, w});
+      ctx->saved_data["hidden_type"] = static_cast<int64_t>(hidden.scalar_type());
+      ctx->saved_data["weight_type"] = static_cast<int64_t>(weight.scalar_type());
+    }
+    return losses.sum() * inverse_n;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    const torch::autograd::variable_list saved = ctx->get_saved_variables();
+    const torch::Tensor &grad_logits = saved[0], &h = saved[1], &w = saved[2];
+    const torch::Tensor& scale = grad_outputs[0];  // a 0-dim tensor: the caller's factor
+    const auto type = [&](const char* key) {
+      return static_cast<torch::ScalarType>(ctx->saved_data[key].toInt());
+    };
+    const torch::Tensor grad_hidden = torch::mm(grad_logits, w).to(type("hidden_type"));
+    const torch::Tensor grad_weight = torch::mm(grad_logits.t(), h).to(type("weight_type"));
+    grad_hidden.mul_(scale);
+    grad_weight.mul_(scale);
+    return {grad_hidden, grad_weight, torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor LinearCrossEntropy(const torch::Tensor& hidden, const torch::Tensor& weight,
+                                 const torch::Tensor& targets) {
+  const bool gradients =
+      torch::GradMode::is_enabled() && (hidden.requires_grad() || weight.requires_grad());
+  return LinearCrossEntropyFunction::apply(hidden, weight, targets, gradients);
 }
 
 }  // namespace paci

@@ -87,6 +87,10 @@ class GptStageImpl : public torch::nn::Module {
  public:
   GptStageImpl(const GptConfig& config, const StagePartition& partition);
   torch::Tensor forward(torch::Tensor input);
+  // The last stage's training path: the mean cross-entropy against targets
+  // [B, T] of the logits forward() would return, by LinearCrossEntropy (the
+  // [B*T, vocab] logits never kept). Requires partition().has_head().
+  torch::Tensor Loss(torch::Tensor input, const torch::Tensor& targets);
 
   const GptConfig& config() const { return config_; }
   const StagePartition& partition() const { return partition_; }
@@ -97,6 +101,8 @@ class GptStageImpl : public torch::nn::Module {
 
  private:
   void InitParameters();
+  // The embedding (if here) and the blocks: forward() without the head.
+  torch::Tensor Trunk(torch::Tensor input);
 
   GptConfig config_;
   StagePartition partition_;
@@ -109,5 +115,18 @@ TORCH_MODULE(GptStage);
 
 // Mean cross-entropy of logits [B, T, V] against targets [B, T].
 torch::Tensor LanguageModelLoss(const torch::Tensor& logits, const torch::Tensor& targets);
+
+// LanguageModelLoss(hidden W^T, targets) for hidden [N, d], the head's weight
+// W [V, d] and targets [N], fused: the logits are made by one matmul (in
+// bfloat16 under autocast, as the head's would be) and turned in place, a few
+// rows at a time while they sit in the core's cache, into the loss and its
+// gradient (softmax - one-hot) / N, which is all the backward keeps of them
+// (as Liger-Kernel's fused linear cross-entropy and torchtitan's chunked loss
+// avoid the log-softmax's and the one-hot's passes over [N, V]); the backward
+// makes the gradients of hidden and W from it by two matmuls. Without
+// gradients to compute (no grad mode, or neither input needs one) it computes
+// the loss alone. The loss is in float32 whatever the weights.
+torch::Tensor LinearCrossEntropy(const torch::Tensor& hidden, const torch::Tensor& weight,
+                                 const torch::Tensor& targets);
 
 }  // namespace paci

@@ -54,6 +54,57 @@ TEST(GptStageTest, AttentionIsCausalSoftmaxAttention) {
   EXPECT_FALSE(torch::allclose(out.index({Slice(), T - 1}), out2.index({Slice(), T - 1})));
 }
 
+// The fused head and loss against the unfused one: the same loss and the same
+// gradients of the hidden state and the head's weight, over a vocabulary
+// large enough that the loss's passes take the logits two rows at a time with
+// a last chunk of one (37 rows); without grad mode, the loss alone.
+TEST(LinearCrossEntropyTest, MatchesTheHeadsLogitsAndCrossEntropyWithTheirGradients) {
+  torch::manual_seed(5);
+  const int64_t N = 37, d = 16, V = 100000;  // 2 rows of 100,000 floats per 1 MiB chunk
+  const torch::Tensor hidden0 = torch::randn({N, d}), weight0 = 0.3 * torch::randn({V, d});
+  const torch::Tensor targets = torch::randint(V, {N}, torch::kLong);
+  torch::Tensor h1 = hidden0.clone().requires_grad_(), w1 = weight0.clone().requires_grad_();
+  const torch::Tensor reference = LanguageModelLoss(torch::mm(h1, w1.t()), targets);
+  (3 * reference).backward();  // a scale, as the accumulation's 1/a is
+  torch::Tensor h2 = hidden0.clone().requires_grad_(), w2 = weight0.clone().requires_grad_();
+  const torch::Tensor fused = LinearCrossEntropy(h2, w2, targets);
+  EXPECT_EQ(fused.scalar_type(), torch::kFloat);
+  EXPECT_NEAR(fused.item<double>(), reference.item<double>(), 1e-5 * reference.item<double>());
+  (3 * fused).backward();
+  EXPECT_TRUE(torch::allclose(h2.grad(), h1.grad(), 1e-4, 1e-7));
+  EXPECT_TRUE(torch::allclose(w2.grad(), w1.grad(), 1e-4, 1e-9));
+  torch::NoGradGuard no_grad;
+  EXPECT_NEAR(LinearCrossEntropy(hidden0, weight0, targets).item<double>(), reference.item<double>(),
+              1e-5 * reference.item<double>());
+}
+
+// The last stage's training path, GptStage::Loss, is the unfused forward and
+// loss for both architectures, in float32 and under bf16 autocast.
+TEST(LinearCrossEntropyTest, AStagesLossIsItsLogitsCrossEntropyWithTheSameGradients) {
+  for (const GptConfig& c : {TinyConfig(), TinyLlama()}) {
+    SCOPED_TRACE(c.llama() ? "llama" : "gpt2");
+    torch::manual_seed(2);
+    const auto tokens = torch::randint(c.vocab_size, {3, c.seq_len}, torch::kLong);
+    const auto targets = torch::randint(c.vocab_size, {3, c.seq_len}, torch::kLong);
+    GptStage unfused(c, PartitionStage(c.num_layers, 1, 0)), fused(c, PartitionStage(c.num_layers, 1, 0));
+    const torch::Tensor expected = LanguageModelLoss(unfused(tokens), targets);
+    expected.backward();
+    const torch::Tensor loss = fused->Loss(tokens, targets);
+    loss.backward();
+    EXPECT_NEAR(loss.item<double>(), expected.item<double>(), 1e-5 * expected.item<double>());
+    auto want = unfused->named_parameters();
+    for (const auto& item : fused->named_parameters()) {
+      EXPECT_TRUE(torch::allclose(item.value().grad(), want[item.key()].grad(), 1e-3, 1e-6))
+          << item.key();
+    }
+    if (!CpuHasBf16()) continue;
+    StagePlacement placement = *ResolvePlacement("cpu", "bf16-autocast");
+    AutocastScope autocast(placement);
+    EXPECT_NEAR(fused->Loss(tokens, targets).item<double>(), expected.item<double>(),
+                0.02 * expected.item<double>());
+  }
+}
+
 TEST(GptStageTest, SplitModelMatchesUnsplitForwardAndGradients) {
   for (const GptConfig& c : {TinyConfig(), TinyLlama()}) {
     SCOPED_TRACE(c.llama() ? "llama" : "gpt2");
@@ -346,6 +397,7 @@ TEST(LrScheduleTest, WarmsUpLinearlyThenDecaysToTheFloor) {
 // Devices and precisions: what runs on this machine's CPU, and the CUDA cases
 // that skip without a GPU.
 TEST(PlacementTest, ParsesDevicesAndPrecisions) {
+  if (!CpuHasBf16()) GTEST_SKIP() << "this CPU has no bfloat16 instructions: bf16 is refused here";
   absl::StatusOr<StagePlacement> cpu = ResolvePlacement("cpu", "bf16-weights");
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   EXPECT_TRUE(cpu->device.is_cpu());
@@ -369,7 +421,24 @@ TEST(PlacementTest, CudaWithoutAGpuIsRefusedNamingTheField) {
       << status;
 }
 
+// x86's and Arm's spellings in /proc/cpuinfo; a CPU without them refuses bf16
+// with the reason (this machine's answer is whichever it has).
+TEST(PlacementTest, Bf16IsRefusedOnACpuWithoutBf16Instructions) {
+  EXPECT_TRUE(CpuInfoHasBf16("processor\t: 0\nflags\t\t: fpu sse2 avx512f avx512_bf16 avx512vl\n"));
+  EXPECT_TRUE(CpuInfoHasBf16("flags\t\t: fpu amx_bf16 amx_tile\n"));
+  EXPECT_TRUE(CpuInfoHasBf16("processor\t: 0\nFeatures\t: fp asimd sve bf16 i8mm\n"));
+  EXPECT_FALSE(CpuInfoHasBf16("flags\t\t: fpu sse2 avx2 avx512f avx512vl\n"));
+  EXPECT_FALSE(CpuInfoHasBf16("flags\t\t: fpu avx512_bf16x\n"));
+  EXPECT_FALSE(CpuInfoHasBf16(""));
+  if (CpuHasBf16()) GTEST_SKIP() << "this CPU has bfloat16 instructions: nothing to refuse here";
+  const absl::Status status = ResolvePlacement("cpu", "bf16-autocast").status();
+  EXPECT_TRUE(absl::IsFailedPrecondition(status)) << status;
+  EXPECT_NE(status.message().find("without bfloat16 instructions"), std::string::npos) << status;
+  EXPECT_TRUE(ResolvePlacement("cpu", "fp32").ok());
+}
+
 TEST(PlacementTest, Bf16AutocastOnCpuComputesMatmulsInBf16AndKeepsTheLossClose) {
+  if (!CpuHasBf16()) GTEST_SKIP() << "this CPU has no bfloat16 instructions: bf16 is refused here";
   for (const GptConfig& config : {TinyConfig(), TinyLlama()}) {
     SCOPED_TRACE(config.llama() ? "llama" : "gpt2");
     torch::manual_seed(1);

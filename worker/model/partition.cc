@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/job_spec.h"
 
 namespace paci {
@@ -112,6 +113,21 @@ ModelShape ModelShapeFromSpec(const v1::JobSpec& spec) {
   return m;
 }
 
+std::vector<double> UnitParameters(const ModelShape& m) {
+  const double d = m.d_model, V = m.vocab_size, T = m.seq_len, F = m.ffn();
+  const double kv = double(m.kv_heads()) * m.head_size();  // key (and value) width
+  const bool llama = m.llama();
+  std::vector<double> params = {V * d + (llama ? 0 : T * d)};  // token (and position) embeddings
+  for (int b = 0; b < m.num_layers; ++b) {
+    // q, k, v and the output projection; the norm (and gpt2's biases).
+    params.push_back(d * (d + 2 * kv) + d * d + (llama ? d : 4 * d + 2 * kv));
+    // llama: gate, up, down and the norm; gpt2: fc, proj, their biases and the norm.
+    params.push_back(llama ? 3 * d * F + d : 2 * d * F + F + 3 * d);
+  }
+  params.push_back(d * V + (llama ? 1 : 2) * d);  // the final norm and the head
+  return params;
+}
+
 std::vector<UnitCost> FlopUnitCosts(const ModelShape& m) {
   // Matmul FLOPs count 2 per multiply-add; a backward computes two matmuls
   // (input and weight gradients) per forward one. Memory-bound passes are
@@ -120,15 +136,16 @@ std::vector<UnitCost> FlopUnitCosts(const ModelShape& m) {
   // once. AdamW makes about 12 passes over its parameters per step.
   const double E = kElementPassFlops;
   const double N = double(m.micro_batch_size) * m.seq_len;  // tokens per micro-batch
-  const double d = m.d_model, V = m.vocab_size, T = m.seq_len, L = m.num_layers;
+  const double d = m.d_model, V = m.vocab_size, T = m.seq_len;
   // The CPU kernels compute the whole T x T score matrix and mask it.
   const double scores = double(m.micro_batch_size) * m.num_heads * T * T;
   const double a = std::max(1, m.accumulation);
-  const auto unit = [&](double matmul, double passes, double params) {
+  const std::vector<double> params = UnitParameters(m);
+  const auto unit = [&](double matmul, double passes, double count) {
     UnitCost c;
     c.forward = matmul + E * passes;
-    c.backward = 2 * matmul + E * (2 * passes + params);
-    c.optimizer = E * 12 * params / a;
+    c.backward = 2 * matmul + E * (2 * passes + count);
+    c.optimizer = E * 12 * count / a;
     return c;
   };
   const double F = m.ffn();
@@ -137,27 +154,74 @@ std::vector<UnitCost> FlopUnitCosts(const ModelShape& m) {
   std::vector<UnitCost> costs;
   // Embedding: a gather (and gpt2's position add); its backward scatters into
   // a dense [vocab, d] gradient.
-  const double embedding_params = V * d + (llama ? 0 : T * d);
-  UnitCost emb = unit(0, (llama ? 1 : 2) * N * d, embedding_params);
-  emb.backward += E * embedding_params;
+  UnitCost emb = unit(0, (llama ? 1 : 2) * N * d, params[0]);
+  emb.backward += E * params[0];
   costs.push_back(emb);
-  for (int b = 0; b < L; ++b) {
+  for (int b = 0; b < m.num_layers; ++b) {
     // qkv and output projections, q.k and att.v; the norm, biases, layout
     // copies, residual, softmax; llama's rotation of q and k.
     costs.push_back(unit(2 * N * d * (d + 2 * kv) + 2 * N * d * d + 4 * N * T * d,
                          14 * N * d + 3 * scores + (llama ? 6 * N * (d + kv) : 0),
-                         d * (d + 2 * kv) + d * d + (llama ? d : 4 * d + 2 * kv)));
+                         params[1 + 2 * b]));
     // gpt2: fc and proj; LayerNorm, biases, GELU, residual. llama: gate, up
     // and down; RMSNorm, SiLU, the product, residual.
-    if (llama) {
-      costs.push_back(unit(6 * N * d * F, 3 * N * d + 6 * N * F, 3 * d * F + d));
-    } else {
-      costs.push_back(unit(4 * N * d * F, 3 * N * d + 5 * N * F, 2 * d * F + F + 3 * d));
-    }
+    costs.push_back(llama ? unit(6 * N * d * F, 3 * N * d + 6 * N * F, params[2 + 2 * b])
+                          : unit(4 * N * d * F, 3 * N * d + 5 * N * F, params[2 + 2 * b]));
   }
   // The final norm, the head's matmul, log-softmax and the loss over [N, vocab].
-  costs.push_back(unit(2 * N * d * V, 4 * N * V + 4 * N * d, d * V + (llama ? 1 : 2) * d));
+  costs.push_back(unit(2 * N * d * V, 4 * N * V + 4 * N * d, params.back()));
   return costs;
+}
+
+StageMemory EstimateStageMemory(const ModelShape& m, const StagePartition& part, int in_flight,
+                                bool bf16_weights) {
+  const double N = double(m.micro_batch_size) * m.seq_len;  // tokens per micro-batch
+  const double d = m.d_model, V = m.vocab_size, T = m.seq_len, F = m.ffn();
+  const double kv = double(m.kv_heads()) * m.head_size();
+  const double scores = double(m.micro_batch_size) * m.num_heads * T * T;
+  const bool llama = m.llama();
+  // Activations in the weights' type; the loss is computed in float32.
+  const double element = bf16_weights ? 2 : 4;
+  const std::vector<double> params = UnitParameters(m);
+  StageMemory memory;
+  double parameters = 0, saved = 0;  // elements; saved: kept per micro-batch for its backward
+  for (int u = part.first_unit; u < part.end_unit; ++u) {
+    parameters += params[u];
+    if (u == 0) {
+      saved += N * d;  // the output
+    } else if (u == NumPartitionUnits(m.num_layers) - 1) {
+      saved += 2 * N * d;  // the norm's input and output
+      // What the fused loss keeps for the backward (LinearCrossEntropy): the
+      // loss's gradient in the logits' place, float32 (bfloat16 under bf16).
+      memory.logits = in_flight * N * V * element;
+    } else if (u % 2 == 1) {
+      // the norm, q k v, the scores and their softmax, the attention's output
+      // and the projection's input (llama: the rotated q and k as well)
+      saved += N * (4 * d + 2 * kv) + 2 * scores + (llama ? N * (d + kv) : 0);
+    } else {
+      // the norm and the hidden layer before and after its activation (llama:
+      // gate, up, their SiLU and product)
+      saved += N * (2 * d + (llama ? 4 : 2) * F);
+    }
+  }
+  // Weights and gradients in their type, AdamW's two moments (and bf16's
+  // float32 master weights) in float32.
+  memory.parameters = parameters * (bf16_weights ? 2 + 2 + 4 + 8 : 4 + 4 + 8);
+  memory.activations = in_flight * saved * element;
+  memory.in_flight = in_flight;
+  return memory;
+}
+
+double StageMemory::total() const { return parameters + activations + logits + kRuntimeBytes; }
+
+std::string StageMemory::Describe() const {
+  const auto gib = [](double bytes) { return absl::StrFormat("%.2f GiB", bytes / (1 << 30)); };
+  std::string out = absl::StrCat(gib(total()), ": weights, gradients and AdamW ", gib(parameters),
+                                 ", activations of ", in_flight, " micro-batch",
+                                 in_flight == 1 ? "" : "es", " in flight ", gib(activations));
+  if (logits > 0) absl::StrAppend(&out, ", the head's logits ", gib(logits));
+  absl::StrAppend(&out, ", LibTorch ", gib(kRuntimeBytes));
+  return out;
 }
 
 std::vector<int> BalancedCut(const std::vector<double>& costs, int num_stages) {

@@ -80,6 +80,31 @@ struct UnitCost {
 // block half and the head within about 8% of its measured time.
 inline constexpr double kElementPassFlops = 40;
 std::vector<UnitCost> FlopUnitCosts(const ModelShape& shape);
+// Each unit's parameter count (FlopUnitCosts' and EstimateStageMemory's).
+std::vector<double> UnitParameters(const ModelShape& shape);
+
+// What a stage's process holds at its peak, estimated from the shapes before
+// anything is built: a worker refuses a stage whose estimate exceeds the memory
+// it has (StageModel::Create), naming it. Bytes.
+struct StageMemory {
+  // What a LibTorch worker process holds with no model: the library, its
+  // allocator's slack, gRPC (about 200 MiB measured with the peer model of
+  // bench/stage_balance.py, whose stages hold 260-280 MiB in all).
+  static constexpr double kRuntimeBytes = 200.0 * (1 << 20);
+  double parameters = 0;   // weights, gradients, AdamW's moments (and master weights)
+  double activations = 0;  // what the micro-batches in flight keep for their backward
+  double logits = 0;       // the loss's gradient over the head's [tokens, vocab], kept per micro-batch
+  int in_flight = 0;
+  double total() const;
+  // "3.05 GiB: weights, gradients and AdamW 1.00 GiB, activations of 2
+  // micro-batches in flight 0.05 GiB, the head's logits 1.80 GiB, LibTorch 0.20 GiB"
+  std::string Describe() const;
+};
+// `in_flight`: the most micro-batches between forward and backward at the
+// stage (the schedule's in_flight_limit); bf16_weights: runtime.precision
+// bf16-weights.
+StageMemory EstimateStageMemory(const ModelShape& shape, const StagePartition& stage,
+                                int in_flight, bool bf16_weights);
 
 // The contiguous split of `costs` into num_stages non-empty stages that
 // minimises the slowest stage's cost and, among those, the sum of the squared

@@ -4,7 +4,10 @@
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <torch/version.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/read_file.h"
 
 namespace paci {
 
@@ -48,8 +51,36 @@ absl::StatusOr<StagePlacement> ResolvePlacement(const std::string& device,
   } else if (!placement.device.is_cpu()) {
     return absl::InvalidArgumentError(
         absl::StrCat("runtime.device: must be cpu, cuda or cuda:N, got \"", device, "\""));
+  } else if (placement.precision != Precision::kFp32 && !CpuHasBf16()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "runtime.precision: ", precision,
+        " asked for on a CPU without bfloat16 instructions (avx512_bf16 or amx_bf16 on x86, "
+        "bf16 on Arm; see /proc/cpuinfo), where LibTorch emulates bfloat16 slower than float32 "
+        "computes: use fp32 here, or run the stage on a CPU or GPU that has them"));
   }
   return placement;
+}
+
+bool CpuInfoHasBf16(std::string_view cpuinfo) {
+  for (absl::string_view line : absl::StrSplit(absl::string_view(cpuinfo.data(), cpuinfo.size()), '\n')) {
+    // x86: "flags\t\t: fpu ... avx512_bf16 ..."; Arm: "Features\t: fp asimd ... bf16 ...".
+    if (!absl::StartsWith(line, "flags") && !absl::StartsWith(line, "Features")) continue;
+    const size_t colon = line.find(':');
+    if (colon == absl::string_view::npos) continue;
+    for (absl::string_view flag : absl::StrSplit(line.substr(colon + 1), ' ', absl::SkipEmpty())) {
+      if (flag == "avx512_bf16" || flag == "amx_bf16" || flag == "bf16") return true;
+    }
+    return false;  // every processor lists the same flags
+  }
+  return false;
+}
+
+bool CpuHasBf16() {
+  static const bool has = [] {
+    absl::StatusOr<std::string> cpuinfo = ReadFileToString("/proc/cpuinfo", 64 << 20);
+    return cpuinfo.ok() && CpuInfoHasBf16(*cpuinfo);
+  }();
+  return has;
 }
 
 namespace {

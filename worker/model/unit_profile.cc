@@ -46,8 +46,7 @@ std::vector<UnitCost> ProfileUnitCosts(const GptConfig& config, const UnitProfil
                                 : torch::randn({B, T, D}, torch::device(o.device)).requires_grad_();
       Sync(o.device);
       const auto t0 = Clock::now();
-      torch::Tensor out = stage(input);
-      if (part.has_head()) out = LanguageModelLoss(out, tokens);
+      torch::Tensor out = part.has_head() ? stage->Loss(input, tokens) : stage(input);
       Sync(o.device);
       const auto t1 = Clock::now();
       if (part.has_head()) {

@@ -42,6 +42,7 @@ absl::StatusOr<std::unique_ptr<StageModel>> StageModel::Create(const v1::JobSpec
                                                                const std::string& source_name) {
   ASSIGN_OR_RETURN(const StagePlacement placement,
                    ResolvePlacement(StageDevice(spec, stage, replica), spec.runtime().precision()));
+  if (placement.device.is_cpu()) RETURN_IF_ERROR(CheckMemory(spec, stage, MemoryLimitOfThisProcess()));
   std::unique_ptr<StageModel> model(new StageModel(spec, stage, placement));
   const GptConfig config = GptConfigFromSpec(spec.model());
   // Dropout masks differ per stage and replica (the weights are initialised
@@ -76,6 +77,25 @@ absl::StatusOr<std::unique_ptr<StageModel>> StageModel::Create(const v1::JobSpec
   return model;
 }
 
+absl::Status StageModel::CheckMemory(const v1::JobSpec& spec, int stage, const MemoryLimit& limit) {
+  if (limit.bytes == 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const PartitionPlan plan, PlanPartition(spec));
+  const ScheduleTraits& schedule = ScheduleTraitsOf(
+      ParseScheduleKind(spec.pipeline().schedule()).value_or(ScheduleKind::kPaci));
+  const int in_flight = schedule.in_flight_limit(
+      spec.pipeline().num_stages(), stage,
+      schedule.effective_accumulation(spec.pipeline().accumulation()));
+  const StageMemory need = EstimateStageMemory(ModelShapeFromSpec(spec), plan.Stage(stage),
+                                               in_flight, spec.runtime().precision() == "bf16-weights");
+  if (need.total() <= static_cast<double>(limit.bytes)) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "stage %d (units %s) needs about %s, more than the %.2f GiB it has (%s): lower "
+      "model.vocab_size (%d), model.d_model, pipeline.micro_batch_size or model.seq_len, "
+      "run more stages, or give the workers more memory",
+      stage, plan.Stage(stage).Describe(), need.Describe(),
+      static_cast<double>(limit.bytes) / (1 << 30), limit.source, spec.model().vocab_size()));
+}
+
 torch::Tensor StageModel::ToDevice(const torch::Tensor& host) const {
   if (!placement_.device.is_cuda()) return host.to(placement_.device);
   // pin_memory() returns a tensor that is pinned already as it is; the
@@ -91,10 +111,6 @@ std::pair<torch::Tensor, torch::Tensor> StageModel::Tokens(
           .to(torch::kLong));
   using torch::indexing::Slice;
   return {all.index({Slice(), Slice(0, T)}), all.index({Slice(), Slice(1, T + 1)})};
-}
-
-torch::Tensor StageModel::Loss(const torch::Tensor& logits, const torch::Tensor& targets) {
-  return LanguageModelLoss(logits.to(torch::kFloat), targets);
 }
 
 double StageModel::GradientWeight(int64_t drift) const {

@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include "absl/status/statusor.h"
+#include "common/memory_limit.h"
 #include "common/schedule_kind.h"
 #include "paci/v1/job.pb.h"
 #include "worker/model/adamw.h"
@@ -40,6 +41,13 @@ class StageModel {
                                                             const NamedWeights* source = nullptr,
                                                             const std::string& source_name = "");
 
+  // OK when the stage's estimated peak memory (EstimateStageMemory: weights,
+  // AdamW, the activations in flight, the head's logits) fits `limit`;
+  // otherwise FailedPrecondition with the estimate, what it is made of, the
+  // limit and its source, and what to change. Create checks a CPU stage
+  // against MemoryLimitOfThisProcess() before it allocates anything.
+  static absl::Status CheckMemory(const v1::JobSpec& spec, int stage, const MemoryLimit& limit);
+
   GptStage& module() { return module_; }
   AdamW& optimizer() { return *optimizer_; }
   const StagePlacement& placement() const { return placement_; }
@@ -53,8 +61,11 @@ class StageModel {
   torch::Tensor ToDevice(const torch::Tensor& host) const;
   // Inputs and targets [B, T] of the corpus windows [B, T + 1], on the device.
   std::pair<torch::Tensor, torch::Tensor> Tokens(const std::vector<int32_t>& windows) const;
-  // The language-model loss, in float32 whatever the weights.
-  static torch::Tensor Loss(const torch::Tensor& logits, const torch::Tensor& targets);
+  // The last stage's forward to the language-model loss (GptStage::Loss: the
+  // head and its cross-entropy fused), in float32 whatever the weights.
+  torch::Tensor ForwardLoss(const torch::Tensor& input, const torch::Tensor& targets) {
+    return module_->Loss(input, targets);
+  }
 
   // The weight of a backward's gradient that crossed `drift` steps, by the
   // drift correction's row (common/schedule_kind.h): 1/(1+drift) for

@@ -167,11 +167,9 @@ absl::Status StageRuntime::Forward() {
     const StageModel::Prediction prediction =
         model_->PredictWeights(steps_ahead, scheduler_->version());
     AutocastScope autocast(model_->placement());
-    output = model_->module()(input);
-    if (last_) {
-      output = StageModel::Loss(
-          output, model_->Tokens(options_.corpus->TrainingWindows(SampleId(id))).second);
-    }
+    output = last_ ? model_->ForwardLoss(
+                         input, model_->Tokens(options_.corpus->TrainingWindows(SampleId(id))).second)
+                   : model_->module()(input);
   }
   Mark(v1::Span::FORWARD, id);
   if (!last_) {
@@ -289,10 +287,10 @@ absl::Status StageRuntime::HandleDrained() {
     model_->module()->eval();
     for (int j = 0; j < spec_.training().eval_micro_batches(); ++j) {
       auto [inputs, targets] = model_->Tokens(options_.corpus->ValidationWindows(j));
-      torch::Tensor output = model_->module()(inputs);
       if (last_) {
-        eval_loss_sum_ += StageModel::Loss(output, targets).item<double>();
+        eval_loss_sum_ += model_->ForwardLoss(inputs, targets).item<double>();
       } else {
+        torch::Tensor output = model_->module()(inputs);
         Send(StageChannel::To::kNext, v1::TensorFrame::EVAL_ACTIVATION, j, &output, step);
       }
     }
@@ -353,16 +351,17 @@ absl::Status StageRuntime::EvalForward(const v1::TensorFrame& frame) {
   torch::NoGradGuard no_grad;
   AutocastScope autocast(model_->placement());
   model_->module()->eval();
-  torch::Tensor output = model_->module()(input);
-  model_->module()->train();
   if (!last_) {
+    torch::Tensor output = model_->module()(input);
+    model_->module()->train();
     Send(StageChannel::To::kNext, v1::TensorFrame::EVAL_ACTIVATION, frame.micro_batch_id(),
          &output, frame.step());
     return absl::OkStatus();
   }
   const auto targets =
       model_->Tokens(options_.corpus->ValidationWindows(frame.micro_batch_id())).second;
-  eval_loss_sum_ += StageModel::Loss(output, targets).item<double>();
+  eval_loss_sum_ += model_->ForwardLoss(input, targets).item<double>();
+  model_->module()->train();
   if (++eval_seen_ == spec_.training().eval_micro_batches()) {
     RecordValidation(frame.step(), eval_loss_sum_ / eval_seen_);
     eval_loss_sum_ = 0;

@@ -24,6 +24,7 @@
 #include "common/job_spec.h"
 #include "common/schedule_kind.h"
 #include "worker/runtime/replica_group.h"
+#include "worker/runtime/stage_model.h"
 #include "worker/transport/frame_sender.h"
 #include "worker/transport/tensor_codec.h"
 
@@ -55,7 +56,7 @@ data: {corpus_path: )", PACI_SOURCE_DIR, "/tests/data/kjv-genesis.txt}\n"));
   EXPECT_TRUE(spec.ok()) << spec.status();
   ApplyJobSpecDefaults(&*spec);
   if (edit) edit(*spec);
-  EXPECT_TRUE(ValidateJobSpec(*spec).ok());
+  EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
   return *spec;
 }
 
@@ -509,6 +510,47 @@ TEST(StageRuntimeTest, LastStageComputesTheLossFromAFakeFirstStage) {
   EXPECT_EQ(report.forward_micro_batches(), kMicroBatches);
   EXPECT_THAT(Steps(report.train_loss()), ElementsAre(1, 2, 3, 4));
   EXPECT_THAT(Steps(report.validation_loss()), ElementsAre(2, 4));
+}
+
+// A stage whose estimated memory exceeds what the worker has is refused
+// before anything is built, with the estimate and what to change.
+TEST(StageModelMemoryTest, AVocabularyPastTheLimitIsRefusedWithTheEstimate) {
+  const v1::JobSpec small = Spec(2);
+  const v1::JobSpec large = Spec(2, "none", [](v1::JobSpec& spec) {
+    spec.mutable_model()->set_vocab_size(524288);
+    spec.mutable_model()->set_d_model(2048);
+    spec.mutable_model()->set_num_heads(8);
+    spec.mutable_model()->set_num_kv_heads(8);
+  });
+  const MemoryLimit limit{uint64_t{8} << 30, "its cgroup's memory limit"};
+  EXPECT_TRUE(StageModel::CheckMemory(small, 1, limit).ok());
+  const absl::Status refused = StageModel::CheckMemory(large, 1, limit);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  for (const char* part : {"stage 1", "head", "the head's logits", "weights, gradients and AdamW",
+                           "more than the 8.00 GiB it has (its cgroup's memory limit)",
+                           "model.vocab_size (524288)"}) {
+    EXPECT_NE(refused.message().find(part), std::string::npos) << part << " in " << refused;
+  }
+  // No limit known: nothing is checked.
+  EXPECT_TRUE(StageModel::CheckMemory(large, 1, MemoryLimit{}).ok());
+}
+
+// Create checks against the memory this process has: a model larger than any
+// machine (a million-word head of width 65,536: 1 PB with AdamW) is refused
+// before it allocates, not killed for memory halfway through.
+TEST(StageModelMemoryTest, CreateRefusesAModelLargerThanTheMachineBeforeAllocating) {
+  const v1::JobSpec huge = Spec(1, "none", [](v1::JobSpec& spec) {
+    spec.mutable_model()->set_vocab_size(1000000);
+    spec.mutable_model()->set_d_model(65536);
+    spec.mutable_model()->set_num_heads(8);
+    spec.mutable_model()->set_num_kv_heads(8);
+  });
+  absl::StatusOr<std::unique_ptr<StageModel>> model = StageModel::Create(huge, 0, 0);
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(model.status().message().find("model.vocab_size (1000000)"), std::string::npos)
+      << model.status();
+  EXPECT_NE(model.status().message().find(MemoryLimitOfThisProcess().source), std::string::npos);
 }
 
 }  // namespace
