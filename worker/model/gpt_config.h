@@ -19,6 +19,13 @@ enum class Architecture { kGpt2, kLlama };
 // "gpt2" or "llama".
 const char* ArchitectureName(Architecture architecture);
 
+// runtime.precision (ResolvePlacement in precision.h parses it).
+enum class Precision {
+  kFp32,          // everything in float32
+  kBf16Autocast,  // matmuls in bfloat16 under autocast; weights and optimizer in float32
+  kBf16Weights,   // weights, activations and gradients in bfloat16; float32 master weights
+};
+
 struct GptConfig {
   Architecture architecture = Architecture::kGpt2;
   int vocab_size = 96;

@@ -174,7 +174,9 @@ std::vector<UnitCost> FlopUnitCosts(const ModelShape& m) {
 }
 
 StageMemory EstimateStageMemory(const ModelShape& m, const StagePartition& part, int in_flight,
-                                bool bf16_weights) {
+                                Precision precision) {
+  const bool bf16_weights = precision == Precision::kBf16Weights;
+  const bool bf16_matmuls = precision != Precision::kFp32;
   const double N = double(m.micro_batch_size) * m.seq_len;  // tokens per micro-batch
   const double d = m.d_model, V = m.vocab_size, T = m.seq_len, F = m.ffn();
   const double kv = double(m.kv_heads()) * m.head_size();
@@ -191,9 +193,14 @@ StageMemory EstimateStageMemory(const ModelShape& m, const StagePartition& part,
       saved += N * d;  // the output
     } else if (u == NumPartitionUnits(m.num_layers) - 1) {
       saved += 2 * N * d;  // the norm's input and output
-      // What the fused loss keeps for the backward (LinearCrossEntropy): the
-      // loss's gradient in the logits' place, float32 (bfloat16 under bf16).
-      memory.logits = in_flight * N * V * element;
+      // LinearCrossEntropy: the micro-batch being forwarded holds its float32
+      // logits (and under bf16 the matmul's bfloat16 output, then the
+      // gradient's bfloat16 copy it keeps); each earlier one in flight keeps
+      // the loss's gradient over [N, V] in the matmuls' type.
+      const double kept = bf16_matmuls ? 2 : 4;
+      memory.logits = N * V * (4 + (bf16_matmuls ? 2 : 0)) + (in_flight - 1) * N * V * kept;
+      // Autocast's bfloat16 copies of the head's weight and input, kept per micro-batch.
+      if (precision == Precision::kBf16Autocast) memory.logits += in_flight * (V * d + N * d) * 2;
     } else if (u % 2 == 1) {
       // the norm, q k v, the scores and their softmax, the attention's output
       // and the projection's input (llama: the rotated q and k as well)

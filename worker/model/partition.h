@@ -101,10 +101,9 @@ struct StageMemory {
   std::string Describe() const;
 };
 // `in_flight`: the most micro-batches between forward and backward at the
-// stage (the schedule's in_flight_limit); bf16_weights: runtime.precision
-// bf16-weights.
+// stage (the schedule's in_flight_limit).
 StageMemory EstimateStageMemory(const ModelShape& shape, const StagePartition& stage,
-                                int in_flight, bool bf16_weights);
+                                int in_flight, Precision precision);
 
 // The contiguous split of `costs` into num_stages non-empty stages that
 // minimises the slowest stage's cost and, among those, the sum of the squared

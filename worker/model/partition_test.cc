@@ -172,22 +172,27 @@ TEST(FlopUnitCostsTest, LlamasCostsFollowItsKeyHeadsAndSwiGlu) {
 TEST(StageMemoryTest, TheVocabularyGrowsTheEndStagesAndInFlightTheActivations) {
   const ModelShape small = IssueShape(256), large = IssueShape(32768);
   const StagePartition first{4, 0, 5}, last{4, 5, 10};
-  const StageMemory first_small = EstimateStageMemory(small, first, 2, false);
-  const StageMemory last_small = EstimateStageMemory(small, last, 1, false);
-  const StageMemory last_large = EstimateStageMemory(large, last, 1, false);
-  EXPECT_GT(EstimateStageMemory(large, first, 2, false).parameters, first_small.parameters);
-  const StageMemory middle_small = EstimateStageMemory(small, {4, 3, 6}, 1, false);
-  EXPECT_EQ(EstimateStageMemory(large, {4, 3, 6}, 1, false).total(), middle_small.total());
+  const StageMemory first_small = EstimateStageMemory(small, first, 2, Precision::kFp32);
+  const StageMemory last_small = EstimateStageMemory(small, last, 1, Precision::kFp32);
+  const StageMemory last_large = EstimateStageMemory(large, last, 1, Precision::kFp32);
+  EXPECT_GT(EstimateStageMemory(large, first, 2, Precision::kFp32).parameters, first_small.parameters);
+  const StageMemory middle_small = EstimateStageMemory(small, {4, 3, 6}, 1, Precision::kFp32);
+  EXPECT_EQ(EstimateStageMemory(large, {4, 3, 6}, 1, Precision::kFp32).total(), middle_small.total());
   EXPECT_EQ(first_small.logits, 0);
   EXPECT_GT(last_large.logits, 100 * last_small.logits);
   // [512 tokens, 32,768] in float32 is 64 MiB, kept per micro-batch in flight.
   EXPECT_NEAR(last_large.logits / (1 << 20), 64, 1e-9);
-  const StageMemory two = EstimateStageMemory(small, first, 2, false);
-  const StageMemory four = EstimateStageMemory(small, first, 4, false);
+  const StageMemory two = EstimateStageMemory(small, first, 2, Precision::kFp32);
+  const StageMemory four = EstimateStageMemory(small, first, 4, Precision::kFp32);
   EXPECT_DOUBLE_EQ(four.activations, 2 * two.activations);
   EXPECT_DOUBLE_EQ(four.parameters, two.parameters);
-  EXPECT_DOUBLE_EQ(EstimateStageMemory(small, first, 2, true).activations, two.activations / 2);
+  EXPECT_DOUBLE_EQ(EstimateStageMemory(small, first, 2, Precision::kBf16Weights).activations, two.activations / 2);
   EXPECT_GT(last_large.total(), last_large.parameters + last_large.logits);
+  // Under bf16 the matmul's bfloat16 logits sit beside their float32 copy; autocast
+  // also keeps bfloat16 copies of the head's weight and input.
+  const StageMemory autocast = EstimateStageMemory(large, last, 1, Precision::kBf16Autocast);
+  EXPECT_NEAR(autocast.logits - last_large.logits,
+              512.0 * 32768 * 2 + (32768.0 * 256 + 512 * 256) * 2, 1e-6);
   EXPECT_NE(last_large.Describe().find("the head's logits 0.06 GiB"), std::string::npos)
       << last_large.Describe();
 }

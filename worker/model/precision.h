@@ -10,14 +10,9 @@
 #include <torch/torch.h>
 
 #include "absl/status/statusor.h"
+#include "worker/model/gpt_config.h"
 
 namespace paci {
-
-enum class Precision {
-  kFp32,          // everything in float32
-  kBf16Autocast,  // matmuls in bfloat16 under autocast; weights and optimizer in float32
-  kBf16Weights,   // weights, activations and gradients in bfloat16; float32 master weights
-};
 
 struct StagePlacement {
   torch::Device device{torch::kCPU};

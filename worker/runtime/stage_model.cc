@@ -42,7 +42,9 @@ absl::StatusOr<std::unique_ptr<StageModel>> StageModel::Create(const v1::JobSpec
                                                                const std::string& source_name) {
   ASSIGN_OR_RETURN(const StagePlacement placement,
                    ResolvePlacement(StageDevice(spec, stage, replica), spec.runtime().precision()));
-  if (placement.device.is_cpu()) RETURN_IF_ERROR(CheckMemory(spec, stage, MemoryLimitOfThisProcess()));
+  if (placement.device.is_cpu()) {
+    RETURN_IF_ERROR(CheckMemory(spec, stage, placement.precision, MemoryLimitOfThisProcess()));
+  }
   std::unique_ptr<StageModel> model(new StageModel(spec, stage, placement));
   const GptConfig config = GptConfigFromSpec(spec.model());
   // Dropout masks differ per stage and replica (the weights are initialised
@@ -77,7 +79,8 @@ absl::StatusOr<std::unique_ptr<StageModel>> StageModel::Create(const v1::JobSpec
   return model;
 }
 
-absl::Status StageModel::CheckMemory(const v1::JobSpec& spec, int stage, const MemoryLimit& limit) {
+absl::Status StageModel::CheckMemory(const v1::JobSpec& spec, int stage, Precision precision,
+                                     const MemoryLimit& limit) {
   if (limit.bytes == 0) return absl::OkStatus();
   ASSIGN_OR_RETURN(const PartitionPlan plan, PlanPartition(spec));
   const ScheduleTraits& schedule = ScheduleTraitsOf(
@@ -86,7 +89,7 @@ absl::Status StageModel::CheckMemory(const v1::JobSpec& spec, int stage, const M
       spec.pipeline().num_stages(), stage,
       schedule.effective_accumulation(spec.pipeline().accumulation()));
   const StageMemory need = EstimateStageMemory(ModelShapeFromSpec(spec), plan.Stage(stage),
-                                               in_flight, spec.runtime().precision() == "bf16-weights");
+                                               in_flight, precision);
   if (need.total() <= static_cast<double>(limit.bytes)) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrFormat(
       "stage %d (units %s) needs about %s, more than the %.2f GiB it has (%s): lower "

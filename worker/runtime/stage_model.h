@@ -46,7 +46,8 @@ class StageModel {
   // otherwise FailedPrecondition with the estimate, what it is made of, the
   // limit and its source, and what to change. Create checks a CPU stage
   // against MemoryLimitOfThisProcess() before it allocates anything.
-  static absl::Status CheckMemory(const v1::JobSpec& spec, int stage, const MemoryLimit& limit);
+  static absl::Status CheckMemory(const v1::JobSpec& spec, int stage, Precision precision,
+                                  const MemoryLimit& limit);
 
   GptStage& module() { return module_; }
   AdamW& optimizer() { return *optimizer_; }

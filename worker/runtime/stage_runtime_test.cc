@@ -523,8 +523,8 @@ TEST(StageModelMemoryTest, AVocabularyPastTheLimitIsRefusedWithTheEstimate) {
     spec.mutable_model()->set_num_kv_heads(8);
   });
   const MemoryLimit limit{uint64_t{8} << 30, "its cgroup's memory limit"};
-  EXPECT_TRUE(StageModel::CheckMemory(small, 1, limit).ok());
-  const absl::Status refused = StageModel::CheckMemory(large, 1, limit);
+  EXPECT_TRUE(StageModel::CheckMemory(small, 1, Precision::kFp32, limit).ok());
+  const absl::Status refused = StageModel::CheckMemory(large, 1, Precision::kFp32, limit);
   EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
   for (const char* part : {"stage 1", "head", "the head's logits", "weights, gradients and AdamW",
                            "more than the 8.00 GiB it has (its cgroup's memory limit)",
@@ -532,7 +532,7 @@ TEST(StageModelMemoryTest, AVocabularyPastTheLimitIsRefusedWithTheEstimate) {
     EXPECT_NE(refused.message().find(part), std::string::npos) << part << " in " << refused;
   }
   // No limit known: nothing is checked.
-  EXPECT_TRUE(StageModel::CheckMemory(large, 1, MemoryLimit{}).ok());
+  EXPECT_TRUE(StageModel::CheckMemory(large, 1, Precision::kFp32, MemoryLimit{}).ok());
 }
 
 // Create checks against the memory this process has: a model larger than any
