@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -22,12 +23,13 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// A fresh database path per test, under the test's temporary directory.
+// A fresh database path per test, in a folder of this process's that goes
+// with it (the writer the SIGKILL test forks ends by _exit or the signal, so
+// only this process removes it).
 std::string TempPath(const std::string& name) {
+  static const TempDir dir("job-store-test");
   const testing::TestInfo* info = testing::UnitTest::GetInstance()->current_test_info();
-  std::string path = absl::StrCat(testing::TempDir(), "/", info->name(), "_", getpid(), "_", name);
-  for (const char* suffix : {"", "-wal", "-shm"}) std::remove((path + suffix).c_str());
-  return path;
+  return absl::StrCat(dir.path(), "/", info->name(), "_", name);
 }
 
 v1::Job MakeJob(const std::string& name, v1::JobPhase phase = v1::QUEUED, int64_t version = 1) {
