@@ -625,6 +625,17 @@ class KubeClusterTest(unittest.TestCase):
         owner = self.ok("POST", TJ_PATH, job("owner"))
         ref["uid"] = owner["metadata"]["uid"]
         self.ok("POST", POD_PATH, pod("orphan"))
+        # The collector orphans only the dependents its graph holds when it sees the owner's
+        # deletion; a pod it sees later points at a deleted owner and is collected (Kubernetes'
+        # own orphaning test waits for gc.GraphHasUID for this reason). Its graph builder takes
+        # the pod watch's events one at a time, in order: once a pod created after the orphan,
+        # whose owner does not exist, has been collected, the orphan is in the graph.
+        canary = pod("canary")
+        canary["metadata"]["ownerReferences"] = [dict(ref, name="no-such-owner",
+                                                      uid="00000000-0000-0000-0000-000000000001")]
+        self.ok("POST", POD_PATH, canary)
+        wait_until(lambda: gone(POD_PATH + "/canary"), timeout=60,
+                   what="the garbage collector to collect a pod created after the orphan")
         self.ok("DELETE", TJ_PATH + "/owner?propagationPolicy=Orphan")
         wait_until(lambda: "ownerReferences" not in self.ok("GET", POD_PATH + "/orphan")["metadata"], timeout=60,
                    what="the orphan to lose its owner reference")
