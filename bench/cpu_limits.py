@@ -13,11 +13,13 @@ row of a configuration alike:
   paci P=1         the unsplit model in one worker
   2-core limit     two P = 1 runs at once: the sum of their tokens/s (what two
                    cores give with no pipeline at all)
-  PACI P=2         two stages, one core each (balanced cut)
+  PACI P=2         two stages, one core each, at paci's default cut
+                   (pipeline.partition: balanced, the cost model's)
   1f1b-flush P=2   the same under the flush
   torch eager      PyTorch's own unsplit model, one thread, the same precision
                    (bench/peer_pipelining.py's run_eager; bf16-weights: not run)
-  torch <schedule> every torch.distributed.pipelining schedule at P = 2 (Gloo),
+  torch <schedule> every torch.distributed.pipelining schedule at P = 2 (Gloo,
+                   whole blocks cut evenly, as bench/peer_pipelining.py runs them),
                    ScheduleZBVZeroBubble and ScheduleDualPipeV included (with
                    --peers; bf16-weights: not run)
 
@@ -113,10 +115,16 @@ def main():
     import torch
 
     model, flags = cpu_flags()
+    precisions = args.precisions.split(",")
+    skipped = [p for p in precisions if p != "fp32" and not {"avx512_bf16", "amx_bf16"} & set(flags)]
+    precisions = [p for p in precisions if p not in skipped]
+    if skipped:
+        log("not run: %s (this CPU has no bfloat16 instructions; paci refuses bf16 there)"
+            % ", ".join(skipped))
     results = []
     began = time.monotonic()
     with tempfile.TemporaryDirectory() as workdir:
-        for precision in args.precisions.split(","):
+        for precision in precisions:
             for vocab in [int(v) for v in args.vocabs.split(",")]:
                 cfg = dict(steps=args.steps, vocab=vocab, layers=4, d_model=256, heads=4, seq_len=128,
                            micro_batch=4, a=4, lr=1e-3, eval_sequences=16, seed=1,
@@ -129,9 +137,11 @@ def main():
                                                                         stages=1, tag="p1"), 1),
                         ("limit", "2-core limit (two P=1 at once)",
                          lambda: both_at_once(args, cfg, config_dir), 2),
-                        ("paci", "paci PACI P=2", lambda: peers.run_paci(args, cfg, "paci", config_dir), 2),
+                        ("paci", "paci PACI P=2",
+                         lambda: peers.run_paci(args, cfg, "paci", config_dir, partition="balanced"), 2),
                         ("flush", "paci 1f1b-flush P=2",
-                         lambda: peers.run_paci(args, cfg, "1f1b-flush", config_dir), 2)]
+                         lambda: peers.run_paci(args, cfg, "1f1b-flush", config_dir,
+                                                partition="balanced"), 2)]
                 if precision != "bf16-weights":
                     runs.append(("eager", "torch eager P=1", lambda: peers.run_eager(cfg), 1))
                     if args.peers:
@@ -155,25 +165,28 @@ def main():
 
     lines = ["# paci against the machine's limit, per precision and vocabulary", "",
              "CPU: %s (%s), LibTorch %s, %d steps per run, %.0f s in all." % (
-                 model, " ".join(flags), torch.__version__, args.steps, time.monotonic() - began), "",
+                 model, " ".join(flags), torch.__version__, args.steps, time.monotonic() - began)
+             + (" Not run: %s (no bfloat16 instructions on this CPU)." % ", ".join(skipped)
+                if skipped else ""), "",
              "| precision | vocab | run | tokens/s | / 2-core limit | MFU | peak RSS MiB | "
-             "train loss | matmul GFLOP/s (blocks, head) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "train loss | cut | matmul GFLOP/s (blocks, head) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         limit = next((x for x in results if x["key"] == "limit" and x["precision"] == r["precision"]
                       and x["vocab"] == r["vocab"] and "error" not in x), None)
         if "error" in r:
-            lines.append("| %s | %d | %s | failed: %s | | | | | |" % (
+            lines.append("| %s | %d | %s | failed: %s | | | | | | |" % (
                 r["precision"], r["vocab"], r["label"], r["error"].replace("|", "/").replace("\n", " ")))
             continue
-        lines.append("| %s | %d | %s | %.0f | %s | %.2f | %s | %.3f | %.0f, %.0f |" % (
+        lines.append("| %s | %d | %s | %.0f | %s | %.2f | %s | %.3f | %s | %.0f, %.0f |" % (
             r["precision"], r["vocab"], r["label"], r["tokens_per_second"],
             "%.2f" % (r["tokens_per_second"] / limit["tokens_per_second"]) if limit else "",
             r["mfu"], ", ".join("%.0f" % m for m in r.get("peak_rss_mb", [])),
-            r["final_train_loss"], r["block_gflops"], r["head_gflops"]))
+            r["final_train_loss"], ",".join(str(b) for b in r.get("cut", [])),
+            r["block_gflops"], r["head_gflops"]))
     text = "\n".join(lines)
     print(text)
-    write_result(args.out, args.name, dict(cpu=model, flags=flags, torch=torch.__version__,
+    write_result(args.out, args.name, dict(cpu=model, flags=flags, torch=torch.__version__, skipped=skipped,
                                            machine=platform.machine(), steps=args.steps, runs=results),
                  text)
 

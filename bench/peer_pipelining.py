@@ -78,7 +78,7 @@ name: peer-{tag}
 model: {{vocab_size: {vocab}, num_layers: {layers}, d_model: {d_model}, num_heads: {heads},
         seq_len: {seq_len}, init_seed: {init_seed}}}
 pipeline: {{num_stages: {stages}, schedule: {schedule}, accumulation: {a}, micro_batch_size: {mbs},
-            partition: even{method}}}
+            partition: {partition}{method}}}
 optimizer: {{lr: {lr}, warmup_fraction: 0.05}}
 training: {{steps: {steps}, eval_interval: {steps}, eval_micro_batches: {eval_mb}}}
 data: {{corpus_path: {corpus}, seed: {seed}}}
@@ -389,15 +389,17 @@ def run_eager(cfg):
                 wall_seconds=wall)
 
 
-def run_paci(args, cfg, schedule, workdir, automatic=False, stages=2, tag=None):
+def run_paci(args, cfg, schedule, workdir, automatic=False, stages=2, tag=None, partition="even"):
     """pacictl train: plain (drift_correction none, no warm-up), or with the schedule's
-    automatic default (both fields left out)."""
+    automatic default (both fields left out). `partition` is pipeline.partition: "even" (whole
+    blocks, as the peers cut) or "balanced" (paci's default)."""
     tag = tag or schedule + ("-auto" if automatic else "")
     spec = os.path.join(workdir, "paci-%s.yaml" % tag)
     with open(spec, "w") as f:
         f.write(PACI_SPEC.format(tag=tag, vocab=cfg["vocab"], layers=cfg["layers"],
                                  d_model=cfg["d_model"], heads=cfg["heads"], seq_len=cfg["seq_len"],
                                  schedule=schedule, a=cfg["a"], mbs=cfg["micro_batch"], stages=stages,
+                                 partition=partition,
                                  precision=cfg.get("precision", "fp32"),
                                  method="" if automatic else ", drift_correction: none, warmup_steps: 0",
                                  lr=cfg["lr"], steps=cfg["steps"],
@@ -417,7 +419,8 @@ def run_paci(args, cfg, schedule, workdir, automatic=False, stages=2, tag=None):
     return dict(tokens_per_second=s["tokens_per_second"], final_train_loss=s["final_train_loss"],
                 final_validation_loss=s["final_validation_loss"],
                 peak_rss_mb=[round(int(st.get("peak_rss_bytes", 0)) / 2**20, 1)
-                             for st in s.get("stages", [])], idle_fraction=idle)
+                             for st in s.get("stages", [])], idle_fraction=idle,
+                cut=s.get("partition_boundaries", []))
 
 
 def main():

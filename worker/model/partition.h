@@ -79,6 +79,10 @@ struct UnitCost {
 // "Stage balance"): at one FLOP-equivalent rate the model then prices each
 // block half and the head within about 8% of its measured time.
 inline constexpr double kElementPassFlops = 40;
+// The fused loss's passes over the head's [tokens, vocab] logits, all in its
+// forward (the log-softmax, the target's gather, the softmax and the one-hot
+// in place, the scale). Fitted with `--profile_units` after the fusion.
+inline constexpr double kFusedLossPasses = 6;
 std::vector<UnitCost> FlopUnitCosts(const ModelShape& shape);
 // Each unit's parameter count (FlopUnitCosts' and EstimateStageMemory's).
 std::vector<double> UnitParameters(const ModelShape& shape);

@@ -213,6 +213,22 @@ TEST(PlanPartitionTest, BalancedMovesBlocksOffTheHeadsStage) {
   EXPECT_EQ(PlanPartition(IssueShape(8192), 2, "")->boundaries, balanced->boundaries);
 }
 
+// The cuts that timing each unit alone gives (paci_worker --profile_units on
+// one thread, with the fused loss), and the fastest of the cuts measured at
+// vocabulary 8,192 (docs/benchmarks.md, "The cost model after the fusion"):
+// the head's stage takes the last block whole at 8,192, nothing else at 32,768.
+TEST(PlanPartitionTest, BalancedIsTheMeasuredCutAtLargeVocabularies) {
+  EXPECT_EQ(PlanPartition(IssueShape(8192), 2, "balanced")->boundaries, (std::vector<int>{0, 7, 10}));
+  EXPECT_EQ(PlanPartition(IssueShape(32768), 2, "balanced")->boundaries, (std::vector<int>{0, 9, 10}));
+  EXPECT_EQ(PlanPartition(IssueShape(256), 2, "balanced")->boundaries, (std::vector<int>{0, 5, 10}));
+  // The head's backward is its two matmuls (and its weight gradient's pass):
+  // the loss's passes over [N, V] are all in its forward.
+  const UnitCost head = FlopUnitCosts(IssueShape(32768)).back();
+  const double N = 4 * 128, d = 256, V = 32768;
+  EXPECT_GT(head.forward, 2 * N * d * V + kElementPassFlops * kFusedLossPasses * N * V - 1);
+  EXPECT_LT(head.backward, 4 * N * d * V * 1.03);
+}
+
 TEST(PlanPartitionTest, ExplicitBoundariesAreUsedOrRefusedNamingTheField) {
   absl::StatusOr<PartitionPlan> plan = PlanPartition(IssueShape(256), 4, "2,5,8");
   ASSERT_TRUE(plan.ok()) << plan.status();
