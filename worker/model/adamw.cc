@@ -89,10 +89,11 @@ void AdamW::Step(double lr) {
 bool AdamW::FusedApplies(const std::vector<torch::Tensor>& w, const std::vector<torch::Tensor>& g,
                          const std::vector<torch::Tensor>& exp_avg,
                          const std::vector<torch::Tensor>& exp_avg_sq) {
-  // What the fused kernel asks of its lists: CUDA, one device, one dtype, and
-  // for each parameter the same sizes and strides in all four, dense.
+  // What the fused kernel asks of its lists: one device (LibTorch 2.11 has it
+  // for the CPU and CUDA), one dtype, and for each parameter the same sizes
+  // and strides in all four, dense.
   const torch::Device device = w[0].device();
-  if (!device.is_cuda()) return false;
+  if (!device.is_cuda() && !device.is_cpu()) return false;
   for (size_t i = 0; i < w.size(); ++i) {
     for (const torch::Tensor* t : {&w[i], &g[i], &exp_avg[i], &exp_avg_sq[i]}) {
       if (t->device() != device || t->scalar_type() != torch::kFloat ||

@@ -221,6 +221,7 @@ TEST(AdamWTest, MatchesTorchOptimAdamWStepForStep) {
     theirs(input).pow(2).sum().backward();
     adamw.Step(0.01);
     reference.step();
+    EXPECT_TRUE(adamw.last_step_fused());  // the CPU runs the fused kernel too
     adamw.ZeroGrad();
     reference.zero_grad();
     ASSERT_TRUE(torch::allclose(ours->weight, theirs->weight, 1e-6, 1e-7)) << step;
@@ -249,6 +250,36 @@ void SetGradients(std::vector<std::pair<std::string, torch::Tensor>>& params, in
     auto gen = at::make_generator<at::CPUGeneratorImpl>(1000 * (step + 1) + i);
     p.mutable_grad() = at::normal(0.0, 1.0, p.sizes(), gen).to(p.scalar_type()).to(p.device());
   }
+}
+
+// The multi-tensor path is kept for lists the fused kernel does not take (a
+// float32 parameter that is not dense, as a strided view is): the same update.
+TEST(AdamWTest, TheFusedKernelAndTheMultiTensorOpsMakeTheSameUpdate) {
+  auto dense = ParametersWithGradients(torch::kCPU, torch::kFloat, 0);
+  auto strided = ParametersWithGradients(torch::kCPU, torch::kFloat, 0);
+  // Every other column of a tensor twice as wide: the same values, not dense.
+  torch::Tensor view = torch::zeros({48, 64}).slice(1, 0, 64, 2);
+  {
+    torch::NoGradGuard no_grad;
+    view.copy_(strided[0].second);
+  }
+  strided[0].second = view.requires_grad_(true);
+  ASSERT_FALSE(strided[0].second.is_non_overlapping_and_dense());
+  AdamW fused(dense, AdamWOptions{}), multi_tensor(strided, AdamWOptions{});
+  for (int step = 0; step < 5; ++step) {
+    SetGradients(dense, step);
+    SetGradients(strided, step);
+    fused.Step(0.01);
+    multi_tensor.Step(0.01);
+    EXPECT_TRUE(fused.last_step_fused());
+    EXPECT_FALSE(multi_tensor.last_step_fused());
+    fused.ZeroGrad();
+    multi_tensor.ZeroGrad();
+  }
+  for (size_t i = 0; i < dense.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(dense[i].second, strided[i].second, 1e-5, 1e-6)) << dense[i].first;
+  }
+  EXPECT_FALSE(torch::equal(dense[0].second, ParametersWithGradients(torch::kCPU, torch::kFloat, 0)[0].second));
 }
 
 TEST(AdamWTest, ParametersWithoutAGradientAreLeftAlone) {
@@ -362,9 +393,9 @@ TEST(AdamWTest, CudaMatchesCpuForFloat32AndBf16Weights) {
       SetGradients(gpu, step);
       on_cpu.Step(0.01);
       on_gpu.Step(0.01);
-      // LibTorch 2.x: the GPU runs the fused kernel, the CPU the multi-tensor ops.
+      // Both run the fused kernel, each device its own.
       EXPECT_TRUE(on_gpu.last_step_fused()) << dtype;
-      EXPECT_FALSE(on_cpu.last_step_fused());
+      EXPECT_TRUE(on_cpu.last_step_fused()) << dtype;
       on_cpu.ZeroGrad();
       on_gpu.ZeroGrad();
     }
