@@ -57,8 +57,9 @@ def cpu_flags():
     with open("/proc/cpuinfo") as f:
         lines = f.read().splitlines()
     model = next((l.split(":", 1)[1].strip() for l in lines if l.startswith("model name")), "?")
-    flags = next((l.split(":", 1)[1].split() for l in lines if l.startswith("flags")), [])
-    wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "avx512_vnni")
+    # x86 lists "flags", Arm "Features" (where bfloat16 is "bf16").
+    flags = next((l.split(":", 1)[1].split() for l in lines if l.startswith(("flags", "Features"))), [])
+    wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "avx512_vnni", "bf16")
     return model, [f for f in wanted if f in flags]
 
 
@@ -116,7 +117,9 @@ def main():
 
     model, flags = cpu_flags()
     precisions = args.precisions.split(",")
-    skipped = [p for p in precisions if p != "fp32" and not {"avx512_bf16", "amx_bf16"} & set(flags)]
+    # paci refuses bf16 without these (CpuInfoHasBf16 in worker/model/precision.h).
+    has_bf16 = bool({"avx512_bf16", "amx_bf16", "bf16"} & set(flags))
+    skipped = [p for p in precisions if p != "fp32" and not has_bf16]
     precisions = [p for p in precisions if p not in skipped]
     if skipped:
         log("not run: %s (this CPU has no bfloat16 instructions; paci refuses bf16 there)"

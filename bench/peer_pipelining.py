@@ -93,7 +93,6 @@ def autocast(cfg):
     return torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.get("precision") == "bf16-autocast")
 
 
-
 def log(message):
     print(message, file=sys.stderr, flush=True)
 

@@ -246,6 +246,7 @@ class LinearCrossEntropyFunction
     const int64_t rows = std::max<int64_t>(1, kLossChunkBytes / (V * int64_t{sizeof(float)}));
     torch::Tensor losses = torch::empty({N}, logits.options());
     torch::Tensor scratch = torch::empty({std::min(rows, N), V}, logits.options());
+    const torch::Tensor minus_one = torch::full({std::min(rows, N), 1}, -1.0, logits.options());
     const double inverse_n = 1.0 / static_cast<double>(N);
     for (int64_t start = 0; start < N; start += rows) {
       const int64_t n = std::min(rows, N - start);
@@ -257,7 +258,7 @@ class LinearCrossEntropyFunction
       if (!gradients) continue;
       // The loss's gradient in the logits' place: (softmax - one-hot) / N.
       at::exp_out(x, log_p);
-      x.scatter_add_(1, t, torch::full({n, 1}, -1.0, x.options()));
+      x.scatter_add_(1, t, minus_one.narrow(0, 0, n));
       x.mul_(inverse_n);
     }
     if (gradients) {

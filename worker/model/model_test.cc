@@ -78,8 +78,9 @@ TEST(LinearCrossEntropyTest, MatchesTheHeadsLogitsAndCrossEntropyWithTheirGradie
               1e-5 * reference.item<double>());
 }
 
-// The last stage's training path, GptStage::Loss, is the unfused forward and
-// loss for both architectures, in float32 and under bf16 autocast.
+// The last stage's training path, GptStage::Loss (the head and loss fused),
+// gives the unfused forward's loss and gradients for both architectures, in
+// float32 and under bf16 autocast.
 TEST(LinearCrossEntropyTest, AStagesLossIsItsLogitsCrossEntropyWithTheSameGradients) {
   for (const GptConfig& c : {TinyConfig(), TinyLlama()}) {
     SCOPED_TRACE(c.llama() ? "llama" : "gpt2");
