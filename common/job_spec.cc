@@ -91,16 +91,27 @@ absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path) {
   return ParseJobSpecYaml(*text);
 }
 
+namespace {
+
+absl::Status RefusePartition(absl::string_view text, int units, int num_stages,
+                             absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "pipeline.partition: must be balanced, even or ", num_stages - 1,
+      " increasing unit boundaries between 1 and ", units - 1,
+      " separated by commas (units: 0 the embedding, 2b+1 and 2b+2 the halves of block b, ",
+      units - 1, " the head), optionally followed by \"/R\", the rows of the head's vocabulary "
+      "the stage before the last computes, got \"", text, "\": ", why));
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<int>> ParsePartitionBoundaries(std::string_view text_in,
                                                           int num_layers, int num_stages) {
-  const absl::string_view text(text_in.data(), text_in.size());
+  const absl::string_view whole(text_in.data(), text_in.size());
+  const absl::string_view text = whole.substr(0, whole.find('/'));
   const int units = 2 * num_layers + 2;
   const auto refuse = [&](absl::string_view why) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "pipeline.partition: must be balanced, even or ", num_stages - 1,
-        " increasing unit boundaries between 1 and ", units - 1,
-        " separated by commas (units: 0 the embedding, 2b+1 and 2b+2 the halves of block b, ",
-        units - 1, " the head), got \"", text, "\": ", why));
+    return RefusePartition(whole, units, num_stages, why);
   };
   std::vector<int> bounds = {0};
   if (!absl::StripAsciiWhitespace(text).empty()) {
@@ -120,6 +131,30 @@ absl::StatusOr<std::vector<int>> ParsePartitionBoundaries(std::string_view text_
   }
   bounds.push_back(units);
   return bounds;
+}
+
+absl::StatusOr<int64_t> ParsePartitionHeadSplit(std::string_view text_in, int num_layers,
+                                                int num_stages, int64_t vocab_size) {
+  const absl::string_view whole(text_in.data(), text_in.size());
+  const size_t slash = whole.find('/');
+  if (slash == absl::string_view::npos) return 0;
+  const absl::string_view rows_text = absl::StripAsciiWhitespace(whole.substr(slash + 1));
+  const int units = 2 * num_layers + 2;
+  int64_t rows = 0;
+  if (!absl::SimpleAtoi(rows_text, &rows)) {
+    return RefusePartition(whole, units, num_stages,
+                           absl::StrCat("\"", rows_text, "\" is not a whole number of rows"));
+  }
+  if (num_stages < 2) {
+    return RefusePartition(whole, units, num_stages,
+                           "one stage holds the whole head; a split needs two stages or more");
+  }
+  if (rows < 1 || rows >= vocab_size) {
+    return RefusePartition(whole, units, num_stages,
+                           absl::StrCat(rows, " rows of the head: must be between 1 and ",
+                                        vocab_size - 1, " (model.vocab_size - 1)"));
+  }
+  return rows;
 }
 
 PipelineShape PipelineShapeOf(const v1::PipelineSpec& pipeline) {

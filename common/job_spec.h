@@ -81,8 +81,16 @@ absl::Status ValidateJobLabels(const google::protobuf::Map<std::string, std::str
 // units are those of worker/model/partition.h. Returns all num_stages + 1
 // boundaries, 0 first and 2 * num_layers + 2 last. InvalidArgument naming
 // pipeline.partition.
+// A "/R" after the boundaries ("9/9216") is the head's split by vocabulary
+// (ParsePartitionHeadSplit); the boundaries ignore it.
 absl::StatusOr<std::vector<int>> ParsePartitionBoundaries(std::string_view text, int num_layers,
                                                           int num_stages);
+// The explicit form's "/R": the stage before the last computes the head's
+// rows [0, R) of the vocabulary, the last stage the rest
+// (worker/model/partition.h). 0 without one; InvalidArgument naming
+// pipeline.partition for R outside [1, vocab_size) or a single stage.
+absl::StatusOr<int64_t> ParsePartitionHeadSplit(std::string_view text, int num_layers,
+                                                int num_stages, int64_t vocab_size);
 
 // The device stage `stage` of replica `replica` runs on: from
 // runtime.stage_devices when given (entry replica * P + stage when it has one

@@ -212,7 +212,7 @@ absl::Status ValidateGlobalBatch(const v1::PipelineSpec& p) {
                  p.global_batch());
 }
 
-absl::Status ValidatePipeline(const v1::PipelineSpec& p, int num_layers) {
+absl::Status ValidatePipeline(const v1::PipelineSpec& p, int num_layers, int64_t vocab_size) {
   RETURN_IF_ERROR(RequireBetween("pipeline.num_stages", p.num_stages(), 1, 64));
   if (p.num_stages() > num_layers) {
     return absl::InvalidArgumentError(
@@ -233,7 +233,10 @@ absl::Status ValidatePipeline(const v1::PipelineSpec& p, int num_layers) {
   RETURN_IF_ERROR(ValidateDriftLimit(p, schedule));
   RETURN_IF_ERROR(ValidateDriftCorrection(p, *kind));
   if (!p.partition().empty() && p.partition() != "balanced" && p.partition() != "even") {
-    return ParsePartitionBoundaries(p.partition(), num_layers, p.num_stages()).status();
+    RETURN_IF_ERROR(ParsePartitionBoundaries(p.partition(), num_layers, p.num_stages()).status());
+    return ParsePartitionHeadSplit(p.partition(), num_layers, p.num_stages(),
+                                   vocab_size)
+        .status();
   }
   return absl::OkStatus();
 }
@@ -373,7 +376,8 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec) {
                           absl::StrCat("at most ", kMaxJobSpecBytes, " bytes serialized"),
                           absl::StrCat(bytes, " bytes")));
   RETURN_IF_ERROR(ValidateModel(spec.model()));
-  RETURN_IF_ERROR(ValidatePipeline(spec.pipeline(), spec.model().num_layers()));
+  RETURN_IF_ERROR(
+      ValidatePipeline(spec.pipeline(), spec.model().num_layers(), spec.model().vocab_size()));
   RETURN_IF_ERROR(ValidateOptimizer(spec.optimizer()));
   RETURN_IF_ERROR(ValidateTraining(spec.training()));
   RETURN_IF_ERROR(ValidateWarmup(spec));

@@ -141,13 +141,20 @@ GptStageImpl::GptStageImpl(const GptConfig& config, const StagePartition& partit
     blocks_.push_back(register_module(
         absl::StrCat("h", b), Block(config, partition.has_attention(b), partition.has_mlp(b))));
   }
-  if (partition.has_head()) {
-    ln_f_ = register_module("ln_f", Norm(config));
+  if (partition.has_head()) ln_f_ = register_module("ln_f", Norm(config));
+  if (partition.has_head() || partition.has_head_shard()) {
     head_ = register_module("head", torch::nn::Linear(torch::nn::LinearOptions(
-                                                          config.d_model, config.vocab_size)
+                                                          config.d_model, HeadRows().second -
+                                                                              HeadRows().first)
                                                           .bias(false)));
   }
   InitParameters();
+}
+
+std::pair<int64_t, int64_t> GptStageImpl::HeadRows() const {
+  if (partition_.head_split()) return {partition_.head_row_begin, partition_.head_row_end};
+  if (partition_.has_head()) return {0, config_.vocab_size};
+  return {0, 0};
 }
 
 void GptStageImpl::InitParameters() {
@@ -165,6 +172,14 @@ void GptStageImpl::InitParameters() {
     } else {
       auto gen = at::make_generator<at::CPUGeneratorImpl>(SeedFor(config_.init_seed, name));
       const double std = EndsWith(name, "proj.weight") ? residual_std : 0.02;
+      if (name == "head.weight" && partition_.head_split()) {
+        // This stage's rows of the whole head's draw.
+        const auto [begin, end] = HeadRows();
+        p.copy_(at::normal(0.0, std, {config_.vocab_size, config_.d_model}, gen,
+                           torch::dtype(p.dtype()))
+                    .narrow(0, begin, end - begin));
+        continue;
+      }
       p.copy_(at::normal(0.0, std, p.sizes(), gen, torch::dtype(p.dtype())));
     }
   }
@@ -176,11 +191,16 @@ torch::Tensor GptStageImpl::forward(torch::Tensor x) {
   return x;
 }
 
-torch::Tensor GptStageImpl::Loss(torch::Tensor x, const torch::Tensor& targets) {
-  const torch::Tensor hidden = ln_f_(Trunk(std::move(x)));
-  return LinearCrossEntropy(hidden.reshape({-1, hidden.size(-1)}), head_->weight,
-                            targets.reshape({-1}));
+torch::Tensor GptStageImpl::Loss(torch::Tensor x, const torch::Tensor& targets,
+                                 const torch::Tensor& first_rows) {
+  const torch::Tensor hidden = Hidden(std::move(x));
+  const torch::Tensor weight =
+      first_rows.defined() ? torch::cat({first_rows.to(head_->weight.scalar_type()), head_->weight})
+                           : head_->weight;
+  return LinearCrossEntropy(hidden.reshape({-1, hidden.size(-1)}), weight, targets.reshape({-1}));
 }
+
+torch::Tensor GptStageImpl::Hidden(torch::Tensor x) { return ln_f_(Trunk(std::move(x))); }
 
 torch::Tensor GptStageImpl::Trunk(torch::Tensor x) {
   if (partition_.has_embedding()) {
@@ -210,7 +230,26 @@ std::string GptStageImpl::Fingerprint() const {
                       partition_.WholeBlocks()
                           ? ""
                           : absl::StrCat(" units=[", partition_.first_unit, ",",
-                                         partition_.end_unit, ")"));
+                                         partition_.end_unit, ")"),
+                      partition_.head_split()
+                          ? absl::StrCat(" head_rows=[", partition_.head_row_begin, ",",
+                                         partition_.head_row_end, ")")
+                          : "");
+}
+
+bool IsHeadWeight(const std::string& name) {
+  const size_t slash = name.find('/');
+  return (slash == std::string::npos ? name : name.substr(slash + 1)) == "head.weight";
+}
+
+torch::Tensor StageRowsOf(const GptStageImpl& stage, const std::string& name,
+                          const torch::Tensor& whole) {
+  if (!stage.partition().head_split() || !IsHeadWeight(name) || whole.dim() != 2 ||
+      whole.size(0) != stage.config().vocab_size) {
+    return whole;
+  }
+  const auto [begin, end] = stage.HeadRows();
+  return whole.narrow(0, begin, end - begin);
 }
 
 torch::Tensor LanguageModelLoss(const torch::Tensor& logits, const torch::Tensor& targets) {
@@ -220,12 +259,10 @@ torch::Tensor LanguageModelLoss(const torch::Tensor& logits, const torch::Tensor
 
 namespace {
 
-// The rows of logits that the loss's element-wise passes take at once: 1 MiB
-// of float32 (8 rows of a 32,768-word vocabulary), within a core's L2 cache, so
-// that the log-softmax, the gather and the gradient read the rows from the
-// cache rather than memory. The matmuls stay whole: smaller ones run slower
-// and read the head's weight again for each piece (measured on one thread).
-constexpr int64_t kLossChunkBytes = int64_t{1} << 20;
+// kLossChunkBytes (gpt.h): the log-softmax, the gather and the gradient read
+// the rows from the cache rather than memory. The matmuls stay whole: smaller
+// ones run slower and read the head's weight again for each piece (measured
+// on one thread).
 
 class LinearCrossEntropyFunction
     : public torch::autograd::Function<LinearCrossEntropyFunction> {
@@ -293,6 +330,125 @@ torch::Tensor LinearCrossEntropy(const torch::Tensor& hidden, const torch::Tenso
   const bool gradients =
       torch::GradMode::is_enabled() && (hidden.requires_grad() || weight.requires_grad());
   return LinearCrossEntropyFunction::apply(hidden, weight, targets, gradients);
+}
+
+namespace {
+
+// The loss of a split head on the last stage, worked out in the forward
+// (SplitHeadLoss): the backward scales the hidden state's gradient and makes
+// the weight's from the logits' gradient by one matmul.
+class PrecomputedLossFunction : public torch::autograd::Function<PrecomputedLossFunction> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& hidden,
+                               const torch::Tensor& weight, const torch::Tensor& loss,
+                               const torch::Tensor& grad_hidden, const torch::Tensor& grad_logits,
+                               const torch::Tensor& compute_hidden) {
+    ctx->save_for_backward({grad_hidden, grad_logits, compute_hidden});
+    ctx->saved_data["hidden_type"] = static_cast<int64_t>(hidden.scalar_type());
+    ctx->saved_data["weight_type"] = static_cast<int64_t>(weight.scalar_type());
+    return loss.clone();
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    const torch::autograd::variable_list saved = ctx->get_saved_variables();
+    const torch::Tensor& scale = grad_outputs[0];
+    const auto type = [&](const char* key) {
+      return static_cast<torch::ScalarType>(ctx->saved_data[key].toInt());
+    };
+    torch::Tensor grad_hidden = (saved[0] * scale).to(type("hidden_type"));
+    torch::Tensor grad_weight = torch::mm(saved[1].t(), saved[2]).to(type("weight_type"));
+    grad_weight.mul_(scale);
+    return {grad_hidden, grad_weight, torch::Tensor(), torch::Tensor(), torch::Tensor(),
+            torch::Tensor()};
+  }
+};
+
+torch::ScalarType MatmulType(const torch::Tensor& hidden, const torch::Tensor& weight) {
+  return at::autocast::is_autocast_enabled(hidden.device().type())
+             ? at::autocast::get_autocast_dtype(hidden.device().type())
+             : weight.scalar_type();
+}
+
+}  // namespace
+
+HeadShardPart HeadShardForward(const torch::Tensor& hidden, const torch::Tensor& weight,
+                               const torch::Tensor& targets, int64_t row_begin) {
+  torch::NoGradGuard no_grad;
+  const int64_t N = hidden.size(0), rows = weight.size(0);
+  const torch::ScalarType compute = MatmulType(hidden, weight);
+  HeadShardPart part;
+  part.hidden = hidden.to(compute);
+  const torch::Tensor w = weight.to(compute);
+  torch::Tensor probs = torch::mm(part.hidden, w.t());
+  if (probs.scalar_type() != torch::kFloat) probs = probs.to(torch::kFloat);
+  const torch::Tensor local = targets - row_begin;
+  part.in_shard = local.ge(0).logical_and(local.lt(rows));
+  part.local_targets = local.clamp(0, rows - 1);
+  part.target_logit =
+      probs.gather(1, part.local_targets.unsqueeze(1)).squeeze(1).mul(part.in_shard);
+  part.lse = torch::empty({N}, probs.options());
+  // A few rows at a time, while they sit in the core's cache (as LinearCrossEntropy).
+  const int64_t chunk = std::max<int64_t>(1, kLossChunkBytes / (rows * int64_t{sizeof(float)}));
+  for (int64_t start = 0; start < N; start += chunk) {
+    const int64_t n = std::min(chunk, N - start);
+    torch::Tensor x = probs.narrow(0, start, n);
+    torch::Tensor lse = part.lse.narrow(0, start, n);
+    at::logsumexp_out(lse, x, {1}, false);
+    x.sub_(lse.unsqueeze(1)).exp_();
+  }
+  part.probs = probs;
+  part.weighted = torch::mm(probs.to(compute), w).to(torch::kFloat);
+  part.target_rows =
+      w.index_select(0, part.local_targets).to(torch::kFloat).mul_(part.in_shard.unsqueeze(1));
+  return part;
+}
+
+torch::Tensor PackHeadShard(const HeadShardPart& part) {
+  return torch::cat({part.weighted, part.target_rows, part.lse.unsqueeze(1),
+                     part.target_logit.unsqueeze(1)},
+                    1);
+}
+
+torch::Tensor SplitHeadLoss(const torch::Tensor& hidden, const torch::Tensor& weight,
+                            HeadShardPart local, const torch::Tensor& other,
+                            torch::Tensor* other_scale) {
+  torch::Tensor grad_hidden, loss;
+  {
+    torch::NoGradGuard no_grad;
+    const int64_t N = hidden.size(0), d = hidden.size(1);
+    const torch::Tensor other_weighted = other.narrow(1, 0, d);
+    const torch::Tensor other_rows = other.narrow(1, d, d);
+    const torch::Tensor other_lse = other.select(1, 2 * d);
+    const torch::Tensor other_logit = other.select(1, 2 * d + 1);
+    const torch::Tensor lse = torch::logaddexp(local.lse, other_lse);
+    loss = (lse - local.target_logit - other_logit).sum() / static_cast<double>(N);
+    const torch::Tensor own = (local.lse - lse).exp_();
+    *other_scale = (other_lse - lse).exp_();
+    // d loss / d hidden, summed over both parts of the vocabulary.
+    grad_hidden = (local.weighted * own.unsqueeze(1) - local.target_rows +
+                   other_weighted * other_scale->unsqueeze(1) - other_rows)
+                      .div_(static_cast<double>(N));
+    // d loss / d logits of this part: (softmax - one-hot) / N, in the probabilities' place.
+    HeadShardGradient(local, own, 1.0 / static_cast<double>(N));
+  }
+  return PrecomputedLossFunction::apply(hidden, weight, loss, grad_hidden,
+                                        local.probs.to(local.hidden.scalar_type()),
+                                        local.hidden);
+}
+
+void HeadShardGradient(HeadShardPart& part, const torch::Tensor& scale, double factor) {
+  torch::NoGradGuard no_grad;
+  part.probs.mul_(scale.unsqueeze(1) * factor);
+  part.probs.scatter_add_(1, part.local_targets.unsqueeze(1),
+                          part.in_shard.unsqueeze(1).to(torch::kFloat) * -factor);
+}
+
+torch::Tensor HeadShardWeightGradient(HeadShardPart& part, const torch::Tensor& scale,
+                                      double factor) {
+  HeadShardGradient(part, scale, factor);
+  torch::NoGradGuard no_grad;
+  return torch::mm(part.probs.to(part.hidden.scalar_type()).t(), part.hidden);
 }
 
 }  // namespace paci

@@ -90,7 +90,18 @@ class GptStageImpl : public torch::nn::Module {
   // The last stage's training path: the mean cross-entropy against targets
   // [B, T] of the logits forward() would return, by LinearCrossEntropy (the
   // [B*T, vocab] logits never kept). Requires partition().has_head().
-  torch::Tensor Loss(torch::Tensor input, const torch::Tensor& targets);
+  // With the head split by vocabulary (StagePartition::head_split), the last
+  // stage's forward() returns the logits of its rows only; Loss then needs
+  // `first_rows`, the weight of the rows the stage before it holds (the
+  // evaluation's path: training uses SplitHeadLoss).
+  torch::Tensor Loss(torch::Tensor input, const torch::Tensor& targets,
+                     const torch::Tensor& first_rows = {});
+  // The last stage: the final norm's output [B, T, d], what the head takes.
+  torch::Tensor Hidden(torch::Tensor input);
+  // The head's rows [first, second) of the vocabulary this stage holds ({0, 0}: none).
+  std::pair<int64_t, int64_t> HeadRows() const;
+  // The head's weight [rows, d] (undefined without head rows).
+  const torch::Tensor& head_weight() const { return head_->weight; }
 
   const GptConfig& config() const { return config_; }
   const StagePartition& partition() const { return partition_; }
@@ -113,6 +124,14 @@ class GptStageImpl : public torch::nn::Module {
 };
 TORCH_MODULE(GptStage);
 
+// Whether `name` is the head's weight or what AdamW keeps of it
+// ("exp_avg/head.weight"): the tensors a split head holds by rows.
+bool IsHeadWeight(const std::string& name);
+// Of a whole model's tensor `name`, the rows `stage` holds: a split head's
+// weight (and its AdamW state) narrowed to HeadRows(); anything else whole.
+torch::Tensor StageRowsOf(const GptStageImpl& stage, const std::string& name,
+                          const torch::Tensor& whole);
+
 // Mean cross-entropy of logits [B, T, V] against targets [B, T].
 torch::Tensor LanguageModelLoss(const torch::Tensor& logits, const torch::Tensor& targets);
 
@@ -128,5 +147,50 @@ torch::Tensor LanguageModelLoss(const torch::Tensor& logits, const torch::Tensor
 // the loss alone. The loss is in float32 whatever the weights.
 torch::Tensor LinearCrossEntropy(const torch::Tensor& hidden, const torch::Tensor& weight,
                                  const torch::Tensor& targets);
+
+// The rows of logits the loss's element-wise passes take at once: 1 MiB of
+// float32, within a core's L2 cache.
+inline constexpr int64_t kLossChunkBytes = int64_t{1} << 20;
+
+// The head split by vocabulary between the last two stages (docs/design.md,
+// "The head split by vocabulary"). Each computes its rows' part of the loss
+// from the final norm's output, the stage before the last from what the last
+// one sends it; the last stage adds the two, and sends back the one number
+// per token the other part's weight gradient needs.
+//
+// One part, for hidden [N, d], its rows' weight W [rows, d] and targets [N]
+// (token ids of the whole vocabulary; this part's rows start at row_begin).
+// Float32 but for `hidden`, in the matmuls' type.
+struct HeadShardPart {
+  torch::Tensor hidden;         // [N, d], in the matmuls' type
+  torch::Tensor lse;            // [N]: log-sum-exp of the part's logits
+  torch::Tensor target_logit;   // [N]: the target's logit, 0 where it is another part's
+  torch::Tensor probs;          // [N, rows]: the softmax within the part
+  torch::Tensor local_targets;  // [N] int64: the target's row in the part (clamped)
+  torch::Tensor in_shard;       // [N] bool: the target is one of the part's rows
+  torch::Tensor weighted;       // [N, d]: probs W
+  torch::Tensor target_rows;    // [N, d]: W's target row where in_shard, else 0
+};
+HeadShardPart HeadShardForward(const torch::Tensor& hidden, const torch::Tensor& weight,
+                               const torch::Tensor& targets, int64_t row_begin);
+// What the stage before the last sends of its part: [N, 2d + 2] float32,
+// weighted, target_rows, lse and target_logit side by side.
+torch::Tensor PackHeadShard(const HeadShardPart& part);
+// The last stage: the mean cross-entropy over the whole vocabulary from its
+// own part (`local`, of hidden and weight) and the other's packed one;
+// differentiable in hidden and weight as LinearCrossEntropy is.
+// `other_scale` gets exp(lse_other - lse) [N], the other part's share of the
+// softmax, which its weight gradient needs.
+torch::Tensor SplitHeadLoss(const torch::Tensor& hidden, const torch::Tensor& weight,
+                            HeadShardPart local, const torch::Tensor& other,
+                            torch::Tensor* other_scale);
+// The part's logits' gradient in its probabilities' place: (scale * softmax -
+// one-hot) * factor.
+void HeadShardGradient(HeadShardPart& part, const torch::Tensor& scale, double factor);
+// The stage before the last: its rows' weight gradient, [rows, d] in the
+// matmuls' type, for the loss scaled by `factor` (1 / (N x accumulation)),
+// from the last stage's `scale`. Overwrites part.probs.
+torch::Tensor HeadShardWeightGradient(HeadShardPart& part, const torch::Tensor& scale,
+                                      double factor);
 
 }  // namespace paci

@@ -4,6 +4,7 @@
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <torch/torch.h>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "worker/model/adamw.h"
 #include "worker/model/gpt.h"
@@ -156,6 +157,66 @@ TEST(GptStageTest, SplitModelMatchesUnsplitForwardAndGradients) {
         }
       }
       EXPECT_EQ(matched, full_params.size());
+    }
+  }
+}
+
+// The head split by vocabulary between the last two stages: the stage before
+// the last computes the first rows' part from the final norm's output, the
+// last stage its own and the loss over both, and the first part's weight
+// gradient comes from the scale the last stage sends back. Loss and every
+// gradient are the whole head's, in each row's place; so is the evaluation's
+// loss with the first rows lent.
+TEST(GptStageTest, AHeadSplitByVocabularyGivesTheWholeHeadsLossAndGradients) {
+  for (const GptConfig& c : {TinyConfig(), TinyLlama()}) {
+    for (int64_t rows : {1, 9, 22}) {
+      SCOPED_TRACE(absl::StrCat(c.llama() ? "llama" : "gpt2", " rows ", rows));
+      torch::manual_seed(3);
+      const auto tokens = torch::randint(c.vocab_size, {3, c.seq_len}, torch::kLong);
+      const auto targets = torch::randint(c.vocab_size, {3, c.seq_len}, torch::kLong);
+      GptStage full(c, PartitionStage(c.num_layers, 1, 0));
+      const torch::Tensor expected = LanguageModelLoss(full(tokens), targets);
+      (3 * expected).backward();
+
+      StagePartition first{c.num_layers, 0, 7, 0, rows};
+      StagePartition last{c.num_layers, 7, 10, rows, c.vocab_size};
+      GptStage stage0(c, first), stage1(c, last);
+      ASSERT_EQ(stage0->HeadRows(), std::make_pair(int64_t{0}, rows));
+      const torch::Tensor out0 = stage0(tokens);
+      const torch::Tensor in1 = out0.detach().requires_grad_(true);
+      const torch::Tensor hidden = stage1->Hidden(in1);
+      const torch::Tensor flat = hidden.reshape({-1, c.d_model});
+      const torch::Tensor flat_targets = targets.reshape({-1});
+      HeadShardPart other =
+          HeadShardForward(flat.detach(), stage0->head_weight(), flat_targets, 0);
+      HeadShardPart own =
+          HeadShardForward(flat.detach(), stage1->head_weight(), flat_targets, rows);
+      torch::Tensor scale;
+      const torch::Tensor loss =
+          SplitHeadLoss(flat, stage1->head_weight(), own, PackHeadShard(other), &scale);
+      EXPECT_NEAR(loss.item<double>(), expected.item<double>(), 1e-5 * expected.item<double>());
+      (3 * loss).backward();
+      const double factor = 3.0 / static_cast<double>(flat.size(0));
+      torch::Tensor first_rows_gradient = HeadShardWeightGradient(other, scale, factor);
+      out0.backward(in1.grad());
+
+      std::map<std::string, torch::Tensor> want;
+      for (auto& item : full->named_parameters()) want[item.key()] = item.value();
+      const torch::Tensor& head = want.at("head.weight");
+      EXPECT_TRUE(torch::equal(stage0->head_weight(), head.narrow(0, 0, rows)));
+      EXPECT_TRUE(torch::equal(stage1->head_weight(), head.narrow(0, rows, c.vocab_size - rows)));
+      EXPECT_TRUE(torch::allclose(first_rows_gradient, head.grad().narrow(0, 0, rows), 1e-4, 1e-6));
+      for (GptStage* stage : {&stage0, &stage1}) {
+        for (auto& item : (*stage)->named_parameters()) {
+          if (item.key() == "head.weight" && stage == &stage0) continue;  // its gradient: above
+          const torch::Tensor reference =
+              StageRowsOf(**stage, item.key(), want.at(item.key()).grad());
+          EXPECT_TRUE(torch::allclose(item.value().grad(), reference, 1e-4, 1e-6)) << item.key();
+        }
+      }
+      torch::NoGradGuard no_grad;
+      EXPECT_NEAR(stage1->Loss(in1, targets, stage0->head_weight()).item<double>(),
+                  expected.item<double>(), 1e-5 * expected.item<double>());
     }
   }
 }

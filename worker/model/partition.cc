@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
+#include <utility>
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
@@ -35,6 +37,7 @@ std::string StagePartition::Describe() const {
   if (end_unit - first_unit > 1) {
     absl::StrAppend(&out, "..", PartitionUnitName(num_layers, end_unit - 1));
   }
+  if (head_split()) absl::StrAppend(&out, " head rows [", head_row_begin, ",", head_row_end, ")");
   return out;
 }
 
@@ -195,8 +198,19 @@ StageMemory EstimateStageMemory(const ModelShape& m, const StagePartition& part,
   const std::vector<double> params = UnitParameters(m);
   StageMemory memory;
   double parameters = 0, saved = 0;  // elements; saved: kept per micro-batch for its backward
+  // The head's rows here (all of them unless split).
+  const double head_rows =
+      part.head_split() ? static_cast<double>(part.head_row_end - part.head_row_begin) : V;
+  if (part.has_head_shard()) {
+    // The rows' weight; the float32 softmax over them of the micro-batch whose
+    // head it computes, kept until the last stage sends their scale, and the
+    // next one's.
+    parameters += head_rows * d;
+    memory.logits = 2 * N * head_rows * 4;
+  }
   for (int u = part.first_unit; u < part.end_unit; ++u) {
     parameters += params[u];
+    if (u == NumPartitionUnits(m.num_layers) - 1) parameters -= (V - head_rows) * d;
     if (u == 0) {
       saved += N * d;  // the output
     } else if (u == NumPartitionUnits(m.num_layers) - 1) {
@@ -206,9 +220,10 @@ StageMemory EstimateStageMemory(const ModelShape& m, const StagePartition& part,
       // gradient's bfloat16 copy it keeps); each earlier one in flight keeps
       // the loss's gradient over [N, V] in the matmuls' type.
       const double kept = bf16_matmuls ? 2 : 4;
-      memory.logits = N * V * (4 + (bf16_matmuls ? 2 : 0)) + (in_flight - 1) * N * V * kept;
+      const double Vh = head_rows;
+      memory.logits = N * Vh * (4 + (bf16_matmuls ? 2 : 0)) + (in_flight - 1) * N * Vh * kept;
       // Autocast's bfloat16 copies of the head's weight and input, kept per micro-batch.
-      if (precision == Precision::kBf16Autocast) memory.logits += in_flight * (V * d + N * d) * 2;
+      if (precision == Precision::kBf16Autocast) memory.logits += in_flight * (Vh * d + N * d) * 2;
     } else if (u % 2 == 1) {
       // the norm, q k v, the scores and their softmax, the attention's output
       // and the projection's input (llama: the rotated q and k as well)
@@ -287,8 +302,82 @@ std::vector<int> BalancedCut(const std::vector<double>& costs, int num_stages) {
 
 StagePartition PartitionPlan::Stage(int stage) const {
   const int units = boundaries.back();
-  return StagePartition{(units - 2) / 2, boundaries[stage], boundaries[stage + 1]};
+  StagePartition part{(units - 2) / 2, boundaries[stage], boundaries[stage + 1]};
+  const int num_stages = static_cast<int>(boundaries.size()) - 1;
+  if (head_split > 0 && stage == num_stages - 2) {
+    part.head_row_begin = 0;
+    part.head_row_end = head_split;
+  } else if (head_split > 0 && stage == num_stages - 1) {
+    part.head_row_begin = head_split;
+    part.head_row_end = vocab_size;
+  }
+  return part;
 }
+
+namespace {
+
+// Each stage's cost under `bounds` with the head's first `split` rows of
+// `vocab` moved from the last stage to the one before it.
+std::vector<double> StageCosts(const std::vector<double>& totals, const std::vector<int>& bounds,
+                               int64_t split, int64_t vocab) {
+  const int P = static_cast<int>(bounds.size()) - 1;
+  std::vector<double> cost;
+  for (int s = 0; s < P; ++s) {
+    double c = 0;
+    for (int u = bounds[s]; u < bounds[s + 1]; ++u) c += totals[u];
+    cost.push_back(c);
+  }
+  if (split > 0 && P >= 2) {
+    const double moved = totals.back() * static_cast<double>(split) / static_cast<double>(vocab);
+    cost[P - 2] += moved;
+    cost[P - 1] -= moved;
+  }
+  return cost;
+}
+
+double Slowest(const std::vector<double>& cost) {
+  return *std::max_element(cost.begin(), cost.end());
+}
+
+// "balanced" with the head split: for each row count R (multiples of
+// kHeadSplitRowMultiple), the head's first R rows become a unit of their own
+// just before the rest of the head, priced pro rata, and BalancedCut cuts
+// that chain. A cut counts when it puts that unit on the stage before the
+// last, with at least one unit of the model besides, and the rest of the head
+// alone on the last stage. The best such cut, when it beats `slowest` by
+// kHeadSplitMinGain; nullopt otherwise.
+std::optional<std::pair<std::vector<int>, int64_t>> BalancedHeadSplit(
+    const std::vector<double>& totals, int num_stages, int64_t vocab, double slowest) {
+  const int U = static_cast<int>(totals.size());
+  const int P = num_stages;
+  if (P < 2 || vocab < 2 * kHeadSplitRowMultiple) return std::nullopt;
+  // At most 128 candidates, whatever the vocabulary.
+  const int64_t step =
+      std::max<int64_t>(1, vocab / kHeadSplitRowMultiple / 128) * kHeadSplitRowMultiple;
+  std::optional<std::pair<std::vector<int>, int64_t>> best;
+  double best_slowest = slowest * (1 - kHeadSplitMinGain);
+  for (int64_t rows = step; rows + kHeadSplitRowMultiple <= vocab; rows += step) {
+    std::vector<double> chain(totals.begin(), totals.end() - 1);
+    const double shard = totals.back() * static_cast<double>(rows) / static_cast<double>(vocab);
+    chain.push_back(shard);
+    chain.push_back(totals.back() - shard);
+    const std::vector<int> cut = BalancedCut(chain, P);
+    // cut[P-1] == U: the rest of the head (chain unit U) alone on the last
+    // stage; cut[P-2] <= U - 2: the stage before it holds a unit of the model.
+    if (cut[P - 1] != U || cut[P - 2] > U - 2) continue;
+    std::vector<int> bounds(cut.begin(), cut.end() - 1);
+    bounds[P - 1] = U - 1;
+    bounds.push_back(U);
+    const double s = Slowest(StageCosts(totals, bounds, rows, vocab));
+    if (s < best_slowest) {
+      best_slowest = s;
+      best = std::make_pair(bounds, rows);
+    }
+  }
+  return best;
+}
+
+}  // namespace
 
 absl::StatusOr<PartitionPlan> PlanPartition(const ModelShape& shape, int num_stages,
                                             absl::string_view partition) {
@@ -296,12 +385,12 @@ absl::StatusOr<PartitionPlan> PlanPartition(const ModelShape& shape, int num_sta
     return absl::InvalidArgumentError(
         absl::StrCat("model.num_layers: must be at least 1, got ", shape.num_layers));
   }
-  return PlanPartitionWithCosts(FlopUnitCosts(shape), num_stages, partition);
+  return PlanPartitionWithCosts(FlopUnitCosts(shape), num_stages, partition, shape.vocab_size);
 }
 
 absl::StatusOr<PartitionPlan> PlanPartitionWithCosts(const std::vector<UnitCost>& units,
-                                                     int num_stages,
-                                                     absl::string_view partition) {
+                                                     int num_stages, absl::string_view partition,
+                                                     int64_t vocab_size) {
   const int num_units = static_cast<int>(units.size());
   const int num_layers = (num_units - 2) / 2;
   if (num_units < 4 || num_units % 2 != 0) {
@@ -319,6 +408,13 @@ absl::StatusOr<PartitionPlan> PlanPartitionWithCosts(const std::vector<UnitCost>
   if (partition.empty() || partition == "balanced") {
     plan.mode = "balanced";
     plan.boundaries = BalancedCut(totals, num_stages);
+    if (vocab_size > 0) {
+      const double slowest = Slowest(StageCosts(totals, plan.boundaries, 0, vocab_size));
+      if (auto split = BalancedHeadSplit(totals, num_stages, vocab_size, slowest)) {
+        plan.boundaries = split->first;
+        plan.head_split = split->second;
+      }
+    }
   } else if (partition == "even") {
     plan.mode = "even";
     if (num_stages > num_layers) {
@@ -334,14 +430,18 @@ absl::StatusOr<PartitionPlan> PlanPartitionWithCosts(const std::vector<UnitCost>
                                  num_layers, num_stages);
     if (!bounds.ok()) return bounds.status();
     plan.boundaries = *std::move(bounds);
+    if (vocab_size > 0) {
+      absl::StatusOr<int64_t> split =
+          ParsePartitionHeadSplit(std::string_view(partition.data(), partition.size()),
+                                  num_layers, num_stages, vocab_size);
+      if (!split.ok()) return split.status();
+      plan.head_split = *split;
+    }
   }
+  plan.vocab_size = vocab_size;
+  plan.stage_cost = StageCosts(totals, plan.boundaries, plan.head_split, vocab_size);
   double sum = 0;
-  for (int s = 0; s < num_stages; ++s) {
-    double c = 0;
-    for (int u = plan.boundaries[s]; u < plan.boundaries[s + 1]; ++u) c += totals[u];
-    plan.stage_cost.push_back(c);
-    sum += c;
-  }
+  for (double c : plan.stage_cost) sum += c;
   for (double c : plan.stage_cost) plan.cost_share.push_back(sum > 0 ? c / sum : 0);
   return plan;
 }

@@ -37,8 +37,19 @@ struct StagePartition {
   int first_unit = 0;
   int end_unit = 0;
 
+  // The head split by vocabulary (PartitionPlan::head_split): the rows
+  // [head_row_begin, head_row_end) of the head's weight [vocab, d] this stage
+  // computes, the first ones on the stage before the last, the rest on the
+  // last stage. 0, 0 where the head is not split: the last stage holds all.
+  int64_t head_row_begin = 0, head_row_end = 0;
+
   bool has_embedding() const { return first_unit == 0; }
+  // The head unit: the final norm, the loss and the head's rows (all of them
+  // unless split).
   bool has_head() const { return end_unit == NumPartitionUnits(num_layers); }
+  // Rows of a split head without the head unit: the stage before the last.
+  bool has_head_shard() const { return !has_head() && head_row_end > head_row_begin; }
+  bool head_split() const { return head_row_end > head_row_begin; }
   bool has_attention(int block) const { return Holds(1 + 2 * block); }
   bool has_mlp(int block) const { return Holds(2 + 2 * block); }
   bool Holds(int unit) const { return unit >= first_unit && unit < end_unit; }
@@ -47,7 +58,7 @@ struct StagePartition {
   int end_block() const;
   // Whole blocks only, as the "even" cut always is.
   bool WholeBlocks() const;
-  // "[3,10) h1.mlp..head"
+  // "[3,10) h1.mlp..head", then " head rows [9216,32768)" where split.
   std::string Describe() const;
 };
 
@@ -122,13 +133,27 @@ std::vector<int> EvenCut(int num_layers, int num_stages);
 struct PartitionPlan {
   std::string mode;              // "balanced", "even" or "explicit"
   std::vector<int> boundaries;   // num_stages + 1 unit indices
+  // The head split by vocabulary: the stage before the last computes the
+  // head's first head_split rows, the last stage the other vocab_size -
+  // head_split (docs/design.md, "The head split by vocabulary"). 0: not split.
+  int64_t head_split = 0;
+  int64_t vocab_size = 0;
   std::vector<double> stage_cost;   // predicted, FLOP-equivalents per micro-batch
   std::vector<double> cost_share;   // stage_cost / their sum
   StagePartition Stage(int stage) const;
 };
 
+// "balanced" splits the head when that lowers the slowest stage by at least
+// this fraction; the rows go in multiples of kHeadSplitRowMultiple.
+inline constexpr double kHeadSplitMinGain = 0.05;
+inline constexpr int64_t kHeadSplitRowMultiple = 64;
+
 // The plan for pipeline.partition ("" = "balanced", "even", or P-1 boundaries
-// "b1,b2,..."), from the FLOP model at the spec's shapes. Deterministic: every
+// "b1,b2,..." with an optional head split "/R"), from the FLOP model at the
+// spec's shapes. "balanced" with two stages or more also weighs splitting the
+// head by vocabulary: the head's rows [0, R) on the stage before the last,
+// which then comes right before a last stage of the head alone; it keeps the
+// split when the slowest stage is kHeadSplitMinGain cheaper for it. Deterministic: every
 // stage, and pacictl, computes the same plan from the same spec, so nothing
 // needs to be carried in the assignment. InvalidArgument naming
 // pipeline.partition for a malformed value (ValidateJobSpec refuses those
@@ -137,8 +162,10 @@ absl::StatusOr<PartitionPlan> PlanPartition(const v1::JobSpec& spec);
 absl::StatusOr<PartitionPlan> PlanPartition(const ModelShape& shape, int num_stages,
                                             absl::string_view partition);
 // The same from given unit costs (measured ones, e.g. paci_worker
-// --profile_units, in the simulator); units.size() = 2 * num_layers + 2.
+// --profile_units, in the simulator); units.size() = 2 * num_layers + 2. The
+// head's cost is taken as proportional to its rows; vocab_size 0 splits no head.
 absl::StatusOr<PartitionPlan> PlanPartitionWithCosts(const std::vector<UnitCost>& units,
-                                                     int num_stages, absl::string_view partition);
+                                                     int num_stages, absl::string_view partition,
+                                                     int64_t vocab_size = 0);
 
 }  // namespace paci

@@ -4,6 +4,7 @@
 #include <random>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace paci {
@@ -227,6 +228,93 @@ TEST(PlanPartitionTest, BalancedIsTheMeasuredCutAtLargeVocabularies) {
   const double N = 4 * 128, d = 256, V = 32768;
   EXPECT_GT(head.forward, 2 * N * d * V + kElementPassFlops * kFusedLossPasses * N * V - 1);
   EXPECT_LT(head.backward, 4 * N * d * V * 1.03);
+}
+
+// Where the head outweighs a stage's share, "balanced" splits it by
+// vocabulary: the stage before the last computes the head's first rows, the
+// last stage the rest of the head alone, and the slowest stage is cheaper by
+// at least kHeadSplitMinGain than the best cut on unit boundaries. Where the
+// head is small, nothing is split.
+TEST(PlanPartitionTest, BalancedSplitsTheHeadByVocabularyWhereItOutweighsAStage) {
+  for (int P : {2, 3}) {
+    SCOPED_TRACE(P);
+    absl::StatusOr<PartitionPlan> plan = PlanPartition(IssueShape(32768), P, "balanced");
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    const int64_t rows = plan->head_split;
+    ASSERT_GT(rows, 0);
+    EXPECT_EQ(rows % kHeadSplitRowMultiple, 0);
+    EXPECT_EQ(plan->boundaries[P - 1], 9);  // the head alone on the last stage
+    const StagePartition before = plan->Stage(P - 2), last = plan->Stage(P - 1);
+    EXPECT_TRUE(before.has_head_shard());
+    EXPECT_FALSE(before.has_head());
+    EXPECT_EQ(before.head_row_begin, 0);
+    EXPECT_EQ(before.head_row_end, rows);
+    EXPECT_EQ(last.head_row_begin, rows);
+    EXPECT_EQ(last.head_row_end, 32768);
+    EXPECT_EQ(last.Describe(), absl::StrCat("[9,10) head head rows [", rows, ",32768)"));
+    EXPECT_FALSE(plan->Stage(0).head_split() && P > 2);
+    // Cheaper than the best cut on unit boundaries, by the margin asked.
+    std::vector<double> totals;
+    for (const UnitCost& c : FlopUnitCosts(IssueShape(32768))) totals.push_back(c.total());
+    const std::vector<int> unsplit = BalancedCut(totals, P);
+    double slowest_unsplit = 0;
+    for (int s = 0; s < P; ++s) {
+      double c = 0;
+      for (int u = unsplit[s]; u < unsplit[s + 1]; ++u) c += totals[u];
+      slowest_unsplit = std::max(slowest_unsplit, c);
+    }
+    const double slowest = *std::max_element(plan->stage_cost.begin(), plan->stage_cost.end());
+    EXPECT_LT(slowest, slowest_unsplit * (1 - kHeadSplitMinGain));
+    // The rows move the head's cost pro rata: the stages still sum to the model.
+    double sum = 0;
+    for (double c : plan->stage_cost) sum += c;
+    double model = 0;
+    for (double t : totals) model += t;
+    EXPECT_NEAR(sum, model, 1e-6 * model);
+  }
+  for (int vocab : {256, 8192}) {
+    EXPECT_EQ(PlanPartition(IssueShape(vocab), 2, "balanced")->head_split, 0) << vocab;
+  }
+  EXPECT_EQ(PlanPartition(IssueShape(32768), 1, "balanced")->head_split, 0);
+  EXPECT_EQ(PlanPartition(IssueShape(32768), 2, "even")->head_split, 0);
+}
+
+TEST(PlanPartitionTest, AnExplicitHeadSplitIsUsedOrRefusedNamingTheField) {
+  absl::StatusOr<PartitionPlan> plan = PlanPartition(IssueShape(8192), 2, "7/1024");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->boundaries, (std::vector<int>{0, 7, 10}));
+  EXPECT_EQ(plan->head_split, 1024);
+  EXPECT_EQ(plan->Stage(0).Describe(), "[0,7) emb..h2.mlp head rows [0,1024)");
+  EXPECT_EQ(plan->Stage(1).head_row_begin, 1024);
+  EXPECT_EQ(PlanPartition(IssueShape(8192), 2, "7")->head_split, 0);
+  for (const char* bad : {"7/0", "7/8192", "7/x", "7/-3"}) {
+    absl::StatusOr<PartitionPlan> refused = PlanPartition(IssueShape(8192), 2, bad);
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_NE(refused.status().message().find("pipeline.partition"), std::string::npos)
+        << refused.status();
+  }
+  absl::StatusOr<PartitionPlan> alone = PlanPartition(IssueShape(8192), 1, "/100");
+  ASSERT_FALSE(alone.ok());
+  EXPECT_NE(alone.status().message().find("two stages or more"), std::string::npos)
+      << alone.status();
+}
+
+// What a stage holds of a split head counts in its memory estimate: the rows'
+// weight and AdamW, and their softmax, on the stage before the last; the rest
+// on the last stage.
+TEST(StageMemoryTest, ASplitHeadsRowsCountWhereTheyAre) {
+  const ModelShape shape = IssueShape(32768);
+  const PartitionPlan plan = *PlanPartition(shape, 2, "9/8192");
+  const PartitionPlan whole = *PlanPartition(shape, 2, "9");
+  const StageMemory before = EstimateStageMemory(shape, plan.Stage(0), 2, Precision::kFp32);
+  const StageMemory last = EstimateStageMemory(shape, plan.Stage(1), 1, Precision::kFp32);
+  const StageMemory before_whole = EstimateStageMemory(shape, whole.Stage(0), 2, Precision::kFp32);
+  const StageMemory last_whole = EstimateStageMemory(shape, whole.Stage(1), 1, Precision::kFp32);
+  const double moved = 8192.0 * 256 * 16;  // weight, gradient and two moments, float32
+  EXPECT_NEAR(before.parameters - before_whole.parameters, moved, 1);
+  EXPECT_NEAR(last_whole.parameters - last.parameters, moved, 1);
+  EXPECT_GT(before.logits, 0);
+  EXPECT_NEAR(last.logits / last_whole.logits, 24576.0 / 32768, 1e-9);
 }
 
 TEST(PlanPartitionTest, ExplicitBoundariesAreUsedOrRefusedNamingTheField) {

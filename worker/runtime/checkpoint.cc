@@ -261,6 +261,19 @@ absl::Status MakeFolders(const std::filesystem::path& folder) {
 
 absl::Status VerifyShard(const std::string& path) { return ReadVerified(path).status(); }
 
+absl::Status MergeShardTensor(const std::string& path, const std::string& name,
+                              torch::Tensor tensor, std::map<std::string, torch::Tensor>& whole) {
+  auto [it, inserted] = whole.emplace(name, tensor);
+  if (inserted) return absl::OkStatus();
+  if (IsHeadWeight(name) && it->second.dim() == 2 && tensor.dim() == 2 &&
+      it->second.size(1) == tensor.size(1)) {
+    it->second = torch::cat({it->second, tensor});  // the next rows of a split head
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "checkpoint ", path, " holds ", name, ", which an earlier stage holds too"));
+}
+
 absl::Status CheckShardAgrees(const std::string& path, const ShardMeta& meta,
                               const ShardMeta& first, int stage, int num_stages, int64_t step) {
   if (meta.stage != stage || meta.num_stages != num_stages || meta.step != step) {

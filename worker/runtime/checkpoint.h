@@ -101,6 +101,13 @@ absl::StatusOr<std::optional<int64_t>> LatestSoundStep(const std::string& direct
 absl::StatusOr<std::optional<CheckpointStep>> LatestSoundCheckpoint(
     const std::string& directory, int num_stages, std::vector<std::string>* passed_over);
 
+// Adds a shard's tensor `name` to `whole`, the tensors of the shards read
+// before it (in stage order): a split head's weight and its AdamW state
+// (IsHeadWeight, gpt.h) join the earlier stage's rows; any other name held
+// twice is FailedPrecondition naming the shard at `path`.
+absl::Status MergeShardTensor(const std::string& path, const std::string& name,
+                              torch::Tensor tensor, std::map<std::string, torch::Tensor>& whole);
+
 // Loads step `step` of `directory`, written by `from_stages` stages (CheckStep
 // found it whole), into this stage of another cut: every shard of the step is
 // read, and each of this stage's parameters and its AdamW state (moments,

@@ -23,10 +23,7 @@ absl::StatusOr<ModelCheckpoint> ReadCheckpoint(const std::string& directory) {
     RETURN_IF_ERROR(
         CheckShardAgrees(path, shard.meta, first, stage, where.num_stages, where.step));
     for (auto& [name, tensor] : shard.parameters) {
-      if (!checkpoint.parameters.emplace(name, std::move(tensor)).second) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "checkpoint ", path, " holds parameter ", name, ", which an earlier stage holds too"));
-      }
+      RETURN_IF_ERROR(MergeShardTensor(path, name, std::move(tensor), checkpoint.parameters));
     }
   }
   const std::string first_path = ShardPath(directory, where.step, 0, where.num_stages);

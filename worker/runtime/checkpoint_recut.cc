@@ -102,11 +102,13 @@ absl::StatusOr<ShardMeta> LoadRecut(const std::string& directory, int64_t step, 
     bool supplies = false;
     for (auto& [name, t] : shard.parameters) {
       if (wanted.count(name) == 0) continue;
-      params[name] = std::move(t);
+      RETURN_IF_ERROR(MergeShardTensor(path, name, std::move(t), params));
       supplies = true;
     }
     for (auto& [name, t] : shard.optimizer_state) {
-      if (wanted_state.count(name) > 0) state[name] = std::move(t);
+      if (wanted_state.count(name) > 0) {
+        RETURN_IF_ERROR(MergeShardTensor(path, name, std::move(t), state));
+      }
     }
     if (supplies) {
       optimizer_steps = std::min(optimizer_steps.value_or(shard.optimizer_steps),
@@ -126,12 +128,14 @@ absl::StatusOr<ShardMeta> LoadRecut(const std::string& directory, int64_t step, 
       return absl::FailedPreconditionError(
           absl::StrCat(where, " holds no ", what, " ", name, " in any shard"));
     }
-    if (it->second.sizes() != like.sizes()) {
+    // A split head's rows of the whole (or of the rows the shards held together).
+    const torch::Tensor t = StageRowsOf(*model, name, it->second);
+    if (t.sizes() != like.sizes()) {
       return absl::FailedPreconditionError(absl::StrCat(
-          where, ": ", what, " ", name, " has shape ", c10::str(it->second.sizes()),
+          where, ": ", what, " ", name, " has shape ", c10::str(t.sizes()),
           ", this stage's has ", c10::str(like.sizes())));
     }
-    return it->second;
+    return t;
   };
   // Everything is read and checked before anything changes.
   std::vector<std::pair<torch::Tensor, torch::Tensor>> weights;

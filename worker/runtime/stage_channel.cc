@@ -67,7 +67,10 @@ void StageChannel::Send(To to, v1::TensorFrame::Kind kind, uint64_t micro_batch_
   const bool forward = to == To::kNext;
   NcclLink* link = forward ? nccl_next_.get() : nccl_previous_.get();
   int64_t bytes = 0;
-  if (tensor && link != nullptr) {
+  // The split head's frames carry their bytes: the head's queue is read out
+  // of turn with the others, which an NCCL link's order cannot follow.
+  const bool head = Inbox::IsHeadFrame(kind) || kind == v1::TensorFrame::HEAD_ROWS;
+  if (tensor && link != nullptr && !head) {
     // Let go of tensors whose sends are done, then queue this one.
     while (!nccl_sends_.empty() && nccl_sends_.front().link->Done(nccl_sends_.front().ticket)) {
       nccl_sends_.pop_front();

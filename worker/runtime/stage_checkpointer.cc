@@ -72,12 +72,22 @@ absl::StatusOr<StageCheckpointer::Start> StageCheckpointer::Restore(StageModel& 
   if (ckpt.resume()) {
     ASSIGN_OR_RETURN(latest, ResumeStep());
   }
-  if (latest && latest->num_stages != num_stages_) {  // resumed at another shape
+  // Resumed at another shape, or at this one cut elsewhere (another
+  // pipeline.partition, or a cost model that moved the balanced cut).
+  bool recut = latest && latest->num_stages != num_stages_;
+  if (latest && !recut) {
+    ASSIGN_OR_RETURN(const ShardParameters own,
+                     ReadShard(ShardPath(ckpt.directory(), latest->step, stage_, num_stages_)));
+    // The same model (else LoadShard names the difference), another cut.
+    recut = own.meta.model_fingerprint != model.module()->Fingerprint() && own.meta.config &&
+            !ShapeDifference(model.module()->config(), *own.meta.config);
+  }
+  if (recut) {
     ASSIGN_OR_RETURN(ShardMeta meta, LoadRecut(ckpt.directory(), latest->step, latest->num_stages,
                                                model.module(), model.optimizer()));
     LOG(INFO) << "stage " << stage_ << " of " << num_stages_ << " resumed from step " << meta.step
               << " of " << ckpt.directory() << ", written by " << latest->num_stages
-              << " stages: re-cut to this stage's parameters and AdamW state";
+              << " stages cut otherwise: re-cut to this stage's parameters and AdamW state";
     return Start{meta.step, meta.next_micro_batch};
   }
   if (latest) {  // this job's own checkpoint wins over init_from

@@ -15,6 +15,7 @@
 #include "common/schedule_kind.h"
 #include "common/status_macros.h"
 #include "worker/data/corpus.h"
+#include "worker/model/partition.h"
 #include "worker/runtime/nccl_placement.h"
 #include "worker/runtime/replica_group.h"
 #include "worker/runtime/span_recorder.h"
@@ -71,14 +72,16 @@ absl::StatusOr<std::unique_ptr<ReplicaGroup>> JoinReplicas(const v1::StageAssign
   return ReplicaGroup::Join(o);
 }
 
-// The first and the last stage read the corpus (inputs, targets); the others
+// The first and the last stage read the corpus (inputs, targets), and the
+// one before the last when the head is split (its rows' targets); the others
 // need none. InvalidArgument when its tokenizer has more tokens than the
 // model's vocabulary.
 absl::StatusOr<std::optional<Corpus>> LoadCorpus(const v1::StageAssignment& assignment) {
   const v1::JobSpec& spec = assignment.spec();
-  if (assignment.stage() != 0 && assignment.stage() != spec.pipeline().num_stages() - 1) {
-    return std::nullopt;
-  }
+  const int stage = assignment.stage(), num_stages = spec.pipeline().num_stages();
+  absl::StatusOr<PartitionPlan> plan = PlanPartition(spec);
+  const bool head_shard = stage == num_stages - 2 && plan.ok() && plan->head_split > 0;
+  if (stage != 0 && stage != num_stages - 1 && !head_shard) return std::nullopt;
   const v1::DataSpec& data = spec.data();
   CorpusOptions options;
   options.path = data.corpus_path();
@@ -113,6 +116,8 @@ LinkExpectations ExpectationsOf(const v1::StageAssignment& assignment) {
   // Hidden states travel in the weights' type: bf16 with bf16 weights.
   expect.dtype = spec.runtime().precision() == "bf16-weights" ? v1::DTYPE_BFLOAT16
                                                                : v1::DTYPE_FLOAT32;
+  absl::StatusOr<PartitionPlan> plan = PlanPartition(spec);
+  if (plan.ok()) expect.head_rows = plan->head_split;
   return expect;
 }
 

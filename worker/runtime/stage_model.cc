@@ -67,7 +67,12 @@ absl::StatusOr<std::unique_ptr<StageModel>> StageModel::Create(const v1::JobSpec
   }
   module->train();
   // Before AdamW: its float32 master weights (bf16-weights) copy what is there.
-  if (source != nullptr) RETURN_IF_ERROR(CopyWeightsByName(*source, source_name, *module));
+  if (source != nullptr) {
+    // A split head takes its rows of the source's head.
+    NamedWeights rows;
+    for (const auto& [name, tensor] : *source) rows[name] = StageRowsOf(*module, name, tensor);
+    RETURN_IF_ERROR(CopyWeightsByName(rows, source_name, *module));
+  }
   std::vector<std::pair<std::string, torch::Tensor>> params;
   for (auto& item : module->named_parameters()) params.emplace_back(item.key(), item.value());
   AdamWOptions adamw;

@@ -64,8 +64,10 @@ class StageModel {
   std::pair<torch::Tensor, torch::Tensor> Tokens(const std::vector<int32_t>& windows) const;
   // The last stage's forward to the language-model loss (GptStage::Loss: the
   // head and its cross-entropy fused), in float32 whatever the weights.
-  torch::Tensor ForwardLoss(const torch::Tensor& input, const torch::Tensor& targets) {
-    return module_->Loss(input, targets);
+  // `first_rows`: a split head's first rows, from the stage before (evaluation).
+  torch::Tensor ForwardLoss(const torch::Tensor& input, const torch::Tensor& targets,
+                            const torch::Tensor& first_rows = {}) {
+    return module_->Loss(input, targets, first_rows);
   }
 
   // The weight of a backward's gradient that crossed `drift` steps, by the

@@ -44,6 +44,12 @@ absl::Status StageRuntime::Init() {
                                               source ? &source->checkpoint.parameters : nullptr,
                                               source ? source->name : ""));
   stats_.SetPartition(model_->units(), model_->predicted_cost_share());
+  head_shard_ = model_->module()->partition().has_head_shard();
+  split_last_ = last_ && model_->module()->partition().head_split();
+  if (head_shard_ && options_.corpus == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "stage ", stage_, " computes the head's first rows and needs the corpus for their targets"));
+  }
   RETURN_IF_ERROR(channel_.Connect(model_->placement().device));
   ASSIGN_OR_RETURN(const StageCheckpointer::Start start, checkpointer_.Restore(*model_));
   start_step_ = start.step;
@@ -108,6 +114,8 @@ absl::Status StageRuntime::Loop() {
   while (true) {
     RETURN_IF_ERROR(inbox.failure());
     if (cancelled_.load()) return absl::CancelledError("the job was cancelled");
+    // The last stage waits on these: before anything else.
+    if (head_shard_) RETURN_IF_ERROR(HandleHeadFrames());
     if (!first_) {
       auto kind = inbox.PeekKind(Inbox::From::kPrevious);
       if (kind && *kind != v1::TensorFrame::ACTIVATION) {
@@ -163,7 +171,9 @@ absl::Status StageRuntime::Forward() {
   const int64_t steps_ahead = scheduler_->StepsBeforeBackward(id);
   RETURN_IF_ERROR(scheduler_->OnForward(id));
   torch::Tensor output;
-  {
+  if (split_last_) {
+    ASSIGN_OR_RETURN(output, SplitHeadForward(id, input));
+  } else {
     const StageModel::Prediction prediction =
         model_->PredictWeights(steps_ahead, scheduler_->version());
     AutocastScope autocast(model_->placement());
@@ -181,7 +191,112 @@ absl::Status StageRuntime::Forward() {
   return absl::OkStatus();
 }
 
+absl::StatusOr<torch::Tensor> StageRuntime::SplitHeadForward(uint64_t id,
+                                                             const torch::Tensor& input) {
+  AutocastScope autocast(model_->placement());
+  GptStage& module = model_->module();
+  const torch::Tensor targets =
+      model_->Tokens(options_.corpus->TrainingWindows(SampleId(id))).second.reshape({-1});
+  const torch::Tensor hidden = module->Hidden(input);
+  Mark(v1::Span::FORWARD, id);
+  // The other part first, so that both stages compute at once.
+  const torch::Tensor ask = hidden.detach();
+  Send(StageChannel::To::kPrevious, v1::TensorFrame::HEAD_INPUT, id, &ask);
+  Mark(v1::Span::SEND, id);
+  const torch::Tensor flat = hidden.reshape({-1, hidden.size(-1)});
+  HeadShardPart own =
+      HeadShardForward(flat.detach(), module->head_weight(), targets, module->HeadRows().first);
+  Mark(v1::Span::FORWARD, id);
+  ASSIGN_OR_RETURN(const torch::Tensor other, AwaitHeadPart(id));
+  Mark(v1::Span::IDLE);
+  torch::Tensor scale;
+  torch::Tensor loss = SplitHeadLoss(flat, module->head_weight(), std::move(own), other, &scale);
+  Send(StageChannel::To::kPrevious, v1::TensorFrame::HEAD_SCALE, id, &scale);
+  Mark(v1::Span::SEND, id);
+  return loss;
+}
+
+absl::StatusOr<torch::Tensor> StageRuntime::AwaitHeadPart(uint64_t id) {
+  Inbox& inbox = *options_.inbox;
+  while (true) {
+    if (std::optional<v1::TensorFrame> frame = inbox.Pop(Inbox::From::kHead)) {
+      if (frame->kind() != v1::TensorFrame::HEAD_PART || frame->micro_batch_id() != id) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "stage ", stage_, ": waiting for the HEAD_PART of micro-batch ", id, ", got a ",
+            v1::TensorFrame::Kind_Name(frame->kind()), " of micro-batch ",
+            frame->micro_batch_id()));
+      }
+      return channel_.Incoming(*frame, *model_);
+    }
+    RETURN_IF_ERROR(inbox.failure());
+    if (cancelled_.load()) return absl::CancelledError("the job was cancelled");
+    if (inbox.closed()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "stage ", stage_, ": the links closed while waiting for the HEAD_PART of micro-batch ",
+          id));
+    }
+    inbox.WaitFor(Inbox::From::kHead, absl::Milliseconds(100));
+  }
+}
+
+absl::Status StageRuntime::HandleHeadFrames() {
+  GptStage& module = model_->module();
+  while (std::optional<v1::TensorFrame> frame = options_.inbox->Pop(Inbox::From::kHead)) {
+    const uint64_t id = frame->micro_batch_id();
+    ASSIGN_OR_RETURN(const torch::Tensor tensor, channel_.Incoming(*frame, *model_));
+    if (frame->kind() == v1::TensorFrame::HEAD_INPUT) {
+      const torch::Tensor targets =
+          model_->Tokens(options_.corpus->TrainingWindows(SampleId(id))).second.reshape({-1});
+      AutocastScope autocast(model_->placement());
+      HeadShardPart part = HeadShardForward(tensor.reshape({-1, tensor.size(-1)}),
+                                            module->head_weight(), targets, 0);
+      const torch::Tensor packed = PackHeadShard(part);
+      Mark(v1::Span::FORWARD, id);
+      Send(StageChannel::To::kNext, v1::TensorFrame::HEAD_PART, id, &packed);
+      Mark(v1::Span::SEND, id);
+      head_jobs_.push_back({id, std::move(part)});
+      continue;
+    }
+    if (frame->kind() != v1::TensorFrame::HEAD_SCALE || head_jobs_.empty() ||
+        head_jobs_.front().micro_batch_id != id) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "stage ", stage_, ": a ", v1::TensorFrame::Kind_Name(frame->kind()),
+          " of micro-batch ", id, " arrived, but the head's part waiting for its scale is ",
+          head_jobs_.empty() ? std::string("none")
+                             : absl::StrCat("micro-batch ", head_jobs_.front().micro_batch_id)));
+    }
+    // The part's share of d (loss / a) / d weight, added to the step's gradient.
+    const double tokens =
+        static_cast<double>(spec_.pipeline().micro_batch_size()) * spec_.model().seq_len();
+    const torch::Tensor& weight = module->head_weight();
+    const torch::Tensor gradient =
+        HeadShardWeightGradient(head_jobs_.front().part, tensor,
+                                1.0 / (tokens * scheduler_->accumulation()))
+            .to(weight.scalar_type());
+    {
+      torch::NoGradGuard no_grad;
+      torch::Tensor& accumulated = const_cast<torch::Tensor&>(weight).mutable_grad();
+      if (accumulated.defined()) {
+        accumulated.add_(gradient);
+      } else {
+        accumulated = gradient;
+      }
+    }
+    head_jobs_.pop_front();
+    Mark(v1::Span::BACKWARD, id);
+  }
+  return absl::OkStatus();
+}
+
+void StageRuntime::SendHeadRows(int64_t step) {
+  const torch::Tensor rows = model_->module()->head_weight().detach().to(torch::kFloat);
+  Send(StageChannel::To::kNext, v1::TensorFrame::HEAD_ROWS, 0, &rows, step);
+}
+
 absl::Status StageRuntime::Backward() {
+  // A split head's scale of this micro-batch came before its gradient: its
+  // share of the weight gradient goes into the step this backward may make.
+  if (head_shard_) RETURN_IF_ERROR(HandleHeadFrames());
   uint64_t id = scheduler_->oldest_in_flight();
   torch::Tensor grad;
   if (!last_) {
@@ -282,6 +397,7 @@ absl::Status StageRuntime::HandleDrained() {
   const int64_t step = scheduler_->drained_step();
   const DrainWork work = scheduler_->drain_work();
   if (work.evaluate) {
+    if (head_shard_) SendHeadRows(step);
     torch::NoGradGuard no_grad;
     AutocastScope autocast(model_->placement());
     model_->module()->eval();
@@ -339,6 +455,10 @@ absl::Status StageRuntime::HandleControl(v1::TensorFrame frame) {
       }
       Mark(v1::Span::CHECKPOINT, std::nullopt, frame.step());
       return absl::OkStatus();
+    case v1::TensorFrame::HEAD_ROWS: {
+      ASSIGN_OR_RETURN(eval_first_rows_, channel_.Incoming(frame, *model_));
+      return absl::OkStatus();
+    }
     case v1::TensorFrame::SHUTDOWN:
       return Finish();
     default:
@@ -348,6 +468,11 @@ absl::Status StageRuntime::HandleControl(v1::TensorFrame frame) {
 
 absl::Status StageRuntime::EvalForward(const v1::TensorFrame& frame) {
   ASSIGN_OR_RETURN(torch::Tensor input, channel_.Incoming(frame, *model_));
+  if (head_shard_ && frame.micro_batch_id() == 0) SendHeadRows(frame.step());
+  if (split_last_ && !eval_first_rows_.defined()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "stage ", stage_, ": an EVAL_ACTIVATION came before the head's first rows (HEAD_ROWS)"));
+  }
   torch::NoGradGuard no_grad;
   AutocastScope autocast(model_->placement());
   model_->module()->eval();
@@ -360,12 +485,13 @@ absl::Status StageRuntime::EvalForward(const v1::TensorFrame& frame) {
   }
   const auto targets =
       model_->Tokens(options_.corpus->ValidationWindows(frame.micro_batch_id())).second;
-  eval_loss_sum_ += model_->ForwardLoss(input, targets).item<double>();
+  eval_loss_sum_ += model_->ForwardLoss(input, targets, eval_first_rows_).item<double>();
   model_->module()->train();
   if (++eval_seen_ == spec_.training().eval_micro_batches()) {
     RecordValidation(frame.step(), eval_loss_sum_ / eval_seen_);
     eval_loss_sum_ = 0;
     eval_seen_ = 0;
+    eval_first_rows_ = torch::Tensor();
   }
   return absl::OkStatus();
 }

@@ -102,8 +102,23 @@ class StageRuntime {
     torch::Tensor output;  // hidden state, or the loss on the last stage
   };
 
+  // The split head (docs/design.md, "The head split by vocabulary"). A part of
+  // the loss the stage before the last computed and keeps until its scale comes.
+  struct HeadJob {
+    uint64_t micro_batch_id;
+    HeadShardPart part;
+  };
+
   absl::Status Loop();
   absl::Status Forward();
+  // The last stage of a split head: the forward's loss over both parts.
+  absl::StatusOr<torch::Tensor> SplitHeadForward(uint64_t id, const torch::Tensor& input);
+  // The stage before the last: every HEAD_INPUT and HEAD_SCALE waiting, in order.
+  absl::Status HandleHeadFrames();
+  // The last stage: waits for the HEAD_PART of micro-batch `id`.
+  absl::StatusOr<torch::Tensor> AwaitHeadPart(uint64_t id);
+  // The stage before the last, at a drained point before the validation activations.
+  void SendHeadRows(int64_t step);
   absl::Status Backward();
   absl::Status HandleDrained();
   absl::Status HandleControl(v1::TensorFrame frame);
@@ -143,6 +158,11 @@ class StageRuntime {
   std::unique_ptr<StageScheduler> scheduler_;
   uint32_t weights_hash_ = 0;  // with replicas: HashTensors chained over the steps
   std::deque<Pending> pending_;
+  // The split head: this stage computes its first rows (the stage before the
+  // last), or the rest and the loss (the last stage).
+  bool head_shard_ = false, split_last_ = false;
+  std::deque<HeadJob> head_jobs_;
+  torch::Tensor eval_first_rows_;  // last stage: HEAD_ROWS of the current evaluation
   int64_t start_step_ = 0;
   uint64_t sample_base_ = 0;  // samples consumed before start_step_ (a resumed checkpoint's)
   // Last stage: the sum of the current step's micro-batch losses, on the

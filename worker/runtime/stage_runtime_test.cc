@@ -8,6 +8,8 @@
 #include <atomic>
 #include <cmath>
 #include <functional>
+#include <map>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <thread>
@@ -293,6 +295,64 @@ TEST(StageRuntimeTest, TwoReplicasTrainAsOneWithTwiceTheAccumulation) {
   int reduces = 0;
   for (const v1::Span& span : reports[1].spans()) reduces += span.kind() == v1::Span::ALL_REDUCE;
   EXPECT_EQ(reduces, kSteps);
+}
+
+// Two stages of Spec(2) with `partition`, linked in this process (each link
+// pushes into the other's inbox), trained at once; their reports.
+std::pair<v1::StageReport, v1::StageReport> TrainTwoStages(const std::string& partition,
+                                                           std::vector<v1::TensorFrame>* sent) {
+  const SpecEdit cut = [&](v1::JobSpec& s) { s.mutable_pipeline()->set_partition(partition); };
+  Stage* stages[2] = {nullptr, nullptr};
+  FakeLink to_next([&](const v1::TensorFrame& f) {
+    stages[1]->inbox.Push(Inbox::From::kPrevious, f);
+  });
+  FakeLink to_previous([&](const v1::TensorFrame& f) {
+    stages[0]->inbox.Push(Inbox::From::kNext, f);
+  });
+  Stage first(2, 0, nullptr, &to_next, "none", cut), last(2, 1, &to_previous, nullptr, "none", cut);
+  stages[0] = &first;
+  stages[1] = &last;
+  v1::StageReport reports[2];
+  std::thread other([&] { reports[0] = first.Train(); });
+  reports[1] = last.Train();
+  other.join();
+  if (sent != nullptr) {
+    *sent = to_previous.frames;
+    sent->insert(sent->end(), to_next.frames.begin(), to_next.frames.end());
+  }
+  return {reports[0], reports[1]};
+}
+
+// The head split by vocabulary between the two stages trains as the whole
+// head on the last stage does: the same losses, training and validation,
+// step for step; every micro-batch's part asked for, sent and scaled once.
+TEST(StageRuntimeTest, AHeadSplitByVocabularyTrainsAsTheWholeHeadDoes) {
+  const auto [first_whole, last_whole] = TrainTwoStages("3", nullptr);
+  std::vector<v1::TensorFrame> sent;
+  const auto [first_split, last_split] = TrainTwoStages("3/40", &sent);
+  EXPECT_EQ(first_split.partition_units(), "[0,3) emb..h0.mlp head rows [0,40)");
+  EXPECT_EQ(last_split.partition_units(), "[3,6) h1.attn..head head rows [40,80)");
+  EXPECT_THAT(Steps(last_split.train_loss()), ElementsAre(1, 2, 3, 4));
+  ASSERT_EQ(last_split.train_loss_size(), last_whole.train_loss_size());
+  for (int i = 0; i < last_whole.train_loss_size(); ++i) {
+    const double expected = last_whole.train_loss(i).loss();
+    EXPECT_NEAR(last_split.train_loss(i).loss(), expected, 1e-5 * expected) << "step " << i + 1;
+  }
+  EXPECT_THAT(Steps(last_split.validation_loss()), ElementsAre(2, 4));
+  for (int i = 0; i < last_whole.validation_loss_size(); ++i) {
+    const double expected = last_whole.validation_loss(i).loss();
+    EXPECT_NEAR(last_split.validation_loss(i).loss(), expected, 1e-5 * expected)
+        << "step " << 2 * (i + 1);
+  }
+  std::map<v1::TensorFrame::Kind, std::vector<uint64_t>> ids;
+  for (const v1::TensorFrame& frame : sent) ids[frame.kind()].push_back(frame.micro_batch_id());
+  std::vector<uint64_t> all(kMicroBatches);
+  std::iota(all.begin(), all.end(), 0);
+  EXPECT_EQ(ids[v1::TensorFrame::HEAD_INPUT], all);
+  EXPECT_EQ(ids[v1::TensorFrame::HEAD_PART], all);
+  EXPECT_EQ(ids[v1::TensorFrame::HEAD_SCALE], all);
+  EXPECT_EQ(ids[v1::TensorFrame::HEAD_ROWS].size(), 2u);  // one per evaluation
+  EXPECT_TRUE(first_split.finished() && last_split.finished());
 }
 
 TEST(StageRuntimeTest, FirstStageSendsActivationsAndTakesGradientsOverAFakeLink) {

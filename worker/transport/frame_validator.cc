@@ -23,7 +23,10 @@ absl::Status ValidateFrame(const v1::TensorFrame& f, const LinkExpectations& e) 
   if (f.job_name() != e.job_name) {
     return bad(absl::StrCat("job_name is \"", f.job_name(), "\", expected \"", e.job_name, "\""));
   }
-  const bool from_next = f.kind() == v1::TensorFrame::GRADIENT;
+  const bool from_next = f.kind() == v1::TensorFrame::GRADIENT ||
+                         f.kind() == v1::TensorFrame::HEAD_INPUT ||
+                         f.kind() == v1::TensorFrame::HEAD_SCALE;
+  bool head = false;
   switch (f.kind()) {
     case v1::TensorFrame::ACTIVATION:
     case v1::TensorFrame::GRADIENT:
@@ -32,8 +35,22 @@ absl::Status ValidateFrame(const v1::TensorFrame& f, const LinkExpectations& e) 
     case v1::TensorFrame::SHUTDOWN:
     case v1::TensorFrame::NCCL_IDS:
       break;
+    case v1::TensorFrame::HEAD_INPUT:
+    case v1::TensorFrame::HEAD_PART:
+    case v1::TensorFrame::HEAD_SCALE:
+    case v1::TensorFrame::HEAD_ROWS:
+      head = true;
+      break;
     default:
       return bad(absl::StrCat("kind ", static_cast<int>(f.kind()), " is not a known frame kind"));
+  }
+  if (head) {
+    // Only the last two stages of a split head trade these.
+    const bool receiver = from_next ? e.stage == e.num_stages - 2 : e.stage == e.num_stages - 1;
+    if (e.head_rows <= 0 || !receiver) {
+      return bad("this stage does not share the head's rows with that one");
+    }
+    if (f.payload_on_nccl()) return bad("the head's frames carry their tensor in data");
   }
   const int expected_sender = from_next ? e.stage + 1 : e.stage - 1;
   if (f.from_stage() != expected_sender || expected_sender < 0 || expected_sender >= e.num_stages) {
@@ -49,14 +66,25 @@ absl::Status ValidateFrame(const v1::TensorFrame& f, const LinkExpectations& e) 
     if (f.shape_size() != 0 || !f.data().empty()) return bad("a control frame carries no tensor");
     return absl::OkStatus();
   }
-  if (f.dtype() != e.dtype) {
+  // The head's parts and scales travel in float32; the final norm's output as
+  // the hidden states do.
+  std::vector<int64_t> expected_shape = e.hidden_shape;
+  v1::DType expected_dtype = e.dtype;
+  if (head && f.kind() != v1::TensorFrame::HEAD_INPUT && e.hidden_shape.size() == 3) {
+    const int64_t tokens = e.hidden_shape[0] * e.hidden_shape[1], d = e.hidden_shape[2];
+    expected_dtype = v1::DTYPE_FLOAT32;
+    if (f.kind() == v1::TensorFrame::HEAD_PART) expected_shape = {tokens, 2 * d + 2};
+    if (f.kind() == v1::TensorFrame::HEAD_SCALE) expected_shape = {tokens};
+    if (f.kind() == v1::TensorFrame::HEAD_ROWS) expected_shape = {e.head_rows, d};
+  }
+  if (f.dtype() != expected_dtype) {
     return bad(absl::StrCat("dtype is ", v1::DType_Name(f.dtype()), ", expected ",
-                            v1::DType_Name(e.dtype)));
+                            v1::DType_Name(expected_dtype)));
   }
   const std::vector<int64_t> shape(f.shape().begin(), f.shape().end());
-  if (shape != e.hidden_shape) {
+  if (shape != expected_shape) {
     return bad(absl::StrCat("shape is [", absl::StrJoin(shape, ", "), "], expected [",
-                            absl::StrJoin(e.hidden_shape, ", "), "]"));
+                            absl::StrJoin(expected_shape, ", "), "]"));
   }
   int64_t elements = 1;
   for (int64_t d : shape) elements *= d;

@@ -31,10 +31,15 @@ struct LinkExpectations {
   int num_stages = 1;
   std::vector<int64_t> hidden_shape;
   v1::DType dtype = v1::DTYPE_FLOAT32;
+  // The head's rows the stage before the last holds when the head is split
+  // by vocabulary (PartitionPlan::head_split); 0: no HEAD_* frame is accepted.
+  int64_t head_rows = 0;
 };
 
 // Checks a frame from the network before anything trusts it: the job, the
-// sender (s-1 for activations and control, s+1 for gradients), the kind, the
+// sender (s-1 for activations and control, s+1 for gradients and the
+// HEAD_INPUT and HEAD_SCALE of a split head), the kind (HEAD_* only between
+// the two stages of a split head), the
 // dtype, the shape and that the byte count matches. InvalidArgument naming
 // the offending field otherwise. Pure function.
 absl::Status ValidateFrame(const v1::TensorFrame& frame, const LinkExpectations& expect);

@@ -5,14 +5,20 @@ namespace paci {
 Inbox::Inbox(size_t capacity) : capacity_(capacity) {}
 
 std::deque<v1::TensorFrame>& Inbox::Queue(From from) {
-  return from == From::kPrevious ? previous_ : next_;
+  return from == From::kPrevious ? previous_ : from == From::kNext ? next_ : head_;
 }
 
 const std::deque<v1::TensorFrame>& Inbox::Queue(From from) const {
-  return from == From::kPrevious ? previous_ : next_;
+  return from == From::kPrevious ? previous_ : from == From::kNext ? next_ : head_;
+}
+
+bool Inbox::IsHeadFrame(v1::TensorFrame::Kind kind) {
+  return kind == v1::TensorFrame::HEAD_INPUT || kind == v1::TensorFrame::HEAD_PART ||
+         kind == v1::TensorFrame::HEAD_SCALE;
 }
 
 bool Inbox::Push(From from, v1::TensorFrame frame) {
+  if (IsHeadFrame(frame.kind())) from = From::kHead;
   absl::MutexLock lock(&mu_);
   const Inbox& self = *this;
   auto has_room = [&self, from]() ABSL_SHARED_LOCKS_REQUIRED(self.mu_) {
@@ -43,7 +49,15 @@ std::optional<v1::TensorFrame> Inbox::Pop(From from) {
 void Inbox::Wait(absl::Duration timeout) const {
   absl::MutexLock lock(&mu_);
   auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return !previous_.empty() || !next_.empty() || !failure_.ok() || closed_;
+    return !previous_.empty() || !next_.empty() || !head_.empty() || !failure_.ok() || closed_;
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
+}
+
+void Inbox::WaitFor(From from, absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  auto ready = [this, from]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return !Queue(from).empty() || !failure_.ok() || closed_;
   };
   mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
 }

@@ -11,15 +11,22 @@
 namespace paci {
 
 // Where the link handlers leave the frames a stage receives, and where a
-// broken link is reported. Two bounded FIFO queues: from the previous stage
-// (activations and control frames, in order) and from the next stage
-// (gradients). A full queue blocks the handler that pushes, so it stops
-// reading its stream and gRPC's flow control holds the sender back.
+// broken link is reported. Three bounded FIFO queues: from the previous stage
+// (activations and control frames, in order), from the next stage
+// (gradients), and the split head's frames (HEAD_INPUT, HEAD_PART,
+// HEAD_SCALE, from whichever neighbour shares the head), which the stage takes
+// before anything else and which a full queue of activations must not hold
+// up. A full queue blocks the handler that pushes, so it stops reading its
+// stream and gRPC's flow control holds the sender back. (The split head's
+// protocol keeps at most two head frames waiting, so their queue never fills
+// in a sound run.)
 //
 // Thread-safe: link handlers push, the stage's compute thread pops and waits.
 class Inbox {
  public:
-  enum class From { kPrevious, kNext };
+  enum class From { kPrevious, kNext, kHead };
+  // HEAD_INPUT, HEAD_PART and HEAD_SCALE: pushed from either side, they go to kHead.
+  static bool IsHeadFrame(v1::TensorFrame::Kind kind);
 
   explicit Inbox(size_t capacity);
 
@@ -33,6 +40,8 @@ class Inbox {
   // Waits up to `timeout` for a frame or a failure. Returns at once if either
   // is already there.
   void Wait(absl::Duration timeout) const;
+  // The same for a frame from `from` only.
+  void WaitFor(From from, absl::Duration timeout) const;
 
   // A link broke or a peer misbehaved: the first failure is kept and wakes
   // the compute thread. Ignored after Close().
@@ -52,6 +61,7 @@ class Inbox {
   mutable absl::Mutex mu_;
   std::deque<v1::TensorFrame> previous_ ABSL_GUARDED_BY(mu_);
   std::deque<v1::TensorFrame> next_ ABSL_GUARDED_BY(mu_);
+  std::deque<v1::TensorFrame> head_ ABSL_GUARDED_BY(mu_);
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };
