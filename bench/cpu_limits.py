@@ -14,7 +14,10 @@ row of a configuration alike:
   2-core limit     two P = 1 runs at once: the sum of their tokens/s (what two
                    cores give with no pipeline at all)
   PACI P=2         two stages, one core each, at paci's default cut
-                   (pipeline.partition: balanced, the cost model's)
+                   (pipeline.partition: balanced, the cost model's); where
+                   that splits the head by vocabulary ("9,10/R" in the cut
+                   column: the first stage computes the head's first R rows),
+                   also the same cut with the head whole on the last stage
   1f1b-flush P=2   the same under the flush
   torch eager      PyTorch's own unsplit model, one thread, the same precision
                    (bench/peer_pipelining.py's run_eager; bf16-weights: not run)
@@ -151,7 +154,8 @@ def main():
                         for key, label, *_ in peers.PEERS:
                             runs.append((key, label + " P=2",
                                          lambda key=key: peers.run_peer(args, cfg, key, config_dir), 2))
-                for key, label, run, cores in runs:
+                while runs:
+                    key, label, run, cores = runs.pop(0)
                     log("%-14s vocab %-6d %-36s ..." % (precision, vocab, label))
                     try:
                         r = run()
@@ -165,6 +169,13 @@ def main():
                     log("  " + (r["error"] if "error" in r else "%.0f tokens/s, MFU %.2f" % (
                         r["tokens_per_second"], r["mfu"])))
                     results.append(r)
+                    if key == "paci" and r.get("head_split"):
+                        # The same cut with the head whole on the last stage, next.
+                        whole = ",".join(str(b) for b in r["cut"][1:-1])
+                        runs.insert(0, ("paci-whole", "paci PACI P=2, head not split",
+                                        lambda whole=whole: peers.run_paci(
+                                            args, cfg, "paci", config_dir, partition=whole,
+                                            tag="whole"), 2))
 
     lines = ["# paci against the machine's limit, per precision and vocabulary", "",
              "CPU: %s (%s), LibTorch %s, %d steps per run, %.0f s in all." % (
@@ -185,7 +196,8 @@ def main():
             r["precision"], r["vocab"], r["label"], r["tokens_per_second"],
             "%.2f" % (r["tokens_per_second"] / limit["tokens_per_second"]) if limit else "",
             r["mfu"], ", ".join("%.0f" % m for m in r.get("peak_rss_mb", [])),
-            r["final_train_loss"], ",".join(str(b) for b in r.get("cut", [])),
+            r["final_train_loss"], ",".join(str(b) for b in r.get("cut", []))
+            + ("/%d" % r["head_split"] if r.get("head_split") else ""),
             r["block_gflops"], r["head_gflops"]))
     text = "\n".join(lines)
     print(text)

@@ -78,7 +78,7 @@ name: peer-{tag}
 model: {{vocab_size: {vocab}, num_layers: {layers}, d_model: {d_model}, num_heads: {heads},
         seq_len: {seq_len}, init_seed: {init_seed}}}
 pipeline: {{num_stages: {stages}, schedule: {schedule}, accumulation: {a}, micro_batch_size: {mbs},
-            partition: {partition}{method}}}
+            partition: "{partition}"{method}}}
 optimizer: {{lr: {lr}, warmup_fraction: 0.05}}
 training: {{steps: {steps}, eval_interval: {steps}, eval_micro_batches: {eval_mb}}}
 data: {{corpus_path: {corpus}, seed: {seed}}}
@@ -419,7 +419,8 @@ def run_paci(args, cfg, schedule, workdir, automatic=False, stages=2, tag=None, 
                 final_validation_loss=s["final_validation_loss"],
                 peak_rss_mb=[round(int(st.get("peak_rss_bytes", 0)) / 2**20, 1)
                              for st in s.get("stages", [])], idle_fraction=idle,
-                cut=s.get("partition_boundaries", []))
+                cut=s.get("partition_boundaries", []),
+                head_split=int(s.get("partition_head_split", 0)))
 
 
 def main():

@@ -82,6 +82,7 @@ v1::RunSummary SummaryOfJob(const v1::Job& job, double wall_seconds) {
   const absl::StatusOr<PartitionPlan> plan = PlanPartition(spec);
   if (plan.ok()) {
     for (int b : plan->boundaries) summary.add_partition_boundaries(b);
+    summary.set_partition_head_split(plan->head_split);
     double busy = 0;  // of one replica's pipeline: the replicas' mean
     for (const v1::StageSummary& st : summary.stages()) busy += st.busy_seconds();
     busy /= std::max(1, spec.pipeline().data_parallel());

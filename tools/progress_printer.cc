@@ -98,8 +98,12 @@ std::string FormatSummaryTable(const v1::RunSummary& s) {
   // cost model predicted for it, beside the measured ones.
   const bool cut = !s.partition_boundaries().empty();
   if (cut) {
-    absl::StrAppendFormat(&out, "%-18s %s [%s]\n", "partition", s.partition(),
-                          absl::StrJoin(s.partition_boundaries(), ","));
+    absl::StrAppendFormat(&out, "%-18s %s [%s]%s\n", "partition", s.partition(),
+                          absl::StrJoin(s.partition_boundaries(), ","),
+                          s.partition_head_split() > 0
+                              ? absl::StrCat(", the head's first ", s.partition_head_split(),
+                                             " rows on the stage before the last")
+                              : "");
   }
   absl::StrAppendFormat(&out, "\n%5s %11s %10s %9s %8s %8s %6s %13s", "stage", "drift/bound",
                         "mean drift", "opt steps", "busy s", "idle s", "idle %", "peak RSS MiB");

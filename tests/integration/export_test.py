@@ -27,7 +27,10 @@ class ExportTest(unittest.TestCase):
         cls.tmp = tempfile.TemporaryDirectory()
         cls.dir = cls.tmp.name
         cls.ckpt = os.path.join(cls.dir, "source")
-        cls.source = Run(cls.dir, spec_text(P=2, steps=60, eval_interval=30,
+        # The head split by vocabulary (its first 30 rows on stage 0): every reader
+        # of the checkpoint below (export, sampling, fine-tuning at another stage
+        # count) joins the two stages' rows of it.
+        cls.source = Run(cls.dir, spec_text(P=2, steps=60, eval_interval=30, partition="5/30",
                                             checkpoint="{directory: %s, interval: 30}" % cls.ckpt))
 
     @classmethod
@@ -39,6 +42,7 @@ class ExportTest(unittest.TestCase):
 
     def setUp(self):
         self.assertEqual(self.source.returncode, 0, self.source.output)
+        self.assertIn("head rows [0,30)", self.source.output)
 
     def test_an_export_loads_in_pytorch_and_computes_the_training_models_logits(self):
         out = self.path("model.pt")

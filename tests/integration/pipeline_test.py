@@ -119,9 +119,12 @@ class PipelineTest(unittest.TestCase):
         single = self.train(P=1, schedule="1f1b-flush", a=4, steps=8, eval_interval=4)
         self.assertEqual(single.returncode, 0, single.output)
         reference = single.summary()
-        # The balanced cut (the default), and cuts inside blocks (units: 0 the
-        # embedding, 2b+1 and 2b+2 block b's attention and MLP halves, 9 the head).
-        for P, partition in ((2, "balanced"), (4, "balanced"), (2, "4"), (4, "2,5,8")):
+        # The balanced cut (the default), cuts inside blocks (units: 0 the
+        # embedding, 2b+1 and 2b+2 block b's attention and MLP halves, 9 the head),
+        # and the head split by vocabulary ("/R": the stage before the last
+        # computes the head's first R rows, over the stage links).
+        for P, partition in ((2, "balanced"), (4, "balanced"), (2, "4"), (4, "2,5,8"),
+                             (2, "4/40"), (4, "2,5,8/37")):
             run = self.train(P=P, schedule="1f1b-flush", a=4, steps=8, eval_interval=4,
                              partition=partition)
             self.assertEqual(run.returncode, 0, run.output)
@@ -130,7 +133,11 @@ class PipelineTest(unittest.TestCase):
             cut = s["partition_boundaries"]
             self.assertEqual((len(cut), cut[0], cut[-1]), (P + 1, 0, 10))
             if partition != "balanced":
-                self.assertEqual(cut[1:-1], [int(b) for b in partition.split(",")])
+                bounds, _, rows = partition.partition("/")
+                self.assertEqual(cut[1:-1], [int(b) for b in bounds.split(",")])
+                self.assertEqual(int(s.get("partition_head_split", 0)), int(rows or 0))
+                if rows:
+                    self.assertIn("head rows [0,%s)" % rows, s["stages"][P - 2]["units"])
             self.assertEqual([(st.get("first_unit", 0), st["end_unit"]) for st in s["stages"]],
                              list(zip(cut[:-1], cut[1:])))
             self.assertAlmostEqual(sum(st["predicted_cost_share"] for st in s["stages"]), 1.0)

@@ -36,7 +36,10 @@ struct Stage {
     const torch::Tensor input = model->partition().has_embedding()
                                     ? torch::randint(17, {2, 8}, torch::kLong)
                                     : torch::randn({2, 8, 16});
-    model(input).pow(2).mean().backward();
+    torch::Tensor loss = model(input).pow(2).mean();
+    // A split head's rows on a stage before the last: a gradient, so AdamW keeps moments of them.
+    if (model->partition().has_head_shard()) loss = loss + model->head_weight().pow(2).sum();
+    loss.backward();
     optimizer->Step(0.01);
     optimizer->ZeroGrad();
   }
@@ -475,6 +478,49 @@ TEST_F(CheckpointTest, AStepOfTwoStagesResumesAsOneAndOneAsTwo) {
     EXPECT_EQ(t->optimizer->steps(), 3);
   }
   ExpectSame(Everything({&whole}), Everything({&t0, &t1}));
+}
+
+// A head split by vocabulary keeps each stage's rows under the global name:
+// a re-cut joins them in stage order (weights and AdamW moments) and cuts the
+// joined head again for stages that split it.
+TEST_F(CheckpointTest, ASplitHeadsRowsJoinWhenReCutAndSplitAgain) {
+  const auto split = [](int stage) {
+    StagePartition p{4, stage == 0 ? 0 : 5, stage == 0 ? 5 : 10};
+    p.head_row_begin = stage == 0 ? 0 : 7;
+    p.head_row_end = stage == 0 ? 7 : 17;
+    return p;
+  };
+  Stage s0(1, split(0)), s1(1, split(1));
+  for (Stage* s : {&s0, &s1}) {
+    s->TrainOneStep();
+    s->TrainOneStep();
+  }
+  SaveStages(dir_, 20, {&s0, &s1});
+  Stage whole(99, 1, 0);
+  absl::StatusOr<ShardMeta> meta = LoadRecut(dir_, 20, 2, whole.model, *whole.optimizer);
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  std::map<std::string, torch::Tensor> parts0 = Everything({&s0}), parts1 = Everything({&s1});
+  std::map<std::string, torch::Tensor> joined;
+  for (const auto& [name, t] : parts0) joined[name] = t;
+  for (const auto& [name, t] : parts1) {
+    joined[name] = IsHeadWeight(name.substr(name.find('/') + 1)) ? torch::cat({joined.at(name), t}) : t;
+  }
+  ASSERT_EQ(joined.at("param/head.weight").size(0), 17);
+  ASSERT_GT(joined.at("exp_avg/head.weight").narrow(0, 0, 7).abs().sum().item<double>(), 0);
+  ExpectSame(joined, Everything({&whole}));
+
+  // And split again: the whole model's step, one more taken, into the split stages.
+  whole.TrainOneStep();
+  SaveStages(dir_, 30, {&whole});
+  Stage t0(7, split(0)), t1(7, split(1));
+  for (Stage* t : {&t0, &t1}) ASSERT_TRUE(LoadRecut(dir_, 30, 1, t->model, *t->optimizer).ok());
+  const std::map<std::string, torch::Tensor> all = Everything({&whole});
+  for (Stage* t : {&t0, &t1}) {
+    for (const auto& [name, tensor] : Everything({t})) {
+      const std::string key = name.rfind("param/", 0) == 0 ? name.substr(6) : name;
+      EXPECT_TRUE(torch::equal(tensor, StageRowsOf(*t->model, key, all.at(name)))) << name;
+    }
+  }
 }
 
 // A stage that skipped a non-finite step took one optimizer step fewer: the

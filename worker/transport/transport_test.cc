@@ -2,6 +2,7 @@
 
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
@@ -51,6 +52,71 @@ TEST(FrameValidatorTest, AcceptsAWellFormedActivationAndGradient) {
   g.set_kind(v1::TensorFrame::GRADIENT);
   g.set_from_stage(2);
   EXPECT_TRUE(ValidateFrame(g, Expect()).ok());
+}
+
+// The split head's frames: only between the last two stages of a job whose
+// head is split, each at its shape and in float32 (HEAD_INPUT as a hidden
+// state), never over NCCL.
+TEST(FrameValidatorTest, HeadFramesPassOnlyBetweenTheStagesSharingTheHeadAtTheirShapes) {
+  const auto head_frame = [](v1::TensorFrame::Kind kind, int from,
+                             std::vector<int64_t> shape) {
+    v1::TensorFrame f = Activation(0);
+    f.set_kind(kind);
+    f.set_from_stage(from);
+    f.clear_shape();
+    int64_t elements = 1;
+    for (int64_t d : shape) {
+      f.add_shape(d);
+      elements *= d;
+    }
+    f.set_data(std::string(elements * 4, '\0'));
+    return f;
+  };
+  LinkExpectations before = Expect();  // stage 1 of 3: the stage before the last
+  before.head_rows = 5;
+  LinkExpectations last = before;
+  last.stage = 2;
+  EXPECT_TRUE(ValidateFrame(head_frame(v1::TensorFrame::HEAD_INPUT, 2, {2, 3, 4}), before).ok());
+  EXPECT_TRUE(ValidateFrame(head_frame(v1::TensorFrame::HEAD_SCALE, 2, {6}), before).ok());
+  EXPECT_TRUE(ValidateFrame(head_frame(v1::TensorFrame::HEAD_PART, 1, {6, 10}), last).ok());
+  EXPECT_TRUE(ValidateFrame(head_frame(v1::TensorFrame::HEAD_ROWS, 1, {5, 4}), last).ok());
+  const auto refused = [](const v1::TensorFrame& f, const LinkExpectations& e,
+                          const std::string& fragment) {
+    const absl::Status status = ValidateFrame(f, e);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << fragment;
+    EXPECT_NE(status.message().find(fragment), std::string::npos) << status.message();
+  };
+  // No split: none of them.
+  refused(head_frame(v1::TensorFrame::HEAD_INPUT, 2, {2, 3, 4}), Expect(), "does not share");
+  // To the wrong stage of the two.
+  refused(head_frame(v1::TensorFrame::HEAD_PART, 0, {6, 10}), before, "does not share");
+  refused(head_frame(v1::TensorFrame::HEAD_SCALE, 1, {6}), last, "does not share");
+  // Another shape; another type.
+  refused(head_frame(v1::TensorFrame::HEAD_SCALE, 2, {7}), before, "shape is [7], expected [6]");
+  refused(head_frame(v1::TensorFrame::HEAD_ROWS, 1, {4, 4}), last, "expected [5, 4]");
+  v1::TensorFrame bf16 = head_frame(v1::TensorFrame::HEAD_PART, 1, {6, 10});
+  bf16.set_dtype(v1::DTYPE_BFLOAT16);
+  refused(bf16, last, "expected DTYPE_FLOAT32");
+  v1::TensorFrame nccl = head_frame(v1::TensorFrame::HEAD_PART, 1, {6, 10});
+  nccl.set_payload_on_nccl(true);
+  nccl.clear_data();
+  refused(nccl, last, "carry their tensor in data");
+}
+
+// The head's frames have a queue of their own: one the last stage waits for
+// gets in while the activations' queue is full.
+TEST(InboxTest, AHeadFrameGetsInPastAFullQueueOfActivations) {
+  Inbox inbox(1);
+  ASSERT_TRUE(inbox.Push(Inbox::From::kPrevious, Activation(0)));
+  v1::TensorFrame part = Activation(0);
+  part.set_kind(v1::TensorFrame::HEAD_PART);
+  std::thread pusher([&] { EXPECT_TRUE(inbox.Push(Inbox::From::kPrevious, part)); });
+  pusher.join();  // would block for good behind the activation
+  EXPECT_EQ(inbox.PeekKind(Inbox::From::kHead), v1::TensorFrame::HEAD_PART);
+  EXPECT_EQ(inbox.PeekKind(Inbox::From::kPrevious), v1::TensorFrame::ACTIVATION);
+  inbox.WaitFor(Inbox::From::kHead, absl::Seconds(10));
+  EXPECT_TRUE(inbox.Pop(Inbox::From::kHead).has_value());
+  EXPECT_FALSE(inbox.Pop(Inbox::From::kHead).has_value());
 }
 
 TEST(FrameValidatorTest, NcclFramesCarryIdsOrNoData) {
