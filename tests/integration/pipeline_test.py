@@ -175,18 +175,22 @@ class PipelineTest(unittest.TestCase):
         # on the number of stages, each re-cut run trains exactly as the run that kept its shape.
         kept, cut = os.path.join(self.dir, "kept"), os.path.join(self.dir, "cut")
 
-        def train(P, steps, directory, resume=True):
-            run = self.train(P=P, schedule="1f1b-flush", steps=steps,
+        def train(P, steps, directory, resume=True, partition="balanced"):
+            run = self.train(P=P, schedule="1f1b-flush", steps=steps, partition=partition,
                              checkpoint="{directory: %s, interval: 10, resume: %s}"
                              % (directory, "true" if resume else "false"))
             self.assertEqual(run.returncode, 0, run.output)
             self.assertEqual(run.summary()["num_stages"], P)
+            if partition != "balanced":  # the same P cut otherwise: re-cut as well
+                self.assertIn("stages cut otherwise: re-cut", run.output)
             return run.summary()
 
         train(2, 10, kept, resume=False)
         shutil.copytree(kept, cut)
-        for (P_kept, P_cut, steps) in ((2, 1, 20), (2, 2, 30)):
-            a, b = train(P_kept, steps, kept), train(P_cut, steps, cut)
+        # Last, the same 2 stages cut otherwise, the head split by vocabulary.
+        for (P_kept, P_cut, steps, partition) in ((2, 1, 20, "balanced"), (2, 2, 30, "balanced"),
+                                                  (2, 2, 40, "4/40")):
+            a, b = train(P_kept, steps, kept), train(P_cut, steps, cut, partition=partition)
             self.assertEqual([p["step"] for p in b["train_loss"]],
                              list(range(steps - 9, steps + 1)))
             for key in ("train_loss", "validation_loss"):
