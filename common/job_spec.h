@@ -92,6 +92,17 @@ absl::StatusOr<std::vector<int>> ParsePartitionBoundaries(std::string_view text,
 absl::StatusOr<int64_t> ParsePartitionHeadSplit(std::string_view text, int num_layers,
                                                 int num_stages, int64_t vocab_size);
 
+// The most micro-batches the stage before the last may hold between forward
+// and backward when the head is split by vocabulary: the last stage waits for
+// that stage's part on the stream its activations come by, and the worker's
+// inbox holds 64 frames of it (StageHost), so a stage further ahead could fill
+// it and leave the part unread. PACI, async-1f1b and the flush hold 2 there;
+// gpipe holds the accumulation.
+inline constexpr int kHeadSplitMaxInFlight = 32;
+// Whether `pipeline`'s schedule keeps the stage before the last within
+// kHeadSplitMaxInFlight (false for a schedule that does not parse).
+bool HeadSplitFitsSchedule(const v1::PipelineSpec& pipeline);
+
 // The device stage `stage` of replica `replica` runs on: from
 // runtime.stage_devices when given (entry replica * P + stage when it has one
 // per stage of each replica, else entry `stage`, which every replica shares),

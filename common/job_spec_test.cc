@@ -684,6 +684,40 @@ TEST(ValidateJobSpecTest, PartitionIsBalancedEvenOrUnitBoundaries) {
   EXPECT_EQ(*cut, (std::vector<int>{0, 3, 7, 10}));
 }
 
+// "/R" splits the head by vocabulary: R rows in [1, vocab_size), two stages
+// or more, and a schedule that keeps the stage before the last within
+// kHeadSplitMaxInFlight micro-batches (gpipe holds the accumulation there).
+TEST(ValidateJobSpecTest, AHeadSplitNeedsRowsInTheVocabularyAndAScheduleThatAllowsIt) {
+  v1::JobSpec spec = ValidMinimalSpec();
+  const int64_t vocab = spec.model().vocab_size();
+  spec.mutable_pipeline()->set_partition(absl::StrCat("5/", vocab - 1));
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  spec.mutable_pipeline()->set_partition("5 / 3");
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  EXPECT_EQ(*ParsePartitionHeadSplit("5 / 3", 4, 2, vocab), 3);
+  EXPECT_EQ(*ParsePartitionHeadSplit("5", 4, 2, vocab), 0);
+  for (const std::string& bad : {std::string("5/0"), absl::StrCat("5/", vocab), std::string("5/"),
+                                 std::string("5/3/4"), std::string("5/x")}) {
+    spec.mutable_pipeline()->set_partition(bad);
+    ExpectInvalid(spec, "pipeline.partition");
+  }
+  spec.mutable_pipeline()->set_partition("5/3");
+  spec.mutable_pipeline()->set_schedule("gpipe");
+  spec.mutable_pipeline()->clear_drift_correction();  // the defaults were paci's
+  spec.mutable_pipeline()->clear_warmup_steps();
+  spec.mutable_pipeline()->clear_global_batch();
+  spec.mutable_pipeline()->set_accumulation(kHeadSplitMaxInFlight);
+  EXPECT_TRUE(ValidateJobSpec(spec).ok()) << ValidateJobSpec(spec);
+  EXPECT_TRUE(HeadSplitFitsSchedule(spec.pipeline()));
+  spec.mutable_pipeline()->set_accumulation(kHeadSplitMaxInFlight + 1);
+  EXPECT_FALSE(HeadSplitFitsSchedule(spec.pipeline()));
+  EXPECT_THAT(std::string(ValidateJobSpec(spec).message()),
+              HasSubstr("pipeline.partition: the head split \"/3\" needs the stage before the "
+                        "last to hold at most 32 micro-batches in flight; schedule gpipe"));
+  spec.mutable_pipeline()->set_schedule("paci");
+  EXPECT_TRUE(HeadSplitFitsSchedule(spec.pipeline()));
+}
+
 TEST(ValidateJobSpecTest, MoreStagesThanLayersIsInvalid) {
   v1::JobSpec spec = ValidMinimalSpec();
   spec.mutable_pipeline()->set_num_stages(5);

@@ -212,6 +212,19 @@ absl::Status ValidateGlobalBatch(const v1::PipelineSpec& p) {
                  p.global_batch());
 }
 
+}  // namespace
+
+bool HeadSplitFitsSchedule(const v1::PipelineSpec& p) {
+  const absl::StatusOr<ScheduleKind> kind = ParseScheduleKind(p.schedule());
+  if (!kind.ok() || p.num_stages() < 2) return false;
+  const ScheduleTraits& schedule = ScheduleTraitsOf(*kind);
+  return schedule.in_flight_limit(p.num_stages(), p.num_stages() - 2,
+                                  schedule.effective_accumulation(p.accumulation())) <=
+         kHeadSplitMaxInFlight;
+}
+
+namespace {
+
 absl::Status ValidatePipeline(const v1::PipelineSpec& p, int num_layers, int64_t vocab_size) {
   RETURN_IF_ERROR(RequireBetween("pipeline.num_stages", p.num_stages(), 1, 64));
   if (p.num_stages() > num_layers) {
@@ -234,9 +247,16 @@ absl::Status ValidatePipeline(const v1::PipelineSpec& p, int num_layers, int64_t
   RETURN_IF_ERROR(ValidateDriftCorrection(p, *kind));
   if (!p.partition().empty() && p.partition() != "balanced" && p.partition() != "even") {
     RETURN_IF_ERROR(ParsePartitionBoundaries(p.partition(), num_layers, p.num_stages()).status());
-    return ParsePartitionHeadSplit(p.partition(), num_layers, p.num_stages(),
-                                   vocab_size)
-        .status();
+    ASSIGN_OR_RETURN(const int64_t head_split,
+                     ParsePartitionHeadSplit(p.partition(), num_layers, p.num_stages(), vocab_size));
+    if (head_split > 0 && !HeadSplitFitsSchedule(p)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "pipeline.partition: the head split \"/", head_split,
+          "\" needs the stage before the last to hold at most ", kHeadSplitMaxInFlight,
+          " micro-batches in flight; schedule ", p.schedule(), " holds more there at "
+          "pipeline.accumulation ", p.accumulation(),
+          ": lower the accumulation, use another schedule, or leave the head whole"));
+    }
   }
   return absl::OkStatus();
 }

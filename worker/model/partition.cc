@@ -447,8 +447,13 @@ absl::StatusOr<PartitionPlan> PlanPartitionWithCosts(const std::vector<UnitCost>
 }
 
 absl::StatusOr<PartitionPlan> PlanPartition(const v1::JobSpec& spec) {
-  return PlanPartition(ModelShapeFromSpec(spec), spec.pipeline().num_stages(),
-                       spec.pipeline().partition());
+  const ModelShape shape = ModelShapeFromSpec(spec);
+  if (shape.num_layers < 1) return PlanPartition(shape, spec.pipeline().num_stages(), "");
+  // No head split where the schedule lets the stage before the last run too
+  // far ahead (kHeadSplitMaxInFlight; ValidateJobSpec refuses an explicit one).
+  return PlanPartitionWithCosts(FlopUnitCosts(shape), spec.pipeline().num_stages(),
+                                spec.pipeline().partition(),
+                                HeadSplitFitsSchedule(spec.pipeline()) ? shape.vocab_size : 0);
 }
 
 }  // namespace paci

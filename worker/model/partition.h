@@ -153,7 +153,8 @@ inline constexpr int64_t kHeadSplitRowMultiple = 64;
 // spec's shapes. "balanced" with two stages or more also weighs splitting the
 // head by vocabulary: the head's rows [0, R) on the stage before the last,
 // which then comes right before a last stage of the head alone; it keeps the
-// split when the slowest stage is kHeadSplitMinGain cheaper for it. Deterministic: every
+// split when the slowest stage is kHeadSplitMinGain cheaper for it, and only
+// where the schedule allows one (HeadSplitFitsSchedule, common/job_spec.h). Deterministic: every
 // stage, and pacictl, computes the same plan from the same spec, so nothing
 // needs to be carried in the assignment. InvalidArgument naming
 // pipeline.partition for a malformed value (ValidateJobSpec refuses those

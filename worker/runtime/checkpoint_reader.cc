@@ -27,6 +27,15 @@ absl::StatusOr<ModelCheckpoint> ReadCheckpoint(const std::string& directory) {
     }
   }
   const std::string first_path = ShardPath(directory, where.step, 0, where.num_stages);
+  // A split head's rows, joined, make the whole vocabulary.
+  const auto head = checkpoint.parameters.find("head.weight");
+  if (head != checkpoint.parameters.end() && first.config &&
+      head->second.size(0) != first.config->vocab_size) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint ", StepDirectory(directory, where.step), ": its shards hold ",
+        head->second.size(0), " rows of head.weight, model.vocab_size is ",
+        first.config->vocab_size));
+  }
   if (first.tokenizer.empty()) {
     return absl::FailedPreconditionError(
         absl::StrCat("checkpoint ", first_path, " holds no tokenizer (written by an older paci)"));

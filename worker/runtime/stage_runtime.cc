@@ -241,8 +241,24 @@ absl::StatusOr<torch::Tensor> StageRuntime::AwaitHeadPart(uint64_t id) {
 
 absl::Status StageRuntime::HandleHeadFrames() {
   GptStage& module = model_->module();
-  while (std::optional<v1::TensorFrame> frame = options_.inbox->Pop(Inbox::From::kHead)) {
+  while (true) {
+    std::optional<v1::TensorFrame> frame = std::move(deferred_scale_);
+    deferred_scale_.reset();
+    if (!frame) frame = options_.inbox->Pop(Inbox::From::kHead);
+    if (!frame) return absl::OkStatus();
     const uint64_t id = frame->micro_batch_id();
+    // A scale belongs to the step of its micro-batch: it waits until the
+    // backwards before that micro-batch (and a step they may make) are done.
+    if (frame->kind() == v1::TensorFrame::HEAD_SCALE && scheduler_->in_flight() > 0 &&
+        id > scheduler_->oldest_in_flight()) {
+      deferred_scale_ = std::move(frame);
+      return absl::OkStatus();
+    }
+    if (frame->kind() == v1::TensorFrame::HEAD_INPUT && !head_jobs_.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "stage ", stage_, ": a HEAD_INPUT of micro-batch ", id, " arrived while micro-batch ",
+          head_jobs_.front().micro_batch_id, "'s part of the head still waits for its scale"));
+    }
     ASSIGN_OR_RETURN(const torch::Tensor tensor, channel_.Incoming(*frame, *model_));
     if (frame->kind() == v1::TensorFrame::HEAD_INPUT) {
       const torch::Tensor targets =
@@ -285,7 +301,6 @@ absl::Status StageRuntime::HandleHeadFrames() {
     head_jobs_.pop_front();
     Mark(v1::Span::BACKWARD, id);
   }
-  return absl::OkStatus();
 }
 
 void StageRuntime::SendHeadRows(int64_t step) {

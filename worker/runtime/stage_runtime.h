@@ -113,7 +113,8 @@ class StageRuntime {
   absl::Status Forward();
   // The last stage of a split head: the forward's loss over both parts.
   absl::StatusOr<torch::Tensor> SplitHeadForward(uint64_t id, const torch::Tensor& input);
-  // The stage before the last: every HEAD_INPUT and HEAD_SCALE waiting, in order.
+  // The stage before the last: every HEAD_INPUT and HEAD_SCALE waiting, in
+  // order, up to a scale whose micro-batch is not the next to go backward.
   absl::Status HandleHeadFrames();
   // The last stage: waits for the HEAD_PART of micro-batch `id`.
   absl::StatusOr<torch::Tensor> AwaitHeadPart(uint64_t id);
@@ -161,7 +162,9 @@ class StageRuntime {
   // The split head: this stage computes its first rows (the stage before the
   // last), or the rest and the loss (the last stage).
   bool head_shard_ = false, split_last_ = false;
-  std::deque<HeadJob> head_jobs_;
+  std::deque<HeadJob> head_jobs_;  // at most one: the last stage asks after each scale
+  // A HEAD_SCALE that came before the backward of the micro-batch ahead of it.
+  std::optional<v1::TensorFrame> deferred_scale_;
   torch::Tensor eval_first_rows_;  // last stage: HEAD_ROWS of the current evaluation
   int64_t start_step_ = 0;
   uint64_t sample_base_ = 0;  // samples consumed before start_step_ (a resumed checkpoint's)

@@ -371,6 +371,34 @@ TEST(StageRuntimeTest, AHeadSplitByVocabularyTrainsAsTheWholeHeadDoes) {
   EXPECT_EQ(first_paci.backward_micro_batches(), kMicroBatches);
 }
 
+// A last stage that asks for a second part of the head before it has sent
+// the first one's scale breaks the protocol: the stage before it fails
+// naming both micro-batches rather than keep parts without bound.
+TEST(StageRuntimeTest, AHeadInputWhileAPartWaitsForItsScaleFailsTheStage) {
+  Inbox* inbox = nullptr;
+  FakeLink next([&inbox](const v1::TensorFrame& frame) {
+    if (frame.kind() != v1::TensorFrame::ACTIVATION) return;
+    for (int i = 0; i < 2; ++i) {
+      v1::TensorFrame ask = frame;
+      ask.set_kind(v1::TensorFrame::HEAD_INPUT);
+      ask.set_from_stage(1);
+      ask.set_micro_batch_id(frame.micro_batch_id() + i);
+      inbox->Push(Inbox::From::kNext, std::move(ask));
+    }
+  });
+  Stage stage(2, 0, nullptr, &next, "none",
+              [](v1::JobSpec& s) { s.mutable_pipeline()->set_partition("3/40"); });
+  inbox = &stage.inbox;
+  absl::Status status;
+  stage.Train(&status);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+  EXPECT_NE(status.message().find("a HEAD_INPUT of micro-batch 1 arrived while micro-batch 0's "
+                                  "part of the head still waits for its scale"),
+            std::string::npos)
+      << status;
+  EXPECT_EQ(next.Ids(v1::TensorFrame::HEAD_PART), std::vector<uint64_t>{0});
+}
+
 TEST(StageRuntimeTest, FirstStageSendsActivationsAndTakesGradientsOverAFakeLink) {
   Inbox* inbox = nullptr;
   // The next stage: a gradient of the activation's shape for each activation.
