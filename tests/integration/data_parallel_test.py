@@ -64,9 +64,10 @@ class DataParallelTest(unittest.TestCase):
     def flush_replicas_match(self, architecture):
         c = self.cluster
 
-        def job(name, R, a):
+        def job(name, R, a, partition="balanced"):
             s = replicated("%s-%s" % (name, architecture), R=R, schedule="1f1b-flush", a=a, steps=8)
             s.model.architecture = architecture
+            s.pipeline.partition = partition
             if architecture == "llama":
                 s.model.num_kv_heads = 2  # grouped-query attention: two query heads a key head
             return s
@@ -74,14 +75,22 @@ class DataParallelTest(unittest.TestCase):
         one = self.finished("flush-r1-" + architecture)
         c.submit(job("flush-r2", R=2, a=2))
         two = self.finished("flush-r2-" + architecture)
+        # And with the head split by vocabulary: each replica's stage 0 computes the head's
+        # first 40 rows, and the replicas average those rows' gradients with the rest of it.
+        c.submit(job("flush-r2-split", R=2, a=2, partition="5/40"))
+        split = self.finished("flush-r2-split-" + architecture)
+        self.assertEqual(sorted(st.partition_units for st in split.status.stages if st.stage == 0),
+                         ["[0,5) emb..h1.mlp head rows [0,40)"] * 2)
         self.assertEqual(len(two.status.stages), 4)
-        for history in ("train_loss_history", "validation_loss_history"):
-            a, b = getattr(one.status, history), getattr(two.status, history)
-            self.assertEqual([p.step for p in a], [p.step for p in b], history)
-            self.assertGreater(len(a), 0, history)
-            for p, q in zip(a, b):
-                self.assertLess(abs(p.loss - q.loss) / abs(p.loss), 1e-5,
-                                "%s at step %d: %r vs %r" % (history, p.step, p.loss, q.loss))
+        for other in (two, split):
+            for history in ("train_loss_history", "validation_loss_history"):
+                a, b = getattr(one.status, history), getattr(other.status, history)
+                self.assertEqual([p.step for p in a], [p.step for p in b], history)
+                self.assertGreater(len(a), 0, history)
+                for p, q in zip(a, b):
+                    self.assertLess(abs(p.loss - q.loss) / abs(p.loss), 1e-5,
+                                    "%s %s at step %d: %r vs %r"
+                                    % (other.name, history, p.step, p.loss, q.loss))
         # Each replica read its own half of every step's samples.
         for st in two.status.stages:
             self.assertEqual(st.forward_micro_batches, 16, st)
