@@ -12,6 +12,7 @@
 #include "worker/model/partition.h"
 #include "worker/model/precision.h"
 #include "worker/model/test_models.h"
+#include "worker/model/unit_profile.h"
 
 namespace paci {
 namespace {
@@ -219,6 +220,35 @@ TEST(GptStageTest, AHeadSplitByVocabularyGivesTheWholeHeadsLossAndGradients) {
                   expected.item<double>(), 1e-5 * expected.item<double>());
     }
   }
+}
+
+// --profile_units' report: each unit timed, and the balanced plan's head
+// split under the measured costs and under the model's, the latter the very
+// split the workers make (PlanPartition of the spec).
+TEST(UnitProfileTest, TheReportGivesTheHeadSplitUnderMeasuredAndModelCosts) {
+  v1::JobSpec spec;
+  v1::ModelSpec& model = *spec.mutable_model();
+  model.set_vocab_size(8192);  // a head far heavier than the one block
+  model.set_num_layers(1);
+  model.set_d_model(16);
+  model.set_num_heads(2);
+  model.set_seq_len(8);
+  spec.mutable_pipeline()->set_num_stages(2);
+  spec.mutable_pipeline()->set_micro_batch_size(2);
+  spec.mutable_pipeline()->set_accumulation(2);
+  spec.mutable_pipeline()->set_schedule("paci");
+  const std::string report = UnitProfileReport(spec, torch::Device("cpu"));
+  const auto field = [&](const std::string& name) -> int64_t {
+    const size_t at = report.find("\"" + name + "\": ");
+    EXPECT_NE(at, std::string::npos) << name << " in " << report;
+    return at == std::string::npos ? -1 : std::stoll(report.substr(at + name.size() + 4));
+  };
+  const int64_t model_split = field("model_head_split"), measured = field("measured_head_split");
+  EXPECT_EQ(model_split, PlanPartition(spec)->head_split);
+  EXPECT_GT(model_split, 0);
+  EXPECT_EQ(measured % kHeadSplitRowMultiple, 0);
+  EXPECT_LT(measured, 8192);
+  EXPECT_NE(report.find("\"name\": \"head\""), std::string::npos);
 }
 
 // The in-place update trap of docs/design.md section 3: a micro-batch forwarded

@@ -97,9 +97,17 @@ std::string UnitProfileReport(const v1::JobSpec& spec, const torch::Device& devi
                         1e-9 * model[u].total()));
   }
   const int P = spec.pipeline().num_stages();
+  // The balanced plans with the head split by vocabulary weighed (0: not split).
+  const auto split = [&](const std::vector<UnitCost>& costs) -> int64_t {
+    absl::StatusOr<PartitionPlan> plan =
+        PlanPartitionWithCosts(costs, P, "balanced", config.vocab_size);
+    return plan.ok() ? plan->head_split : 0;
+  };
   return absl::StrCat("{\"units\": [\n", units, "\n],\n \"measured_cut\": [",
                       absl::StrJoin(BalancedCut(measured_total, P), ", "), "], \"model_cut\": [",
-                      absl::StrJoin(BalancedCut(model_total, P), ", "), "]}\n");
+                      absl::StrJoin(BalancedCut(model_total, P), ", "),
+                      "],\n \"measured_head_split\": ", split(measured),
+                      ", \"model_head_split\": ", split(model), "}\n");
 }
 
 }  // namespace paci

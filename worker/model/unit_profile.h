@@ -33,7 +33,8 @@ std::vector<UnitCost> ProfileUnitCosts(const GptConfig& config, const UnitProfil
 // The spec's units measured on `device` (ms per micro-batch) beside the FLOP
 // model's (G FLOP-equivalents), and the balanced cut of each, as JSON:
 // {"units": [{"unit", "name", "forward_ms", "backward_ms", "optimizer_ms",
-// "model_gflop"}...], "measured_cut": [...], "model_cut": [...]}.
+// "model_gflop"}...], "measured_cut": [...], "model_cut": [...], "measured_head_split": R,
+// "model_head_split": R} (the balanced cut's head split by vocabulary, 0 for none).
 std::string UnitProfileReport(const v1::JobSpec& spec, const torch::Device& device);
 
 }  // namespace paci
