@@ -259,10 +259,13 @@ torch::Tensor LanguageModelLoss(const torch::Tensor& logits, const torch::Tensor
 
 namespace {
 
-// kLossChunkBytes (gpt.h): the log-softmax, the gather and the gradient read
-// the rows from the cache rather than memory. The matmuls stay whole: smaller
-// ones run slower and read the head's weight again for each piece (measured
-// on one thread).
+// The matmuls' type of the head's loss: bfloat16 under autocast (as the
+// head's Linear would run), else the weights'.
+torch::ScalarType MatmulType(const torch::Tensor& hidden, const torch::Tensor& weight) {
+  return at::autocast::is_autocast_enabled(hidden.device().type())
+             ? at::autocast::get_autocast_dtype(hidden.device().type())
+             : weight.scalar_type();
+}
 
 class LinearCrossEntropyFunction
     : public torch::autograd::Function<LinearCrossEntropyFunction> {
@@ -271,12 +274,8 @@ class LinearCrossEntropyFunction
                                const torch::Tensor& weight, const torch::Tensor& targets,
                                bool gradients) {
     const int64_t N = hidden.size(0), V = weight.size(0);
-    // The matmuls' type: bfloat16 under autocast (as the head's Linear would run),
-    // else the weights'. The casts are the ones autocast would make.
-    const torch::ScalarType compute =
-        at::autocast::is_autocast_enabled(hidden.device().type())
-            ? at::autocast::get_autocast_dtype(hidden.device().type())
-            : weight.scalar_type();
+    // The casts are the ones autocast would make.
+    const torch::ScalarType compute = MatmulType(hidden, weight);
     const torch::Tensor h = hidden.to(compute), w = weight.to(compute);
     torch::Tensor logits = torch::mm(h, w.t());
     if (logits.scalar_type() != torch::kFloat) logits = logits.to(torch::kFloat);
@@ -364,10 +363,13 @@ class PrecomputedLossFunction : public torch::autograd::Function<PrecomputedLoss
   }
 };
 
-torch::ScalarType MatmulType(const torch::Tensor& hidden, const torch::Tensor& weight) {
-  return at::autocast::is_autocast_enabled(hidden.device().type())
-             ? at::autocast::get_autocast_dtype(hidden.device().type())
-             : weight.scalar_type();
+// The part's logits' gradient in its probabilities' place: (scale * softmax -
+// one-hot) * factor.
+void HeadShardGradient(HeadShardPart& part, const torch::Tensor& scale, double factor) {
+  torch::NoGradGuard no_grad;
+  part.probs.mul_(scale.unsqueeze(1) * factor);
+  part.probs.scatter_add_(1, part.local_targets.unsqueeze(1),
+                          part.in_shard.unsqueeze(1).to(torch::kFloat) * -factor);
 }
 
 }  // namespace
@@ -435,13 +437,6 @@ torch::Tensor SplitHeadLoss(const torch::Tensor& hidden, const torch::Tensor& we
   return PrecomputedLossFunction::apply(hidden, weight, loss, grad_hidden,
                                         local.probs.to(local.hidden.scalar_type()),
                                         local.hidden);
-}
-
-void HeadShardGradient(HeadShardPart& part, const torch::Tensor& scale, double factor) {
-  torch::NoGradGuard no_grad;
-  part.probs.mul_(scale.unsqueeze(1) * factor);
-  part.probs.scatter_add_(1, part.local_targets.unsqueeze(1),
-                          part.in_shard.unsqueeze(1).to(torch::kFloat) * -factor);
 }
 
 torch::Tensor HeadShardWeightGradient(HeadShardPart& part, const torch::Tensor& scale,

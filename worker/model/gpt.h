@@ -149,7 +149,10 @@ torch::Tensor LinearCrossEntropy(const torch::Tensor& hidden, const torch::Tenso
                                  const torch::Tensor& targets);
 
 // The rows of logits the loss's element-wise passes take at once: 1 MiB of
-// float32, within a core's L2 cache.
+// float32 (8 rows of a 32,768-word vocabulary), within a core's L2 cache, so
+// that they read the rows from the cache rather than memory. The matmuls stay
+// whole: smaller ones run slower and read the head's weight again for each
+// piece (measured on one thread).
 inline constexpr int64_t kLossChunkBytes = int64_t{1} << 20;
 
 // The head split by vocabulary between the last two stages (docs/design.md,
@@ -184,9 +187,6 @@ torch::Tensor PackHeadShard(const HeadShardPart& part);
 torch::Tensor SplitHeadLoss(const torch::Tensor& hidden, const torch::Tensor& weight,
                             HeadShardPart local, const torch::Tensor& other,
                             torch::Tensor* other_scale);
-// The part's logits' gradient in its probabilities' place: (scale * softmax -
-// one-hot) * factor.
-void HeadShardGradient(HeadShardPart& part, const torch::Tensor& scale, double factor);
 // The stage before the last: its rows' weight gradient, [rows, d] in the
 // matmuls' type, for the loss scaled by `factor` (1 / (N x accumulation)),
 // from the last stage's `scale`. Overwrites part.probs.

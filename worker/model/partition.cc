@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <limits>
 #include <optional>
-#include <utility>
 #include <string_view>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -351,6 +351,10 @@ std::optional<std::pair<std::vector<int>, int64_t>> BalancedHeadSplit(
   const int U = static_cast<int>(totals.size());
   const int P = num_stages;
   if (P < 2 || vocab < 2 * kHeadSplitRowMultiple) return std::nullopt;
+  // No cut beats the model's cost spread evenly: nothing to gain, no search.
+  double total = 0;
+  for (double t : totals) total += t;
+  if (total / P >= slowest * (1 - kHeadSplitMinGain)) return std::nullopt;
   // At most 128 candidates, whatever the vocabulary.
   const int64_t step =
       std::max<int64_t>(1, vocab / kHeadSplitRowMultiple / 128) * kHeadSplitRowMultiple;
@@ -379,13 +383,24 @@ std::optional<std::pair<std::vector<int>, int64_t>> BalancedHeadSplit(
 
 }  // namespace
 
-absl::StatusOr<PartitionPlan> PlanPartition(const ModelShape& shape, int num_stages,
-                                            absl::string_view partition) {
+namespace {
+
+// PlanPartition's, with the head split weighed only when `head_split` allows.
+absl::StatusOr<PartitionPlan> PlanFromShape(const ModelShape& shape, int num_stages,
+                                            absl::string_view partition, bool head_split) {
   if (shape.num_layers < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("model.num_layers: must be at least 1, got ", shape.num_layers));
   }
-  return PlanPartitionWithCosts(FlopUnitCosts(shape), num_stages, partition, shape.vocab_size);
+  return PlanPartitionWithCosts(FlopUnitCosts(shape), num_stages, partition,
+                                head_split ? shape.vocab_size : 0);
+}
+
+}  // namespace
+
+absl::StatusOr<PartitionPlan> PlanPartition(const ModelShape& shape, int num_stages,
+                                            absl::string_view partition) {
+  return PlanFromShape(shape, num_stages, partition, /*head_split=*/true);
 }
 
 absl::StatusOr<PartitionPlan> PlanPartitionWithCosts(const std::vector<UnitCost>& units,
@@ -447,13 +462,10 @@ absl::StatusOr<PartitionPlan> PlanPartitionWithCosts(const std::vector<UnitCost>
 }
 
 absl::StatusOr<PartitionPlan> PlanPartition(const v1::JobSpec& spec) {
-  const ModelShape shape = ModelShapeFromSpec(spec);
-  if (shape.num_layers < 1) return PlanPartition(shape, spec.pipeline().num_stages(), "");
   // No head split where the schedule lets the stage before the last run too
   // far ahead (kHeadSplitMaxInFlight; ValidateJobSpec refuses an explicit one).
-  return PlanPartitionWithCosts(FlopUnitCosts(shape), spec.pipeline().num_stages(),
-                                spec.pipeline().partition(),
-                                HeadSplitFitsSchedule(spec.pipeline()) ? shape.vocab_size : 0);
+  return PlanFromShape(ModelShapeFromSpec(spec), spec.pipeline().num_stages(),
+                       spec.pipeline().partition(), HeadSplitFitsSchedule(spec.pipeline()));
 }
 
 }  // namespace paci

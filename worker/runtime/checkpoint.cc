@@ -219,17 +219,6 @@ absl::StatusOr<ShardMeta> ReadMeta(const std::string& path,
   return meta;
 }
 
-// The metadata of the shard at `path` (ReadArchive's checks; the parameters
-// are not kept).
-absl::StatusOr<ShardMeta> ReadShardMeta(const std::string& path) {
-  ShardMeta meta;
-  const auto read = [&](torch::serialize::InputArchive& archive) -> absl::Status {
-    ASSIGN_OR_RETURN(meta, ReadMeta(path, archive));
-    return absl::OkStatus();
-  };
-  RETURN_IF_ERROR(ReadArchive(path, read));
-  return meta;
-}
 
 // Makes `folder` and every missing folder above it, then syncs the parent of
 // each one it made, so that the whole chain of new names is on disk before a
@@ -260,6 +249,16 @@ absl::Status MakeFolders(const std::filesystem::path& folder) {
 }  // namespace
 
 absl::Status VerifyShard(const std::string& path) { return ReadVerified(path).status(); }
+
+absl::StatusOr<ShardMeta> ReadShardMeta(const std::string& path) {
+  ShardMeta meta;
+  const auto read = [&](torch::serialize::InputArchive& archive) -> absl::Status {
+    ASSIGN_OR_RETURN(meta, ReadMeta(path, archive));
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(ReadArchive(path, read));
+  return meta;
+}
 
 absl::Status MergeShardTensor(const std::string& path, const std::string& name,
                               torch::Tensor tensor, std::map<std::string, torch::Tensor>& whole) {

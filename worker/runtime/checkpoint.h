@@ -52,6 +52,10 @@ absl::Status SaveShard(const std::string& path, const ShardMeta& meta, GptStage&
 absl::StatusOr<ShardMeta> LoadShard(const std::string& path, const ShardMeta& expected,
                                     GptStage& model, AdamW& optimizer);
 
+// The metadata of the shard at `path`, its parameters left unread; the
+// errors of ReadShard.
+absl::StatusOr<ShardMeta> ReadShardMeta(const std::string& path);
+
 // Whether the shard at `path` is whole: its footer's size and CRC-32 match
 // what it holds (a crash or a full disk mid-write breaks that). DataLoss
 // naming the file otherwise; NotFound when it cannot be read. Reads it all.

@@ -76,11 +76,11 @@ absl::StatusOr<StageCheckpointer::Start> StageCheckpointer::Restore(StageModel& 
   // pipeline.partition, or a cost model that moved the balanced cut).
   bool recut = latest && latest->num_stages != num_stages_;
   if (latest && !recut) {
-    ASSIGN_OR_RETURN(const ShardParameters own,
-                     ReadShard(ShardPath(ckpt.directory(), latest->step, stage_, num_stages_)));
+    ASSIGN_OR_RETURN(const ShardMeta own, ReadShardMeta(ShardPath(ckpt.directory(), latest->step,
+                                                                  stage_, num_stages_)));
     // The same model (else LoadShard names the difference), another cut.
-    recut = own.meta.model_fingerprint != model.module()->Fingerprint() && own.meta.config &&
-            !ShapeDifference(model.module()->config(), *own.meta.config);
+    recut = own.model_fingerprint != model.module()->Fingerprint() && own.config &&
+            !ShapeDifference(model.module()->config(), *own.config);
   }
   if (recut) {
     ASSIGN_OR_RETURN(ShardMeta meta, LoadRecut(ckpt.directory(), latest->step, latest->num_stages,

@@ -159,7 +159,7 @@ absl::Status StageRuntime::Forward() {
   torch::Tensor input;
   if (first_) {
     id = scheduler_->next_micro_batch();
-    input = model_->Tokens(options_.corpus->TrainingWindows(SampleId(id))).first;
+    input = TrainingTokens(id).first;
   } else {
     v1::TensorFrame frame = *options_.inbox->Pop(Inbox::From::kPrevious);
     id = frame.micro_batch_id();
@@ -177,8 +177,7 @@ absl::Status StageRuntime::Forward() {
     const StageModel::Prediction prediction =
         model_->PredictWeights(steps_ahead, scheduler_->version());
     AutocastScope autocast(model_->placement());
-    output = last_ ? model_->ForwardLoss(
-                         input, model_->Tokens(options_.corpus->TrainingWindows(SampleId(id))).second)
+    output = last_ ? model_->ForwardLoss(input, TrainingTokens(id).second)
                    : model_->module()(input);
   }
   Mark(v1::Span::FORWARD, id);
@@ -195,8 +194,7 @@ absl::StatusOr<torch::Tensor> StageRuntime::SplitHeadForward(uint64_t id,
                                                              const torch::Tensor& input) {
   AutocastScope autocast(model_->placement());
   GptStage& module = model_->module();
-  const torch::Tensor targets =
-      model_->Tokens(options_.corpus->TrainingWindows(SampleId(id))).second.reshape({-1});
+  const torch::Tensor targets = TrainingTokens(id).second.reshape({-1});
   const torch::Tensor hidden = module->Hidden(input);
   Mark(v1::Span::FORWARD, id);
   // The other part first, so that both stages compute at once.
@@ -261,8 +259,7 @@ absl::Status StageRuntime::HandleHeadFrames() {
     }
     ASSIGN_OR_RETURN(const torch::Tensor tensor, channel_.Incoming(*frame, *model_));
     if (frame->kind() == v1::TensorFrame::HEAD_INPUT) {
-      const torch::Tensor targets =
-          model_->Tokens(options_.corpus->TrainingWindows(SampleId(id))).second.reshape({-1});
+      const torch::Tensor targets = TrainingTokens(id).second.reshape({-1});
       AutocastScope autocast(model_->placement());
       HeadShardPart part = HeadShardForward(tensor.reshape({-1, tensor.size(-1)}),
                                             module->head_weight(), targets, 0);
@@ -291,7 +288,7 @@ absl::Status StageRuntime::HandleHeadFrames() {
             .to(weight.scalar_type());
     {
       torch::NoGradGuard no_grad;
-      torch::Tensor& accumulated = const_cast<torch::Tensor&>(weight).mutable_grad();
+      torch::Tensor& accumulated = weight.mutable_grad();
       if (accumulated.defined()) {
         accumulated.add_(gradient);
       } else {
@@ -354,6 +351,11 @@ absl::Status StageRuntime::Backward() {
     stats_.AddTrainLoss(scheduler_->version(), *step_loss, SecondsSinceStart());
   }
   return absl::OkStatus();
+}
+
+std::pair<torch::Tensor, torch::Tensor> StageRuntime::TrainingTokens(
+    uint64_t micro_batch_id) const {
+  return model_->Tokens(options_.corpus->TrainingWindows(SampleId(micro_batch_id)));
 }
 
 uint64_t StageRuntime::SampleId(uint64_t micro_batch_id) const {

@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include <torch/torch.h>
 
@@ -138,6 +139,8 @@ class StageRuntime {
   // samples consumed before this run (every replica's), then R per local
   // micro-batch, r-th of them.
   uint64_t SampleId(uint64_t micro_batch_id) const;
+  // Inputs and targets of that micro-batch on the device (the corpus's).
+  std::pair<torch::Tensor, torch::Tensor> TrainingTokens(uint64_t micro_batch_id) const;
   // The samples every replica has consumed at `step`.
   uint64_t SamplesAt(int64_t step) const;
   // The optimizer step when a backward completes one: the replicas' average,
