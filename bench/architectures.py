@@ -66,7 +66,7 @@ pipeline: {{num_stages: 2, schedule: paci, accumulation: 4, micro_batch_size: 4,
 optimizer: {{lr: 1e-3, warmup_fraction: 0.05}}
 training: {{steps: {steps}, eval_interval: {steps}, eval_micro_batches: 4}}
 data: {{corpus_path: {corpus}, seed: 1}}
-runtime: {{threads_per_stage: 1}}
+runtime: {{threads_per_stage: 1, precision: fp32}}
 """
 
 # The ~100M-parameter Llama: one step of one micro-batch of 64 tokens, so that the job's
@@ -79,7 +79,7 @@ pipeline: {{num_stages: {P}, schedule: paci, accumulation: 1, micro_batch_size: 
 optimizer: {{lr: 1e-4}}
 training: {{steps: 1, eval_interval: 1, eval_micro_batches: 1}}
 data: {{corpus_path: {corpus}, seed: 1}}
-runtime: {{threads_per_stage: 1}}
+runtime: {{threads_per_stage: 1, precision: fp32}}
 {checkpoint}
 """
 

@@ -45,7 +45,7 @@ pipeline: {{num_stages: {P}, schedule: paci, accumulation: 4, micro_batch_size: 
 optimizer: {{lr: 1e-3, warmup_fraction: 0.05}}
 training: {{steps: {steps}, eval_interval: {steps}, eval_micro_batches: 1}}
 data: {{corpus_path: {corpus}, seed: 1}}
-runtime: {{threads_per_stage: 1}}
+runtime: {{threads_per_stage: 1, precision: fp32}}
 """
 
 

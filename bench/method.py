@@ -7,8 +7,9 @@ For every seed (model.init_seed and data.seed both), on one corpus, with the sam
 global batch (a x micro-batch), learning-rate schedule and number of optimizer steps, it trains
 as real processes (one stage per core, one thread each):
   1f1b-flush  m = a                  (the synchronous baseline)
-  each run of --runs, SCHEDULE:CORRECTION:WARMUP (default: paci plain, with the warm-ups
-  60, 150 and 300, with each correction)
+  each run of --runs, SCHEDULE:CORRECTION:WARMUP[:PRECISION] (default: paci plain, with the
+  warm-ups 60, 150 and 300, with each correction; runtime.precision fp32 unless named, and the
+  flush's --flush_precision, so a machine with bfloat16 measures what one without it does)
 and reports, per configuration: the final validation loss of each seed, their mean and spread,
 the gap to the flush of the same seed (paired), tokens/s, and the speed-up in wall seconds to
 two targets of the flush of the same seed, its validation loss at 75% of its steps and at the
@@ -16,6 +17,9 @@ end (the flush's own time to it over this run's: above 1, sooner).
 
 Writes --out/<--name>.{md,json} (default method_p<P>):
   /usr/bin/python3 bench/method.py [--steps 600] [--seeds 1,2,3] [--runs paci:none:0,paci:predict:0]
+  bfloat16 against float32 at equal steps, both schedules:
+  /usr/bin/python3 bench/method.py --name precision_p2 --runs paci:auto:auto:fp32,\
+      paci:auto:auto:bf16-autocast,1f1b-flush:none:0:bf16-autocast
 Needs a built tree (scripts/build.sh) and data/kjv.txt (scripts/kjv-corpus.sh).
 """
 import argparse
@@ -52,7 +56,9 @@ def parse_args():
     parser.add_argument("--seeds", default="1,2,3")
     parser.add_argument("--runs", default="paci:none:0,paci:none:60,paci:none:150,paci:none:300,"
                         "paci:staleness:0,paci:stage-lr:0,paci:predict:0,paci:delay-comp:0",
-                        help="SCHEDULE:CORRECTION:WARMUP_STEPS of each run besides the flush")
+                        help="SCHEDULE:CORRECTION:WARMUP_STEPS[:PRECISION] of each run besides the "
+                        "flush (PRECISION: runtime.precision, default fp32)")
+    parser.add_argument("--flush_precision", default="fp32", help="the baseline flush's runtime.precision")
     parser.add_argument("--name", default="", help="the results' file name (default method_p<P>)")
     parser.add_argument("--global_batch", type=int, default=24, help="sequences per optimizer step")
     parser.add_argument("--d_model", type=int, default=128)
@@ -69,12 +75,12 @@ def parse_args():
 
 
 def configurations(args):
-    """(schedule, correction, warmup) of every run, the flush first. "auto" leaves the field
-    out of the spec: the schedule's automatic default."""
-    runs = [("1f1b-flush", "none", 0)]
+    """(schedule, correction, warmup, precision) of every run, the flush first. "auto" leaves
+    the correction or the warm-up out of the spec: the schedule's automatic default."""
+    runs = [("1f1b-flush", "none", 0, args.flush_precision)]
     for run in args.runs.split(","):
-        schedule, correction, warmup = run.split(":")
-        runs.append((schedule, correction, warmup if warmup == "auto" else int(warmup)))
+        schedule, correction, warmup, precision = (run.split(":") + ["fp32"])[:4]
+        runs.append((schedule, correction, warmup if warmup == "auto" else int(warmup), precision))
     return runs
 
 
@@ -88,12 +94,12 @@ def method_fields(correction, warmup):
     return fields
 
 
-def train(args, workdir, schedule, correction, warmup, seed):
+def train(args, workdir, schedule, correction, warmup, precision, seed):
     """One run through pacictl train: its summary."""
     a, P = args.accumulation, args.stages
     mbs = args.global_batch // a
     steps = args.steps if schedule == "1f1b-flush" or not args.run_steps else args.run_steps
-    tag = "%s-%s-w%s-seed%d" % (schedule, correction, warmup, seed)
+    tag = "%s-%s-w%s-%s-seed%d" % (schedule, correction, warmup, precision, seed)
     spec = os.path.join(workdir, tag + ".yaml")
     with open(spec, "w") as f:
         f.write(SPEC.format(tag=tag, d_model=args.d_model, seq_len=args.seq_len, P=P,
@@ -102,6 +108,7 @@ def train(args, workdir, schedule, correction, warmup, seed):
                             warmup=args.warmup_fraction, steps=steps,
                             eval_interval=args.eval_interval, eval_mb=max(1, args.eval_sequences // mbs),
                             corpus=os.path.abspath(args.corpus), seed=seed))
+        f.write("runtime: {precision: %s}\n" % precision)
     summary_path = spec + ".summary.json"
     sc.log("running %s ..." % tag)
     proc = sc.subprocess.run([args.pacictl, "train", spec, "--summary=" + summary_path],
@@ -112,8 +119,8 @@ def train(args, workdir, schedule, correction, warmup, seed):
         summary = sc.json.load(f)
     sc.log("  validation loss %.4f, %.0f tokens/s" % (summary["final_validation_loss"],
                                                     summary["tokens_per_second"]))
-    return dict(schedule=schedule, correction=correction, warmup=warmup, seed=seed,
-                summary=summary)
+    return dict(schedule=schedule, correction=correction, warmup=warmup, precision=precision,
+                seed=seed, summary=summary)
 
 
 def seconds_to(points, target):
@@ -123,11 +130,13 @@ def seconds_to(points, target):
 
 def analyse(args, runs):
     """One row per configuration, every figure paired with the flush of the same seed."""
-    flush = {r["seed"]: r for r in runs if r["schedule"] == "1f1b-flush"}
+    baseline = configurations(args)[0]
+    flush = {r["seed"]: r for r in runs
+             if (r["schedule"], r["correction"], r["warmup"], r["precision"]) == baseline}
     rows = []
-    for schedule, correction, warmup in configurations(args):
-        group = [r for r in runs
-                 if (r["schedule"], r["correction"], r["warmup"]) == (schedule, correction, warmup)]
+    for schedule, correction, warmup, precision in configurations(args):
+        group = [r for r in runs if (r["schedule"], r["correction"], r["warmup"], r["precision"]) ==
+                 (schedule, correction, warmup, precision)]
         losses = [r["summary"]["final_validation_loss"] for r in group]
         gaps = [100 * (r["summary"]["final_validation_loss"] /
                        flush[r["seed"]]["summary"]["final_validation_loss"] - 1) for r in group]
@@ -144,7 +153,7 @@ def analyse(args, runs):
         def mean_of(values):
             return statistics.mean(values) if all(v is not None for v in values) else None
         rows.append(dict(
-            schedule=schedule, correction=correction, warmup_steps=warmup,
+            schedule=schedule, correction=correction, warmup_steps=warmup, precision=precision,
             seeds=[r["seed"] for r in group],
             final_losses=losses, mean_loss=statistics.mean(losses),
             spread=max(losses) - min(losses), gap_pct=gaps, mean_gap_pct=statistics.mean(gaps),
@@ -158,14 +167,15 @@ def analyse(args, runs):
 
 
 def run_name(args, r):
-    """A configuration's name in the table and the plot."""
+    """A configuration's name in the table and the plot (its precision unless fp32)."""
+    precision = "" if r.get("precision", "fp32") == "fp32" else ", " + r["precision"]
     if r["schedule"] in ("1f1b-flush", "gpipe"):
-        return "%s m=%d" % (r["schedule"], args.accumulation)
+        return "%s m=%d%s" % (r["schedule"], args.accumulation, precision)
     if r["correction"] == "auto":
-        return "%s a=%d, automatic default" % (r["schedule"], args.accumulation)
+        return "%s a=%d, automatic default%s" % (r["schedule"], args.accumulation, precision)
     return ("%s a=%d" % (r["schedule"], args.accumulation) +
             (", %s" % r["correction"] if r["correction"] != "none" else "") +
-            (", warmup_steps %d" % r["warmup_steps"] if r["warmup_steps"] else ""))
+            (", warmup_steps %d" % r["warmup_steps"] if r["warmup_steps"] else "") + precision)
 
 
 def plot(args, rows, png):
@@ -232,8 +242,8 @@ def main():
     runs = []
     with tempfile.TemporaryDirectory(prefix="paci-method-") as workdir:
         for seed in [int(s) for s in args.seeds.split(",")]:
-            for schedule, correction, warmup in configurations(args):
-                runs.append(train(args, workdir, schedule, correction, warmup, seed))
+            for schedule, correction, warmup, precision in configurations(args):
+                runs.append(train(args, workdir, schedule, correction, warmup, precision, seed))
     rows = analyse(args, runs)
     text = table(args, rows)
     write_result(args.out, args.name or "method_p%d" % args.stages,

@@ -368,9 +368,9 @@ absl::Status ValidateRuntimeDevices(const v1::RuntimeSpec& runtime, int num_stag
     }
   }
   const std::string& precision = runtime.precision();
-  return Require(precision.empty() || precision == "fp32" || precision == "bf16-autocast" ||
-                     precision == "bf16-weights",
-                 "runtime.precision", "\"fp32\", \"bf16-autocast\" or \"bf16-weights\"",
+  return Require(precision.empty() || precision == "auto" || precision == "fp32" ||
+                     precision == "bf16-autocast" || precision == "bf16-weights",
+                 "runtime.precision", "\"auto\", \"fp32\", \"bf16-autocast\" or \"bf16-weights\"",
                  absl::StrCat("\"", precision, "\""));
 }
 

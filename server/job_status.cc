@@ -160,6 +160,8 @@ void ApplyStageReport(const v1::StageReport& report, absl::Duration attempt_elap
   stage.set_nonfinite_steps_skipped(report.nonfinite_steps_skipped());
   stage.set_weights_hash(report.weights_hash());
   stage.set_tokens(report.tokens());
+  stage.set_precision(report.precision());
+  stage.set_precision_note(report.precision_note());
   double busy = 0;  // of one replica's pipeline: the replicas' mean
   for (const auto& st : status.stages()) busy += st.busy_seconds() * P / status.stages_size();
   for (auto& st : *status.mutable_stages()) {

@@ -74,6 +74,8 @@ v1::RunSummary SummaryOfJob(const v1::Job& job, double wall_seconds) {
     out->set_bytes_sent(s.bytes_sent());
     out->set_metrics_address(s.metrics_address());
     out->set_link_address(s.link_address());
+    out->set_precision(s.precision());
+    out->set_precision_note(s.precision_note());
   }
   // The cut is a pure function of the spec (worker/model/partition.h), so the
   // summary computes the very plan the workers built, and splits the measured

@@ -112,6 +112,32 @@ TEST(FormatSummaryTableTest, ShowsTheRunAndOneRowPerStage) {
                                "        512.0\n"));
 }
 
+// runtime.precision as the stages resolved it: one line when they agree, one per stage when
+// they do not (auto on CPUs with and without bfloat16), warnings included.
+TEST(FormatSummaryTableTest, SaysThePrecisionTheStagesResolved) {
+  v1::RunSummary summary;
+  summary.set_num_stages(2);
+  for (int s = 0; s < 2; ++s) {
+    v1::StageSummary* stage = summary.add_stages();
+    stage->set_stage(s);
+    stage->set_precision("bf16-autocast");
+    stage->set_precision_note("automatic: this CPU has bfloat16 instructions");
+  }
+  EXPECT_THAT(FormatSummaryTable(summary),
+              HasSubstr("precision          bf16-autocast (automatic: this CPU has bfloat16 "
+                        "instructions)\n"));
+  summary.mutable_stages(1)->set_precision("fp32");
+  summary.mutable_stages(1)->set_precision_note("automatic: this CPU has no bfloat16 instructions");
+  const std::string mixed = FormatSummaryTable(summary);
+  EXPECT_THAT(mixed, HasSubstr("precision, stage 0 bf16-autocast (automatic: this CPU has bfloat16 "
+                               "instructions)\n"));
+  EXPECT_THAT(mixed, HasSubstr("precision, stage 1 fp32 (automatic: this CPU has no bfloat16 "
+                               "instructions)\n"));
+  EXPECT_THAT(mixed, Not(HasSubstr("precision          ")));
+  summary.clear_stages();
+  EXPECT_THAT(FormatSummaryTable(summary), Not(HasSubstr("precision")));
+}
+
 // A job resumed at its last step: it trained nothing, evaluated what it resumed, and says so
 // instead of a table of zeros.
 TEST(FormatAlreadyCompleteTest, SaysTheStepTheLossOfTheCheckpointAndHowToTrainAgain) {

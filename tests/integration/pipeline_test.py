@@ -20,7 +20,7 @@ from harness.pipeline import Run, metric_values, pacictl, spec_text, wait_for_tr
 
 def cpu_has_bf16():
     """Whether this CPU has bfloat16 instructions (worker/model/precision.h's CpuHasBf16):
-    without them the workers refuse runtime.precision bf16-*."""
+    runtime.precision auto picks bf16-autocast with them, and without them bf16 runs emulated."""
     with open("/proc/cpuinfo") as f:
         flags = next((line.split(":", 1)[1].split() for line in f
                       if line.startswith(("flags", "Features"))), [])
@@ -151,16 +151,33 @@ class PipelineTest(unittest.TestCase):
                 self.assertAlmostEqual(ref["loss"], got["loss"], delta=1e-4 * ref["loss"])
             self.assertEqual([st["drift_max"] for st in s["stages"]], [0] * P)
 
-    @unittest.skipUnless(cpu_has_bf16(), "this CPU has no bfloat16 instructions: the workers refuse bf16 here")
     def test_bf16_precisions_train_over_processes(self):
         """bf16 autocast, and bf16 weights whose activations and gradients cross
-        the links as bf16: half the bytes of float32."""
+        the links as bf16: half the bytes of float32. On a CPU without bfloat16
+        instructions they run emulated, and the log and the summary warn; auto
+        (the default) is bf16-autocast exactly where the CPU has them."""
+        native = cpu_has_bf16()
         sent = {}
-        for precision in ("fp32", "bf16-autocast", "bf16-weights"):
+        for precision in ("fp32", "bf16-autocast", "bf16-weights", "auto"):
             text = spec_text(P=2, a=2, steps=30, name="tiny-" + precision)
-            run = Run(self.dir, text + "runtime: {precision: %s}\n" % precision)
+            if precision != "auto":  # auto: the field left out
+                text += "runtime: {precision: %s}\n" % precision
+            run = Run(self.dir, text)
             s = self.assert_trained(run, 2, 30)
             sent[precision] = s["stages"][0]["bytes_sent"]
+            resolved = {"auto": "bf16-autocast" if native else "fp32"}.get(precision, precision)
+            self.assertEqual([st["precision"] for st in s["stages"]], [resolved] * 2)
+            notes = [st.get("precision_note", "") for st in s["stages"]]
+            if precision == "auto":
+                self.assertEqual(notes, ["automatic: this CPU has %sbfloat16 instructions%s" % (
+                    "" if native else "no ", "" if native else " (avx512_bf16, amx_bf16 or Arm's bf16)")] * 2)
+            elif precision.startswith("bf16") and not native:
+                for note in notes:
+                    self.assertTrue(note.startswith("warning: %s on a CPU without bfloat16" % precision), note)
+                self.assertIn("precision %s (warning: %s on a CPU without" % (precision, precision), run.output)
+            else:
+                self.assertEqual(notes, ["", ""])
+            self.assertIn("precision          %s" % resolved, run.output)  # the summary table
         self.assertAlmostEqual(sent["bf16-autocast"] / sent["fp32"], 1.0, places=2)
         self.assertAlmostEqual(sent["bf16-weights"] / sent["fp32"], 0.5, places=2)
 

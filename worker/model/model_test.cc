@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/model/adamw.h"
 #include "worker/model/gpt.h"
@@ -16,6 +17,8 @@
 
 namespace paci {
 namespace {
+
+using ::testing::HasSubstr;
 
 GptConfig TinyConfig() {
   GptConfig c = TinyGpt({/*vocab_size=*/23, /*num_layers=*/4, /*d_model=*/32, /*num_heads=*/4,
@@ -100,7 +103,6 @@ TEST(LinearCrossEntropyTest, AStagesLossIsItsLogitsCrossEntropyWithTheSameGradie
       EXPECT_TRUE(torch::allclose(item.value().grad(), want[item.key()].grad(), 1e-3, 1e-6))
           << item.key();
     }
-    if (!CpuHasBf16()) continue;
     StagePlacement placement = *ResolvePlacement("cpu", "bf16-autocast");
     AutocastScope autocast(placement);
     EXPECT_NEAR(fused->Loss(tokens, targets).item<double>(), expected.item<double>(),
@@ -520,17 +522,37 @@ TEST(LrScheduleTest, WarmsUpLinearlyThenDecaysToTheFloor) {
 // Devices and precisions: what runs on this machine's CPU, and the CUDA cases
 // that skip without a GPU.
 TEST(PlacementTest, ParsesDevicesAndPrecisions) {
-  if (!CpuHasBf16()) GTEST_SKIP() << "this CPU has no bfloat16 instructions: bf16 is refused here";
   absl::StatusOr<StagePlacement> cpu = ResolvePlacement("cpu", "bf16-weights");
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   EXPECT_TRUE(cpu->device.is_cpu());
   EXPECT_EQ(cpu->weight_dtype(), torch::kBFloat16);
-  EXPECT_EQ(ResolvePlacement("", "")->precision, Precision::kFp32);
+  EXPECT_EQ(ResolvePlacement("", "fp32")->precision, Precision::kFp32);
+  EXPECT_TRUE(ResolvePlacement("cpu", "fp32")->note.empty());
   absl::Status bad = ResolvePlacement("tpu:0", "fp32").status();
   EXPECT_TRUE(absl::IsInvalidArgument(bad)) << bad;
   EXPECT_NE(bad.message().find("runtime.device"), std::string::npos) << bad;
   bad = ResolvePlacement("cpu", "fp8").status();
   EXPECT_NE(bad.message().find("runtime.precision"), std::string::npos) << bad;
+  for (Precision p : {Precision::kFp32, Precision::kBf16Autocast, Precision::kBf16Weights}) {
+    EXPECT_EQ(ResolvePlacement("cpu", PrecisionName(p))->precision, p);
+  }
+}
+
+// "auto" (and the empty default): bf16-autocast where the CPU has bfloat16
+// instructions, fp32 where it has not, each saying why.
+TEST(PlacementTest, AutoIsBf16AutocastExactlyWhereTheCpuHasBf16) {
+  for (const std::string precision : {"auto", ""}) {
+    const StagePlacement with = *ResolvePlacement("cpu", precision, /*cpu_has_bf16=*/true);
+    EXPECT_EQ(with.precision, Precision::kBf16Autocast);
+    EXPECT_EQ(with.weight_dtype(), torch::kFloat);  // the links stay float32
+    EXPECT_EQ(with.note, "automatic: this CPU has bfloat16 instructions");
+    const StagePlacement without = *ResolvePlacement("cpu", precision, /*cpu_has_bf16=*/false);
+    EXPECT_EQ(without.precision, Precision::kFp32);
+    EXPECT_THAT(without.note, HasSubstr("automatic: this CPU has no bfloat16 instructions"));
+  }
+  // This machine: whichever its /proc/cpuinfo says.
+  EXPECT_EQ(ResolvePlacement("cpu", "auto")->precision,
+            CpuHasBf16() ? Precision::kBf16Autocast : Precision::kFp32);
 }
 
 TEST(PlacementTest, CudaWithoutAGpuIsRefusedNamingTheField) {
@@ -544,24 +566,28 @@ TEST(PlacementTest, CudaWithoutAGpuIsRefusedNamingTheField) {
       << status;
 }
 
-// x86's and Arm's spellings in /proc/cpuinfo; a CPU without them refuses bf16
-// with the reason (this machine's answer is whichever it has).
-TEST(PlacementTest, Bf16IsRefusedOnACpuWithoutBf16Instructions) {
+// x86's and Arm's spellings in /proc/cpuinfo; a bf16 precision named for a
+// CPU without them runs emulated, with a warning naming what to use instead.
+TEST(PlacementTest, Bf16OnACpuWithoutBf16InstructionsRunsWithAWarning) {
   EXPECT_TRUE(CpuInfoHasBf16("processor\t: 0\nflags\t\t: fpu sse2 avx512f avx512_bf16 avx512vl\n"));
   EXPECT_TRUE(CpuInfoHasBf16("flags\t\t: fpu amx_bf16 amx_tile\n"));
   EXPECT_TRUE(CpuInfoHasBf16("processor\t: 0\nFeatures\t: fp asimd sve bf16 i8mm\n"));
   EXPECT_FALSE(CpuInfoHasBf16("flags\t\t: fpu sse2 avx2 avx512f avx512vl\n"));
   EXPECT_FALSE(CpuInfoHasBf16("flags\t\t: fpu avx512_bf16x\n"));
   EXPECT_FALSE(CpuInfoHasBf16(""));
-  if (CpuHasBf16()) GTEST_SKIP() << "this CPU has bfloat16 instructions: nothing to refuse here";
-  const absl::Status status = ResolvePlacement("cpu", "bf16-autocast").status();
-  EXPECT_TRUE(absl::IsFailedPrecondition(status)) << status;
-  EXPECT_NE(status.message().find("without bfloat16 instructions"), std::string::npos) << status;
-  EXPECT_TRUE(ResolvePlacement("cpu", "fp32").ok());
+  for (const std::string precision : {"bf16-autocast", "bf16-weights"}) {
+    const absl::StatusOr<StagePlacement> emulated =
+        ResolvePlacement("cpu", precision, /*cpu_has_bf16=*/false);
+    ASSERT_TRUE(emulated.ok()) << emulated.status();
+    EXPECT_EQ(PrecisionName(emulated->precision), precision);
+    EXPECT_THAT(emulated->note, HasSubstr("warning: " + precision +
+                                          " on a CPU without bfloat16 instructions"));
+    EXPECT_THAT(emulated->note, HasSubstr("use fp32 or auto"));
+    EXPECT_TRUE(ResolvePlacement("cpu", precision, /*cpu_has_bf16=*/true)->note.empty());
+  }
 }
 
 TEST(PlacementTest, Bf16AutocastOnCpuComputesMatmulsInBf16AndKeepsTheLossClose) {
-  if (!CpuHasBf16()) GTEST_SKIP() << "this CPU has no bfloat16 instructions: bf16 is refused here";
   for (const GptConfig& config : {TinyConfig(), TinyLlama()}) {
     SCOPED_TRACE(config.llama() ? "llama" : "gpt2");
     torch::manual_seed(1);

@@ -11,10 +11,21 @@
 
 namespace paci {
 
+const char* PrecisionName(Precision precision) {
+  switch (precision) {
+    case Precision::kFp32: return "fp32";
+    case Precision::kBf16Autocast: return "bf16-autocast";
+    case Precision::kBf16Weights: return "bf16-weights";
+  }
+  return "fp32";
+}
+
 absl::StatusOr<StagePlacement> ResolvePlacement(const std::string& device,
-                                                const std::string& precision) {
+                                                const std::string& precision,
+                                                bool cpu_has_bf16) {
   StagePlacement placement;
-  if (precision.empty() || precision == "fp32") {
+  const bool automatic = precision.empty() || precision == "auto";
+  if (automatic || precision == "fp32") {
     placement.precision = Precision::kFp32;
   } else if (precision == "bf16-autocast") {
     placement.precision = Precision::kBf16Autocast;
@@ -22,7 +33,8 @@ absl::StatusOr<StagePlacement> ResolvePlacement(const std::string& device,
     placement.precision = Precision::kBf16Weights;
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
-        "runtime.precision: must be fp32, bf16-autocast or bf16-weights, got \"", precision, "\""));
+        "runtime.precision: must be auto, fp32, bf16-autocast or bf16-weights, got \"", precision,
+        "\""));
   }
   try {
     placement.device = torch::Device(device.empty() ? "cpu" : device);
@@ -51,12 +63,21 @@ absl::StatusOr<StagePlacement> ResolvePlacement(const std::string& device,
   } else if (!placement.device.is_cpu()) {
     return absl::InvalidArgumentError(
         absl::StrCat("runtime.device: must be cpu, cuda or cuda:N, got \"", device, "\""));
-  } else if (placement.precision != Precision::kFp32 && !CpuHasBf16()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "runtime.precision: ", precision,
-        " asked for on a CPU without bfloat16 instructions (avx512_bf16 or amx_bf16 on x86, "
-        "bf16 on Arm; see /proc/cpuinfo), where LibTorch emulates bfloat16 slower than float32 "
-        "computes: use fp32 here, or run the stage on a CPU or GPU that has them"));
+  } else if (automatic) {
+    if (cpu_has_bf16) placement.precision = Precision::kBf16Autocast;
+    placement.note = cpu_has_bf16
+                         ? "automatic: this CPU has bfloat16 instructions"
+                         : "automatic: this CPU has no bfloat16 instructions (avx512_bf16, "
+                           "amx_bf16 or Arm's bf16)";
+  } else if (placement.precision != Precision::kFp32 && !cpu_has_bf16) {
+    placement.note = absl::StrCat(
+        "warning: ", precision,
+        " on a CPU without bfloat16 instructions (avx512_bf16 or amx_bf16 on x86, bf16 on Arm; "
+        "see /proc/cpuinfo): LibTorch emulates bfloat16 here, its matmuls several times slower "
+        "than fp32's; use fp32 or auto for speed");
+  }
+  if (automatic && placement.device.is_cuda()) {
+    placement.note = "automatic: fp32 on a GPU (name bf16-autocast or bf16-weights for bfloat16)";
   }
   return placement;
 }

@@ -5,6 +5,8 @@
 
 #include <glog/logging.h>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/job_spec.h"
@@ -44,6 +46,14 @@ absl::StatusOr<std::unique_ptr<StageModel>> StageModel::Create(const v1::JobSpec
                    ResolvePlacement(StageDevice(spec, stage, replica), spec.runtime().precision()));
   if (placement.device.is_cpu()) {
     RETURN_IF_ERROR(CheckMemory(spec, stage, placement.precision, MemoryLimitOfThisProcess()));
+  }
+  const std::string precision = absl::StrCat(
+      PrecisionName(placement.precision), placement.note.empty() ? "" : " (",
+      placement.note, placement.note.empty() ? "" : ")");
+  if (absl::StartsWith(placement.note, "warning")) {
+    LOG(WARNING) << "job=" << spec.name() << " stage " << stage << " precision " << precision;
+  } else {
+    LOG(INFO) << "job=" << spec.name() << " stage " << stage << " precision " << precision;
   }
   std::unique_ptr<StageModel> model(new StageModel(spec, stage, placement));
   const GptConfig config = GptConfigFromSpec(spec.model());

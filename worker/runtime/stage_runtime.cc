@@ -44,6 +44,7 @@ absl::Status StageRuntime::Init() {
                                               source ? &source->checkpoint.parameters : nullptr,
                                               source ? source->name : ""));
   stats_.SetPartition(model_->units(), model_->predicted_cost_share());
+  stats_.SetPrecision(PrecisionName(model_->placement().precision), model_->placement().note);
   head_shard_ = model_->module()->partition().has_head_shard();
   split_last_ = last_ && model_->module()->partition().head_split();
   if (head_shard_ && options_.corpus == nullptr) {

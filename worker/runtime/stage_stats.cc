@@ -26,6 +26,12 @@ void StageStats::SetPartition(const std::string& units, double predicted_cost_sh
   report_.set_predicted_cost_share(predicted_cost_share);
 }
 
+void StageStats::SetPrecision(const std::string& precision, const std::string& note) {
+  absl::MutexLock lock(&mu_);
+  report_.set_precision(precision);
+  report_.set_precision_note(note);
+}
+
 void StageStats::SetStart(int64_t drift_bound, int64_t optimizer_steps) {
   absl::MutexLock lock(&mu_);
   report_.set_drift_bound(drift_bound);

@@ -23,6 +23,8 @@ class StageStats {
 
   // Set once the stage is built.
   void SetPartition(const std::string& units, double predicted_cost_share);
+  // runtime.precision as the stage resolved it, and its note (StagePlacement).
+  void SetPrecision(const std::string& precision, const std::string& note);
   void SetStart(int64_t drift_bound, int64_t optimizer_steps);
 
   // A span of the compute thread ended: busy, or idle waiting for a tensor.
