@@ -261,7 +261,8 @@ void ApplyJobSpecDefaults(v1::JobSpec* spec) {
   v1::RuntimeSpec* runtime = spec->mutable_runtime();
   if (!runtime->has_threads_per_stage()) runtime->set_threads_per_stage(1);
   if (runtime->device().empty()) runtime->set_device("cpu");
-  if (runtime->precision().empty()) runtime->set_precision("auto");
+  // runtime.precision stays empty when not given: "auto" (worker/model/precision.h),
+  // left unwritten so that a worker from before "auto" reads it as its own fp32 default.
 
   if (spec->has_checkpoint() && !spec->checkpoint().has_keep()) {
     spec->mutable_checkpoint()->set_keep(3);

@@ -34,6 +34,8 @@ def spec_text(**kw):
     text = TINY.format(**values)
     if "checkpoint" in kw:
         text += "checkpoint: %s\n" % kw["checkpoint"]
+    if "precision" in kw:  # runtime.precision; left out: auto
+        text += "runtime: {precision: %s}\n" % kw["precision"]
     return text.replace("checkpoint: {checkpoint}", "")
 
 
