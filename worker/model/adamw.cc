@@ -138,33 +138,63 @@ void AdamW::FusedStep(double lr, const std::vector<torch::Tensor>& w,
 
 double AdamW::FirstMomentBias() const { return 1.0 - std::pow(options_.beta1, steps_); }
 
-torch::Tensor AdamW::RootVHat(size_t i) const {
-  return exp_avg_sq_[i].sqrt().div_(std::sqrt(1.0 - std::pow(options_.beta2, steps_)));
+torch::Tensor AdamW::RootVHat(const torch::Tensor& exp_avg_sq) const {
+  return exp_avg_sq.sqrt().div_(std::sqrt(1.0 - std::pow(options_.beta2, steps_)));
 }
 
-void AdamW::Move(double lr_steps, bool forward) {
+void AdamW::Extrapolate(double lr_steps, const Reads& reads) {
   if (steps_ == 0 || lr_steps == 0) return;
   torch::NoGradGuard no_grad;
-  if (!forward) {
-    // Exactly where they were: from the master weights, or the copy taken before the move.
-    for (size_t i = 0; i < params_.size(); ++i) {
-      params_[i].second.data().copy_(master_[i].defined() ? master_[i] : before_move_[i]);
-    }
-    return;
-  }
-  const double bias1 = FirstMomentBias();
-  if (before_move_.empty()) before_move_.resize(params_.size());
+  const double scale = -lr_steps / FirstMomentBias();
+  moved_.resize(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) {
+    Moved& moved = moved_[i];
+    const std::string& name = params_[i].first;
     torch::Tensor p = params_[i].second.data();
-    // -lr_steps * (m / bias1) / (sqrt(v) / sqrt(bias2) + eps)
-    const torch::Tensor denom = RootVHat(i).add_(options_.eps);
-    if (master_[i].defined()) {
-      p.copy_(master_[i].addcdiv(exp_avg_[i], denom, -lr_steps / bias1));
+    moved.any = reads.skip.count(name) == 0;
+    moved.rows = torch::Tensor();
+    if (!moved.any) continue;
+    // -lr_steps * (m / bias1) / (sqrt(v) / sqrt(bias2) + eps), element by element.
+    if (const auto it = reads.rows.find(name); it != reads.rows.end()) {
+      moved.rows = it->second.to(p.device(), torch::kLong);
+      const torch::Tensor from = (master_[i].defined() ? master_[i] : p).index_select(0, moved.rows);
+      if (!master_[i].defined()) moved.before = from;
+      const torch::Tensor denom =
+          RootVHat(exp_avg_sq_[i].index_select(0, moved.rows)).add_(options_.eps);
+      p.index_copy_(0, moved.rows,
+                    from.addcdiv(exp_avg_[i].index_select(0, moved.rows), denom, scale)
+                        .to(p.scalar_type()));
       continue;
     }
-    if (!before_move_[i].defined()) before_move_[i] = torch::empty_like(p);
-    before_move_[i].copy_(p);
-    p.addcdiv_(exp_avg_[i], denom, -lr_steps / bias1);
+    const torch::Tensor denom = RootVHat(exp_avg_sq_[i]).add_(options_.eps);
+    if (master_[i].defined()) {
+      p.copy_(master_[i].addcdiv(exp_avg_[i], denom, scale));
+      continue;
+    }
+    if (!moved.before.defined() || !moved.before.sizes().equals(p.sizes())) {
+      moved.before = torch::empty_like(p);
+    }
+    moved.before.copy_(p);
+    p.addcdiv_(exp_avg_[i], denom, scale);
+  }
+}
+
+void AdamW::Retract(double lr_steps) {
+  if (steps_ == 0 || lr_steps == 0) return;
+  torch::NoGradGuard no_grad;
+  // Exactly where they were: from the master weights, or the copy taken before the move.
+  for (size_t i = 0; i < moved_.size(); ++i) {
+    const Moved& moved = moved_[i];
+    if (!moved.any) continue;
+    torch::Tensor p = params_[i].second.data();
+    if (moved.rows.defined()) {
+      p.index_copy_(0, moved.rows,
+                    master_[i].defined()
+                        ? master_[i].index_select(0, moved.rows).to(p.scalar_type())
+                        : moved.before);
+    } else {
+      p.copy_(master_[i].defined() ? master_[i] : moved.before);
+    }
   }
 }
 
@@ -179,7 +209,7 @@ void AdamW::CompensateDelay(double last_lr, double drift, double lambda) {
     const torch::Tensor g = p.grad().data().to(torch::kFloat);
     // sqrt(v_hat), and the last move: w_now - w_then = -last_lr * (r + wd * w_then),
     // r = m_hat / (sqrt(v_hat) + eps), with w_now = (1 - last_lr * wd) w_then - last_lr r.
-    const torch::Tensor root_v = RootVHat(i);
+    const torch::Tensor root_v = RootVHat(exp_avg_sq_[i]);
     const torch::Tensor r = exp_avg_[i].div(bias1).div_(root_v + options_.eps);
     torch::Tensor move;
     const double decay = p.dim() >= 2 ? last_lr * options_.weight_decay : 0.0;
@@ -194,9 +224,6 @@ void AdamW::CompensateDelay(double last_lr, double drift, double lambda) {
     p.grad().data().add_(term.to(p.grad().scalar_type()));
   }
 }
-
-void AdamW::Extrapolate(double lr_steps) { Move(lr_steps, /*forward=*/true); }
-void AdamW::Retract(double lr_steps) { Move(lr_steps, /*forward=*/false); }
 
 void AdamW::ZeroGrad() {
   // Dropped, as torch's zero_grad(set_to_none) does: the next backward then

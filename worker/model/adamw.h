@@ -1,5 +1,7 @@
 #pragma once
 
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -58,13 +60,24 @@ class AdamW {
   // does. Retract(lr_steps) puts them back exactly, bit for bit (replicas that
   // predicted different forwards still hold the same weights): parameters with
   // master weights take the master value again; float32 ones the copy taken
-  // before the move, one float32 copy of the stage's float32 parameters kept
-  // from the first move on (4 bytes a parameter beside the 16 of weights,
+  // before the move, one float32 copy of the float32 parameters it moves whole,
+  // kept from the first move on (4 bytes a parameter beside the 16 of weights,
   // gradients and moments; docs/benchmarks.md measures it against the flush).
   // The decoupled weight decay's share (lr * weight_decay * w, a thousandth of
   // the Adam term at the examples' rates) is left out. No move before the
   // first step (no moments).
-  void Extrapolate(double lr_steps);
+  //
+  // `reads` narrows the move to what the forward reads: a table it looks up
+  // by index (the token embedding) moves the rows of `reads.rows[name]` only,
+  // each element exactly as the whole table's move would, and its copy is of
+  // those rows; a parameter in `reads.skip` stays. Everything else moves whole.
+  // So a forward that looks up a micro-batch's tokens in a table of 32,768
+  // rows copies and moves a few hundred of them, not 32 MB.
+  struct Reads {
+    std::map<std::string, torch::Tensor> rows;  // unique int64 row indices
+    std::set<std::string> skip;
+  };
+  void Extrapolate(double lr_steps, const Reads& reads = {});
   void Retract(double lr_steps);
 
   // Delay compensation (pipeline.drift_correction "delay-comp"), DC-ASGD's
@@ -109,15 +122,21 @@ class AdamW {
                  const std::vector<torch::Tensor>& g, const std::vector<torch::Tensor>& exp_avg,
                  const std::vector<torch::Tensor>& exp_avg_sq, const std::vector<bool>& decay);
   torch::Tensor step_count_;  // float32 on the parameters' device: steps_, for the kernel
-  // Extrapolate (forward) or Retract.
-  void Move(double lr_steps, bool forward);
-  // The bias corrections at steps_: 1 - beta1^t, and sqrt(v_hat) of
-  // parameter i (a new tensor), what Extrapolate and CompensateDelay divide by.
+  // The bias corrections at steps_: 1 - beta1^t, and sqrt(v_hat) of a
+  // second moment (or some of its rows; a new tensor), what Extrapolate and
+  // CompensateDelay divide by.
   double FirstMomentBias() const;
-  torch::Tensor RootVHat(size_t i) const;
-  // The float32 parameters as they were before Extrapolate (undefined for
-  // those with master weights, and until the first move).
-  std::vector<torch::Tensor> before_move_;
+  torch::Tensor RootVHat(const torch::Tensor& exp_avg_sq) const;
+  // What the last Extrapolate moved of each parameter, for Retract: nothing,
+  // the rows `rows`, or (rows undefined) all of it; and the float32
+  // parameters as they were before it (those rows, or the whole parameter,
+  // whose copy is kept from the first move on; undefined with master weights).
+  struct Moved {
+    bool any = false;
+    torch::Tensor rows;
+    torch::Tensor before;
+  };
+  std::vector<Moved> moved_;
 };
 
 }  // namespace paci

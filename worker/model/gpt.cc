@@ -239,7 +239,7 @@ std::string GptStageImpl::Fingerprint() const {
 
 bool IsHeadWeight(const std::string& name) {
   const size_t slash = name.find('/');
-  return (slash == std::string::npos ? name : name.substr(slash + 1)) == "head.weight";
+  return (slash == std::string::npos ? name : name.substr(slash + 1)) == kHeadWeight;
 }
 
 torch::Tensor StageRowsOf(const GptStageImpl& stage, const std::string& name,

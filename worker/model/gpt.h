@@ -124,6 +124,11 @@ class GptStageImpl : public torch::nn::Module {
 };
 TORCH_MODULE(GptStage);
 
+// The names of the token embedding's and the head's weights among a stage's
+// parameters (module->named_parameters()).
+inline constexpr char kTokenEmbeddingWeight[] = "wte.weight";
+inline constexpr char kHeadWeight[] = "head.weight";
+
 // Whether `name` is the head's weight or what AdamW keeps of it
 // ("exp_avg/head.weight"): the tensors a split head holds by rows.
 bool IsHeadWeight(const std::string& name);

@@ -476,6 +476,54 @@ TEST(AdamWTest, RetractRestoresTheWeightsBitForBit) {
   }
 }
 
+// Extrapolate narrowed to what a forward reads: the listed rows of a table
+// move element for element as the whole table's move moves them, the other
+// rows and a skipped parameter stay, and Retract restores everything bit for
+// bit; float32 (from the rows' copy) and bf16 (from the master weights).
+TEST(AdamWTest, ExtrapolatingTheRowsAForwardReadsMovesThemAsTheWholeTableDoes) {
+  for (const torch::ScalarType dtype : {torch::kFloat, torch::kBFloat16}) {
+    SCOPED_TRACE(c10::toString(dtype));
+    torch::manual_seed(7);
+    torch::nn::Embedding table(50, 8);
+    torch::nn::Linear layer(8, 8);
+    table->to(dtype);
+    layer->to(dtype);
+    AdamW adamw({{"table", table->weight}, {"layer", layer->weight}}, AdamWOptions{});
+    for (int step = 0; step < 3; ++step) {
+      layer(table(torch::randint(50, {4, 6}))).to(torch::kFloat).pow(2).sum().backward();
+      adamw.Step(1e-2);
+      adamw.ZeroGrad();
+    }
+    const torch::Tensor table_before = table->weight.detach().clone();
+    const torch::Tensor layer_before = layer->weight.detach().clone();
+    adamw.Extrapolate(0.1);
+    const torch::Tensor table_whole = table->weight.detach().clone();
+    adamw.Retract(0.1);
+    ASSERT_TRUE(torch::equal(table->weight, table_before));
+
+    const torch::Tensor rows = torch::tensor({3, 17, 18, 42}, torch::kLong);
+    AdamW::Reads reads;
+    reads.rows["table"] = rows;
+    reads.skip.insert("layer");
+    adamw.Extrapolate(0.1, reads);
+    EXPECT_TRUE(torch::equal(table->weight.index_select(0, rows), table_whole.index_select(0, rows)));
+    EXPECT_FALSE(torch::equal(table->weight.index_select(0, rows), table_before.index_select(0, rows)));
+    const torch::Tensor others = torch::tensor({0, 1, 2, 4, 16, 19, 41, 43, 49}, torch::kLong);
+    EXPECT_TRUE(torch::equal(table->weight.index_select(0, others), table_before.index_select(0, others)));
+    EXPECT_TRUE(torch::equal(layer->weight, layer_before));
+    adamw.Retract(0.1);
+    EXPECT_TRUE(torch::equal(table->weight, table_before));
+    EXPECT_TRUE(torch::equal(layer->weight, layer_before));
+    // And whole again after a narrowed move: the copy is taken afresh.
+    adamw.Extrapolate(0.1);
+    EXPECT_TRUE(torch::equal(table->weight, table_whole));
+    EXPECT_FALSE(torch::equal(layer->weight, layer_before));
+    adamw.Retract(0.1);
+    EXPECT_TRUE(torch::equal(table->weight, table_before));
+    EXPECT_TRUE(torch::equal(layer->weight, layer_before));
+  }
+}
+
 TEST(AdamWTest, CudaMatchesCpuForFloat32AndBf16Weights) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA here (a CPU LibTorch or no GPU)";
   for (torch::ScalarType dtype : {torch::kFloat, torch::kBFloat16}) {

@@ -162,9 +162,9 @@ double StageModel::GradientNorm() const {
   return torch::stack(norms).norm().item<double>();
 }
 
-StageModel::Prediction::Prediction(AdamW* optimizer, double lr_steps)
+StageModel::Prediction::Prediction(AdamW* optimizer, double lr_steps, const AdamW::Reads& reads)
     : optimizer_(lr_steps == 0 ? nullptr : optimizer), lr_steps_(lr_steps) {
-  if (optimizer_ != nullptr) optimizer_->Extrapolate(lr_steps_);
+  if (optimizer_ != nullptr) optimizer_->Extrapolate(lr_steps_, reads);
 }
 
 StageModel::Prediction::Prediction(Prediction&& other) noexcept
@@ -174,12 +174,19 @@ StageModel::Prediction::~Prediction() {
   if (optimizer_ != nullptr) optimizer_->Retract(lr_steps_);
 }
 
-StageModel::Prediction StageModel::PredictWeights(int64_t steps_ahead, int64_t steps_taken) {
+StageModel::Prediction StageModel::PredictWeights(int64_t steps_ahead, int64_t steps_taken,
+                                                  const torch::Tensor& tokens) {
   const int64_t steps = correction_->prediction_steps(steps_ahead);
   if (steps <= 0) return Prediction(nullptr, 0);
   // The next step's rate (Step(steps_taken + 1) uses LearningRateAt(steps_taken)).
   const double lr = LearningRateAt(lr_, steps_taken) * lr_factor_;
-  return Prediction(optimizer_.get(), lr * static_cast<double>(steps));
+  AdamW::Reads reads;
+  const StagePartition& partition = module_->partition();
+  if (tokens.defined() && partition.has_embedding()) {
+    reads.rows[kTokenEmbeddingWeight] = std::get<0>(at::_unique(tokens.flatten()));
+  }
+  if (partition.has_head_shard()) reads.skip.insert(kHeadWeight);
+  return Prediction(optimizer_.get(), lr * static_cast<double>(steps), reads);
 }
 
 void StageModel::CompensateDelay(int64_t step, double mean_drift) {

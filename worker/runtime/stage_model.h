@@ -86,10 +86,13 @@ class StageModel {
   // of the next step after `steps_taken`; the forward then runs on about the
   // weights its backward meets. The guard's end moves them back bit for bit
   // (AdamW::Extrapolate and Retract). A no-op for
-  // the other corrections and for steps_ahead 0.
+  // the other corrections and for steps_ahead 0. Only what the forward reads
+  // moves: of the token embedding the rows of `tokens` (the first stage's
+  // micro-batch; undefined: every row), and none of a split head's rows on
+  // the stage before the last, whose forward runs apart (HEAD_INPUT).
   class Prediction {
    public:
-    Prediction(AdamW* optimizer, double lr_steps);
+    Prediction(AdamW* optimizer, double lr_steps, const AdamW::Reads& reads = {});
     Prediction(Prediction&& other) noexcept;
     Prediction(const Prediction&) = delete;
     Prediction& operator=(const Prediction&) = delete;
@@ -100,7 +103,8 @@ class StageModel {
     AdamW* optimizer_;  // null: nothing moved
     double lr_steps_;
   };
-  [[nodiscard]] Prediction PredictWeights(int64_t steps_ahead, int64_t steps_taken);
+  [[nodiscard]] Prediction PredictWeights(int64_t steps_ahead, int64_t steps_taken,
+                                         const torch::Tensor& tokens = {});
 
   struct StepOutcome {
     double gradient_norm = 0;  // before clipping; NaN or Inf when a gradient is

@@ -176,7 +176,7 @@ absl::Status StageRuntime::Forward() {
     ASSIGN_OR_RETURN(output, SplitHeadForward(id, input));
   } else {
     const StageModel::Prediction prediction =
-        model_->PredictWeights(steps_ahead, scheduler_->version());
+        model_->PredictWeights(steps_ahead, scheduler_->version(), first_ ? input : torch::Tensor());
     AutocastScope autocast(model_->placement());
     output = last_ ? model_->ForwardLoss(input, TrainingTokens(id).second)
                    : model_->module()(input);

@@ -660,5 +660,54 @@ TEST(StageModelMemoryTest, CreateRefusesAModelLargerThanTheMachineBeforeAllocati
   EXPECT_NE(model.status().message().find(MemoryLimitOfThisProcess().source), std::string::npos);
 }
 
+// "predict" moves only what the forward reads: the first stage's forward on
+// the token embedding's rows of its tokens is bit for bit the forward on the
+// whole table moved, the rows of a split head it holds stay where they are,
+// and every weight is back exactly after either.
+TEST(StageModelPredictionTest, OnlyTheRowsAForwardReadsMoveAndTheForwardIsTheSame) {
+  const v1::JobSpec spec = Spec(2, "predict", [](v1::JobSpec& s) {
+    s.mutable_pipeline()->set_partition("3/40");
+    s.mutable_runtime()->set_precision("fp32");
+  });
+  absl::StatusOr<std::unique_ptr<StageModel>> created = StageModel::Create(spec, 0, 0);
+  ASSERT_TRUE(created.ok()) << created.status();
+  StageModel& model = **created;
+  GptStage& module = model.module();
+  module->eval();  // no dropout: two forwards comparable
+  torch::manual_seed(3);
+  const torch::Tensor tokens = torch::randint(20, {2, 16});  // rows 0..19 of 80 at most
+  module(tokens).pow(2).mean().backward();
+  for (auto& item : module->named_parameters()) {
+    if (item.key() == kHeadWeight) item.value().mutable_grad() = torch::randn_like(item.value());
+  }
+  ASSERT_FALSE(model.Step(1).skipped);
+  std::map<std::string, torch::Tensor> before;
+  for (const auto& item : module->named_parameters()) before[item.key()] = item.value().detach().clone();
+  const auto unchanged = [&](const std::string& name) {
+    return torch::equal(module->named_parameters()[name], before[name]);
+  };
+
+  torch::Tensor whole, rows;
+  {
+    const StageModel::Prediction prediction = model.PredictWeights(1, 1);
+    EXPECT_FALSE(unchanged(kTokenEmbeddingWeight));
+    whole = module(tokens).detach();
+  }
+  for (const auto& [name, tensor] : before) EXPECT_TRUE(unchanged(name)) << name;
+  {
+    const StageModel::Prediction prediction = model.PredictWeights(1, 1, tokens);
+    rows = module(tokens).detach();
+    const torch::Tensor table = module->named_parameters()[kTokenEmbeddingWeight];
+    const torch::Tensor read = std::get<0>(at::_unique(tokens.flatten()));
+    EXPECT_FALSE(torch::equal(table.index_select(0, read), before[kTokenEmbeddingWeight].index_select(0, read)));
+    EXPECT_TRUE(torch::equal(table.narrow(0, 20, 60), before[kTokenEmbeddingWeight].narrow(0, 20, 60)));
+    EXPECT_TRUE(unchanged(kHeadWeight));  // the head's rows: their forward runs apart
+    EXPECT_FALSE(unchanged("h0.attn.qkv.weight"));
+  }
+  EXPECT_TRUE(torch::equal(whole, rows));
+  EXPECT_FALSE(torch::equal(whole, module(tokens).detach()));  // the prediction moved it
+  for (const auto& [name, tensor] : before) EXPECT_TRUE(unchanged(name)) << name;
+}
+
 }  // namespace
 }  // namespace paci
