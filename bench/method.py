@@ -130,13 +130,12 @@ def seconds_to(points, target):
 
 def analyse(args, runs):
     """One row per configuration, every figure paired with the flush of the same seed."""
-    baseline = configurations(args)[0]
-    flush = {r["seed"]: r for r in runs
-             if (r["schedule"], r["correction"], r["warmup"], r["precision"]) == baseline}
+    def configuration(r):
+        return (r["schedule"], r["correction"], r["warmup"], r["precision"])
+    flush = {r["seed"]: r for r in runs if configuration(r) == configurations(args)[0]}
     rows = []
     for schedule, correction, warmup, precision in configurations(args):
-        group = [r for r in runs if (r["schedule"], r["correction"], r["warmup"], r["precision"]) ==
-                 (schedule, correction, warmup, precision)]
+        group = [r for r in runs if configuration(r) == (schedule, correction, warmup, precision)]
         losses = [r["summary"]["final_validation_loss"] for r in group]
         gaps = [100 * (r["summary"]["final_validation_loss"] /
                        flush[r["seed"]]["summary"]["final_validation_loss"] - 1) for r in group]

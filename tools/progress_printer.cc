@@ -95,13 +95,15 @@ std::string FormatSummaryTable(const v1::RunSummary& s) {
                         FormatThousands(static_cast<int64_t>(s.tokens_per_second() + 0.5)));
   absl::StrAppendFormat(&out, "%-18s %.1f\n", "wall seconds", s.wall_seconds());
   // runtime.precision as the stages resolved it: one line when they agree.
+  const auto precision_of = [](const v1::StageSummary& st) {
+    return st.precision_note().empty() ? st.precision()
+                                       : absl::StrCat(st.precision(), " (", st.precision_note(), ")");
+  };
   std::vector<std::string> precisions;
   for (const v1::StageSummary& st : s.stages()) {
-    if (st.precision().empty()) continue;
-    std::string one = st.precision_note().empty()
-                          ? st.precision()
-                          : absl::StrCat(st.precision(), " (", st.precision_note(), ")");
-    if (std::find(precisions.begin(), precisions.end(), one) == precisions.end()) {
+    std::string one = precision_of(st);
+    if (!st.precision().empty() &&
+        std::find(precisions.begin(), precisions.end(), one) == precisions.end()) {
       precisions.push_back(std::move(one));
     }
   }
@@ -109,9 +111,8 @@ std::string FormatSummaryTable(const v1::RunSummary& s) {
     absl::StrAppendFormat(&out, "%-18s %s\n", "precision", precisions[0]);
   } else if (!precisions.empty()) {
     for (const v1::StageSummary& st : s.stages()) {
-      absl::StrAppendFormat(&out, "%-18s %s%s\n", absl::StrCat("precision, stage ", st.stage()),
-                            st.precision(),
-                            st.precision_note().empty() ? "" : absl::StrCat(" (", st.precision_note(), ")"));
+      absl::StrAppendFormat(&out, "%-18s %s\n", absl::StrCat("precision, stage ", st.stage()),
+                            precision_of(st));
     }
   }
   // The cut (pipeline.partition): each stage's units and the busy seconds the

@@ -628,10 +628,13 @@ TEST(PlacementTest, Bf16OnACpuWithoutBf16InstructionsRunsWithAWarning) {
         ResolvePlacement("cpu", precision, /*cpu_has_bf16=*/false);
     ASSERT_TRUE(emulated.ok()) << emulated.status();
     EXPECT_EQ(PrecisionName(emulated->precision), precision);
+    EXPECT_TRUE(emulated->emulated);
     EXPECT_THAT(emulated->note, HasSubstr("warning: " + precision +
                                           " on a CPU without bfloat16 instructions"));
     EXPECT_THAT(emulated->note, HasSubstr("use fp32 or auto"));
-    EXPECT_TRUE(ResolvePlacement("cpu", precision, /*cpu_has_bf16=*/true)->note.empty());
+    const StagePlacement native = *ResolvePlacement("cpu", precision, /*cpu_has_bf16=*/true);
+    EXPECT_TRUE(native.note.empty());
+    EXPECT_FALSE(native.emulated);
   }
 }
 

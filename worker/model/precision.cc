@@ -70,6 +70,7 @@ absl::StatusOr<StagePlacement> ResolvePlacement(const std::string& device,
                          : "automatic: this CPU has no bfloat16 instructions (avx512_bf16, "
                            "amx_bf16 or Arm's bf16)";
   } else if (placement.precision != Precision::kFp32 && !cpu_has_bf16) {
+    placement.emulated = true;
     placement.note = absl::StrCat(
         "warning: ", precision,
         " on a CPU without bfloat16 instructions (avx512_bf16 or amx_bf16 on x86, bf16 on Arm; "

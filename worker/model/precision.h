@@ -28,6 +28,7 @@ struct StagePlacement {
   // job left runtime.precision to "auto", a warning when bf16 runs emulated
   // on a CPU without bfloat16 instructions; empty when named and native.
   std::string note;
+  bool emulated = false;  // bf16 on a CPU without bfloat16 instructions (`note` warns)
   // The dtype of the weights and of the activations between stages.
   torch::ScalarType weight_dtype() const {
     return precision == Precision::kBf16Weights ? torch::kBFloat16 : torch::kFloat;

@@ -5,7 +5,6 @@
 
 #include <glog/logging.h>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -50,7 +49,7 @@ absl::StatusOr<std::unique_ptr<StageModel>> StageModel::Create(const v1::JobSpec
   const std::string precision = absl::StrCat(
       PrecisionName(placement.precision), placement.note.empty() ? "" : " (",
       placement.note, placement.note.empty() ? "" : ")");
-  if (absl::StartsWith(placement.note, "warning")) {
+  if (placement.emulated) {
     LOG(WARNING) << "job=" << spec.name() << " stage " << stage << " precision " << precision;
   } else {
     LOG(INFO) << "job=" << spec.name() << " stage " << stage << " precision " << precision;
