@@ -1,5 +1,6 @@
 #include "worker/model/adamw.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <utility>
@@ -143,16 +144,37 @@ torch::Tensor AdamW::RootVHat(const torch::Tensor& exp_avg_sq) const {
 }
 
 void AdamW::Extrapolate(double lr_steps, const Reads& reads) {
+  Retract();
   if (steps_ == 0 || lr_steps == 0) return;
   torch::NoGradGuard no_grad;
   const double scale = -lr_steps / FirstMomentBias();
   moved_.resize(params_.size());
+  const auto moves = [&](const std::string& name) {
+    return reads.only == nullptr ||
+           std::find(reads.only->begin(), reads.only->end(), name) != reads.only->end();
+  };
+  // The copies of the float32 parameters this move takes whole: one buffer.
+  int64_t copied = 0;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const std::string& name = params_[i].first;
+    if (moves(name) && reads.rows.count(name) == 0 && !master_[i].defined()) {
+      copied += params_[i].second.numel();
+    }
+  }
+  if (copied > 0 && (!copies_.defined() || copies_.numel() < copied ||
+                     copies_.device() != params_.front().second.device())) {
+    copies_ = torch::empty({copied}, torch::TensorOptions()
+                                         .dtype(torch::kFloat)
+                                         .device(params_.front().second.device()));
+  }
+  int64_t offset = 0;
   for (size_t i = 0; i < params_.size(); ++i) {
     Moved& moved = moved_[i];
     const std::string& name = params_[i].first;
     torch::Tensor p = params_[i].second.data();
-    moved.any = reads.skip.count(name) == 0;
+    moved.any = moves(name);
     moved.rows = torch::Tensor();
+    moved.before = torch::Tensor();
     if (!moved.any) continue;
     // -lr_steps * (m / bias1) / (sqrt(v) / sqrt(bias2) + eps), element by element.
     if (const auto it = reads.rows.find(name); it != reads.rows.end()) {
@@ -171,20 +193,20 @@ void AdamW::Extrapolate(double lr_steps, const Reads& reads) {
       p.copy_(master_[i].addcdiv(exp_avg_[i], denom, scale));
       continue;
     }
-    if (!moved.before.defined() || !moved.before.sizes().equals(p.sizes())) {
-      moved.before = torch::empty_like(p);
-    }
+    moved.before = copies_.narrow(0, offset, p.numel()).view(p.sizes());
+    offset += p.numel();
     moved.before.copy_(p);
     p.addcdiv_(exp_avg_[i], denom, scale);
   }
 }
 
-void AdamW::Retract(double lr_steps) {
-  if (steps_ == 0 || lr_steps == 0) return;
+void AdamW::Extrapolate(double lr_steps) { Extrapolate(lr_steps, Reads()); }
+
+void AdamW::Retract() {
   torch::NoGradGuard no_grad;
   // Exactly where they were: from the master weights, or the copy taken before the move.
   for (size_t i = 0; i < moved_.size(); ++i) {
-    const Moved& moved = moved_[i];
+    Moved& moved = moved_[i];
     if (!moved.any) continue;
     torch::Tensor p = params_[i].second.data();
     if (moved.rows.defined()) {
@@ -195,6 +217,7 @@ void AdamW::Retract(double lr_steps) {
     } else {
       p.copy_(master_[i].defined() ? master_[i] : moved.before);
     }
+    moved = Moved();
   }
 }
 

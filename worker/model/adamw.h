@@ -1,7 +1,6 @@
 #pragma once
 
 #include <map>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -57,28 +56,32 @@ class AdamW {
   // parameters `lr_steps` (the learning rate times the steps to look ahead)
   // along AdamW's current update direction, w - lr_steps * m_hat / (sqrt(v_hat)
   // + eps), the moments bias-corrected at steps(), through p.data() as Step()
-  // does. Retract(lr_steps) puts them back exactly, bit for bit (replicas that
-  // predicted different forwards still hold the same weights): parameters with
-  // master weights take the master value again; float32 ones the copy taken
-  // before the move, one float32 copy of the float32 parameters it moves whole,
-  // kept from the first move on (4 bytes a parameter beside the 16 of weights,
-  // gradients and moments; docs/benchmarks.md measures it against the flush).
-  // The decoupled weight decay's share (lr * weight_decay * w, a thousandth of
-  // the Adam term at the examples' rates) is left out. No move before the
-  // first step (no moments).
+  // does. Retract() puts back what the last Extrapolate moved exactly, bit for
+  // bit (replicas that predicted different forwards still hold the same
+  // weights): parameters with master weights take the master value again;
+  // float32 ones the copy taken before the move, in one float32 buffer reused
+  // from move to move, as large as the most any one move copied (a forward
+  // that moves its pieces one at a time, StageModel::Prediction, needs the
+  // largest piece's copy, not the stage's). The decoupled weight decay's share
+  // (lr * weight_decay * w, a thousandth of the Adam term at the examples'
+  // rates) is left out. No move before the first step (no moments).
   //
   // `reads` narrows the move to what the forward reads: a table it looks up
   // by index (the token embedding) moves the rows of `reads.rows[name]` only,
   // each element exactly as the whole table's move would, and its copy is of
-  // those rows; a parameter in `reads.skip` stays. Everything else moves whole.
-  // So a forward that looks up a micro-batch's tokens in a table of 32,768
-  // rows copies and moves a few hundred of them, not 32 MB.
+  // those rows; with `reads.only`, only the parameters it names move.
+  // Everything else moves whole. So a forward that
+  // looks up a micro-batch's tokens in a table of 32,768 rows copies and moves
+  // a few hundred of them, not 32 MB.
   struct Reads {
     std::map<std::string, torch::Tensor> rows;  // unique int64 row indices
-    std::set<std::string> skip;
+    const std::vector<std::string>* only = nullptr;  // null: every parameter
   };
-  void Extrapolate(double lr_steps, const Reads& reads = {});
-  void Retract(double lr_steps);
+  // A move while another is in place puts that one back first.
+  void Extrapolate(double lr_steps, const Reads& reads);
+  void Extrapolate(double lr_steps);  // every parameter, whole
+  // Puts back what the last Extrapolate moved (nothing after a Retract).
+  void Retract();
 
   // Delay compensation (pipeline.drift_correction "delay-comp"), DC-ASGD's
   // adaptive form (Zheng et al., 2017) on AdamW, before Step(): a gradient
@@ -129,14 +132,15 @@ class AdamW {
   torch::Tensor RootVHat(const torch::Tensor& exp_avg_sq) const;
   // What the last Extrapolate moved of each parameter, for Retract: nothing,
   // the rows `rows`, or (rows undefined) all of it; and the float32
-  // parameters as they were before it (those rows, or the whole parameter,
-  // whose copy is kept from the first move on; undefined with master weights).
+  // parameters as they were before it (those rows, or the whole parameter, a
+  // view of copies_; undefined with master weights).
   struct Moved {
     bool any = false;
     torch::Tensor rows;
     torch::Tensor before;
   };
   std::vector<Moved> moved_;
+  torch::Tensor copies_;  // float32, flat: the whole parameters' copies, reused
 };
 
 }  // namespace paci

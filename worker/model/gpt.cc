@@ -8,6 +8,7 @@
 #include <ATen/autocast_mode.h>
 #include <torch/version.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace paci {
@@ -149,6 +150,25 @@ GptStageImpl::GptStageImpl(const GptConfig& config, const StagePartition& partit
                                                           .bias(false)));
   }
   InitParameters();
+  // The pieces, by the modules' registered names.
+  const auto names_under = [this](const std::vector<std::string>& children) {
+    std::vector<std::string> names;
+    for (const auto& item : named_parameters(/*recurse=*/true)) {
+      for (const std::string& child : children) {
+        if (absl::StartsWith(item.key(), child + ".")) names.push_back(item.key());
+      }
+    }
+    return names;
+  };
+  pieces_.push_back(names_under({"wte", "wpe"}));
+  for (int b = partition.first_block(); b < partition.end_block(); ++b) {
+    pieces_.push_back(names_under({absl::StrCat("h", b)}));
+  }
+  pieces_.push_back(names_under({"ln_f", "head"}));
+}
+
+void GptStageImpl::Reading(size_t piece) {
+  if (piece_hook_ && !pieces_[piece].empty()) piece_hook_(pieces_[piece]);
 }
 
 std::pair<int64_t, int64_t> GptStageImpl::HeadRows() const {
@@ -187,7 +207,10 @@ void GptStageImpl::InitParameters() {
 
 torch::Tensor GptStageImpl::forward(torch::Tensor x) {
   x = Trunk(std::move(x));
-  if (partition_.has_head()) x = head_(ln_f_(x));
+  if (partition_.has_head()) {
+    Reading(pieces_.size() - 1);
+    x = head_(ln_f_(x));
+  }
   return x;
 }
 
@@ -200,10 +223,15 @@ torch::Tensor GptStageImpl::Loss(torch::Tensor x, const torch::Tensor& targets,
   return LinearCrossEntropy(hidden.reshape({-1, hidden.size(-1)}), weight, targets.reshape({-1}));
 }
 
-torch::Tensor GptStageImpl::Hidden(torch::Tensor x) { return ln_f_(Trunk(std::move(x))); }
+torch::Tensor GptStageImpl::Hidden(torch::Tensor x) {
+  x = Trunk(std::move(x));
+  Reading(pieces_.size() - 1);
+  return ln_f_(x);
+}
 
 torch::Tensor GptStageImpl::Trunk(torch::Tensor x) {
   if (partition_.has_embedding()) {
+    Reading(0);
     if (config_.llama()) {
       x = wte_(x);
     } else {
@@ -211,7 +239,10 @@ torch::Tensor GptStageImpl::Trunk(torch::Tensor x) {
     }
     x = torch::dropout(x, config_.dropout, is_training());
   }
-  for (auto& block : blocks_) x = block(x);
+  for (size_t b = 0; b < blocks_.size(); ++b) {
+    Reading(1 + b);
+    x = blocks_[b](x);
+  }
   return x;
 }
 

@@ -4,8 +4,10 @@
 // code includes this header.
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -103,6 +105,14 @@ class GptStageImpl : public torch::nn::Module {
   // The head's weight [rows, d] (undefined without head rows).
   const torch::Tensor& head_weight() const { return head_->weight; }
 
+  // Called as a forward (forward(), Loss(), Hidden()) comes to each piece of
+  // the stage, before the piece reads its parameters, with their names: the
+  // embedding, each block in turn, then the final norm and the head. Weight
+  // prediction (StageModel::Prediction) moves one piece at a time this way.
+  // Unset (null): nothing is called.
+  using PieceHook = std::function<void(const std::vector<std::string>& parameter_names)>;
+  void set_piece_hook(PieceHook hook) { piece_hook_ = std::move(hook); }
+
   const GptConfig& config() const { return config_; }
   const StagePartition& partition() const { return partition_; }
   // "vocab=.. layers=.. d_model=.. heads=.. seq_len=.. blocks=[a,b) emb=. head=.",
@@ -114,6 +124,8 @@ class GptStageImpl : public torch::nn::Module {
   void InitParameters();
   // The embedding (if here) and the blocks: forward() without the head.
   torch::Tensor Trunk(torch::Tensor input);
+  // The piece hook's call for pieces_[piece] (a piece without parameters: none).
+  void Reading(size_t piece);
 
   GptConfig config_;
   StagePartition partition_;
@@ -121,6 +133,10 @@ class GptStageImpl : public torch::nn::Module {
   std::vector<Block> blocks_;
   Norm ln_f_{nullptr};
   torch::nn::Linear head_{nullptr};  // no bias, as in GPT-2 and Llama
+  // The parameters' names of each piece in the forward's order: the
+  // embedding, each block, the final norm and the head.
+  std::vector<std::vector<std::string>> pieces_;
+  PieceHook piece_hook_;
 };
 TORCH_MODULE(GptStage);
 

@@ -413,7 +413,7 @@ TEST(AdamWTest, ExtrapolateMovesAlongTheUpdateByHandAndRetractMovesBack) {
   EXPECT_NEAR(w.item<double>(), 0.9, 1e-6);
   adamw.Extrapolate(0.2);
   EXPECT_NEAR(w.item<double>(), 0.7, 1e-6);
-  adamw.Retract(0.2);
+  adamw.Retract();
   EXPECT_NEAR(w.item<double>(), 0.9, 1e-6);
   // The moments are untouched: the next step is the one without the detour.
   w.mutable_grad() = torch::full({1}, 0.5);
@@ -470,7 +470,7 @@ TEST(AdamWTest, RetractRestoresTheWeightsBitForBit) {
     for (double lr_steps : {5e-2, 1e-3, 3e-1}) {
       adamw.Extrapolate(lr_steps);
       EXPECT_FALSE(torch::equal(layer->weight, before));
-      adamw.Retract(lr_steps);
+      adamw.Retract();
       EXPECT_TRUE(torch::equal(layer->weight, before));
     }
   }
@@ -478,8 +478,10 @@ TEST(AdamWTest, RetractRestoresTheWeightsBitForBit) {
 
 // Extrapolate narrowed to what a forward reads: the listed rows of a table
 // move element for element as the whole table's move moves them, the other
-// rows and a skipped parameter stay, and Retract restores everything bit for
-// bit; float32 (from the rows' copy) and bf16 (from the master weights).
+// rows and a parameter not in `only` stay, and Retract restores everything
+// bit for bit; float32 (from the rows' copy) and bf16 (from the master
+// weights). One piece at a time (`only`), each piece moves as in the move of
+// all, and the next piece's move puts the one before back.
 TEST(AdamWTest, ExtrapolatingTheRowsAForwardReadsMovesThemAsTheWholeTableDoes) {
   for (const torch::ScalarType dtype : {torch::kFloat, torch::kBFloat16}) {
     SCOPED_TRACE(c10::toString(dtype));
@@ -498,27 +500,42 @@ TEST(AdamWTest, ExtrapolatingTheRowsAForwardReadsMovesThemAsTheWholeTableDoes) {
     const torch::Tensor layer_before = layer->weight.detach().clone();
     adamw.Extrapolate(0.1);
     const torch::Tensor table_whole = table->weight.detach().clone();
-    adamw.Retract(0.1);
+    adamw.Retract();
     ASSERT_TRUE(torch::equal(table->weight, table_before));
 
     const torch::Tensor rows = torch::tensor({3, 17, 18, 42}, torch::kLong);
+    const std::vector<std::string> table_only{"table"}, layer_only{"layer"};
     AdamW::Reads reads;
     reads.rows["table"] = rows;
-    reads.skip.insert("layer");
+    reads.only = &table_only;
     adamw.Extrapolate(0.1, reads);
     EXPECT_TRUE(torch::equal(table->weight.index_select(0, rows), table_whole.index_select(0, rows)));
     EXPECT_FALSE(torch::equal(table->weight.index_select(0, rows), table_before.index_select(0, rows)));
     const torch::Tensor others = torch::tensor({0, 1, 2, 4, 16, 19, 41, 43, 49}, torch::kLong);
     EXPECT_TRUE(torch::equal(table->weight.index_select(0, others), table_before.index_select(0, others)));
     EXPECT_TRUE(torch::equal(layer->weight, layer_before));
-    adamw.Retract(0.1);
+    adamw.Retract();
     EXPECT_TRUE(torch::equal(table->weight, table_before));
     EXPECT_TRUE(torch::equal(layer->weight, layer_before));
     // And whole again after a narrowed move: the copy is taken afresh.
     adamw.Extrapolate(0.1);
     EXPECT_TRUE(torch::equal(table->weight, table_whole));
-    EXPECT_FALSE(torch::equal(layer->weight, layer_before));
-    adamw.Retract(0.1);
+    const torch::Tensor layer_whole = layer->weight.detach().clone();
+    EXPECT_FALSE(torch::equal(layer_whole, layer_before));
+    adamw.Retract();
+    EXPECT_TRUE(torch::equal(table->weight, table_before));
+    EXPECT_TRUE(torch::equal(layer->weight, layer_before));
+
+    // One piece, then the next: the table's rows, then the layer.
+    adamw.Extrapolate(0.1, reads);
+    AdamW::Reads next;
+    next.only = &layer_only;
+    adamw.Extrapolate(0.1, next);
+    EXPECT_TRUE(torch::equal(table->weight, table_before));
+    EXPECT_TRUE(torch::equal(layer->weight, layer_whole));
+    adamw.Retract();
+    EXPECT_TRUE(torch::equal(layer->weight, layer_before));
+    adamw.Retract();  // nothing left to put back
     EXPECT_TRUE(torch::equal(table->weight, table_before));
     EXPECT_TRUE(torch::equal(layer->weight, layer_before));
   }

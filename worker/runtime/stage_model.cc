@@ -161,22 +161,26 @@ double StageModel::GradientNorm() const {
   return torch::stack(norms).norm().item<double>();
 }
 
-StageModel::Prediction::Prediction(AdamW* optimizer, double lr_steps, const AdamW::Reads& reads)
-    : optimizer_(lr_steps == 0 ? nullptr : optimizer), lr_steps_(lr_steps) {
-  if (optimizer_ != nullptr) optimizer_->Extrapolate(lr_steps_, reads);
+StageModel::Prediction::Prediction(AdamW* optimizer, GptStageImpl* module, double lr_steps,
+                                   AdamW::Reads reads)
+    : optimizer_(optimizer), module_(module), lr_steps_(lr_steps), reads_(std::move(reads)) {
+  // Each piece's move puts the one before it back (AdamW::Extrapolate).
+  module_->set_piece_hook([this](const std::vector<std::string>& names) {
+    reads_.only = &names;
+    optimizer_->Extrapolate(lr_steps_, reads_);
+  });
 }
 
-StageModel::Prediction::Prediction(Prediction&& other) noexcept
-    : optimizer_(std::exchange(other.optimizer_, nullptr)), lr_steps_(other.lr_steps_) {}
-
 StageModel::Prediction::~Prediction() {
-  if (optimizer_ != nullptr) optimizer_->Retract(lr_steps_);
+  if (optimizer_ == nullptr) return;
+  module_->set_piece_hook(nullptr);
+  optimizer_->Retract();
 }
 
 StageModel::Prediction StageModel::PredictWeights(int64_t steps_ahead, int64_t steps_taken,
                                                   const torch::Tensor& tokens) {
   const int64_t steps = correction_->prediction_steps(steps_ahead);
-  if (steps <= 0) return Prediction(nullptr, 0);
+  if (steps <= 0) return Prediction();
   // The next step's rate (Step(steps_taken + 1) uses LearningRateAt(steps_taken)).
   const double lr = LearningRateAt(lr_, steps_taken) * lr_factor_;
   AdamW::Reads reads;
@@ -184,8 +188,8 @@ StageModel::Prediction StageModel::PredictWeights(int64_t steps_ahead, int64_t s
   if (tokens.defined() && partition.has_embedding()) {
     reads.rows[kTokenEmbeddingWeight] = std::get<0>(at::_unique(tokens.flatten()));
   }
-  if (partition.has_head_shard()) reads.skip.insert(kHeadWeight);
-  return Prediction(optimizer_.get(), lr * static_cast<double>(steps), reads);
+  return Prediction(optimizer_.get(), module_.get(), lr * static_cast<double>(steps),
+                    std::move(reads));
 }
 
 void StageModel::CompensateDelay(int64_t step, double mean_drift) {

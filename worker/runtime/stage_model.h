@@ -80,28 +80,32 @@ class StageModel {
   std::vector<torch::Tensor> Gradients() const;
 
   // pipeline.drift_correction "predict" (its row's prediction_steps): while
-  // the returned guard lives, the weights are extrapolated along AdamW's
-  // update direction by the steps a forward's backward will have crossed
-  // (`steps_ahead`, StageScheduler::StepsBeforeBackward), at the learning rate
-  // of the next step after `steps_taken`; the forward then runs on about the
-  // weights its backward meets. The guard's end moves them back bit for bit
-  // (AdamW::Extrapolate and Retract). A no-op for
-  // the other corrections and for steps_ahead 0. Only what the forward reads
-  // moves: of the token embedding the rows of `tokens` (the first stage's
-  // micro-batch; undefined: every row), and none of a split head's rows on
-  // the stage before the last, whose forward runs apart (HEAD_INPUT).
+  // the returned guard lives, each forward of the module runs on weights
+  // extrapolated along AdamW's update direction by the steps its backward
+  // will have crossed (`steps_ahead`, StageScheduler::StepsBeforeBackward),
+  // at the learning rate of the next step after `steps_taken`: about the
+  // weights its backward meets. One piece at a time (GptStageImpl's piece
+  // hook): as the forward comes to a piece, the piece before goes back bit
+  // for bit and this one moves (AdamW::Extrapolate and Retract), so the copy
+  // that puts them back is one piece's, not the stage's; the guard's end puts
+  // back the last. A no-op for the other corrections and for steps_ahead 0.
+  // Only what the forward reads moves: of the token embedding the rows of
+  // `tokens` (the first stage's micro-batch; undefined: every row); a split
+  // head's rows on the stage before the last, whose forward runs apart
+  // (HEAD_INPUT), are no piece of the module's forward and stay.
   class Prediction {
    public:
-    Prediction(AdamW* optimizer, double lr_steps, const AdamW::Reads& reads = {});
-    Prediction(Prediction&& other) noexcept;
+    Prediction() = default;  // nothing moves
+    Prediction(AdamW* optimizer, GptStageImpl* module, double lr_steps, AdamW::Reads reads);
     Prediction(const Prediction&) = delete;
     Prediction& operator=(const Prediction&) = delete;
-    Prediction& operator=(Prediction&&) = delete;
     ~Prediction();
 
    private:
-    AdamW* optimizer_;  // null: nothing moved
-    double lr_steps_;
+    AdamW* optimizer_ = nullptr;  // null: nothing moves
+    GptStageImpl* module_ = nullptr;
+    double lr_steps_ = 0;
+    AdamW::Reads reads_;
   };
   [[nodiscard]] Prediction PredictWeights(int64_t steps_ahead, int64_t steps_taken,
                                          const torch::Tensor& tokens = {});

@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
 #include "common/schedule_kind.h"
+#include "worker/model/lr_schedule.h"
 #include "worker/runtime/replica_group.h"
 #include "worker/runtime/stage_model.h"
 #include "worker/transport/frame_sender.h"
@@ -660,11 +661,12 @@ TEST(StageModelMemoryTest, CreateRefusesAModelLargerThanTheMachineBeforeAllocati
   EXPECT_NE(model.status().message().find(MemoryLimitOfThisProcess().source), std::string::npos);
 }
 
-// "predict" moves only what the forward reads: the first stage's forward on
-// the token embedding's rows of its tokens is bit for bit the forward on the
-// whole table moved, the rows of a split head it holds stay where they are,
-// and every weight is back exactly after either.
-TEST(StageModelPredictionTest, OnlyTheRowsAForwardReadsMoveAndTheForwardIsTheSame) {
+// Weight prediction moves the forward's pieces one at a time (the piece before
+// goes back as the next moves), and of each only what the forward reads: the
+// forward is bit for bit the one on every parameter moved at once (the whole
+// token embedding included), the split head's rows on the stage before the
+// last never move, and everything is back once the guard ends.
+TEST(StageModelPredictionTest, ThePiecesMoveOneAtATimeAndTheForwardIsTheOneOnEveryWeightMoved) {
   const v1::JobSpec spec = Spec(2, "predict", [](v1::JobSpec& s) {
     s.mutable_pipeline()->set_partition("3/40");
     s.mutable_runtime()->set_precision("fp32");
@@ -686,27 +688,44 @@ TEST(StageModelPredictionTest, OnlyTheRowsAForwardReadsMoveAndTheForwardIsTheSam
   const auto unchanged = [&](const std::string& name) {
     return torch::equal(module->named_parameters()[name], before[name]);
   };
+  const auto all_unchanged = [&] {
+    for (const auto& [name, tensor] : before) EXPECT_TRUE(unchanged(name)) << name;
+  };
 
-  torch::Tensor whole, rows;
-  {
-    const StageModel::Prediction prediction = model.PredictWeights(1, 1);
-    EXPECT_FALSE(unchanged(kTokenEmbeddingWeight));
-    whole = module(tokens).detach();
+  // The reference: every parameter but the head's rows moved at once, one step
+  // ahead at the next step's rate (PredictWeights(1, 1): LearningRateAt(.., 1)).
+  LrScheduleOptions lr;
+  lr.peak_lr = spec.optimizer().lr();
+  lr.total_steps = spec.training().steps();
+  lr.warmup_fraction = spec.optimizer().warmup_fraction();
+  lr.min_lr_ratio = spec.optimizer().min_lr_ratio();
+  std::vector<std::string> all_but_head;
+  for (const auto& [name, tensor] : before) {
+    if (name != kHeadWeight) all_but_head.push_back(name);
   }
-  for (const auto& [name, tensor] : before) EXPECT_TRUE(unchanged(name)) << name;
+  AdamW::Reads everything;
+  everything.only = &all_but_head;
+  model.optimizer().Extrapolate(LearningRateAt(lr, 1), everything);
+  const torch::Tensor reference = module(tokens).detach();
+  model.optimizer().Retract();
+  all_unchanged();
+  EXPECT_FALSE(torch::equal(reference, module(tokens).detach()));  // the move changed it
+
   {
     const StageModel::Prediction prediction = model.PredictWeights(1, 1, tokens);
-    rows = module(tokens).detach();
-    const torch::Tensor table = module->named_parameters()[kTokenEmbeddingWeight];
-    const torch::Tensor read = std::get<0>(at::_unique(tokens.flatten()));
-    EXPECT_FALSE(torch::equal(table.index_select(0, read), before[kTokenEmbeddingWeight].index_select(0, read)));
-    EXPECT_TRUE(torch::equal(table.narrow(0, 20, 60), before[kTokenEmbeddingWeight].narrow(0, 20, 60)));
-    EXPECT_TRUE(unchanged(kHeadWeight));  // the head's rows: their forward runs apart
+    all_unchanged();  // nothing moves before the forward comes to it
+    EXPECT_TRUE(torch::equal(module(tokens).detach(), reference));
+    // After the forward only its last piece (block 0) is still moved; the
+    // embedding went back as the block moved, and the head's rows never moved.
     EXPECT_FALSE(unchanged("h0.attn.qkv.weight"));
+    EXPECT_FALSE(unchanged("h0.fc.weight"));
+    EXPECT_TRUE(unchanged(kTokenEmbeddingWeight));
+    EXPECT_TRUE(unchanged(kHeadWeight));
+    // A second forward under the same guard predicts the same way.
+    EXPECT_TRUE(torch::equal(module(tokens).detach(), reference));
   }
-  EXPECT_TRUE(torch::equal(whole, rows));
-  EXPECT_FALSE(torch::equal(whole, module(tokens).detach()));  // the prediction moved it
-  for (const auto& [name, tensor] : before) EXPECT_TRUE(unchanged(name)) << name;
+  all_unchanged();
+  EXPECT_FALSE(torch::equal(module(tokens).detach(), reference));  // the hook is gone
 }
 
 }  // namespace
