@@ -152,9 +152,15 @@ std::vector<torch::Tensor> StageModel::Gradients() const {
 double StageModel::GradientNorm() const {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> norms;
+  // In double, so that large finite gradients do not overflow to Inf; a
+  // piece at a time, as the norm in double casts its input whole: a
+  // [32768, 256] embedding's gradient would take a 64 MB double copy at the
+  // step, on top of everything else the stage holds then.
+  constexpr int64_t kPiece = int64_t{1} << 18;  // 2 MB in double
   for (const torch::Tensor& gradient : Gradients()) {
-    // In double, so that large finite gradients do not overflow to Inf.
-    norms.push_back(at::linalg_vector_norm(gradient, 2, c10::nullopt, false, torch::kDouble));
+    for (const torch::Tensor& piece : gradient.reshape({-1}).split(kPiece)) {
+      norms.push_back(at::linalg_vector_norm(piece, 2, c10::nullopt, false, torch::kDouble));
+    }
   }
   if (norms.empty()) return 0;
   // One read of the device per step, not one per parameter.

@@ -661,6 +661,32 @@ TEST(StageModelMemoryTest, CreateRefusesAModelLargerThanTheMachineBeforeAllocati
   EXPECT_NE(model.status().message().find(MemoryLimitOfThisProcess().source), std::string::npos);
 }
 
+// The step's gradient norm is taken in double a piece at a time: over a
+// gradient of several pieces it is the norm of all of it, and gradients whose
+// squares overflow float32 still give a finite norm (and a step, clipped).
+TEST(StageModelTest, TheGradientNormIsTheWholeNormInDoubleOverGradientsOfManyPieces) {
+  const v1::JobSpec spec = Spec(1, "none", [](v1::JobSpec& s) {
+    s.mutable_model()->set_vocab_size(40000);  // the embedding: 640,000 elements, 3 pieces
+    s.mutable_optimizer()->set_clip_norm(1.0f);
+  });
+  for (const double value : {0.5, 1e30}) {
+    SCOPED_TRACE(value);
+    absl::StatusOr<std::unique_ptr<StageModel>> created = StageModel::Create(spec, 0, 0);
+    ASSERT_TRUE(created.ok()) << created.status();
+    StageModel& model = **created;
+    int64_t elements = 0;
+    for (auto& item : model.module()->named_parameters()) {
+      item.value().mutable_grad() = torch::full_like(item.value(), value);
+      elements += item.value().numel();
+    }
+    const StageModel::StepOutcome outcome = model.Step(1);
+    EXPECT_FALSE(outcome.skipped);
+    const double stored = static_cast<float>(value);  // what each float32 element holds
+    EXPECT_NEAR(outcome.gradient_norm / (stored * std::sqrt(static_cast<double>(elements))), 1.0,
+                1e-9);
+  }
+}
+
 // Weight prediction moves the forward's pieces one at a time (the piece before
 // goes back as the next moves), and of each only what the forward reads: the
 // forward is bit for bit the one on every parameter moved at once (the whole
