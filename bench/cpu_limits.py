@@ -26,15 +26,23 @@ row of a configuration alike:
                    ScheduleZBVZeroBubble and ScheduleDualPipeV included (with
                    --peers; bf16-weights: not run)
 
-and prints tokens/s, each stage's peak resident memory, PACI's ratio to the
-2-core limit, and model FLOPs utilisation: the model's FLOPs per token (6 per
-matmul weight, the attention's 12 L T d) times tokens/s over the processes'
-cores at the measured block matmul rate.
+and prints tokens/s (training tokens from the end of each run's first step to
+the end of its last: peer_pipelining.training_rate), each stage's peak resident
+memory, PACI's ratio to the 2-core limit, and model FLOPs utilisation: the
+model's FLOPs per token (6 per matmul weight, the attention's 12 L T d) times
+tokens/s over the processes' cores at the measured block matmul rate.
+
+With --rounds N every configuration's runs go N times, one round after the
+other (run 1, 2, ..., then run 1, 2, ... again), so that a slow spell of this
+shared machine hits each run alike; the table gives each run's median tokens/s
+with the range, and each ratio to the limit as the median of the rounds' own
+ratios (each round's run over the same round's limit). Peak memory is the
+highest of the rounds.
 
 Writes --out/cpu_limits.md and cpu_limits.json (default bench/results/).
 
-  build/python-env/bin/python bench/cpu_limits.py [--steps 40] [--vocabs 256,8192,32768]
-      [--precisions fp32,bf16-autocast] [--peers] [--build build]
+  build/python-env/bin/python bench/cpu_limits.py [--steps 40] [--rounds 3]
+      [--vocabs 256,8192,32768] [--precisions fp32,bf16-autocast] [--peers] [--build build]
 
 Needs a built tree (scripts/build.sh) and data/kjv.txt (scripts/kjv-corpus.sh).
 """
@@ -42,6 +50,7 @@ import argparse
 import concurrent.futures
 import os
 import platform
+import statistics
 import sys
 import tempfile
 import time
@@ -109,6 +118,8 @@ def main():
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--vocabs", default="256,8192,32768")
     parser.add_argument("--precisions", default="fp32,bf16-autocast,bf16-weights")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="each configuration's runs this many times, interleaved")
     parser.add_argument("--peers", action="store_true",
                         help="also every torch.distributed.pipelining schedule at P = 2")
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
@@ -155,55 +166,77 @@ def main():
                         for key, label, *_ in peers.PEERS:
                             runs.append((key, label + " P=2",
                                          lambda key=key: peers.run_peer(args, cfg, key, config_dir), 2))
-                while runs:
-                    key, label, run, cores = runs.pop(0)
-                    log("%-14s vocab %-6d %-36s ..." % (precision, vocab, label))
-                    try:
-                        r = run()
-                    except Exception as e:  # a run that cannot go is a result, not a crash
-                        r = dict(error=str(e)[:300])
-                    if "error" not in r:
-                        r["mfu"] = (r["tokens_per_second"] * flops_per_token(cfg)
-                                    / (cores * block_rate * 1e9))
-                    r.update(key=key, label=label, precision=precision, vocab=vocab,
-                             block_gflops=block_rate, head_gflops=head_rate)
-                    log("  " + (r["error"] if "error" in r else "%.0f tokens/s, MFU %.2f" % (
-                        r["tokens_per_second"], r["mfu"])))
-                    results.append(r)
-                    if key == "paci" and r.get("head_split"):
-                        # The same cut with the head whole on the last stage, next.
-                        whole = ",".join(str(b) for b in r["cut"][1:-1])
-                        runs.insert(0, ("paci-whole", "paci PACI P=2, head not split",
-                                        lambda whole=whole: peers.run_paci(
-                                            args, cfg, "paci", config_dir, partition=whole,
-                                            tag="whole"), 2))
+                for round_number in range(1, args.rounds + 1):
+                    next_run = 0
+                    while next_run < len(runs):
+                        key, label, run, cores = runs[next_run]
+                        next_run += 1
+                        log("%-14s vocab %-6d round %d  %-36s ..." % (precision, vocab, round_number,
+                                                                    label))
+                        try:
+                            r = run()
+                        except Exception as e:  # a run that cannot go is a result, not a crash
+                            r = dict(error=str(e)[:300])
+                        if "error" not in r:
+                            r["mfu"] = (r["tokens_per_second"] * flops_per_token(cfg)
+                                        / (cores * block_rate * 1e9))
+                        r.update(key=key, label=label, precision=precision, vocab=vocab,
+                                 round=round_number, block_gflops=block_rate, head_gflops=head_rate)
+                        log("  " + (r["error"] if "error" in r else "%.0f tokens/s, MFU %.2f" % (
+                            r["tokens_per_second"], r["mfu"])))
+                        results.append(r)
+                        if (key == "paci" and r.get("head_split")
+                                and all(x[0] != "paci-whole" for x in runs)):
+                            # The same cut with the head whole on the last stage, next in every round.
+                            whole = ",".join(str(b) for b in r["cut"][1:-1])
+                            runs.insert(next_run, ("paci-whole", "paci PACI P=2, head not split",
+                                             lambda whole=whole: peers.run_paci(
+                                                 args, cfg, "paci", config_dir, partition=whole,
+                                                 tag="whole"), 2))
 
     lines = ["# paci against the machine's limit, per precision and vocabulary", "",
-             "CPU: %s (%s), LibTorch %s, %d steps per run, %.0f s in all." % (
-                 model, " ".join(flags), torch.__version__, args.steps, time.monotonic() - began)
+             "CPU: %s (%s), LibTorch %s, %d steps per run, %d round%s, %.0f s in all. tokens/s "
+             "from the end of each run's first step to the end of its last%s." % (
+                 model, " ".join(flags), torch.__version__, args.steps, args.rounds,
+                 "" if args.rounds == 1 else "s", time.monotonic() - began,
+                 "; the median of the rounds (range), each ratio the median of the rounds' own"
+                 if args.rounds > 1 else "")
              + (" Not run: %s (no bfloat16 instructions on this CPU)." % ", ".join(skipped)
                 if skipped else ""), "",
              "| precision | vocab | run | tokens/s | / 2-core limit | MFU | peak RSS MiB | "
              "train loss | cut | matmul GFLOP/s (blocks, head) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in results:
-        limit = next((x for x in results if x["key"] == "limit" and x["precision"] == r["precision"]
-                      and x["vocab"] == r["vocab"] and "error" not in x), None)
-        if "error" in r:
+    rows = {}
+    for r in results:  # in the order of the first round
+        rows.setdefault((r["precision"], r["vocab"], r["key"]), []).append(r)
+    for (precision, vocab, key), runs in rows.items():
+        ok = [r for r in runs if "error" not in r]
+        if not ok:
             lines.append("| %s | %d | %s | failed: %s | | | | | | |" % (
-                r["precision"], r["vocab"], r["label"], r["error"].replace("|", "/").replace("\n", " ")))
+                precision, vocab, runs[0]["label"],
+                runs[0]["error"].replace("|", "/").replace("\n", " ")))
             continue
-        lines.append("| %s | %d | %s | %.0f | %s | %.2f | %s | %.3f | %s | %.0f, %.0f |" % (
-            r["precision"], r["vocab"], r["label"], r["tokens_per_second"],
-            "%.2f" % (r["tokens_per_second"] / limit["tokens_per_second"]) if limit else "",
-            r["mfu"], ", ".join("%.0f" % m for m in r.get("peak_rss_mb", [])),
-            r["final_train_loss"], ",".join(str(b) for b in r.get("cut", []))
-            + ("/%d" % r["head_split"] if r.get("head_split") else ""),
-            r["block_gflops"], r["head_gflops"]))
+        rates = [r["tokens_per_second"] for r in ok]
+        limits = {x["round"]: x["tokens_per_second"] for x in rows.get((precision, vocab, "limit"), [])
+                  if "error" not in x}
+        ratios = [r["tokens_per_second"] / limits[r["round"]] for r in ok if r["round"] in limits]
+        failed = len(runs) - len(ok)
+        rss = [max(m) for m in zip(*[r.get("peak_rss_mb", []) for r in ok])]
+        first = ok[0]
+        lines.append("| %s | %d | %s | %.0f%s | %s | %.2f | %s | %.3f | %s | %.0f, %.0f |" % (
+            precision, vocab, first["label"], statistics.median(rates),
+            (" (%.0f-%.0f)" % (min(rates), max(rates)) if len(rates) > 1 else "")
+            + (" (%d failed)" % failed if failed else ""),
+            "%.2f" % statistics.median(ratios) if ratios else "",
+            statistics.median(r["mfu"] for r in ok), ", ".join("%.0f" % m for m in rss),
+            first["final_train_loss"], ",".join(str(b) for b in first.get("cut", []))
+            + ("/%d" % first["head_split"] if first.get("head_split") else ""),
+            first["block_gflops"], first["head_gflops"]))
     text = "\n".join(lines)
     print(text)
     write_result(args.out, args.name, dict(cpu=model, flags=flags, torch=torch.__version__, skipped=skipped,
-                                           machine=platform.machine(), steps=args.steps, runs=results),
+                                           machine=platform.machine(), steps=args.steps, rounds=args.rounds,
+                                           runs=results),
                  text)
 
 

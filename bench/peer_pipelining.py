@@ -25,7 +25,10 @@ here for the peers: the peers' trained stages are put back together in one
 process and evaluated on --eval_sequences windows spread evenly over the last
 5 %.
 
-Reports tokens/s (training tokens over the training loop's wall time), the
+Reports tokens/s (training tokens over the training loop's wall time after its
+first step, which holds process start-up, the pipeline's fill and first-touch
+page faults for every kind of run alike: paci's from its last stage's step
+times, the peers' and eager's from their loops' clocks), the
 ratio to paci PACI, the final train loss (the last step's mean) and validation
 loss, and the peak resident memory (ru_maxrss) of each process. The idle
 fraction is paci's own measure (its stages' traces); the library exposes none.
@@ -292,8 +295,11 @@ def worker_main(args):
     gen = torch.Generator().manual_seed(cfg["seed"])
     losses_per_step = []
     dist.barrier()
-    started = time.monotonic()
+    started = None
     for step in range(cfg["steps"]):
+        if step == 1:  # the clock runs from the end of the first step (training_rate)
+            dist.barrier()
+            started = time.monotonic()
         # Every rank draws the batch (same generator), so the first and last
         # stages agree on it; the others ignore it.
         x, y = sample_batch(train, a * cfg["micro_batch"], cfg["seq_len"], gen)
@@ -324,6 +330,24 @@ def worker_main(args):
     dist.destroy_process_group()
 
 
+def training_rate(cfg, steps, seconds):
+    """Training tokens/s of `steps` steps in `seconds`: every run is timed from the end of its
+    first step to the end of its last, so process start-up, the first step's page faults and a
+    pipeline's fill weigh on none of them (they would weigh most on the fastest runs)."""
+    return steps * cfg["a"] * cfg["micro_batch"] * cfg["seq_len"] / seconds
+
+
+def paci_training_rate(cfg, summary):
+    """training_rate of a paci run, from its summary's train-loss points (the last stage's
+    seconds since its start at the end of each step): the first point to the last."""
+    points = summary["train_loss"]
+    if len(points) < 2:
+        raise ValueError("paci reported fewer than two steps: no rate after the first")
+    first, last = points[0], points[-1]
+    replicas = max(1, int(summary.get("data_parallel", 1)))
+    return replicas * training_rate(cfg, last["step"] - first["step"], last["seconds"] - first["seconds"])
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -333,7 +357,7 @@ def free_port():
 def run_peer(args, cfg, key, workdir):
     import torch
     run_dir = os.path.join(workdir, key)
-    os.makedirs(run_dir)
+    os.makedirs(run_dir, exist_ok=True)  # again in another round (bench/cpu_limits.py --rounds)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2",
            "--master_addr=127.0.0.1", "--master_port=%d" % free_port(), os.path.abspath(__file__),
            "--worker=" + key, "--workdir=" + run_dir, "--config=" + json.dumps(cfg)]
@@ -351,7 +375,7 @@ def run_peer(args, cfg, key, workdir):
     _, validation = load_tokens(cfg["corpus"], cfg["vocab"])
     train_losses = next(r["train_losses"] for r in ranks if r["train_losses"])
     wall = max(r["wall_seconds"] for r in ranks)
-    return dict(tokens_per_second=cfg["steps"] * cfg["a"] * cfg["micro_batch"] * cfg["seq_len"] / wall,
+    return dict(tokens_per_second=training_rate(cfg, cfg["steps"] - 1, wall),
                 final_train_loss=train_losses[-1], final_validation_loss=validation_loss(
                     state, cfg, validation),
                 peak_rss_mb=[round(r["peak_rss_mb"], 1) for r in ranks], wall_seconds=wall)
@@ -368,8 +392,10 @@ def run_eager(cfg):
     optimizer, lr = make_optimizer([model], cfg)
     train, validation = load_tokens(cfg["corpus"], cfg["vocab"])
     gen = torch.Generator().manual_seed(cfg["seed"])
-    started = time.monotonic()
+    started = None
     for step in range(cfg["steps"]):
+        if step == 1:  # the clock runs from the end of the first step (training_rate)
+            started = time.monotonic()
         x, y = sample_batch(train, cfg["a"] * cfg["micro_batch"], cfg["seq_len"], gen)
         optimizer.zero_grad(set_to_none=True)
         total = 0.0
@@ -381,7 +407,7 @@ def run_eager(cfg):
         optimizer.step()
         lr.step()
     wall = time.monotonic() - started
-    return dict(tokens_per_second=cfg["steps"] * cfg["a"] * cfg["micro_batch"] * cfg["seq_len"] / wall,
+    return dict(tokens_per_second=training_rate(cfg, cfg["steps"] - 1, wall),
                 final_train_loss=total / cfg["a"],
                 final_validation_loss=validation_loss(model.state_dict(), cfg, validation),
                 peak_rss_mb=[round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)],
@@ -415,7 +441,8 @@ def run_paci(args, cfg, schedule, workdir, automatic=False, stages=2, tag=None, 
     with open(summary_path) as f:
         s = json.load(f)
     idle = [st.get("idle_fraction") for st in s.get("stages", [])]
-    return dict(tokens_per_second=s["tokens_per_second"], final_train_loss=s["final_train_loss"],
+    return dict(tokens_per_second=paci_training_rate(cfg, s), run_tokens_per_second=s["tokens_per_second"],
+                final_train_loss=s["final_train_loss"],
                 final_validation_loss=s["final_validation_loss"],
                 peak_rss_mb=[round(int(st.get("peak_rss_bytes", 0)) / 2**20, 1)
                              for st in s.get("stages", [])], idle_fraction=idle,
