@@ -70,9 +70,9 @@ class AdamW {
   // by index (the token embedding) moves the rows of `reads.rows[name]` only,
   // each element exactly as the whole table's move would, and its copy is of
   // those rows; with `reads.only`, only the parameters it names move.
-  // Everything else moves whole. So a forward that
-  // looks up a micro-batch's tokens in a table of 32,768 rows copies and moves
-  // a few hundred of them, not 32 MB.
+  // Everything else moves whole. So a forward that looks up a micro-batch's
+  // tokens in a table of 32,768 rows copies and moves a few hundred of them,
+  // not 32 MB.
   struct Reads {
     std::map<std::string, torch::Tensor> rows;  // unique int64 row indices
     const std::vector<std::string>* only = nullptr;  // null: every parameter
