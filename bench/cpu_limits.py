@@ -127,6 +127,9 @@ def main():
     parser.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
     parser.add_argument("--name", default="cpu_limits")
     args = parser.parse_args()
+    if args.steps < 2 or args.rounds < 1:
+        parser.error("--steps must be at least 2 (every run is timed after its first step) "
+                     "and --rounds at least 1")
     import torch
 
     model, flags = cpu_flags()
@@ -190,9 +193,9 @@ def main():
                             # The same cut with the head whole on the last stage, next in every round.
                             whole = ",".join(str(b) for b in r["cut"][1:-1])
                             runs.insert(next_run, ("paci-whole", "paci PACI P=2, head not split",
-                                             lambda whole=whole: peers.run_paci(
-                                                 args, cfg, "paci", config_dir, partition=whole,
-                                                 tag="whole"), 2))
+                                                   lambda whole=whole: peers.run_paci(
+                                                       args, cfg, "paci", config_dir,
+                                                       partition=whole, tag="whole"), 2))
 
     lines = ["# paci against the machine's limit, per precision and vocabulary", "",
              "CPU: %s (%s), LibTorch %s, %d steps per run, %d round%s, %.0f s in all. tokens/s "
@@ -209,18 +212,18 @@ def main():
     rows = {}
     for r in results:  # in the order of the first round
         rows.setdefault((r["precision"], r["vocab"], r["key"]), []).append(r)
-    for (precision, vocab, key), runs in rows.items():
-        ok = [r for r in runs if "error" not in r]
+    for (precision, vocab, key), group in rows.items():
+        ok = [r for r in group if "error" not in r]
         if not ok:
             lines.append("| %s | %d | %s | failed: %s | | | | | | |" % (
-                precision, vocab, runs[0]["label"],
-                runs[0]["error"].replace("|", "/").replace("\n", " ")))
+                precision, vocab, group[0]["label"],
+                group[0]["error"].replace("|", "/").replace("\n", " ")))
             continue
         rates = [r["tokens_per_second"] for r in ok]
         limits = {x["round"]: x["tokens_per_second"] for x in rows.get((precision, vocab, "limit"), [])
                   if "error" not in x}
         ratios = [r["tokens_per_second"] / limits[r["round"]] for r in ok if r["round"] in limits]
-        failed = len(runs) - len(ok)
+        failed = len(group) - len(ok)
         rss = [max(m) for m in zip(*[r.get("peak_rss_mb", []) for r in ok])]
         first = ok[0]
         lines.append("| %s | %d | %s | %.0f%s | %s | %.2f | %s | %.3f | %s | %.0f, %.0f |" % (

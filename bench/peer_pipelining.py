@@ -477,6 +477,8 @@ def main():
     args = parser.parse_args()
     if args.worker:
         return worker_main(args)
+    if args.steps < 2:
+        parser.error("--steps must be at least 2: every run is timed after its first step")
 
     import torch
     seeds = [int(x) for x in args.seeds.split(",")]
