@@ -26,6 +26,9 @@ row of a configuration alike:
                    ScheduleZBVZeroBubble and ScheduleDualPipeV included (with
                    --peers; bf16-weights: not run)
 
+torch's processes run with the allocator paci's worker links (tcmalloc,
+preloaded: peer_pipelining.torch_environment), so the ratios compare engines.
+
 and prints tokens/s (training tokens from the end of each run's first step to
 the end of its last: peer_pipelining.training_rate), each stage's peak resident
 memory, PACI's ratio to the 2-core limit, and model FLOPs utilisation: the
@@ -164,7 +167,7 @@ def main():
                          lambda: peers.run_paci(args, cfg, "1f1b-flush", config_dir,
                                                 partition="balanced"), 2)]
                 if precision != "bf16-weights":
-                    runs.append(("eager", "torch eager P=1", lambda: peers.run_eager(cfg), 1))
+                    runs.append(("eager", "torch eager P=1", lambda: peers.run_eager(args, cfg), 1))
                     if args.peers:
                         for key, label, *_ in peers.PEERS:
                             runs.append((key, label + " P=2",
@@ -199,11 +202,11 @@ def main():
 
     lines = ["# paci against the machine's limit, per precision and vocabulary", "",
              "CPU: %s (%s), LibTorch %s, %d steps per run, %d round%s, %.0f s in all. tokens/s "
-             "from the end of each run's first step to the end of its last%s." % (
+             "from the end of each run's first step to the end of its last%s. Allocator: %s." % (
                  model, " ".join(flags), torch.__version__, args.steps, args.rounds,
                  "" if args.rounds == 1 else "s", time.monotonic() - began,
                  "; the median of the rounds (range), each ratio the median of the rounds' own"
-                 if args.rounds > 1 else "")
+                 if args.rounds > 1 else "", peers.allocator_label(args.build))
              + (" Not run: %s (no bfloat16 instructions on this CPU)." % ", ".join(skipped)
                 if skipped else ""), "",
              "| precision | vocab | run | tokens/s | / 2-core limit | MFU | peak RSS MiB | "

@@ -361,8 +361,8 @@ def run_peer(args, cfg, key, workdir):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--nproc_per_node=2",
            "--master_addr=127.0.0.1", "--master_port=%d" % free_port(), os.path.abspath(__file__),
            "--worker=" + key, "--workdir=" + run_dir, "--config=" + json.dumps(cfg)]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          env=torch_environment(args))
     if proc.returncode != 0:  # the first rank's exception, as torchrun prints it
         errors = re.findall(r"^\[rank\d+\]: (\w+(?:Error|Exception): .*)$", proc.stdout, re.M)
         return dict(error=(errors[0] if errors else proc.stdout[-300:]).strip()[:300])
@@ -381,8 +381,46 @@ def run_peer(args, cfg, key, workdir):
                 peak_rss_mb=[round(r["peak_rss_mb"], 1) for r in ranks], wall_seconds=wall)
 
 
-def run_eager(cfg):
-    """The unsplit model, one process, one thread: a micro-batches accumulated per step."""
+def torch_environment(args):
+    """The environment torch's processes run in: one thread each, and the allocator paci's worker
+    links (tcmalloc, worker/CMakeLists.txt) preloaded, so that both sides allocate alike and the
+    ratios compare the engines. With glibc's malloc torch eager ran 28 % slower at vocabulary
+    32,768 (docs/benchmarks.md, "The allocator")."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    allocator = worker_allocator(args.build)
+    if allocator:
+        env["LD_PRELOAD"] = allocator
+    return env
+
+
+def worker_allocator(build):
+    """The path of the tcmalloc library paci's worker loads (ldd), or None when it has none."""
+    out = subprocess.run(["ldd", os.path.join(build, "worker", "paci_worker")],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True).stdout
+    found = re.search(r"libtcmalloc\S* => (\S+)", out)
+    return found.group(1) if found else None
+
+
+def allocator_label(build):
+    """The reports' words for the allocator both sides ran with."""
+    allocator = worker_allocator(build)
+    return ("tcmalloc (%s) for paci's workers and torch's processes alike" % os.path.basename(allocator)
+            if allocator else "glibc's malloc")
+
+
+def run_eager(args, cfg):
+    """The unsplit model, one process (torch_environment), one thread: a micro-batches
+    accumulated per step."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker=eager", "--config=" + json.dumps(cfg)]
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=torch_environment(args))
+    if proc.returncode != 0:
+        return dict(error=proc.stderr.strip()[-300:])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def eager_main(cfg):
+    """run_eager's process: trains, then prints its result as one line of JSON."""
     import torch
     import torch.nn.functional as F
     torch.set_num_threads(1)
@@ -407,11 +445,12 @@ def run_eager(cfg):
         optimizer.step()
         lr.step()
     wall = time.monotonic() - started
-    return dict(tokens_per_second=training_rate(cfg, cfg["steps"] - 1, wall),
-                final_train_loss=total / cfg["a"],
-                final_validation_loss=validation_loss(model.state_dict(), cfg, validation),
-                peak_rss_mb=[round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)],
-                wall_seconds=wall)
+    print(json.dumps(dict(
+        tokens_per_second=training_rate(cfg, cfg["steps"] - 1, wall),
+        final_train_loss=total / cfg["a"],
+        final_validation_loss=validation_loss(model.state_dict(), cfg, validation),
+        peak_rss_mb=[round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)],
+        wall_seconds=wall)))
 
 
 def run_paci(args, cfg, schedule, workdir, automatic=False, stages=2, tag=None, partition="even"):
@@ -475,6 +514,8 @@ def main():
     parser.add_argument("--name", default="", help="the results' file name (default "
                         "peer_pipelining, or peer_pipelining_seeds with several seeds)")
     args = parser.parse_args()
+    if args.worker == "eager":
+        return eager_main(json.loads(args.config))
     if args.worker:
         return worker_main(args)
     if args.steps < 2:
@@ -506,7 +547,7 @@ def main():
                     elif key == "paci-1f1b-flush":
                         r = run_paci(args, cfg, "1f1b-flush", seed_dir)
                     elif key == "eager":
-                        r = run_eager(cfg)
+                        r = run_eager(args, cfg)
                     else:
                         r = run_peer(args, cfg, key, seed_dir)
                 except Exception:  # a peer that cannot run is a result, not a crash
@@ -520,7 +561,7 @@ def main():
 
     synchronous = {"paci-1f1b-flush", "eager"} | {k for k, *_ in PEERS}
     text = report(args, seeds, runs, results, synchronous, torch.__version__,
-                  time.monotonic() - began)
+                  allocator_label(args.build), time.monotonic() - began)
     print(text)
     write_result(args.out, args.name or ("peer_pipelining" if len(seeds) == 1 else
                                          "peer_pipelining_seeds"),

@@ -8,7 +8,7 @@ def median(values):
     return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
 
 
-def report(args, seeds, runs, results, synchronous, torch_version, seconds):
+def report(args, seeds, runs, results, synchronous, torch_version, allocator, seconds):
     """The table: one row a run, its tokens/s the median over the seeds, its
     losses each seed's (and their mean); then PACI's validation loss against
     the seed-to-seed spread of each run in `synchronous` (the keys of the runs
@@ -16,10 +16,10 @@ def report(args, seeds, runs, results, synchronous, torch_version, seconds):
     lines = ["# paci beside torch.distributed.pipelining (bench/peer_pipelining.py)", "",
              "GPT %d layers, d_model %d, %d heads, seq_len %d, vocabulary %d; micro-batch %d, "
              "%d micro-batches per optimizer step, %d steps, seed%s %s; P = 2, one process per "
-             "stage, one thread each, on %d CPUs; torch %s; %.0f s in all." % (
+             "stage, one thread each, on %d CPUs; torch %s; allocator: %s; %.0f s in all." % (
                  args.layers, args.d_model, args.heads, args.seq_len, args.vocab, args.micro_batch,
                  args.a, args.steps, "s" if len(seeds) > 1 else "",
-                 ", ".join(map(str, seeds)), os.cpu_count(), torch_version, seconds), "",
+                 ", ".join(map(str, seeds)), os.cpu_count(), torch_version, allocator, seconds), "",
              "| run | tokens/s%s | / paci PACI | idle (paci's trace) | final train loss%s "
              "| final validation loss%s | peak RSS per process MB |" % (
                  (" (median)", " (mean)", " (each seed; mean)") if len(seeds) > 1 else ("",) * 3),

@@ -3,10 +3,11 @@
 # and a GPU machine with only CUDA, PyTorch, cmake and a compiler lacks: gRPC,
 # protobuf with protoc and the gRPC plugins, Abseil, glog, prometheus-cpp,
 # yaml-cpp, cpp-httplib, SQLite, SentencePiece, GoogleTest, nlohmann-json, Gloo's
-# headers (c10d's Gloo process group, worker/runtime/replica_group.cc), pkg-config, and
-# the libraries these need in turn. scripts/gpu-check.sh unpacks them there.
+# headers (c10d's Gloo process group, worker/runtime/replica_group.cc), tcmalloc
+# (the worker's allocator), pkg-config, and the libraries these need in turn.
+# scripts/gpu-check.sh unpacks them there.
 #
-#   scripts/gpu-deps.sh DIR     (about 23 MB of .deb files)
+#   scripts/gpu-deps.sh DIR     (about 24 MB of .deb files)
 #
 # Left out on purpose, as every Ubuntu or Debian base has them: libc6,
 # libstdc++6, libgcc-s1, libssl3, zlib1g, liblzma5, libzstd1. Left out too:
@@ -27,6 +28,7 @@ PACKAGES=(
   libsqlite3-dev libsqlite3-0 libsentencepiece-dev libsentencepiece0
   libgtest-dev libgmock-dev googletest nlohmann-json3-dev
   libgloo-dev
+  libgoogle-perftools-dev libgoogle-perftools4 libtcmalloc-minimal4
   pkgconf pkgconf-bin libpkgconf3
 )
 cd "$dir"

@@ -12,14 +12,15 @@ set -euo pipefail
 
 # Building: compilers, libraries, and the corpus (bible-kjv). libgloo-dev: the
 # Gloo headers c10d's ProcessGroupGloo.hpp includes (LibTorch carries Gloo
-# compiled in, not its headers). python3-venv: scripts/python-env.sh.
+# compiled in, not its headers). libgoogle-perftools-dev: the worker's
+# allocator, tcmalloc (worker/CMakeLists.txt). python3-venv: scripts/python-env.sh.
 BUILD_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config
   python3-venv
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libcpp-httplib-dev libgoogle-glog-dev libyaml-cpp-dev zlib1g-dev
   libgtest-dev libgmock-dev googletest
-  libsqlite3-dev libsentencepiece-dev libgloo-dev
+  libsqlite3-dev libsentencepiece-dev libgloo-dev libgoogle-perftools-dev
   nlohmann-json3-dev libssl-dev
   bible-kjv
 )

@@ -18,6 +18,9 @@
 #include <vector>
 
 #include <glog/logging.h>
+#if PACI_TCMALLOC
+#include <gperftools/tcmalloc.h>
+#endif
 #include <grpcpp/grpcpp.h>
 #include <prometheus/registry.h>
 
@@ -130,6 +133,18 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> ServeLinks(StageLinkService& links
 }
 
 // --worker_id; by hand "<job>-stage<S>"; else "<hostname>-<pid>".
+// The allocator the worker's tensors come from (worker/CMakeLists.txt).
+std::string Allocator() {
+#if PACI_TCMALLOC
+  int major = 0, minor = 0;
+  const char* patch = "";
+  tc_version(&major, &minor, &patch);
+  return absl::StrCat("tcmalloc-", major, ".", minor, patch);
+#else
+  return "glibc";
+#endif
+}
+
 std::string WorkerId(const v1::StageAssignment* by_hand) {
   if (!absl::GetFlag(FLAGS_worker_id).empty()) return absl::GetFlag(FLAGS_worker_id);
   if (by_hand != nullptr) return absl::StrCat(by_hand->job_name(), "-stage", by_hand->stage());
@@ -260,7 +275,8 @@ absl::Status Main(ShutdownSignal* shutdown) {
                              : absl::StrCat(" (peers named ",
                                             absl::GetFlag(FLAGS_link_tls_server_name), ")"));
   LOG(INFO) << "worker " << id << " pid=" << getpid() << " link=" << link_address
-            << " links=" << link_security << " metrics=http://" << metrics_address << "/metrics";
+            << " links=" << link_security << " metrics=http://" << metrics_address << "/metrics"
+            << " allocator=" << Allocator();
 
   absl::Status status;
   if (by_hand) {

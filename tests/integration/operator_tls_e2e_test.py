@@ -70,10 +70,14 @@ class OperatorTlsEndToEnd(unittest.TestCase):
         for flag in ("--tls_ca=%s/ca.crt" % MOUNT, "--tls_cert=%s/tls.crt" % MOUNT, "--tls_key=%s/tls.key" % MOUNT,
                      "--link_tls_server_name=paci-worker.default"):
             self.assertIn(flag, container["args"])
-        # Their output, as the kubelet keeps it while the pods exist (they go when the job ends).
+        # Their output, as the kubelet keeps it while the pods exist (they go when the job ends);
+        # the image's worker allocates through tcmalloc (its library is in the image).
+        def started(pod):
+            out = self.cluster.kubectl("logs", pod, check=False).stdout
+            return "links=mutual TLS (peers named paci-worker.default)" in out and out
         for pod in ("kjv-tiny-worker-0", "kjv-tiny-worker-1"):
-            wait_until(pod + "'s log", lambda: "links=mutual TLS (peers named paci-worker.default)" in
-                       self.cluster.kubectl("logs", pod, check=False).stdout, timeout=120)
+            log = wait_until(pod + "'s log", lambda: started(pod), timeout=120)
+            self.assertRegex(log, r"allocator=tcmalloc-\d+\.\d+")
         job = wait_until("kjv-tiny finished", lambda: (lambda j: j.get("status", {}).get("phase") in (
             "Succeeded", "Failed") and j)(self.cluster.get("trainingjob", "kjv-tiny")), timeout=300, interval=0.5)
         self.assertEqual(job["status"]["phase"], "Succeeded", job["status"])

@@ -62,7 +62,8 @@ class AdamW {
   // float32 ones the copy taken before the move, in one float32 buffer reused
   // from move to move, as large as the most any one move copied (a forward
   // that moves its pieces one at a time, StageModel::Prediction, needs the
-  // largest piece's copy, not the stage's). The decoupled weight decay's share
+  // largest piece's copy, not the stage's, and frees it with RetractAndRelease()
+  // once the forward is done, for the backward's use). The decoupled weight decay's share
   // (lr * weight_decay * w, a thousandth of the Adam term at the examples'
   // rates) is left out. No move before the first step (no moments).
   //
@@ -82,6 +83,11 @@ class AdamW {
   void Extrapolate(double lr_steps);  // every parameter, whole
   // Puts back what the last Extrapolate moved (nothing after a Retract).
   void Retract();
+  // Puts back what the last Extrapolate moved and frees the copies' buffer.
+  void RetractAndRelease() {
+    Retract();
+    copies_ = torch::Tensor();
+  }
 
   // Delay compensation (pipeline.drift_correction "delay-comp"), DC-ASGD's
   // adaptive form (Zheng et al., 2017) on AdamW, before Step(): a gradient

@@ -452,8 +452,9 @@ TEST(AdamWTest, CompensateDelayAddsTheTaylorTermByHand) {
 }
 
 // Retract restores the parameters bit for bit, float32 (from the copy taken before the
-// move) and bf16 (from the master weights) alike, however many moves: replicas that
-// predicted different forwards still hold the same weights.
+// move) and bf16 (from the master weights) alike, however many moves, and so does
+// RetractAndRelease, whose freed copy the next move takes again: replicas that predicted
+// different forwards still hold the same weights.
 TEST(AdamWTest, RetractRestoresTheWeightsBitForBit) {
   for (const torch::ScalarType dtype : {torch::kFloat, torch::kBFloat16}) {
     SCOPED_TRACE(c10::toString(dtype));
@@ -471,6 +472,17 @@ TEST(AdamWTest, RetractRestoresTheWeightsBitForBit) {
       adamw.Extrapolate(lr_steps);
       EXPECT_FALSE(torch::equal(layer->weight, before));
       adamw.Retract();
+      EXPECT_TRUE(torch::equal(layer->weight, before));
+    }
+    for (double lr_steps : {5e-2, 3e-1}) {
+      adamw.Extrapolate(lr_steps);
+      const torch::Tensor moved = layer->weight.detach().clone();
+      EXPECT_FALSE(torch::equal(moved, before));
+      adamw.RetractAndRelease();
+      EXPECT_TRUE(torch::equal(layer->weight, before));
+      adamw.Extrapolate(lr_steps);  // the same move again, on a new copy
+      EXPECT_TRUE(torch::equal(layer->weight, moved));
+      adamw.RetractAndRelease();
       EXPECT_TRUE(torch::equal(layer->weight, before));
     }
   }

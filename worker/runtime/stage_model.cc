@@ -180,7 +180,7 @@ StageModel::Prediction::Prediction(AdamW* optimizer, GptStageImpl* module, doubl
 StageModel::Prediction::~Prediction() {
   if (optimizer_ == nullptr) return;
   module_->set_piece_hook(nullptr);
-  optimizer_->Retract();
+  optimizer_->RetractAndRelease();
 }
 
 StageModel::Prediction StageModel::PredictWeights(int64_t steps_ahead, int64_t steps_taken,
