@@ -132,7 +132,6 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> ServeLinks(StageLinkService& links
   return server;
 }
 
-// --worker_id; by hand "<job>-stage<S>"; else "<hostname>-<pid>".
 // The allocator the worker's tensors come from (worker/CMakeLists.txt).
 std::string Allocator() {
 #if PACI_TCMALLOC
@@ -145,6 +144,7 @@ std::string Allocator() {
 #endif
 }
 
+// --worker_id; by hand "<job>-stage<S>"; else "<hostname>-<pid>".
 std::string WorkerId(const v1::StageAssignment* by_hand) {
   if (!absl::GetFlag(FLAGS_worker_id).empty()) return absl::GetFlag(FLAGS_worker_id);
   if (by_hand != nullptr) return absl::StrCat(by_hand->job_name(), "-stage", by_hand->stage());

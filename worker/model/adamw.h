@@ -62,10 +62,11 @@ class AdamW {
   // float32 ones the copy taken before the move, in one float32 buffer reused
   // from move to move, as large as the most any one move copied (a forward
   // that moves its pieces one at a time, StageModel::Prediction, needs the
-  // largest piece's copy, not the stage's, and frees it with RetractAndRelease()
-  // once the forward is done, for the backward's use). The decoupled weight decay's share
-  // (lr * weight_decay * w, a thousandth of the Adam term at the examples'
-  // rates) is left out. No move before the first step (no moments).
+  // largest piece's copy, not the stage's, and frees it with
+  // RetractAndRelease() once the forward is done, for the backward's use).
+  // The decoupled weight decay's share (lr * weight_decay * w, a thousandth of
+  // the Adam term at the examples' rates) is left out. No move before the
+  // first step (no moments).
   //
   // `reads` narrows the move to what the forward reads: a table it looks up
   // by index (the token embedding) moves the rows of `reads.rows[name]` only,
