@@ -26,9 +26,6 @@ row of a configuration alike:
                    ScheduleZBVZeroBubble and ScheduleDualPipeV included (with
                    --peers; bf16-weights: not run)
 
-torch's processes run with the allocator paci's worker links (tcmalloc,
-preloaded: peer_pipelining.torch_environment), so the ratios compare engines.
-
 and prints tokens/s (training tokens from the end of each run's first step to
 the end of its last: peer_pipelining.training_rate), each stage's peak resident
 memory, PACI's ratio to the 2-core limit, and model FLOPs utilisation: the
@@ -41,6 +38,9 @@ shared machine hits each run alike; the table gives each run's median tokens/s
 with the range, and each ratio to the limit as the median of the rounds' own
 ratios (each round's run over the same round's limit). Peak memory is the
 highest of the rounds.
+
+torch's processes run with the allocator paci's worker links (tcmalloc,
+preloaded: peer_pipelining.torch_environment), so the ratios compare engines.
 
 Writes --out/cpu_limits.md and cpu_limits.json (default bench/results/).
 

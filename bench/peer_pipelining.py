@@ -47,6 +47,7 @@ Needs a built tree (scripts/build.sh: its Python environment has the torch
 whose LibTorch paci links) and data/kjv.txt (scripts/kjv-corpus.sh).
 """
 import argparse
+import functools
 import json
 import math
 import os
@@ -393,6 +394,7 @@ def torch_environment(args):
     return env
 
 
+@functools.lru_cache(maxsize=None)
 def worker_allocator(build):
     """The path of the tcmalloc library paci's worker loads (ldd), or None when it has none."""
     out = subprocess.run(["ldd", os.path.join(build, "worker", "paci_worker")],
