@@ -298,6 +298,24 @@ torch::ScalarType MatmulType(const torch::Tensor& hidden, const torch::Tensor& w
              : weight.scalar_type();
 }
 
+// Rows x [n, V] of logits, in place: exp(logit - the row's max), one exp an
+// element (log_softmax and an exp after it take two). `lse` [n] gets the rows'
+// log-sum-exp and `inverse_sum` [n] the inverse of their sums of exps, so that
+// the softmax is x * inverse_sum.
+void ExpRows(torch::Tensor x, torch::Tensor lse, torch::Tensor inverse_sum) {
+  const torch::Tensor max = x.amax({1}, true);
+  x.sub_(max).exp_();
+  at::sum_out(inverse_sum, x, {1});
+  at::log_out(lse, inverse_sum).add_(max.squeeze(1));
+  inverse_sum.reciprocal_();
+}
+
+// The rows of logits the loss's element-wise passes take at once
+// (kLossChunkBytes of float32, at least one).
+int64_t ChunkRows(int64_t columns) {
+  return std::max<int64_t>(1, kLossChunkBytes / (columns * int64_t{sizeof(float)}));
+}
+
 class LinearCrossEntropyFunction
     : public torch::autograd::Function<LinearCrossEntropyFunction> {
  public:
@@ -310,24 +328,29 @@ class LinearCrossEntropyFunction
     const torch::Tensor h = hidden.to(compute), w = weight.to(compute);
     torch::Tensor logits = torch::mm(h, w.t());
     if (logits.scalar_type() != torch::kFloat) logits = logits.to(torch::kFloat);
-    const int64_t rows = std::max<int64_t>(1, kLossChunkBytes / (V * int64_t{sizeof(float)}));
+    const int64_t rows = ChunkRows(V);
+    const torch::Tensor target_logits = logits.gather(1, targets.unsqueeze(1)).squeeze(1);
     torch::Tensor losses = torch::empty({N}, logits.options());
-    torch::Tensor scratch = torch::empty({std::min(rows, N), V}, logits.options());
-    const torch::Tensor minus_one = torch::full({std::min(rows, N), 1}, -1.0, logits.options());
+    torch::Tensor inverse_sum = torch::empty({N}, logits.options());
     const double inverse_n = 1.0 / static_cast<double>(N);
+    const torch::Tensor minus_inverse_n =
+        torch::full({std::min(rows, N), 1}, -inverse_n, logits.options());
     for (int64_t start = 0; start < N; start += rows) {
       const int64_t n = std::min(rows, N - start);
       torch::Tensor x = logits.narrow(0, start, n);
-      const torch::Tensor t = targets.narrow(0, start, n).unsqueeze(1);
-      torch::Tensor log_p = scratch.narrow(0, 0, n);
-      at::_log_softmax_out(log_p, x, 1, false);
-      losses.narrow(0, start, n).copy_(log_p.gather(1, t).squeeze(1).neg());
-      if (!gradients) continue;
+      torch::Tensor lse = losses.narrow(0, start, n);
+      torch::Tensor inverse = inverse_sum.narrow(0, start, n);
+      if (!gradients) {
+        at::logsumexp_out(lse, x, {1}, false);
+        continue;
+      }
+      ExpRows(x, lse, inverse);
       // The loss's gradient in the logits' place: (softmax - one-hot) / N.
-      at::exp_out(x, log_p);
-      x.scatter_add_(1, t, minus_one.narrow(0, 0, n));
-      x.mul_(inverse_n);
+      x.mul_(inverse.mul(inverse_n).unsqueeze(1));
+      x.scatter_add_(1, targets.narrow(0, start, n).unsqueeze(1),
+                     minus_inverse_n.narrow(0, 0, n));
     }
+    losses.sub_(target_logits);
     if (gradients) {
       // The backward computes the two matmuls from these, in the forward's type.
       ctx->save_for_backward({logits.to(compute), h, w});
@@ -346,9 +369,9 @@ class LinearCrossEntropyFunction
       return static_cast<torch::ScalarType>(ctx->saved_data[key].toInt());
     };
     const torch::Tensor grad_hidden = torch::mm(grad_logits, w).to(type("hidden_type"));
-    const torch::Tensor grad_weight = torch::mm(grad_logits.t(), h).to(type("weight_type"));
     grad_hidden.mul_(scale);
-    grad_weight.mul_(scale);
+    // The factor on h [N, d], not on the weight's gradient [V, d]: a pass the smaller.
+    const torch::Tensor grad_weight = torch::mm(grad_logits.t(), h * scale).to(type("weight_type"));
     return {grad_hidden, grad_weight, torch::Tensor(), torch::Tensor()};
   }
 };
@@ -364,16 +387,36 @@ torch::Tensor LinearCrossEntropy(const torch::Tensor& hidden, const torch::Tenso
 
 namespace {
 
+// The weight gradient of a part of the head, [rows, d] in float32, for the
+// logits' gradient (row_scale * exps - one-hot * target_scale) [N, rows]
+// without making it: the rows' scales go on hidden [N, d] instead of on the
+// part's exps [N, rows] (exps^T (row_scale hidden)), and the one-hot adds the
+// target rows of hidden, which saves a pass over the exps.
+torch::Tensor PartWeightGradient(const torch::Tensor& exps, const torch::Tensor& hidden,
+                                 const torch::Tensor& row_scale,
+                                 const torch::Tensor& local_targets,
+                                 const torch::Tensor& target_scale) {
+  torch::NoGradGuard no_grad;
+  const torch::Tensor h = hidden.to(torch::kFloat);
+  const torch::Tensor scaled = (h * row_scale.unsqueeze(1)).to(hidden.scalar_type());
+  torch::Tensor gradient = torch::mm(exps.t(), scaled).to(torch::kFloat);
+  gradient.index_add_(0, local_targets, h * target_scale.unsqueeze(1).neg());
+  return gradient;
+}
+
 // The loss of a split head on the last stage, worked out in the forward
 // (SplitHeadLoss): the backward scales the hidden state's gradient and makes
-// the weight's from the logits' gradient by one matmul.
+// the weight's from the part's exps by one matmul.
 class PrecomputedLossFunction : public torch::autograd::Function<PrecomputedLossFunction> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& hidden,
                                const torch::Tensor& weight, const torch::Tensor& loss,
-                               const torch::Tensor& grad_hidden, const torch::Tensor& grad_logits,
-                               const torch::Tensor& compute_hidden) {
-    ctx->save_for_backward({grad_hidden, grad_logits, compute_hidden});
+                               const torch::Tensor& grad_hidden, const torch::Tensor& exps,
+                               const torch::Tensor& compute_hidden, const torch::Tensor& row_scale,
+                               const torch::Tensor& local_targets,
+                               const torch::Tensor& target_scale) {
+    ctx->save_for_backward(
+        {grad_hidden, exps, compute_hidden, row_scale, local_targets, target_scale});
     ctx->saved_data["hidden_type"] = static_cast<int64_t>(hidden.scalar_type());
     ctx->saved_data["weight_type"] = static_cast<int64_t>(weight.scalar_type());
     return loss.clone();
@@ -387,21 +430,14 @@ class PrecomputedLossFunction : public torch::autograd::Function<PrecomputedLoss
       return static_cast<torch::ScalarType>(ctx->saved_data[key].toInt());
     };
     torch::Tensor grad_hidden = (saved[0] * scale).to(type("hidden_type"));
-    torch::Tensor grad_weight = torch::mm(saved[1].t(), saved[2]).to(type("weight_type"));
-    grad_weight.mul_(scale);
-    return {grad_hidden, grad_weight, torch::Tensor(), torch::Tensor(), torch::Tensor(),
-            torch::Tensor()};
+    // The factor on the rows' scales, not on the weight's gradient [rows, d].
+    const torch::Tensor grad_weight =
+        PartWeightGradient(saved[1], saved[2], saved[3] * scale, saved[4], saved[5] * scale);
+    return {grad_hidden, grad_weight.to(type("weight_type")),
+            torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
+            torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
-
-// The part's logits' gradient in its probabilities' place: (scale * softmax -
-// one-hot) * factor.
-void HeadShardGradient(HeadShardPart& part, const torch::Tensor& scale, double factor) {
-  torch::NoGradGuard no_grad;
-  part.probs.mul_(scale.unsqueeze(1) * factor);
-  part.probs.scatter_add_(1, part.local_targets.unsqueeze(1),
-                          part.in_shard.unsqueeze(1).to(torch::kFloat) * -factor);
-}
 
 }  // namespace
 
@@ -413,25 +449,25 @@ HeadShardPart HeadShardForward(const torch::Tensor& hidden, const torch::Tensor&
   HeadShardPart part;
   part.hidden = hidden.to(compute);
   const torch::Tensor w = weight.to(compute);
-  torch::Tensor probs = torch::mm(part.hidden, w.t());
-  if (probs.scalar_type() != torch::kFloat) probs = probs.to(torch::kFloat);
+  torch::Tensor exps = torch::mm(part.hidden, w.t());
+  if (exps.scalar_type() != torch::kFloat) exps = exps.to(torch::kFloat);
   const torch::Tensor local = targets - row_begin;
   part.in_shard = local.ge(0).logical_and(local.lt(rows));
   part.local_targets = local.clamp(0, rows - 1);
   part.target_logit =
-      probs.gather(1, part.local_targets.unsqueeze(1)).squeeze(1).mul(part.in_shard);
-  part.lse = torch::empty({N}, probs.options());
+      exps.gather(1, part.local_targets.unsqueeze(1)).squeeze(1).mul(part.in_shard);
+  part.lse = torch::empty({N}, exps.options());
+  part.inverse_sum = torch::empty({N}, exps.options());
   // A few rows at a time, while they sit in the core's cache (as LinearCrossEntropy).
-  const int64_t chunk = std::max<int64_t>(1, kLossChunkBytes / (rows * int64_t{sizeof(float)}));
+  const int64_t chunk = ChunkRows(rows);
   for (int64_t start = 0; start < N; start += chunk) {
     const int64_t n = std::min(chunk, N - start);
-    torch::Tensor x = probs.narrow(0, start, n);
-    torch::Tensor lse = part.lse.narrow(0, start, n);
-    at::logsumexp_out(lse, x, {1}, false);
-    x.sub_(lse.unsqueeze(1)).exp_();
+    ExpRows(exps.narrow(0, start, n), part.lse.narrow(0, start, n),
+            part.inverse_sum.narrow(0, start, n));
   }
-  part.probs = probs;
-  part.weighted = torch::mm(probs.to(compute), w).to(torch::kFloat);
+  part.exps = exps;
+  part.weighted = torch::mm(exps.to(compute), w).to(torch::kFloat);
+  part.weighted.mul_(part.inverse_sum.unsqueeze(1));
   part.target_rows =
       w.index_select(0, part.local_targets).to(torch::kFloat).mul_(part.in_shard.unsqueeze(1));
   return part;
@@ -446,7 +482,7 @@ torch::Tensor PackHeadShard(const HeadShardPart& part) {
 torch::Tensor SplitHeadLoss(const torch::Tensor& hidden, const torch::Tensor& weight,
                             HeadShardPart local, const torch::Tensor& other,
                             torch::Tensor* other_scale) {
-  torch::Tensor grad_hidden, loss;
+  torch::Tensor grad_hidden, loss, own;
   {
     torch::NoGradGuard no_grad;
     const int64_t N = hidden.size(0), d = hidden.size(1);
@@ -456,25 +492,26 @@ torch::Tensor SplitHeadLoss(const torch::Tensor& hidden, const torch::Tensor& we
     const torch::Tensor other_logit = other.select(1, 2 * d + 1);
     const torch::Tensor lse = torch::logaddexp(local.lse, other_lse);
     loss = (lse - local.target_logit - other_logit).sum() / static_cast<double>(N);
-    const torch::Tensor own = (local.lse - lse).exp_();
+    own = (local.lse - lse).exp_();
     *other_scale = (other_lse - lse).exp_();
     // d loss / d hidden, summed over both parts of the vocabulary.
     grad_hidden = (local.weighted * own.unsqueeze(1) - local.target_rows +
                    other_weighted * other_scale->unsqueeze(1) - other_rows)
                       .div_(static_cast<double>(N));
-    // d loss / d logits of this part: (softmax - one-hot) / N, in the probabilities' place.
-    HeadShardGradient(local, own, 1.0 / static_cast<double>(N));
   }
-  return PrecomputedLossFunction::apply(hidden, weight, loss, grad_hidden,
-                                        local.probs.to(local.hidden.scalar_type()),
-                                        local.hidden);
+  // d loss / d logits of this part, (own softmax - one-hot) / N, is made in the backward.
+  const double inverse_n = 1.0 / static_cast<double>(hidden.size(0));
+  return PrecomputedLossFunction::apply(
+      hidden, weight, loss, grad_hidden, local.exps.to(local.hidden.scalar_type()), local.hidden,
+      own * local.inverse_sum * inverse_n, local.local_targets,
+      local.in_shard.to(torch::kFloat) * inverse_n);
 }
 
-torch::Tensor HeadShardWeightGradient(HeadShardPart& part, const torch::Tensor& scale,
+torch::Tensor HeadShardWeightGradient(const HeadShardPart& part, const torch::Tensor& scale,
                                       double factor) {
-  HeadShardGradient(part, scale, factor);
-  torch::NoGradGuard no_grad;
-  return torch::mm(part.probs.to(part.hidden.scalar_type()).t(), part.hidden);
+  return PartWeightGradient(part.exps.to(part.hidden.scalar_type()), part.hidden,
+                            scale * part.inverse_sum * factor, part.local_targets,
+                            part.in_shard.to(torch::kFloat) * factor);
 }
 
 }  // namespace paci

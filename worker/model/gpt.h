@@ -189,10 +189,11 @@ struct HeadShardPart {
   torch::Tensor hidden;         // [N, d], in the matmuls' type
   torch::Tensor lse;            // [N]: log-sum-exp of the part's logits
   torch::Tensor target_logit;   // [N]: the target's logit, 0 where it is another part's
-  torch::Tensor probs;          // [N, rows]: the softmax within the part
+  torch::Tensor exps;           // [N, rows]: exp(logit - the row's largest logit)
+  torch::Tensor inverse_sum;    // [N]: 1 / the row's sum of exps; the softmax is their product
   torch::Tensor local_targets;  // [N] int64: the target's row in the part (clamped)
   torch::Tensor in_shard;       // [N] bool: the target is one of the part's rows
-  torch::Tensor weighted;       // [N, d]: probs W
+  torch::Tensor weighted;       // [N, d]: softmax W
   torch::Tensor target_rows;    // [N, d]: W's target row where in_shard, else 0
 };
 HeadShardPart HeadShardForward(const torch::Tensor& hidden, const torch::Tensor& weight,
@@ -208,10 +209,10 @@ torch::Tensor PackHeadShard(const HeadShardPart& part);
 torch::Tensor SplitHeadLoss(const torch::Tensor& hidden, const torch::Tensor& weight,
                             HeadShardPart local, const torch::Tensor& other,
                             torch::Tensor* other_scale);
-// The stage before the last: its rows' weight gradient, [rows, d] in the
-// matmuls' type, for the loss scaled by `factor` (1 / (N x accumulation)),
-// from the last stage's `scale`. Overwrites part.probs.
-torch::Tensor HeadShardWeightGradient(HeadShardPart& part, const torch::Tensor& scale,
+// The stage before the last: its rows' weight gradient, [rows, d] in
+// float32, for the loss scaled by `factor` (1 / (N x accumulation)),
+// from the last stage's `scale`.
+torch::Tensor HeadShardWeightGradient(const HeadShardPart& part, const torch::Tensor& scale,
                                       double factor);
 
 }  // namespace paci

@@ -224,6 +224,47 @@ TEST(GptStageTest, AHeadSplitByVocabularyGivesTheWholeHeadsLossAndGradients) {
   }
 }
 
+// Under bf16 autocast the split head's matmuls run in bfloat16 as the whole
+// head's do: its loss and its two parts' weight gradients are the fused whole
+// head's under autocast, within bfloat16's rounding.
+TEST(GptStageTest, UnderBf16AutocastAHeadSplitGivesTheWholeHeadsLossAndGradients) {
+  const GptConfig c = TinyConfig();
+  const int64_t rows = 9;
+  torch::manual_seed(4);
+  const torch::Tensor hidden = torch::randn({3 * c.seq_len, c.d_model});
+  const torch::Tensor targets = torch::randint(c.vocab_size, {3 * c.seq_len}, torch::kLong);
+  const torch::Tensor weight = torch::randn({c.vocab_size, c.d_model}) * 0.3;
+  StagePlacement placement = *ResolvePlacement("cpu", "bf16-autocast");
+  AutocastScope autocast(placement);
+
+  const torch::Tensor whole_hidden = hidden.clone().requires_grad_(true);
+  const torch::Tensor whole_weight = weight.clone().requires_grad_(true);
+  const torch::Tensor expected = LinearCrossEntropy(whole_hidden, whole_weight, targets);
+  expected.backward();
+
+  const torch::Tensor first = weight.narrow(0, 0, rows).clone();
+  const torch::Tensor last = weight.narrow(0, rows, c.vocab_size - rows).clone().requires_grad_(true);
+  const torch::Tensor split_hidden = hidden.clone().requires_grad_(true);
+  HeadShardPart other = HeadShardForward(hidden, first, targets, 0);
+  HeadShardPart own = HeadShardForward(hidden, last, targets, rows);
+  EXPECT_EQ(own.hidden.scalar_type(), torch::kBFloat16);  // the matmuls' type
+  torch::Tensor scale;
+  const torch::Tensor loss = SplitHeadLoss(split_hidden, last, own, PackHeadShard(other), &scale);
+  loss.backward();
+  const torch::Tensor first_gradient =
+      HeadShardWeightGradient(other, scale, 1.0 / static_cast<double>(hidden.size(0)));
+
+  EXPECT_NEAR(loss.item<double>(), expected.item<double>(), 0.01 * expected.item<double>());
+  const torch::Tensor& want = whole_weight.grad();
+  const double tolerance = 0.02 * want.abs().max().item<double>();
+  EXPECT_EQ(first_gradient.scalar_type(), torch::kFloat);
+  EXPECT_TRUE(torch::allclose(first_gradient, want.narrow(0, 0, rows), 0.0, tolerance));
+  EXPECT_TRUE(torch::allclose(last.grad(), want.narrow(0, rows, c.vocab_size - rows), 0.0,
+                              tolerance));
+  EXPECT_TRUE(torch::allclose(split_hidden.grad(), whole_hidden.grad(), 0.0,
+                              0.02 * whole_hidden.grad().abs().max().item<double>()));
+}
+
 // --profile_units' report: each unit timed, and the balanced plan's head
 // split under the measured costs and under the model's, the latter the very
 // split the workers make (PlanPartition of the spec).

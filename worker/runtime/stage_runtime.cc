@@ -210,6 +210,7 @@ absl::StatusOr<torch::Tensor> StageRuntime::SplitHeadForward(uint64_t id,
   Mark(v1::Span::IDLE);
   torch::Tensor scale;
   torch::Tensor loss = SplitHeadLoss(flat, module->head_weight(), std::move(own), other, &scale);
+  Mark(v1::Span::FORWARD, id);
   Send(StageChannel::To::kPrevious, v1::TensorFrame::HEAD_SCALE, id, &scale);
   Mark(v1::Span::SEND, id);
   return loss;
