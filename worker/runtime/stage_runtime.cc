@@ -20,6 +20,11 @@ ReplicaRole RoleOf(const GradientSync* group) {
   return ReplicaRole{group->replica(), group->num_replicas()};
 }
 
+// How long the stage before the last waits, before a backward, for the
+// HEAD_INPUT the last stage is about to send: its hand-over and, once an
+// accumulation, its optimizer step (16 ms at vocabulary 32,768).
+constexpr absl::Duration kHeadInputWait = absl::Milliseconds(50);
+
 }  // namespace
 
 StageRuntime::StageRuntime(StageRuntimeOptions options, StageMetrics& metrics)
@@ -115,8 +120,9 @@ absl::Status StageRuntime::Loop() {
   while (true) {
     RETURN_IF_ERROR(inbox.failure());
     if (cancelled_.load()) return absl::CancelledError("the job was cancelled");
-    // The last stage waits on these: before anything else.
-    if (head_shard_) RETURN_IF_ERROR(HandleHeadFrames());
+    // The last stage waits on a HEAD_INPUT's part: before anything else. A
+    // scale, which only the next backward needs, gives way to a forward.
+    if (head_shard_) RETURN_IF_ERROR(HandleHeadFrames(/*scales=*/false));
     if (!first_) {
       auto kind = inbox.PeekKind(Inbox::From::kPrevious);
       if (kind && *kind != v1::TensorFrame::ACTIVATION) {
@@ -143,6 +149,11 @@ absl::Status StageRuntime::Loop() {
       case StageAction::kDone:
         return Finish();
       case StageAction::kWait:
+        // Nothing else to do: a scale held back for a forward goes now.
+        if (deferred_scale_.has_value()) {
+          RETURN_IF_ERROR(HandleHeadFrames(/*scales=*/true));
+          if (!deferred_scale_.has_value()) break;
+        }
         inbox.Wait(absl::Milliseconds(100));
         Mark(v1::Span::IDLE);
         break;
@@ -185,6 +196,7 @@ absl::Status StageRuntime::Forward() {
   if (!last_) {
     Send(StageChannel::To::kNext, v1::TensorFrame::ACTIVATION, id, &output);
     Mark(v1::Span::SEND, id);
+    if (head_shard_) ++head_inputs_due_;
   }
   pending_.push_back({id, input, output});
   stats_.AddForward(scheduler_->forwards());
@@ -239,7 +251,7 @@ absl::StatusOr<torch::Tensor> StageRuntime::AwaitHeadPart(uint64_t id) {
   }
 }
 
-absl::Status StageRuntime::HandleHeadFrames() {
+absl::Status StageRuntime::HandleHeadFrames(bool scales) {
   GptStage& module = model_->module();
   while (true) {
     std::optional<v1::TensorFrame> frame = std::move(deferred_scale_);
@@ -249,8 +261,8 @@ absl::Status StageRuntime::HandleHeadFrames() {
     const uint64_t id = frame->micro_batch_id();
     // A scale belongs to the step of its micro-batch: it waits until the
     // backwards before that micro-batch (and a step they may make) are done.
-    if (frame->kind() == v1::TensorFrame::HEAD_SCALE && scheduler_->in_flight() > 0 &&
-        id > scheduler_->oldest_in_flight()) {
+    if (frame->kind() == v1::TensorFrame::HEAD_SCALE &&
+        (!scales || (scheduler_->in_flight() > 0 && id > scheduler_->oldest_in_flight()))) {
       deferred_scale_ = std::move(frame);
       return absl::OkStatus();
     }
@@ -261,6 +273,7 @@ absl::Status StageRuntime::HandleHeadFrames() {
     }
     ASSIGN_OR_RETURN(const torch::Tensor tensor, channel_.Incoming(*frame, *model_));
     if (frame->kind() == v1::TensorFrame::HEAD_INPUT) {
+      --head_inputs_due_;
       const torch::Tensor targets = TrainingTokens(id).second.reshape({-1});
       AutocastScope autocast(model_->placement());
       HeadShardPart part = HeadShardForward(tensor.reshape({-1, tensor.size(-1)}),
@@ -307,10 +320,27 @@ void StageRuntime::SendHeadRows(int64_t step) {
   Send(StageChannel::To::kNext, v1::TensorFrame::HEAD_ROWS, 0, &rows, step);
 }
 
+absl::Status StageRuntime::TakeTheNextHeadInput() {
+  Inbox& inbox = *options_.inbox;
+  const absl::Time deadline = absl::Now() + kHeadInputWait;
+  const int due = head_inputs_due_;
+  while (head_inputs_due_ == due && !inbox.closed() && inbox.failure().ok()) {
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) break;
+    inbox.WaitFor(Inbox::From::kHead, left);
+    Mark(v1::Span::IDLE);
+    RETURN_IF_ERROR(HandleHeadFrames(/*scales=*/true));
+    // A scale held back for a later backward holds the frames behind it too.
+    if (deferred_scale_.has_value()) break;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status StageRuntime::Backward() {
   // A split head's scale of this micro-batch came before its gradient: its
   // share of the weight gradient goes into the step this backward may make.
-  if (head_shard_) RETURN_IF_ERROR(HandleHeadFrames());
+  if (head_shard_) RETURN_IF_ERROR(HandleHeadFrames(/*scales=*/true));
+  if (head_shard_ && head_inputs_due_ > 0) RETURN_IF_ERROR(TakeTheNextHeadInput());
   uint64_t id = scheduler_->oldest_in_flight();
   torch::Tensor grad;
   if (!last_) {

@@ -115,8 +115,14 @@ class StageRuntime {
   // The last stage of a split head: the forward's loss over both parts.
   absl::StatusOr<torch::Tensor> SplitHeadForward(uint64_t id, const torch::Tensor& input);
   // The stage before the last: every HEAD_INPUT and HEAD_SCALE waiting, in
-  // order, up to a scale whose micro-batch is not the next to go backward.
-  absl::Status HandleHeadFrames();
+  // order, up to a scale whose micro-batch is not the next to go backward, or
+  // up to any scale where `scales` is false (it is held in deferred_scale_).
+  absl::Status HandleHeadFrames(bool scales);
+  // The stage before the last, before a backward: the last stage sends the
+  // next micro-batch's HEAD_INPUT as it starts it, right after this gradient
+  // (or its optimizer step): its part goes first, so that the last stage does
+  // not wait for it through this whole backward. Waits up to kHeadInputWait.
+  absl::Status TakeTheNextHeadInput();
   // The last stage: waits for the HEAD_PART of micro-batch `id`.
   absl::StatusOr<torch::Tensor> AwaitHeadPart(uint64_t id);
   // The stage before the last, at a drained point before the validation activations.
@@ -166,7 +172,11 @@ class StageRuntime {
   // last), or the rest and the loss (the last stage).
   bool head_shard_ = false, split_last_ = false;
   std::deque<HeadJob> head_jobs_;  // at most one: the last stage asks after each scale
-  // A HEAD_SCALE that came before the backward of the micro-batch ahead of it.
+  // The stage before the last: micro-batches it has sent on whose HEAD_INPUT has
+  // not come yet.
+  int head_inputs_due_ = 0;
+  // A HEAD_SCALE held back: it came before the backward of the micro-batch
+  // ahead of it, or gave way to a forward.
   std::optional<v1::TensorFrame> deferred_scale_;
   torch::Tensor eval_first_rows_;  // last stage: HEAD_ROWS of the current evaluation
   int64_t start_step_ = 0;
