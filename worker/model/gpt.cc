@@ -338,13 +338,9 @@ class LinearCrossEntropyFunction
     for (int64_t start = 0; start < N; start += rows) {
       const int64_t n = std::min(rows, N - start);
       torch::Tensor x = logits.narrow(0, start, n);
-      torch::Tensor lse = losses.narrow(0, start, n);
       torch::Tensor inverse = inverse_sum.narrow(0, start, n);
-      if (!gradients) {
-        at::logsumexp_out(lse, x, {1}, false);
-        continue;
-      }
-      ExpRows(x, lse, inverse);
+      ExpRows(x, losses.narrow(0, start, n), inverse);
+      if (!gradients) continue;
       // The loss's gradient in the logits' place: (softmax - one-hot) / N.
       x.mul_(inverse.mul(inverse_n).unsqueeze(1));
       x.scatter_add_(1, targets.narrow(0, start, n).unsqueeze(1),
@@ -465,8 +461,8 @@ HeadShardPart HeadShardForward(const torch::Tensor& hidden, const torch::Tensor&
     ExpRows(exps.narrow(0, start, n), part.lse.narrow(0, start, n),
             part.inverse_sum.narrow(0, start, n));
   }
-  part.exps = exps;
-  part.weighted = torch::mm(exps.to(compute), w).to(torch::kFloat);
+  part.exps = exps.to(compute);  // what the two matmuls read, made once
+  part.weighted = torch::mm(part.exps, w).to(torch::kFloat);
   part.weighted.mul_(part.inverse_sum.unsqueeze(1));
   part.target_rows =
       w.index_select(0, part.local_targets).to(torch::kFloat).mul_(part.in_shard.unsqueeze(1));
@@ -502,14 +498,14 @@ torch::Tensor SplitHeadLoss(const torch::Tensor& hidden, const torch::Tensor& we
   // d loss / d logits of this part, (own softmax - one-hot) / N, is made in the backward.
   const double inverse_n = 1.0 / static_cast<double>(hidden.size(0));
   return PrecomputedLossFunction::apply(
-      hidden, weight, loss, grad_hidden, local.exps.to(local.hidden.scalar_type()), local.hidden,
+      hidden, weight, loss, grad_hidden, local.exps, local.hidden,
       own * local.inverse_sum * inverse_n, local.local_targets,
       local.in_shard.to(torch::kFloat) * inverse_n);
 }
 
 torch::Tensor HeadShardWeightGradient(const HeadShardPart& part, const torch::Tensor& scale,
                                       double factor) {
-  return PartWeightGradient(part.exps.to(part.hidden.scalar_type()), part.hidden,
+  return PartWeightGradient(part.exps, part.hidden,
                             scale * part.inverse_sum * factor, part.local_targets,
                             part.in_shard.to(torch::kFloat) * factor);
 }

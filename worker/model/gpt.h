@@ -184,12 +184,12 @@ inline constexpr int64_t kLossChunkBytes = int64_t{1} << 20;
 //
 // One part, for hidden [N, d], its rows' weight W [rows, d] and targets [N]
 // (token ids of the whole vocabulary; this part's rows start at row_begin).
-// Float32 but for `hidden`, in the matmuls' type.
+// Float32 but for `hidden` and `exps`, in the matmuls' type.
 struct HeadShardPart {
   torch::Tensor hidden;         // [N, d], in the matmuls' type
   torch::Tensor lse;            // [N]: log-sum-exp of the part's logits
   torch::Tensor target_logit;   // [N]: the target's logit, 0 where it is another part's
-  torch::Tensor exps;           // [N, rows]: exp(logit - the row's largest logit)
+  torch::Tensor exps;           // [N, rows], matmuls' type: exp(logit - the row's max logit)
   torch::Tensor inverse_sum;    // [N]: 1 / the row's sum of exps; the softmax is their product
   torch::Tensor local_targets;  // [N] int64: the target's row in the part (clamped)
   torch::Tensor in_shard;       // [N] bool: the target is one of the part's rows
