@@ -29,9 +29,17 @@ struct StagePlacement {
   // on a CPU without bfloat16 instructions; empty when named and native.
   std::string note;
   bool emulated = false;  // bf16 on a CPU without bfloat16 instructions (`note` warns)
-  // The dtype of the weights and of the activations between stages.
+  // The dtype of the weights and of the activations within the stage.
   torch::ScalarType weight_dtype() const {
     return precision == Precision::kBf16Weights ? torch::kBFloat16 : torch::kFloat;
+  }
+  // The dtype of the activations and gradients this stage sends on the stage
+  // links: bfloat16 under either bf16 precision, half float32's bytes (under
+  // autocast the stream between blocks stays float32 and is rounded once at
+  // each cut, each way). A stage turns what it receives into weight_dtype(),
+  // so stages that resolve `auto` differently still fit together.
+  torch::ScalarType link_dtype() const {
+    return precision == Precision::kFp32 ? torch::kFloat : torch::kBFloat16;
   }
 };
 
@@ -45,8 +53,8 @@ const char* PrecisionName(Precision precision);
 //
 // "auto" is bf16-autocast on a CPU with bfloat16 instructions (`cpu_has_bf16`,
 // this machine's CpuHasBf16() unless a test says otherwise): as fast as bf16
-// goes there without moving the links or the weights off float32, so stages
-// that resolve it on different CPUs still fit together; fp32 on a CPU
+// goes there without moving the weights off float32, and stages that resolve
+// it on different CPUs still fit together (link_dtype); fp32 on a CPU
 // without them and on a GPU (measured on CPUs; a GPU job names its bf16).
 // A bf16 precision named for a CPU without bfloat16 instructions runs, with
 // a warning in `note`: LibTorch emulates the type there, rounding as the

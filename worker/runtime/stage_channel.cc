@@ -18,6 +18,14 @@ NcclDType NcclTypeOf(torch::ScalarType type) {
                                    : NcclDType::kFloat32;
 }
 
+// The frames whose tensor is a stage's activations or their gradient, which
+// cross in the link dtype. The split head's part, scales and rows carry sums
+// of exponentials and weights that stay float32.
+bool CarriesActivations(v1::TensorFrame::Kind kind) {
+  return kind == v1::TensorFrame::ACTIVATION || kind == v1::TensorFrame::GRADIENT ||
+         kind == v1::TensorFrame::EVAL_ACTIVATION || kind == v1::TensorFrame::HEAD_INPUT;
+}
+
 }  // namespace
 
 StageChannel::StageChannel(const Options& options, StageStats& stats)
@@ -25,7 +33,9 @@ StageChannel::StageChannel(const Options& options, StageStats& stats)
 
 StageChannel::~StageChannel() = default;
 
-absl::Status StageChannel::Connect(const torch::Device& device) {
+absl::Status StageChannel::Connect(const StagePlacement& placement) {
+  link_dtype_ = placement.link_dtype();
+  const torch::Device& device = placement.device;
   const int stage = options_.stage;
   const int index = device.is_cuda() ? device.index() : -1;
   if ((options_.nccl_previous || options_.nccl_next) && index < 0) {
@@ -70,12 +80,17 @@ void StageChannel::Send(To to, v1::TensorFrame::Kind kind, uint64_t micro_batch_
   // The split head's frames carry their bytes: the head's queue is read out
   // of turn with the others, which an NCCL link's order cannot follow.
   const bool head = Inbox::IsHeadFrame(kind) || kind == v1::TensorFrame::HEAD_ROWS;
+  torch::Tensor wire;
+  if (tensor) {
+    wire = tensor->detach();
+    if (CarriesActivations(kind) && wire.is_floating_point()) wire = wire.to(link_dtype_);
+  }
   if (tensor && link != nullptr && !head) {
     // Let go of tensors whose sends are done, then queue this one.
     while (!nccl_sends_.empty() && nccl_sends_.front().link->Done(nccl_sends_.front().ticket)) {
       nccl_sends_.pop_front();
     }
-    torch::Tensor payload = tensor->detach().contiguous();
+    torch::Tensor payload = wire.contiguous();
     DescribeTensor(payload, &frame);
     absl::StatusOr<uint64_t> ticket =
         link->Send(payload.data_ptr(), payload.numel(), NcclTypeOf(payload.scalar_type()));
@@ -86,7 +101,7 @@ void StageChannel::Send(To to, v1::TensorFrame::Kind kind, uint64_t micro_batch_
     nccl_sends_.push_back({link, *ticket, payload});
     bytes = payload.numel() * payload.element_size();
   } else if (tensor) {
-    EncodeTensor(*tensor, &frame);
+    EncodeTensor(wire, &frame);
     bytes = frame.data().size();
   }
   FrameSender* sender = forward ? options_.next : options_.previous;
@@ -94,6 +109,14 @@ void StageChannel::Send(To to, v1::TensorFrame::Kind kind, uint64_t micro_batch_
 }
 
 absl::StatusOr<torch::Tensor> StageChannel::Incoming(const v1::TensorFrame& frame,
+                                                     const StageModel& model) {
+  ASSIGN_OR_RETURN(torch::Tensor tensor, Received(frame, model));
+  const torch::ScalarType own = model.placement().weight_dtype();
+  if (CarriesActivations(frame.kind()) && tensor.scalar_type() != own) return tensor.to(own);
+  return tensor;
+}
+
+absl::StatusOr<torch::Tensor> StageChannel::Received(const v1::TensorFrame& frame,
                                                      const StageModel& model) {
   const torch::Device& device = model.placement().device;
   if (!frame.payload_on_nccl()) return model.ToDevice(DecodeTensor(frame, device.is_cuda()));

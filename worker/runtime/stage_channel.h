@@ -40,20 +40,25 @@ class StageChannel {
   StageChannel(const Options& options, StageStats& stats);
   ~StageChannel();
 
-  // Sets up the NCCL links asked for on `device` (a CUDA device): the lower
-  // stage of each pair sends the ids as its first frame. FailedPrecondition
-  // for a CPU device or a neighbour that sends no ids.
-  absl::Status Connect(const torch::Device& device);
+  // Takes the stage's placement: its device, and the dtype its activations
+  // and gradients cross the links in (StagePlacement::link_dtype). Sets up
+  // the NCCL links asked for on the device (a CUDA device): the lower stage
+  // of each pair sends the ids as its first frame. FailedPrecondition for a
+  // CPU device or a neighbour that sends no ids.
+  absl::Status Connect(const StagePlacement& placement);
 
   // Sends a frame of `kind` to a neighbour (which must exist), carrying
   // `tensor` when given, stamped with the stage's weight version and `step`.
-  // A failed NCCL send fails the inbox, as a broken link does.
+  // An activation, its gradient or the split head's input travels in the
+  // placement's link dtype; the split head's part, scales and rows as they
+  // are. A failed NCCL send fails the inbox, as a broken link does.
   void Send(To to, v1::TensorFrame::Kind kind, uint64_t micro_batch_id,
             const torch::Tensor* tensor, int64_t weight_version, int64_t step = 0);
 
   // The tensor a frame carries, on the model's device: from its bytes, or
   // received over NCCL when the frame says so (InvalidArgument when this link
-  // has no NCCL).
+  // has no NCCL). An activation, gradient or head input comes in the model's
+  // weight dtype, whatever dtype the neighbour sent it in.
   absl::StatusOr<torch::Tensor> Incoming(const v1::TensorFrame& frame, const StageModel& model);
 
   // The end of training: closes the inbox, tells the next stage to shut down
@@ -62,6 +67,9 @@ class StageChannel {
   absl::Status Close(int64_t weight_version);
 
  private:
+  // Incoming's tensor as the frame carries it, in the dtype it was sent in.
+  absl::StatusOr<torch::Tensor> Received(const v1::TensorFrame& frame, const StageModel& model);
+
   struct NcclSend {  // a tensor NCCL may still be reading
     NcclLink* link;
     uint64_t ticket;
@@ -70,6 +78,7 @@ class StageChannel {
 
   const Options options_;
   StageStats& stats_;
+  torch::ScalarType link_dtype_ = torch::kFloat;  // Connect's placement's
   std::deque<NcclSend> nccl_sends_;
   // After nccl_sends_: a link's destructor waits for its sends, then the
   // tensors they read are freed.

@@ -113,9 +113,14 @@ LinkExpectations ExpectationsOf(const v1::StageAssignment& assignment) {
   expect.num_stages = spec.pipeline().num_stages();
   expect.hidden_shape = {spec.pipeline().micro_batch_size(), spec.model().seq_len(),
                          spec.model().d_model()};
-  // Hidden states travel in the weights' type: bf16 with bf16 weights.
-  expect.dtype = spec.runtime().precision() == "bf16-weights" ? v1::DTYPE_BFLOAT16
-                                                               : v1::DTYPE_FLOAT32;
+  // Hidden states travel in each stage's link dtype: float32 for fp32,
+  // bfloat16 for either bf16 precision, either where `auto` resolves per stage.
+  const std::string& precision = spec.runtime().precision();
+  if (precision == "bf16-weights" || precision == "bf16-autocast") {
+    expect.dtypes = {v1::DTYPE_BFLOAT16};
+  } else if (precision != "fp32") {
+    expect.dtypes = {v1::DTYPE_FLOAT32, v1::DTYPE_BFLOAT16};
+  }
   absl::StatusOr<PartitionPlan> plan = PlanPartition(spec);
   if (plan.ok()) expect.head_rows = plan->head_split;
   return expect;

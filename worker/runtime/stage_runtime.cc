@@ -56,7 +56,7 @@ absl::Status StageRuntime::Init() {
     return absl::FailedPreconditionError(absl::StrCat(
         "stage ", stage_, " computes the head's first rows and needs the corpus for their targets"));
   }
-  RETURN_IF_ERROR(channel_.Connect(model_->placement().device));
+  RETURN_IF_ERROR(channel_.Connect(model_->placement()));
   ASSIGN_OR_RETURN(const StageCheckpointer::Start start, checkpointer_.Restore(*model_));
   start_step_ = start.step;
   sample_base_ = start.samples;

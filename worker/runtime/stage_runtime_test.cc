@@ -11,6 +11,7 @@
 #include <map>
 #include <numeric>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -299,16 +300,19 @@ TEST(StageRuntimeTest, TwoReplicasTrainAsOneWithTwiceTheAccumulation) {
 }
 
 // Two stages of Spec(2) with `partition`, linked in this process (each link
-// pushes into the other's inbox), trained at once; their reports.
-std::pair<v1::StageReport, v1::StageReport> TrainTwoStages(const std::string& partition,
-                                                           const std::string& schedule,
-                                                           std::vector<v1::TensorFrame>* sent) {
-  const SpecEdit cut = [&](v1::JobSpec& s) {
-    s.mutable_pipeline()->set_partition(partition);
-    s.mutable_pipeline()->set_schedule(schedule);
-    // float32 whatever the CPU: the split's sums of parts equal the whole head's
-    // to float32's rounding, bfloat16's logits to their own (about 1e-5 of the loss).
-    s.mutable_runtime()->set_precision("fp32");
+// pushes into the other's inbox), trained at once; their reports. Each stage
+// runs at its own runtime.precision, float32 unless said: whatever the CPU,
+// the split's sums of parts equal the whole head's to float32's rounding,
+// bfloat16's logits to their own (about 1e-5 of the loss).
+std::pair<v1::StageReport, v1::StageReport> TrainTwoStages(
+    const std::string& partition, const std::string& schedule, std::vector<v1::TensorFrame>* sent,
+    const std::pair<std::string, std::string>& precisions = {"fp32", "fp32"}) {
+  const auto cut = [&](const std::string& precision) -> SpecEdit {
+    return [&partition, &schedule, precision](v1::JobSpec& s) {
+      s.mutable_pipeline()->set_partition(partition);
+      s.mutable_pipeline()->set_schedule(schedule);
+      s.mutable_runtime()->set_precision(precision);
+    };
   };
   Stage* stages[2] = {nullptr, nullptr};
   FakeLink to_next([&](const v1::TensorFrame& f) {
@@ -317,7 +321,8 @@ std::pair<v1::StageReport, v1::StageReport> TrainTwoStages(const std::string& pa
   FakeLink to_previous([&](const v1::TensorFrame& f) {
     stages[0]->inbox.Push(Inbox::From::kNext, f);
   });
-  Stage first(2, 0, nullptr, &to_next, "none", cut), last(2, 1, &to_previous, nullptr, "none", cut);
+  Stage first(2, 0, nullptr, &to_next, "none", cut(precisions.first)),
+      last(2, 1, &to_previous, nullptr, "none", cut(precisions.second));
   stages[0] = &first;
   stages[1] = &last;
   v1::StageReport reports[2];
@@ -373,6 +378,68 @@ TEST(StageRuntimeTest, AHeadSplitByVocabularyTrainsAsTheWholeHeadDoes) {
   for (const v1::TensorFrame& frame : sent) ids[frame.kind()].push_back(frame.micro_batch_id());
   EXPECT_EQ(ids[v1::TensorFrame::HEAD_SCALE], all);
   EXPECT_EQ(first_paci.backward_micro_batches(), kMicroBatches);
+}
+
+// The dtype of each kind of frame in `sent` that carries a tensor, checking
+// that its bytes are its shape's in that dtype.
+std::map<v1::TensorFrame::Kind, std::set<int>> FrameDtypes(const std::vector<v1::TensorFrame>& sent) {
+  std::map<v1::TensorFrame::Kind, std::set<int>> dtypes;
+  for (const v1::TensorFrame& frame : sent) {
+    if (frame.shape().empty()) continue;
+    int64_t numel = 1;
+    for (int64_t d : frame.shape()) numel *= d;
+    const int64_t size = frame.dtype() == v1::DTYPE_FLOAT32 ? 4 : 2;
+    EXPECT_EQ(static_cast<int64_t>(frame.data().size()), numel * size)
+        << v1::TensorFrame::Kind_Name(frame.kind());
+    dtypes[frame.kind()].insert(frame.dtype());
+  }
+  return dtypes;
+}
+
+// Under bf16 autocast a stage's activations, their gradients and the split
+// head's input cross the links in bfloat16, half float32's bytes; the head's
+// part, scales and rows stay float32. The training is float32's to
+// bfloat16's rounding, and a float32 stage beside a bf16-autocast one (`auto`
+// on two kinds of CPU) takes what it is sent in its own dtype.
+TEST(StageRuntimeTest, UnderBf16AutocastActivationsAndGradientsCrossTheLinksInBfloat16) {
+  using Kind = v1::TensorFrame;
+  const std::set<int> f32 = {v1::DTYPE_FLOAT32}, bf16 = {v1::DTYPE_BFLOAT16};
+  std::vector<v1::TensorFrame> sent;
+  const v1::StageReport fp32_last = TrainTwoStages("3/40", "1f1b-flush", &sent).second;
+  auto dtypes = FrameDtypes(sent);
+  for (Kind::Kind kind : {Kind::ACTIVATION, Kind::GRADIENT, Kind::EVAL_ACTIVATION, Kind::HEAD_INPUT,
+                          Kind::HEAD_PART, Kind::HEAD_SCALE, Kind::HEAD_ROWS}) {
+    EXPECT_EQ(dtypes[kind], f32) << Kind::Kind_Name(kind);
+  }
+  const auto near_fp32 = [&](const v1::StageReport& last) {
+    ASSERT_EQ(last.train_loss_size(), fp32_last.train_loss_size());
+    for (int i = 0; i < last.train_loss_size(); ++i) {
+      const double expected = fp32_last.train_loss(i).loss();
+      EXPECT_NE(last.train_loss(i).loss(), expected);  // rounded: not float32's run
+      EXPECT_NEAR(last.train_loss(i).loss(), expected, 1e-2 * expected) << "step " << i + 1;
+    }
+  };
+
+  const auto [first, last] =
+      TrainTwoStages("3/40", "1f1b-flush", &sent, {"bf16-autocast", "bf16-autocast"});
+  dtypes = FrameDtypes(sent);
+  for (Kind::Kind kind : {Kind::ACTIVATION, Kind::GRADIENT, Kind::EVAL_ACTIVATION, Kind::HEAD_INPUT}) {
+    EXPECT_EQ(dtypes[kind], bf16) << Kind::Kind_Name(kind);
+  }
+  for (Kind::Kind kind : {Kind::HEAD_PART, Kind::HEAD_SCALE, Kind::HEAD_ROWS}) {
+    EXPECT_EQ(dtypes[kind], f32) << Kind::Kind_Name(kind);
+  }
+  EXPECT_TRUE(first.finished() && last.finished());
+  near_fp32(last);
+
+  // Each stage sends in its own link dtype and computes in its own.
+  const auto [mixed_first, mixed_last] =
+      TrainTwoStages("3", "1f1b-flush", &sent, {"fp32", "bf16-autocast"});
+  dtypes = FrameDtypes(sent);
+  EXPECT_EQ(dtypes[Kind::ACTIVATION], f32);
+  EXPECT_EQ(dtypes[Kind::GRADIENT], bf16);
+  EXPECT_EQ(mixed_first.backward_micro_batches(), kMicroBatches);
+  EXPECT_THAT(Steps(mixed_last.train_loss()), ElementsAre(1, 2, 3, 4));
 }
 
 // A last stage that asks for a second part of the head before it has sent

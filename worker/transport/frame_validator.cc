@@ -1,5 +1,7 @@
 #include "worker/transport/frame_validator.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -66,20 +68,24 @@ absl::Status ValidateFrame(const v1::TensorFrame& f, const LinkExpectations& e) 
     if (f.shape_size() != 0 || !f.data().empty()) return bad("a control frame carries no tensor");
     return absl::OkStatus();
   }
-  // The head's parts and scales travel in float32; the final norm's output as
-  // the hidden states do.
+  // The head's parts, scales and rows travel in float32; the final norm's
+  // output as the hidden states do.
   std::vector<int64_t> expected_shape = e.hidden_shape;
-  v1::DType expected_dtype = e.dtype;
+  std::vector<v1::DType> expected_dtypes = e.dtypes;
   if (head && f.kind() != v1::TensorFrame::HEAD_INPUT && e.hidden_shape.size() == 3) {
     const int64_t tokens = e.hidden_shape[0] * e.hidden_shape[1], d = e.hidden_shape[2];
-    expected_dtype = v1::DTYPE_FLOAT32;
+    expected_dtypes = {v1::DTYPE_FLOAT32};
     if (f.kind() == v1::TensorFrame::HEAD_PART) expected_shape = {tokens, 2 * d + 2};
     if (f.kind() == v1::TensorFrame::HEAD_SCALE) expected_shape = {tokens};
     if (f.kind() == v1::TensorFrame::HEAD_ROWS) expected_shape = {e.head_rows, d};
   }
-  if (f.dtype() != expected_dtype) {
-    return bad(absl::StrCat("dtype is ", v1::DType_Name(f.dtype()), ", expected ",
-                            v1::DType_Name(expected_dtype)));
+  if (std::find(expected_dtypes.begin(), expected_dtypes.end(), f.dtype()) ==
+      expected_dtypes.end()) {
+    return bad(absl::StrCat(
+        "dtype is ", v1::DType_Name(f.dtype()), ", expected ",
+        absl::StrJoin(expected_dtypes, " or ", [](std::string* out, v1::DType dtype) {
+          out->append(v1::DType_Name(dtype));
+        })));
   }
   const std::vector<int64_t> shape(f.shape().begin(), f.shape().end());
   if (shape != expected_shape) {

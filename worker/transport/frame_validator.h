@@ -30,7 +30,10 @@ struct LinkExpectations {
   int stage = 0;
   int num_stages = 1;
   std::vector<int64_t> hidden_shape;
-  v1::DType dtype = v1::DTYPE_FLOAT32;
+  // The dtypes the hidden states and their gradients may come in: the one
+  // the job's precision sends, or float32 and bfloat16 where `auto` lets
+  // each stage choose (StagePlacement::link_dtype).
+  std::vector<v1::DType> dtypes = {v1::DTYPE_FLOAT32};
   // The head's rows the stage before the last holds when the head is split
   // by vocabulary (PartitionPlan::head_split); 0: no HEAD_* frame is accepted.
   int64_t head_rows = 0;

@@ -54,6 +54,25 @@ TEST(FrameValidatorTest, AcceptsAWellFormedActivationAndGradient) {
   EXPECT_TRUE(ValidateFrame(g, Expect()).ok());
 }
 
+// Where `auto` lets each stage choose its precision, a hidden state may come
+// in float32 or bfloat16 (its bytes matching), nothing else.
+TEST(FrameValidatorTest, EitherLinkDtypeWhereTheStagesChooseTheirPrecision) {
+  LinkExpectations either = Expect();
+  either.dtypes = {v1::DTYPE_FLOAT32, v1::DTYPE_BFLOAT16};
+  v1::TensorFrame f = Activation(0);
+  EXPECT_TRUE(ValidateFrame(f, either).ok());
+  f.set_dtype(v1::DTYPE_BFLOAT16);
+  EXPECT_EQ(ValidateFrame(f, either).code(), absl::StatusCode::kInvalidArgument);  // 96 bytes
+  f.set_data(std::string(2 * 3 * 4 * 2, '\0'));
+  EXPECT_TRUE(ValidateFrame(f, either).ok());
+  f.set_dtype(v1::DTYPE_FLOAT16);
+  const absl::Status status = ValidateFrame(f, either);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("dtype is DTYPE_FLOAT16, expected DTYPE_FLOAT32 or DTYPE_BFLOAT16"),
+            std::string::npos)
+      << status;
+}
+
 // The split head's frames: only between the last two stages of a job whose
 // head is split, each at its shape and in float32 (HEAD_INPUT as a hidden
 // state), never over NCCL.
