@@ -30,6 +30,7 @@
 #include "worker/runtime/replica_group.h"
 #include "worker/runtime/stage_model.h"
 #include "worker/transport/frame_sender.h"
+#include "worker/transport/frame_validator.h"
 #include "worker/transport/tensor_codec.h"
 
 namespace paci {
@@ -388,8 +389,7 @@ std::map<v1::TensorFrame::Kind, std::set<int>> FrameDtypes(const std::vector<v1:
     if (frame.shape().empty()) continue;
     int64_t numel = 1;
     for (int64_t d : frame.shape()) numel *= d;
-    const int64_t size = frame.dtype() == v1::DTYPE_FLOAT32 ? 4 : 2;
-    EXPECT_EQ(static_cast<int64_t>(frame.data().size()), numel * size)
+    EXPECT_EQ(static_cast<int64_t>(frame.data().size()), numel * DTypeSize(frame.dtype()))
         << v1::TensorFrame::Kind_Name(frame.kind());
     dtypes[frame.kind()].insert(frame.dtype());
   }
