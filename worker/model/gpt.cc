@@ -36,8 +36,9 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
 // of its own, which under bf16 autocast is a float32 bias added into a
 // bfloat16 output (rounded twice, with casts both ways in the backward).
 // ATen's linear is one addmm with the bias (autocast casts all three once),
-// as torch's nn.Linear and Hugging Face run it. In float32 the two agree to
-// the bit. Under bf16 autocast, torch's profiler puts the saving at about
+// as torch's nn.Linear and Hugging Face run it. In float32 the two differ
+// by the order of one addition (1e-6 of the loss after 100 steps). Under
+// bf16 autocast, torch's profiler puts the saving at about
 // 0.56 ms per [512, 256] x [256, 1024] layer, forward and backward, on one core.
 torch::Tensor Linear(const torch::nn::Linear& layer, const torch::Tensor& x) {
   return at::linear(x, layer->weight, layer->bias);  // an undefined bias is none
